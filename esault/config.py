@@ -1,0 +1,184 @@
+"""Frozen, validated configuration: argument > ESAULT_* environment > default.
+
+JobConfig holds job-wide settings; ElasticityConfig holds one bolt's
+elasticity parameters (the paper's MAX_LATENCY, PROBE_PERIOD, ...).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import tomllib
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+from typing import Any, Mapping
+
+from esault.errors import ConfigError
+
+
+def _positive(owner: str, name: str, value: float | int | None, allow_none: bool = False) -> None:
+    if value is None and allow_none:
+        return
+    if not isinstance(value, (int, float)) or isinstance(value, bool) or value <= 0:
+        hint = " or None (never)" if allow_none else ""
+        raise ConfigError(f"{owner}.{name} must be a number > 0{hint}, got {value!r}")
+
+
+def _fraction(owner: str, name: str, value: float) -> None:
+    if not isinstance(value, (int, float)) or isinstance(value, bool) or not 0 <= value <= 1:
+        raise ConfigError(f"{owner}.{name} must be a fraction in [0, 1], got {value!r}")
+
+
+@dataclass(frozen=True, slots=True)
+class ElasticityConfig:
+    """One bolt's elasticity parameters (PAPER_NOTES section 5).
+
+    Times named *_reaction_time count probe periods; factors are fractions.
+    """
+
+    elastic: bool = True
+    max_latency: float = 0.1
+    probe_period: float = 1.0
+    overload_reaction_time: int = 5
+    overload_reaction_factor: float = 0.5
+    low_watermark: float = 0.3
+    underload_reaction_time: int = 10
+    underload_reaction_factor: float = 0.8
+    peak_reset_factor: float = 1.5
+    min_spus: int = 1
+    max_spus: int = 8
+    cooldown: float = 5.0
+
+    def __post_init__(self) -> None:
+        o = "ElasticityConfig"
+        _positive(o, "max_latency", self.max_latency)
+        _positive(o, "probe_period", self.probe_period)
+        for name in ("overload_reaction_time", "underload_reaction_time", "min_spus", "max_spus"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+                raise ConfigError(f"{o}.{name} must be a whole number >= 1, got {value!r}")
+        for name in ("overload_reaction_factor", "low_watermark", "underload_reaction_factor"):
+            _fraction(o, name, getattr(self, name))
+        if not isinstance(self.peak_reset_factor, (int, float)) or self.peak_reset_factor < 1:
+            raise ConfigError(f"{o}.peak_reset_factor must be >= 1, got {self.peak_reset_factor!r}")
+        if self.min_spus > self.max_spus:
+            raise ConfigError(
+                f"{o}: min_spus ({self.min_spus}) is greater than max_spus ({self.max_spus}); "
+                "raise max_spus or lower min_spus"
+            )
+        if not isinstance(self.cooldown, (int, float)) or self.cooldown < 0:
+            raise ConfigError(f"{o}.cooldown must be a number >= 0 seconds, got {self.cooldown!r}")
+
+
+@dataclass(frozen=True, slots=True)
+class JobConfig:
+    """Job-wide settings. Build with JobConfig.load() to apply ESAULT_* overrides."""
+
+    acking: bool = True
+    message_timeout: float = 30.0
+    max_spout_pending: int = 5000
+    max_retries: int = 3
+    batch_size: int = 256
+    tick_interval: float = 0.01
+    pe_idle_timeout: float | None = 60.0
+    data_dir: Path = field(default_factory=lambda: Path("esault-data"))
+    metrics_host: str = "127.0.0.1"
+    metrics_port: int | None = None
+    max_workers: int = 2
+
+    def __post_init__(self) -> None:
+        o = "JobConfig"
+        _positive(o, "message_timeout", self.message_timeout)
+        _positive(o, "tick_interval", self.tick_interval)
+        _positive(o, "pe_idle_timeout", self.pe_idle_timeout, allow_none=True)
+        for name in ("max_spout_pending", "batch_size", "max_workers"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+                raise ConfigError(f"{o}.{name} must be a whole number >= 1, got {value!r}")
+        if not isinstance(self.max_retries, int) or self.max_retries < 0:
+            raise ConfigError(f"{o}.max_retries must be a whole number >= 0, got {self.max_retries!r}")
+        if not isinstance(self.acking, bool):
+            raise ConfigError(f"{o}.acking must be true or false, got {self.acking!r}")
+        if self.metrics_port is not None and not (
+            isinstance(self.metrics_port, int) and 0 <= self.metrics_port <= 65535
+        ):
+            raise ConfigError(f"{o}.metrics_port must be a port 0-65535 or None, got {self.metrics_port!r}")
+        if not isinstance(self.data_dir, Path):
+            object.__setattr__(self, "data_dir", Path(self.data_dir))
+
+    @classmethod
+    def load(
+        cls,
+        file: str | os.PathLike[str] | None = None,
+        environ: Mapping[str, str] | None = None,
+        **overrides: Any,
+    ) -> "JobConfig":
+        """Defaults, then a TOML file, then ESAULT_<FIELD> variables, then keyword arguments."""
+        values: dict[str, Any] = {}
+        if file is not None:
+            values.update(_read_toml(Path(file)))
+        env = os.environ if environ is None else environ
+        for f in fields(cls):
+            raw = env.get(f"ESAULT_{f.name.upper()}")
+            if raw is not None:
+                values[f.name] = _parse_env(f.name, raw, f.type)
+        values.update(overrides)
+        return cls.from_mapping(values, origin="arguments")
+
+    @classmethod
+    def from_mapping(cls, values: Mapping[str, Any], origin: str = "config") -> "JobConfig":
+        known = {f.name for f in fields(cls)}
+        unknown = sorted(set(values) - known)
+        if unknown:
+            raise ConfigError(
+                f"{origin}: unknown setting(s) {', '.join(unknown)}; valid settings are: "
+                + ", ".join(sorted(known))
+            )
+        return cls(**values)
+
+    def replace(self, **changes: Any) -> "JobConfig":
+        return dataclasses.replace(self, **changes)
+
+
+def _read_toml(path: Path) -> dict[str, Any]:
+    try:
+        with path.open("rb") as fh:
+            data = tomllib.load(fh)
+    except FileNotFoundError:
+        raise ConfigError(f"config file {path} does not exist; pass an existing TOML file") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"config file {path} is not valid TOML: {exc}") from None
+    section = data.get("job", data)
+    if not isinstance(section, dict):
+        raise ConfigError(f"config file {path}: [job] must be a table of settings")
+    try:
+        JobConfig.from_mapping(section, origin=f"config file {path}")
+    except ConfigError:
+        raise
+    except TypeError as exc:
+        raise ConfigError(f"config file {path}: {exc}") from None
+    return dict(section)
+
+
+def _parse_env(name: str, raw: str, annotation: Any) -> Any:
+    var = f"ESAULT_{name.upper()}"
+    text = str(annotation)
+    try:
+        if "bool" in text:
+            lowered = raw.strip().lower()
+            if lowered in ("1", "true", "yes", "on"):
+                return True
+            if lowered in ("0", "false", "no", "off"):
+                return False
+            raise ValueError(raw)
+        if raw.strip().lower() == "none" and "None" in text:
+            return None
+        if "int" in text and "float" not in text:
+            return int(raw)
+        if "float" in text:
+            return float(raw)
+        if "Path" in text:
+            return Path(raw)
+        return raw
+    except ValueError:
+        raise ConfigError(f"environment variable {var}={raw!r} is not a valid {text}") from None

@@ -1,0 +1,77 @@
+"""Bolt: user processing logic; for key-grouped bolts one instance per key (a PE)."""
+
+from __future__ import annotations
+
+from typing import Any, Callable, Protocol
+
+from esault.dsl.context import TopologyContext
+from esault.dsl.tuple import Tuple
+
+
+class Anchor(Protocol):
+    """A held input tuple: ack() or fail() it later, from any thread."""
+
+    def ack(self) -> None: ...
+
+    def fail(self, reason: str) -> None: ...
+
+
+class Bolt:
+    """Subclass and implement process(tup); call self.emit(key, value) for output.
+
+    Key-grouped bolts: the runtime creates one instance per key per SPU (a
+    processing element) on the key's first tuple. self.key is that key and the
+    instance's own attributes are that key's state: they move with the key when
+    its SPU splits or merges (see snapshot_state). Other groupings: one
+    instance per SPU. All calls run on the owning SPU's actor thread.
+    """
+
+    key: Any = None
+    _esault_emit: Callable[[Any, Any], None] | None = None
+    _esault_defer: Callable[[], Anchor] | None = None
+
+    def open(self, context: TopologyContext) -> None:
+        """Called once before the first process() (for a PE: before its key's first tuple)."""
+
+    def process(self, tup: Tuple) -> None:
+        raise NotImplementedError(
+            f"{type(self).__name__} must implement process(tup), calling self.emit(key, value)"
+        )
+
+    def on_expire(self) -> None:
+        """A PE idle for pe_idle_timeout is about to exit; it may emit (unanchored)."""
+
+    def close(self) -> None:
+        """Called once when the job stops (not when a PE expires or migrates)."""
+
+    def emit(self, key: Any, value: Any) -> None:
+        """Send one tuple downstream, anchored to the input being processed."""
+        emit = self._esault_emit
+        if emit is None:
+            raise RuntimeError(
+                f"{type(self).__name__}.emit() was called outside the runtime; "
+                "emit from process(), on_expire() or open()"
+            )
+        emit(key, value)
+
+    def defer(self) -> Anchor:
+        """Hold the current input: it is acked only when the returned anchor is.
+
+        For sinks that ack after a durable commit. Call inside process().
+        """
+        defer = self._esault_defer
+        if defer is None:
+            raise RuntimeError(f"{type(self).__name__}.defer() must be called inside process()")
+        return defer()
+
+    def snapshot_state(self) -> dict[str, Any]:
+        """This PE's state, to move with its key. Default: every public attribute.
+
+        Values must be msgpack-serialisable (str, bytes, numbers, bool, None,
+        lists, dicts): override with restore_state() for anything else.
+        """
+        return {k: v for k, v in vars(self).items() if not k.startswith("_esault_") and k != "key"}
+
+    def restore_state(self, state: dict[str, Any]) -> None:
+        """Install state produced by snapshot_state() on a fresh instance."""
+        vars(self).update(state)

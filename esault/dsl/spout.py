@@ -1,0 +1,96 @@
+"""Spout: a source of tuples, driven by the runtime calling next_tuple()."""
+
+from __future__ import annotations
+
+import itertools
+from typing import Any, Callable
+
+from esault.dsl.context import TopologyContext
+
+EmitFn = Callable[[Any, Any, Any], None]
+
+
+class Spout:
+    """Subclass and implement next_tuple(), which calls self.emit() zero or more times.
+
+    The runtime calls next_tuple() repeatedly on the SPU's actor thread while
+    fewer than max_spout_pending tuple trees are in flight. Call self.finish()
+    once the source is exhausted; ack/fail keep arriving for pending tuples.
+    Framework attributes start with `_esault_` and never collide with yours.
+    """
+
+    _esault_emit: EmitFn | None = None
+    _esault_finished: bool = False
+
+    def open(self, context: TopologyContext) -> None:
+        """Called once on the SPU's thread before the first next_tuple()."""
+
+    def next_tuple(self) -> None:
+        raise NotImplementedError(
+            f"{type(self).__name__} must implement next_tuple(), calling self.emit(key, value)"
+        )
+
+    def ack(self, msg_id: Any) -> None:
+        """The tuple tree rooted at msg_id completed."""
+
+    def fail(self, msg_id: Any) -> None:
+        """The tree of msg_id failed or timed out; re-emit it to get at-least-once."""
+
+    def drop(self, msg_id: Any) -> None:
+        """The runtime gave up on msg_id after max_retries failures and dead-lettered it."""
+
+    def close(self) -> None:
+        """Called once when the job stops."""
+
+    def emit(self, key: Any, value: Any, msg_id: Any = None) -> None:
+        """Send one tuple downstream; with a msg_id its tree is tracked and acked."""
+        emit = self._esault_emit
+        if emit is None:
+            raise RuntimeError(
+                f"{type(self).__name__}.emit() was called before the runtime opened the spout; "
+                "emit from next_tuple(), ack(), fail() or open()"
+            )
+        emit(key, value, msg_id)
+
+    def finish(self) -> None:
+        """Declare the source exhausted: next_tuple() is not called again."""
+        self._esault_finished = True
+
+    @property
+    def finished(self) -> bool:
+        return self._esault_finished
+
+
+class ReplayingSpout(Spout):
+    """A spout that keeps emitted-but-unacked tuples and re-emits them on fail().
+
+    emit() without a msg_id assigns a sequence number, so every tuple is
+    tracked. Memory is bounded by the runtime's max_spout_pending.
+    """
+
+    def __init__(self) -> None:
+        self._esault_pending: dict[Any, tuple[Any, Any]] = {}
+        self._esault_seq = itertools.count()
+        self.replayed = 0
+
+    def emit(self, key: Any, value: Any, msg_id: Any = None) -> None:
+        if msg_id is None:
+            msg_id = next(self._esault_seq)
+        self._esault_pending[msg_id] = (key, value)
+        Spout.emit(self, key, value, msg_id)
+
+    def ack(self, msg_id: Any) -> None:
+        self._esault_pending.pop(msg_id, None)
+
+    def fail(self, msg_id: Any) -> None:
+        entry = self._esault_pending.get(msg_id)
+        if entry is not None:
+            self.replayed += 1
+            Spout.emit(self, entry[0], entry[1], msg_id)
+
+    def drop(self, msg_id: Any) -> None:
+        self._esault_pending.pop(msg_id, None)
+
+    @property
+    def pending_count(self) -> int:
+        return len(self._esault_pending)

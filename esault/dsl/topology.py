@@ -1,0 +1,264 @@
+"""TopologyBuilder: declare spouts, bolts and the groupings that connect them."""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import enum
+import inspect
+from dataclasses import dataclass, field
+from typing import Any, Mapping
+
+from esault.config import ElasticityConfig
+from esault.dsl.bolt import Bolt
+from esault.dsl.spout import Spout
+from esault.errors import ConfigError, TopologyError
+
+
+class Grouping(enum.Enum):
+    """How a unit's SPUs share the tuples of one source."""
+
+    KEY = "key"  # by stable key hash over the interval table: per-key PEs
+    SHUFFLE = "shuffle"  # round robin over SPUs
+    ALL = "all"  # a copy to every SPU
+    GLOBAL = "global"  # everything to the first SPU
+
+
+_ELASTIC_FIELDS = {f.name for f in dataclasses.fields(ElasticityConfig)}
+_BOLT_OPTIONS = {"params", "pe_idle_timeout"} | _ELASTIC_FIELDS
+_SPOUT_OPTIONS = {"params", "max_pending"}
+
+
+@dataclass(frozen=True, slots=True)
+class InputSpec:
+    source: str
+    grouping: Grouping
+
+
+@dataclass(frozen=True, slots=True)
+class UnitSpec:
+    """One declared spout or bolt: a processing unit of the paper."""
+
+    name: str
+    cls: type
+    parallelism: int
+    is_spout: bool
+    params: Mapping[str, Any] = field(default_factory=dict)
+    inputs: tuple[InputSpec, ...] = ()
+    pe_idle_timeout: float | None | str = "job"  # "job" = use the job's setting
+    max_pending: int | None = None
+    elasticity: ElasticityConfig = field(default_factory=ElasticityConfig)
+
+    @property
+    def per_key(self) -> bool:
+        """Key-grouped bolts run one PE per key."""
+        return bool(self.inputs) and all(i.grouping is Grouping.KEY for i in self.inputs)
+
+    @property
+    def class_path(self) -> str:
+        return f"{self.cls.__module__}:{self.cls.__qualname__}"
+
+    def instantiate(self) -> Any:
+        return self.cls(**self.params)
+
+
+@dataclass(frozen=True, slots=True)
+class Topology:
+    """A validated DAG of units, in topological order (spouts first)."""
+
+    name: str
+    units: tuple[UnitSpec, ...]
+
+    def unit(self, name: str) -> UnitSpec:
+        for u in self.units:
+            if u.name == name:
+                return u
+        raise TopologyError(
+            f"topology {self.name!r} has no unit {name!r}; units are: "
+            + ", ".join(u.name for u in self.units)
+        )
+
+    def downstream(self, source: str) -> list[tuple[UnitSpec, Grouping]]:
+        """The units that read `source`, with the grouping of that edge."""
+        out = []
+        for u in self.units:
+            for i in u.inputs:
+                if i.source == source:
+                    out.append((u, i.grouping))
+        return out
+
+    def upstream(self, name: str) -> list[str]:
+        return [i.source for i in self.unit(name).inputs]
+
+
+class BoltDeclarer:
+    """Returned by set_bolt(); chain groupings to name the bolt's inputs."""
+
+    def __init__(self, builder: "TopologyBuilder", name: str) -> None:
+        self._builder = builder
+        self._name = name
+
+    def _add(self, source: str, grouping: Grouping) -> "BoltDeclarer":
+        if not isinstance(source, str):
+            raise TopologyError(
+                f"bolt {self._name!r}: {grouping.value}_grouping() takes the source's name "
+                f"(a str), got {source!r}; e.g. .{grouping.value}_grouping('sentences')"
+            )
+        inputs = self._builder._inputs[self._name]
+        if any(i.source == source for i in inputs):
+            raise TopologyError(f"bolt {self._name!r} already reads from {source!r}; declare each input once")
+        inputs.append(InputSpec(source, grouping))
+        return self
+
+    def key_grouping(self, source: str) -> "BoltDeclarer":
+        """Tuples with equal keys go to the same PE (routing by the interval table)."""
+        return self._add(source, Grouping.KEY)
+
+    def shuffle_grouping(self, source: str) -> "BoltDeclarer":
+        return self._add(source, Grouping.SHUFFLE)
+
+    def all_grouping(self, source: str) -> "BoltDeclarer":
+        return self._add(source, Grouping.ALL)
+
+    def global_grouping(self, source: str) -> "BoltDeclarer":
+        return self._add(source, Grouping.GLOBAL)
+
+
+class TopologyBuilder:
+    """Declare a topology Storm-style, then build() a validated Topology."""
+
+    def __init__(self, name: str) -> None:
+        if not isinstance(name, str) or not name.strip():
+            raise TopologyError(f"a topology needs a non-empty name, got {name!r}")
+        self.name = name
+        self._decl: dict[str, tuple[type, int, bool, dict[str, Any]]] = {}
+        self._inputs: dict[str, list[InputSpec]] = {}
+
+    def set_spout(self, name: str, spout_class: type, parallelism: int = 1, **options: Any) -> None:
+        self._declare(name, spout_class, parallelism, True, options)
+
+    def set_bolt(self, name: str, bolt_class: type, parallelism: int = 1, **options: Any) -> BoltDeclarer:
+        self._declare(name, bolt_class, parallelism, False, options)
+        return BoltDeclarer(self, name)
+
+    def _declare(self, name: str, cls: type, parallelism: int, is_spout: bool, options: dict[str, Any]) -> None:
+        kind = "spout" if is_spout else "bolt"
+        if not isinstance(name, str) or not name or not name.replace("_", "").replace("-", "").isalnum():
+            raise TopologyError(
+                f"{kind} name {name!r} is invalid: use letters, digits, '-' and '_' (e.g. 'word_count')"
+            )
+        if name in self._decl:
+            raise TopologyError(f"duplicate unit name {name!r}: every spout and bolt needs its own name")
+        base = Spout if is_spout else Bolt
+        if not (inspect.isclass(cls) and issubclass(cls, base)):
+            other = Bolt if is_spout else Spout
+            hint = ""
+            if inspect.isclass(cls) and issubclass(cls, other):
+                hint = f" ({cls.__name__} is a {other.__name__}: use set_{'bolt' if is_spout else 'spout'})"
+            elif not inspect.isclass(cls):
+                hint = f" (pass the class itself, e.g. set_{kind}({name!r}, MyClass), not an instance)"
+            raise TopologyError(f"{kind} {name!r}: {cls!r} is not a subclass of esault.{base.__name__}{hint}")
+        if not isinstance(parallelism, int) or isinstance(parallelism, bool) or parallelism < 1:
+            raise TopologyError(f"{kind} {name!r}: parallelism must be a whole number >= 1, got {parallelism!r}")
+        allowed = _SPOUT_OPTIONS if is_spout else _BOLT_OPTIONS
+        for opt in options:
+            if opt not in allowed:
+                near = difflib.get_close_matches(opt, allowed, n=1)
+                hint = f"; did you mean {near[0]!r}?" if near else ""
+                raise TopologyError(
+                    f"{kind} {name!r}: unknown option {opt!r}{hint} Valid options: {', '.join(sorted(allowed))}. "
+                    "Constructor arguments go in params={...}"
+                )
+        params = options.get("params", {})
+        if not isinstance(params, Mapping):
+            raise TopologyError(f"{kind} {name!r}: params must be a dict of constructor arguments, got {params!r}")
+        self._decl[name] = (cls, parallelism, is_spout, options)
+        self._inputs[name] = []
+
+    def build(self) -> Topology:
+        """Validate and return the Topology, or raise TopologyError naming the problem."""
+        if not any(d[2] for d in self._decl.values()):
+            raise TopologyError(f"topology {self.name!r} has no spout: add one with set_spout(name, SpoutClass)")
+        units: dict[str, UnitSpec] = {}
+        for name, (cls, parallelism, is_spout, options) in self._decl.items():
+            inputs = tuple(self._inputs[name])
+            if not is_spout and not inputs:
+                raise TopologyError(
+                    f"bolt {name!r} has no input: chain a grouping, e.g. "
+                    f"set_bolt({name!r}, ...).shuffle_grouping('<source>')"
+                )
+            for i in inputs:
+                if i.source not in self._decl:
+                    near = difflib.get_close_matches(i.source, self._decl, n=1)
+                    hint = f"; did you mean {near[0]!r}?" if near else ""
+                    raise TopologyError(f"bolt {name!r} reads from unknown source {i.source!r}{hint}")
+            kinds = {i.grouping for i in inputs}
+            if Grouping.KEY in kinds and len(kinds) > 1:
+                raise TopologyError(
+                    f"bolt {name!r} mixes key_grouping with "
+                    f"{', '.join(sorted(g.value + '_grouping' for g in kinds - {Grouping.KEY}))}: per-key PEs "
+                    "need every input key-grouped; split it into two bolts"
+                )
+            elastic = {k: v for k, v in options.items() if k in _ELASTIC_FIELDS}
+            try:
+                elasticity = ElasticityConfig(**elastic)
+            except ConfigError as exc:
+                raise TopologyError(f"bolt {name!r}: {exc}") from None
+            idle = options.get("pe_idle_timeout", "job")
+            if idle not in ("job", None) and (not isinstance(idle, (int, float)) or idle <= 0):
+                raise TopologyError(f"bolt {name!r}: pe_idle_timeout must be seconds > 0 or None, got {idle!r}")
+            max_pending = options.get("max_pending")
+            if max_pending is not None and (not isinstance(max_pending, int) or max_pending < 1):
+                raise TopologyError(f"spout {name!r}: max_pending must be a whole number >= 1, got {max_pending!r}")
+            units[name] = UnitSpec(
+                name=name,
+                cls=cls,
+                parallelism=parallelism,
+                is_spout=is_spout,
+                params=dict(options.get("params", {})),
+                inputs=inputs,
+                pe_idle_timeout=idle,
+                max_pending=max_pending,
+                elasticity=elasticity,
+            )
+        return Topology(self.name, tuple(units[n] for n in _topological_order(units)))
+
+
+def _topological_order(units: Mapping[str, UnitSpec]) -> list[str]:
+    """Kahn's algorithm; a leftover node means a cycle, reported with its path."""
+    indegree = {n: len(u.inputs) for n, u in units.items()}
+    readers: dict[str, list[str]] = {n: [] for n in units}
+    for n, u in units.items():
+        for i in u.inputs:
+            readers[i.source].append(n)
+    ready = [n for n, d in indegree.items() if d == 0]
+    order: list[str] = []
+    while ready:
+        n = ready.pop(0)
+        order.append(n)
+        for r in readers[n]:
+            indegree[r] -= 1
+            if indegree[r] == 0:
+                ready.append(r)
+    if len(order) < len(units):
+        stuck = [n for n in units if n not in order]
+        cycle = _find_cycle(units, stuck)
+        raise TopologyError(
+            "topology has a cycle: " + " -> ".join(cycle) + "; tuples must flow one way from spouts to bolts"
+        )
+    return order
+
+
+def _find_cycle(units: Mapping[str, UnitSpec], stuck: list[str]) -> list[str]:
+    start = stuck[0]
+    path = [start]
+    seen = {start}
+    node = start
+    while True:
+        nxt = next(i.source for i in units[node].inputs if i.source in stuck)
+        if nxt in seen:
+            cycle = path[path.index(nxt):] + [nxt]
+            return list(reversed(cycle))
+        path.append(nxt)
+        seen.add(nxt)
+        node = nxt

@@ -1,0 +1,46 @@
+"""Every exception esault raises, in one place.
+
+Messages name the thing (bolt, key, field, file), what was given, and the fix.
+"""
+
+from __future__ import annotations
+
+
+class EsaultError(Exception):
+    """Base of every error esault raises on purpose."""
+
+
+class TopologyError(EsaultError):
+    """The topology is malformed: a cycle, an unknown source, a bad class..."""
+
+
+class ConfigError(EsaultError):
+    """A configuration value (argument, file or ESAULT_* variable) is invalid."""
+
+
+class SerializationError(EsaultError):
+    """A value emitted by user code cannot cross a process boundary."""
+
+
+class FrameError(EsaultError):
+    """A frame read from a socket is malformed; it is dropped and counted."""
+
+
+class RoutingError(EsaultError):
+    """A routing table operation is impossible (unknown SPU, bad split point)."""
+
+
+class ScalingError(EsaultError):
+    """A split or merge was refused (bounds, grouping, a change in progress)."""
+
+
+class ResourceError(EsaultError):
+    """A resource (worker slot) could not be acquired or released."""
+
+
+class SinkError(EsaultError):
+    """The Spark sink could not start or commit."""
+
+
+class SchemaError(SinkError):
+    """A row does not fit the declared or inferred table schema."""
