@@ -1,1 +1,22 @@
-__all__: list[str] = []
+"""esault: an actor-based, elastic stream-processing runtime that feeds Apache Spark.
+
+Write spouts and bolts, wire them with TopologyBuilder, submit to a cluster.
+"""
+
+from esault.cluster.local import LocalCluster
+from esault.config import ElasticityConfig, JobConfig
+from esault.dsl import Anchor, Bolt, Grouping, ReplayingSpout, Spout, Topology, TopologyBuilder, TopologyContext, Tuple
+from esault.errors import (
+    ConfigError, EsaultError, FrameError, ResourceError, RoutingError, ScalingError, SerializationError,
+    SinkError, TopologyError,
+)
+from esault.keyhash import KEY_SPACE_MAX, key_hash
+from esault.runtime.job import Job
+from esault.runtime.messages import ScaleResult
+
+__all__ = [
+    "KEY_SPACE_MAX", "Anchor", "Bolt", "ConfigError", "ElasticityConfig", "EsaultError", "FrameError",
+    "Grouping", "Job", "JobConfig", "LocalCluster", "ReplayingSpout", "ResourceError", "RoutingError",
+    "ScaleResult", "ScalingError", "SerializationError", "SinkError", "Spout", "Topology", "TopologyBuilder",
+    "TopologyContext", "TopologyError", "Tuple", "key_hash",
+]

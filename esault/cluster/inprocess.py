@@ -1,0 +1,38 @@
+"""Runs SPU actors as threads of this process (the embedded default for tests)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pykka
+
+from esault.cluster.resources import InProcessResources, ResourceManager, Slot
+from esault.dsl.topology import UnitSpec
+from esault.runtime.bolt_spu import BoltSpuActor
+from esault.runtime.context import JobContext
+from esault.runtime.messages import SpuConfig
+from esault.runtime.spout_spu import SpoutSpuActor
+
+
+class InProcessLauncher:
+    """Starts each SPU on a slot of `resources`, as a Pykka actor in this process."""
+
+    def __init__(self, resources: ResourceManager | None = None) -> None:
+        self.resources = resources or InProcessResources()
+        self._slots: dict[Any, Slot] = {}
+
+    def start_spu(self, spec: UnitSpec, cfg: SpuConfig, job: JobContext) -> Any:
+        slot = self.resources.acquire()
+        cls = SpoutSpuActor if spec.is_spout else BoltSpuActor
+        ref = cls.start(cfg, spec, job)
+        self._slots[ref.actor_urn] = slot
+        return ref
+
+    def stop_spu(self, mailbox: Any, block: bool) -> None:
+        slot = self._slots.pop(mailbox.actor_urn, None)
+        try:
+            mailbox.stop(block=block)
+        except pykka.ActorDeadError:
+            pass
+        if slot is not None:
+            self.resources.release(slot)

@@ -1,0 +1,78 @@
+"""The key hand-off state machines of a split or merge (docs/PROTOCOLS.md).
+
+Giver: the SPU that loses the keys of [lo, hi]. It keeps processing every
+tuple it receives; once an EpochMarker arrived from every upstream SPU, no
+tuple of a moved key can reach it any more, so the moved PEs' state is final
+and is handed over.
+Receiver: the SPU that gains [lo, hi]. It buffers, in arrival order, only the
+tuples of moved keys until the state arrives, then replays them. Keys outside
+[lo, hi] never pause.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Iterable
+
+from esault.dsl.tuple import Tuple
+
+
+class GiverHandoff:
+    """Counts EpochMarkers until every upstream SPU has switched tables."""
+
+    def __init__(self, reconfig_id: int, lo: int, hi: int, upstream: Iterable[int], retire: bool) -> None:
+        self.reconfig_id = reconfig_id
+        self.lo = lo
+        self.hi = hi
+        self.retire = retire
+        self._waiting = set(upstream)
+
+    def marker(self, sender: int) -> None:
+        self._waiting.discard(sender)
+
+    @property
+    def ready(self) -> bool:
+        """True once no upstream SPU can still send a tuple of a moved key."""
+        return not self._waiting
+
+    @property
+    def waiting_for(self) -> frozenset[int]:
+        return frozenset(self._waiting)
+
+    def moves(self, h: int) -> bool:
+        return self.lo <= h <= self.hi
+
+
+class ReceiverHandoff:
+    """Holds tuples of incoming keys until the giver's state arrives."""
+
+    def __init__(self, reconfig_id: int, lo: int, hi: int, giver_id: int, started_at: float) -> None:
+        self.reconfig_id = reconfig_id
+        self.lo = lo
+        self.hi = hi
+        self.giver_id = giver_id
+        self.started_at = started_at
+        self.buffered: list[Tuple] = []
+        self.first_buffered_at: float | None = None
+
+    def holds(self, h: int) -> bool:
+        return self.lo <= h <= self.hi
+
+    def buffer(self, tup: Tuple, now: float) -> None:
+        if self.first_buffered_at is None:
+            self.first_buffered_at = now
+        self.buffered.append(tup)
+
+    def paused_seconds(self, now: float) -> float:
+        """How long the first held tuple waited: the pause moved keys saw."""
+        return 0.0 if self.first_buffered_at is None else now - self.first_buffered_at
+
+
+class EarlyMessages:
+    """Markers and hand-offs that overtook their reconfiguration's setup message."""
+
+    def __init__(self) -> None:
+        self.markers: dict[int, set[int]] = {}
+        self.handoffs: dict[int, Any] = {}
+
+    def take_markers(self, reconfig_id: int) -> set[int]:
+        return self.markers.pop(reconfig_id, set())

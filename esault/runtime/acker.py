@@ -1,0 +1,65 @@
+"""AckServerActor: the paper's ack server, Storm's XOR tree tracking (reliability/ack_tracker).
+
+Tells each spout SPU the outcome of the trees it rooted, in batches.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from typing import Any
+
+import pykka
+
+from esault.metrics import registry as metrics
+from esault.reliability.ack_tracker import AckTracker, TreeOutcome
+from esault.runtime.context import JobContext, log
+from esault.runtime.messages import (
+    AckFail, AckInit, AckUpdate, GetPending, RegisterOwner, Tick, TreesDone,
+)
+
+
+class AckServerActor(pykka.ThreadingActor):
+    """One per job, in the driver process."""
+
+    def __init__(self, job: JobContext) -> None:
+        super().__init__()
+        self.job = job
+        self.tracker = AckTracker(job.clock, job.config.message_timeout)
+        self.owners: dict[int, Any] = {}
+
+    def on_receive(self, message: Any) -> Any:
+        try:
+            kind = type(message)
+            if kind is AckUpdate:
+                self._send(self.tracker.update_many(message.deltas.items()))
+            elif kind is AckInit:
+                start = self.tracker.start
+                owner = message.owner
+                out = [o for o in (start(root, owner, xor) for root, xor in message.roots) if o is not None]
+                self._send(out)
+            elif kind is AckFail:
+                outcome = self.tracker.fail(message.root, message.reason)
+                if outcome is not None:
+                    self._send([outcome])
+            elif kind is Tick:
+                self._send(self.tracker.expire())
+            elif kind is RegisterOwner:
+                self.owners[message.owner] = message.mailbox
+            elif kind is GetPending:
+                return self.tracker.pending
+            else:
+                metrics.count_unknown_message("AckServerActor")
+        except Exception:
+            log.exception("ack server failed handling %s", type(message).__name__)
+        return None
+
+    def _send(self, outcomes: list[TreeOutcome]) -> None:
+        if not outcomes:
+            return
+        by_owner: dict[int, list] = defaultdict(list)
+        for o in outcomes:
+            by_owner[o.owner].append((o.root, o.ok, o.reason, o.latency))
+        for owner, batch in by_owner.items():
+            mailbox = self.owners.get(owner)
+            if mailbox is not None:
+                mailbox.tell(TreesDone(batch))

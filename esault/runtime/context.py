@@ -1,0 +1,59 @@
+"""What every actor of one job shares: immutable settings and thread-safe handles."""
+
+from __future__ import annotations
+
+import itertools
+import logging
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from esault.clock import Clock
+from esault.config import JobConfig
+from esault.dsl.topology import Topology, UnitSpec
+from esault.metrics.stats import STATS, StatsRegistry
+from esault.reliability.dead_letters import DeadLetterWriter
+
+log = logging.getLogger("esault")
+
+
+@dataclass
+class JobContext:
+    """Shared by the driver, units and SPUs of one job (in one process)."""
+
+    topology: Topology
+    config: JobConfig
+    clock: Clock
+    data_dir: Path
+    acker: Any = None
+    ticker: Any = None
+    finished_spouts: set[int] = field(default_factory=set)
+    dead_letters: DeadLetterWriter | None = None
+    stats: StatsRegistry = STATS
+    _ids: Any = field(default_factory=lambda: itertools.count(1))
+
+    @property
+    def name(self) -> str:
+        return self.topology.name
+
+    def next_id(self) -> int:
+        """Job-wide unique ids for SPUs and reconfigurations (itertools.count is atomic)."""
+        return next(self._ids)
+
+    def pe_idle_timeout(self, spec: UnitSpec) -> float | None:
+        return self.config.pe_idle_timeout if spec.pe_idle_timeout == "job" else spec.pe_idle_timeout
+
+
+class RateLimitedLog:
+    """Logs the first `first` events, then every `every`-th: user errors can be floods."""
+
+    def __init__(self, first: int = 10, every: int = 1000) -> None:
+        self.first = first
+        self.every = every
+        self.count = 0
+
+    def __call__(self, msg: str, *args: Any) -> None:
+        self.count += 1
+        if self.count <= self.first or self.count % self.every == 0:
+            suffix = f" [{self.count} so far]" if self.count > self.first else ""
+            log.error(msg + suffix, *args)

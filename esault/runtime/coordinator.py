@@ -1,0 +1,102 @@
+"""Runs reconfigurations one at a time, from a plain thread (so it may ask actors).
+
+Job.split/merge and the elastic monitor both submit here: one code path.
+Serialising reconfigurations job-wide keeps every unit's upstream SPU set
+stable while a hand-off is in flight.
+"""
+
+from __future__ import annotations
+
+import queue
+import threading
+from concurrent.futures import Future
+from dataclasses import dataclass
+from typing import Any, Callable
+
+from esault.dsl.topology import Topology
+from esault.errors import ScalingError
+from esault.runtime.context import log
+from esault.runtime.messages import GetRoutes, GetSpus, ScaleCommand, ScaleResult
+
+
+@dataclass(frozen=True, slots=True)
+class ScaleRequest:
+    action: str
+    unit: str
+    spu_id: int
+    at: int | None
+    into: int | None
+    reason: str
+
+
+class ReconfigurationCoordinator:
+    """Owns a queue of ScaleRequests and a thread that executes them serially."""
+
+    def __init__(self, topology: Topology, units: dict[str, Any], op_timeout: float = 60.0) -> None:
+        self.topology = topology
+        self.units = units
+        self.op_timeout = op_timeout
+        self.history: list[ScaleResult] = []
+        self.listeners: list[Callable[[ScaleResult], None]] = []
+        self._queue: "queue.Queue[tuple[ScaleRequest, Future] | None]" = queue.Queue()
+        self._thread = threading.Thread(target=self._run, name="esault-reconfig", daemon=True)
+        self._thread.start()
+
+    def submit(self, request: ScaleRequest) -> "Future[ScaleResult]":
+        future: Future = Future()
+        if request.unit not in self.units:
+            future.set_exception(ScalingError(
+                f"no unit {request.unit!r} in topology {self.topology.name!r}; units: {', '.join(self.units)}"
+            ))
+            return future
+        self._queue.put((request, future))
+        return future
+
+    def stop(self) -> None:
+        self._queue.put(None)
+        self._thread.join(timeout=self.op_timeout)
+
+    def _run(self) -> None:
+        while True:
+            item = self._queue.get()
+            if item is None:
+                return
+            request, future = item
+            try:
+                result = self._execute(request)
+            except Exception as exc:
+                log.warning("topology %r: %s of %r SPU %d refused: %s", self.topology.name, request.action,
+                            request.unit, request.spu_id, exc)
+                future.set_exception(exc)
+                continue
+            self.history.append(result)
+            for listener in list(self.listeners):
+                try:
+                    listener(result)
+                except Exception:
+                    log.exception("scaling listener failed")
+            future.set_result(result)
+
+    def _execute(self, request: ScaleRequest) -> ScaleResult:
+        upstream: dict[int, tuple[Any, str]] = {}
+        for spec_input in self.topology.unit(request.unit).inputs:
+            spus = self.units[spec_input.source].ask(GetSpus(), timeout=self.op_timeout)
+            for spu_id, mailbox in spus.items():
+                upstream[spu_id] = (mailbox, spec_input.grouping.value)
+        downstream = tuple(
+            self.units[d.name].ask(GetRoutes(g.value), timeout=self.op_timeout)
+            for d, g in self.topology.downstream(request.unit)
+        )
+        reply: Future = Future()
+        self.units[request.unit].tell(ScaleCommand(
+            action=request.action, spu_id=request.spu_id, upstream=upstream,
+            downstream_routes=downstream, reply=reply, at=request.at, into=request.into,
+            reason=request.reason,
+        ))
+        try:
+            return reply.result(timeout=self.op_timeout)
+        except TimeoutError:
+            raise ScalingError(
+                f"{request.action} of {request.unit!r} SPU {request.spu_id} did not finish within "
+                f"{self.op_timeout}s; see the log for the SPU that did not answer"
+            ) from None

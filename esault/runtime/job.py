@@ -1,0 +1,210 @@
+"""Job: the framework driver of one submitted topology (start, status, scale, wait, stop)."""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from concurrent.futures import Future
+from typing import Any
+
+from esault.clock import Clock, SystemClock
+from esault.config import JobConfig
+from esault.dsl.topology import Topology
+from esault.errors import EsaultError
+from esault.reliability.dead_letters import DeadLetterWriter
+from esault.runtime.acker import AckServerActor
+from esault.runtime.context import JobContext
+from esault.runtime.coordinator import ReconfigurationCoordinator, ScaleRequest
+from esault.runtime.messages import Drain, GetLayout, GetPending, GetRoutes, GetSpus, ScaleResult
+from esault.runtime.ticker import Ticker
+from esault.runtime.unit import SpuLauncher, UnitActor
+
+log = logging.getLogger("esault")
+
+
+class Job:
+    """A running topology. Thread-safe; call from the driver's thread, never from an actor."""
+
+    def __init__(self, topology: Topology, config: JobConfig, launcher: SpuLauncher,
+                 clock: Clock | None = None) -> None:
+        self.topology = topology
+        self.config = config
+        self.clock = clock or SystemClock()
+        data_dir = config.data_dir / topology.name
+        data_dir.mkdir(parents=True, exist_ok=True)
+        self.dead_letter_path = data_dir / "dead_letters.jsonl"
+        self.ctx = JobContext(topology, config, self.clock, data_dir,
+                              dead_letters=DeadLetterWriter(self.dead_letter_path))
+        self.ctx.stats.forget_topology(topology.name)
+        self.ctx.ticker = Ticker(self.clock, config.tick_interval)
+        self.ctx.acker = AckServerActor.start(self.ctx)
+        self.ctx.ticker.subscribe(self.ctx.acker)
+        self.units: dict[str, Any] = {}
+        self._stopped = False
+        self._lock = threading.Lock()
+        self.final_status: dict[str, Any] | None = None
+        try:
+            # Downstream units first, so every SPU starts knowing its output routes.
+            for spec in reversed(topology.units):
+                downstream = tuple(
+                    self.units[d.name].ask(GetRoutes(g.value)) for d, g in topology.downstream(spec.name)
+                )
+                self.units[spec.name] = UnitActor.start(spec, self.ctx, launcher, downstream)
+            self.coordinator = ReconfigurationCoordinator(topology, self.units)
+        except Exception:
+            self._stop_actors()
+            raise
+        self.ctx.ticker.start()
+
+    @property
+    def name(self) -> str:
+        return self.topology.name
+
+    @property
+    def data_dir(self):
+        return self.ctx.data_dir
+
+    # --- scaling -------------------------------------------------------------
+
+    def split(self, unit: str, spu: int, at: int | None = None, timeout: float | None = 60.0,
+              reason: str = "manual") -> ScaleResult:
+        """Split `spu` of `unit` onto a new SPU (paper steps 1-7); its upper keys move with their state."""
+        return self.split_async(unit, spu, at, reason).result(timeout)
+
+    def merge(self, unit: str, spu: int, into: int | None = None, timeout: float | None = 60.0,
+              reason: str = "manual") -> ScaleResult:
+        """Merge `spu` into an adjacent SPU; its keys move with their state and its slot is released."""
+        return self.merge_async(unit, spu, into, reason).result(timeout)
+
+    def split_async(self, unit: str, spu: int, at: int | None = None, reason: str = "manual") -> Future:
+        return self.coordinator.submit(ScaleRequest("split", unit, spu, at, None, reason))
+
+    def merge_async(self, unit: str, spu: int, into: int | None = None, reason: str = "manual") -> Future:
+        return self.coordinator.submit(ScaleRequest("merge", unit, spu, None, into, reason))
+
+    @property
+    def scaling_history(self) -> list[ScaleResult]:
+        return list(self.coordinator.history)
+
+    # --- status --------------------------------------------------------------
+
+    def spus(self, unit: str) -> list[int]:
+        """The live SPU ids of `unit`, in key order for key-grouped bolts."""
+        layout = self.units[unit].ask(GetLayout())
+        return sorted(layout, key=lambda s: (layout[s] or (s, s))[0]) if layout else []
+
+    def status(self) -> dict[str, Any]:
+        """Per unit: SPUs with interval, PE count and counts; totals; trees in flight."""
+        if self._stopped and self.final_status is not None:
+            return self.final_status
+        stats = {(s.unit, s.spu): s for s in self.ctx.stats.live() if s.topology == self.name}
+        units: dict[str, Any] = {}
+        for spec in self.topology.units:
+            layout = self.units[spec.name].ask(GetLayout())
+            spus = {}
+            for spu_id, interval in layout.items():
+                st = stats.get((spec.name, spu_id))
+                spus[spu_id] = {"interval": interval, **(st.as_dict() if st else {})}
+            totals = {k: sum(s.get(k, 0) for s in spus.values())
+                      for k in ("emitted", "processed", "acked", "failed", "replayed", "user_errors",
+                                "dead_letters", "pes", "inflight")}
+            units[spec.name] = {"kind": "spout" if spec.is_spout else "bolt", "spus": spus, **totals}
+        return {
+            "topology": self.name,
+            "units": units,
+            "pending_trees": self.ctx.acker.ask(GetPending()),
+            "spouts_finished": self._spouts_finished(),
+            "scaling_events": len(self.coordinator.history),
+        }
+
+    def _spout_spu_count(self) -> int:
+        return sum(len(self.units[s.name].ask(GetSpus())) for s in self.topology.units if s.is_spout)
+
+    def _spouts_finished(self) -> bool:
+        return len(self.ctx.finished_spouts) >= self._spout_spu_count()
+
+    def _totals(self) -> tuple[int, int, int]:
+        emitted = processed = inflight = 0
+        for s in self.ctx.stats.all():
+            if s.topology == self.name:
+                emitted += s.emitted
+                processed += s.processed
+                inflight += s.inflight
+        return emitted, processed, inflight
+
+    def is_complete(self) -> bool:
+        """Spouts exhausted, no tree in flight, every emitted tuple processed."""
+        if not self._spouts_finished():
+            return False
+        emitted, processed, inflight = self._totals()
+        return inflight == 0 and emitted == processed
+
+    def wait(self, timeout: float | None = None) -> bool:
+        """Block until the spouts are exhausted and every tuple is processed; False on timeout."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        poll = threading.Event()
+        seen_complete = None
+        while True:
+            if self.is_complete():
+                totals = self._totals()
+                if seen_complete == totals:  # stable across two polls: nothing in flight
+                    return True
+                seen_complete = totals
+            else:
+                seen_complete = None
+            if deadline is not None and time.monotonic() >= deadline:
+                return False
+            poll.wait(0.01)
+
+    def drain(self) -> None:
+        """A barrier: every SPU has processed and flushed what it received before this call."""
+        for spec in self.topology.units:
+            for mailbox in self.units[spec.name].ask(GetSpus()).values():
+                mailbox.ask(Drain())
+
+    # --- stop ----------------------------------------------------------------
+
+    def stop(self) -> None:
+        """Stop spouts, then bolts in topological order (queued tuples drain), then the ack server."""
+        with self._lock:
+            if self._stopped:
+                return
+            try:
+                self.final_status = self.status()
+            except Exception as exc:  # status is best effort at shutdown
+                log.warning("could not take final status of %r: %r", self.name, exc)
+            self._stopped = True
+        self.coordinator.stop()
+        self.ctx.ticker.stop()
+        self._stop_actors()
+        self.ctx.stats.forget_topology(self.name)
+        if self.ctx.dead_letters is not None:
+            self.ctx.dead_letters.close()
+
+    def _stop_actors(self) -> None:
+        for spec in self.topology.units:
+            unit = self.units.get(spec.name)
+            if unit is not None:
+                try:
+                    unit.stop(block=True)
+                except Exception as exc:
+                    log.warning("stopping unit %r: %r", spec.name, exc)
+        try:
+            self.ctx.acker.stop(block=True)
+        except Exception:
+            pass
+
+    @property
+    def dead_letters(self) -> int:
+        return self.ctx.dead_letters.count if self.ctx.dead_letters else 0
+
+    def __enter__(self) -> "Job":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+class JobFailed(EsaultError):
+    """The job did not complete within the time asked."""

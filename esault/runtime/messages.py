@@ -1,0 +1,228 @@
+"""Every message between esault actors: frozen, slotted, one line each.
+
+Docstrings read "sender -> receiver: what it means". Data moves as DataBatch
+(many tuples per message); everything else is control traffic. Commands are
+imperative, events past tense. Between actors, tell; only the driver, the
+reconfiguration coordinator and tests ask.
+"""
+
+from __future__ import annotations
+
+from concurrent.futures import Future
+from dataclasses import dataclass, field
+from typing import Any
+
+from esault.dsl.tuple import Tuple
+
+
+@dataclass(frozen=True, slots=True)
+class DataBatch:
+    """upstream SPU -> SPU: tuples routed to it, in emission order."""
+
+    sender: int
+    tuples: list[Tuple]
+
+
+@dataclass(frozen=True, slots=True)
+class Tick:
+    """ticker -> actor: time passed; run timers (expiry, backoff, timeouts)."""
+
+    now: float
+
+
+@dataclass(frozen=True, slots=True)
+class Pump:
+    """spout SPU -> itself: call next_tuple() again (lets acks interleave)."""
+
+
+# --- acking --------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class AckInit:
+    """spout SPU -> ack server: new trees, (root, xor of root edges) each, owned by `owner`."""
+
+    owner: int
+    roots: list[tuple[int, int]]
+
+
+@dataclass(frozen=True, slots=True)
+class AckUpdate:
+    """SPU -> ack server: XOR deltas per root (input edge ^ child edges) of processed tuples."""
+
+    deltas: dict[int, int]
+
+
+@dataclass(frozen=True, slots=True)
+class AckFail:
+    """SPU -> ack server: processing a tuple of `root` failed for `reason`."""
+
+    root: int
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class TreesDone:
+    """ack server -> spout SPU: outcomes of its trees: (root, ok, reason, latency)."""
+
+    outcomes: list[tuple[int, bool, str | None, float]]
+
+
+# --- routing and reconfiguration ----------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class RouteSpec:
+    """How a sender reaches one downstream unit: grouping, interval table, SPU mailboxes."""
+
+    unit: str
+    grouping: str
+    table: list[Any] | None
+    spus: dict[int, Any]
+    version: int
+
+
+@dataclass(frozen=True, slots=True)
+class InstallRoutes:
+    """unit -> upstream SPU: switch to this route, flush, then send EpochMarker to `notify`."""
+
+    reconfig_id: int
+    route: RouteSpec
+    notify: dict[int, Any]
+
+
+@dataclass(frozen=True, slots=True)
+class EpochMarker:
+    """upstream SPU -> giver SPU: nothing routed by the old table follows this marker."""
+
+    reconfig_id: int
+    sender: int
+
+
+@dataclass(frozen=True, slots=True)
+class PrepareGive:
+    """unit -> giver SPU: after markers from all `upstream` SPUs, hand keys in [lo, hi] to `receiver`."""
+
+    reconfig_id: int
+    lo: int
+    hi: int
+    receiver_id: int
+    receiver: Any
+    upstream: frozenset[int]
+    retire: bool  # a merge: the giver stops after handing off
+
+
+@dataclass(frozen=True, slots=True)
+class PrepareReceive:
+    """unit -> receiver SPU: buffer tuples of hashes in [lo, hi] until the giver's state arrives."""
+
+    reconfig_id: int
+    lo: int
+    hi: int
+    giver_id: int
+
+
+@dataclass(frozen=True, slots=True)
+class Prepared:
+    """SPU -> unit: ready for reconfiguration `reconfig_id`."""
+
+    reconfig_id: int
+    spu_id: int
+
+
+@dataclass(frozen=True, slots=True)
+class StateHandoff:
+    """giver SPU -> receiver SPU: encoded PE states of the moved keys; the giver is done with them."""
+
+    reconfig_id: int
+    giver_id: int
+    states: list[tuple[Any, bytes]]
+
+
+@dataclass(frozen=True, slots=True)
+class HandoffFinished:
+    """SPU -> unit: its side of `reconfig_id` is complete (`role` giver or receiver)."""
+
+    reconfig_id: int
+    spu_id: int
+    role: str
+    moved_keys: int
+    paused_seconds: float
+
+
+@dataclass(frozen=True, slots=True)
+class ScaleCommand:
+    """coordinator -> unit: split or merge one SPU; the future gets a ScaleResult."""
+
+    action: str  # "split" | "merge"
+    spu_id: int
+    upstream: dict[int, tuple[Any, str]]  # spu id -> (mailbox, grouping of its edge to this unit)
+    downstream_routes: tuple[RouteSpec, ...]
+    reply: Future
+    at: int | None = None
+    into: int | None = None
+    reason: str = "manual"
+
+
+@dataclass(frozen=True, slots=True)
+class ScaleResult:
+    """unit -> coordinator (via future): what a split or merge did."""
+
+    action: str
+    unit: str
+    giver: int
+    receiver: int
+    lo: int | None
+    hi: int | None
+    moved_keys: int
+    paused_seconds: float
+    seconds: float
+    reason: str = "manual"
+
+
+@dataclass(frozen=True, slots=True)
+class GetRoutes:
+    """coordinator -> unit (ask): the RouteSpec a sender using `grouping` needs to reach this unit."""
+
+    grouping: str
+
+
+@dataclass(frozen=True, slots=True)
+class GetSpus:
+    """coordinator -> unit (ask): {spu_id: mailbox} of its live SPUs."""
+
+
+@dataclass(frozen=True, slots=True)
+class GetLayout:
+    """driver -> unit (ask): intervals and SPU ids, for status()."""
+
+
+@dataclass(frozen=True, slots=True)
+class RegisterOwner:
+    """spout SPU -> ack server: send the outcomes of trees owned by `owner` to `mailbox`."""
+
+    owner: int
+    mailbox: Any
+
+
+@dataclass(frozen=True, slots=True)
+class GetPending:
+    """driver -> ack server (ask): how many started trees are incomplete."""
+
+
+@dataclass(frozen=True, slots=True)
+class Drain:
+    """driver -> SPU (ask): a barrier; replies once earlier messages are processed and flushed."""
+
+
+@dataclass(frozen=True, slots=True)
+class SpuConfig:
+    """unit -> new SPU actor: everything it needs to start."""
+
+    topology: str
+    unit: str
+    spu_id: int
+    interval: tuple[int, int] | None
+    downstream: tuple[RouteSpec, ...]
+    receive: PrepareReceive | None = None
+    extra: dict[str, Any] = field(default_factory=dict)

@@ -1,0 +1,256 @@
+"""UnitActor: one processing unit (a spout or bolt) = SPU manager + SPU routing table.
+
+It starts its SPUs through a launcher (in this process, or in worker
+processes), answers route queries, and runs the paper's split and merge steps
+for one SPU at a time as a three-phase reconfiguration (prepare -> switch
+routes -> hand off state); see docs/PROTOCOLS.md.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+import pykka
+
+from esault.dsl.topology import Grouping, UnitSpec
+from esault.errors import ScalingError
+from esault.keyhash import KEY_SPACE_MAX
+from esault.metrics import registry as metrics
+from esault.routing.interval_table import IntervalTable
+from esault.runtime.context import JobContext, log
+from esault.runtime.messages import (
+    GetLayout, GetRoutes, GetSpus, HandoffFinished, InstallRoutes, Prepared, PrepareGive,
+    PrepareReceive, RouteSpec, ScaleCommand, ScaleResult, SpuConfig,
+)
+
+
+class SpuLauncher(Protocol):
+    """Starts and stops SPU actors wherever the resource manager put them."""
+
+    def start_spu(self, spec: UnitSpec, cfg: SpuConfig, job: JobContext) -> Any: ...
+
+    def stop_spu(self, mailbox: Any, block: bool) -> None: ...
+
+
+def even_table(spu_ids: list[int]) -> IntervalTable:
+    """Initial intervals of a key-grouped unit: equal slices of the key space."""
+    n = len(spu_ids)
+    return IntervalTable.from_intervals([(i * (KEY_SPACE_MAX + 1) // n, s) for i, s in enumerate(spu_ids)])
+
+
+@dataclass
+class _Reconfiguration:
+    cmd: ScaleCommand
+    reconfig_id: int
+    giver: int
+    receiver: int
+    lo: int | None
+    hi: int | None
+    new_table: IntervalTable | None
+    new_spus: dict[int, Any]
+    awaiting_prepared: set[int]
+    awaiting_finished: set[int]
+    started: float = field(default_factory=time.monotonic)
+    moved_keys: int = 0
+    paused: float = 0.0
+    retire: Any = None
+
+
+class UnitActor(pykka.ThreadingActor):
+    """Manages the SPUs of one unit; never touches PEs (hierarchical management)."""
+
+    def __init__(self, spec: UnitSpec, job: JobContext, launcher: SpuLauncher,
+                 downstream: tuple[RouteSpec, ...]) -> None:
+        super().__init__()
+        self.spec = spec
+        self.job = job
+        self.launcher = launcher
+        self.downstream = downstream
+        self.spus: dict[int, Any] = {}
+        self.table: IntervalTable | None = None
+        self.version = 0
+        self._op: _Reconfiguration | None = None
+        self.history: list[ScaleResult] = []
+
+    def on_start(self) -> None:
+        ids = [self.job.next_id() for _ in range(self.spec.parallelism)]
+        if self.spec.per_key:
+            self.table = even_table(ids)
+        for spu_id in ids:
+            self.spus[spu_id] = self._launch(spu_id, self.downstream, None)
+
+    def on_stop(self) -> None:
+        for mailbox in self.spus.values():
+            self.launcher.stop_spu(mailbox, block=True)
+
+    def _launch(self, spu_id: int, downstream: tuple[RouteSpec, ...], receive: PrepareReceive | None) -> Any:
+        interval = self.table.interval_of(spu_id) if self.table is not None and spu_id in self.table else None
+        cfg = SpuConfig(self.job.name, self.spec.name, spu_id, interval, downstream, receive,
+                        extra={"unit_ref": self.actor_ref})
+        return self.launcher.start_spu(self.spec, cfg, self.job)
+
+    def on_receive(self, message: Any) -> Any:
+        try:
+            kind = type(message)
+            if kind is GetRoutes:
+                return self.route_spec(message.grouping)
+            if kind is GetSpus:
+                return dict(self.spus)
+            if kind is GetLayout:
+                return self.layout()
+            if kind is ScaleCommand:
+                return self._on_scale(message)
+            if kind is Prepared:
+                return self._on_prepared(message)
+            if kind is HandoffFinished:
+                return self._on_finished(message)
+            metrics.count_unknown_message("UnitActor")
+            log.warning("unit %r ignored unknown message %r", self.spec.name, kind.__name__)
+        except Exception:
+            log.exception("unit %r failed handling %s", self.spec.name, type(message).__name__)
+        return None
+
+    def route_spec(self, grouping: str, table: IntervalTable | None = None,
+                   spus: dict[int, Any] | None = None) -> RouteSpec:
+        table = self.table if table is None else table
+        return RouteSpec(
+            unit=self.spec.name, grouping=grouping,
+            table=table.to_wire() if (grouping == "key" and table is not None) else None,
+            spus=dict(self.spus if spus is None else spus), version=self.version,
+        )
+
+    def layout(self) -> dict[int, tuple[int, int] | None]:
+        return {
+            spu: (self.table.interval_of(spu) if self.table is not None else None) for spu in sorted(self.spus)
+        }
+
+    # --- split and merge ----------------------------------------------------
+
+    def _on_scale(self, cmd: ScaleCommand) -> None:
+        try:
+            self._check_scalable(cmd)
+            if cmd.action == "split":
+                self._begin_split(cmd)
+            else:
+                self._begin_merge(cmd)
+        except Exception as exc:
+            if not cmd.reply.done():
+                cmd.reply.set_exception(exc)
+
+    def _check_scalable(self, cmd: ScaleCommand) -> None:
+        name = self.spec.name
+        if self._op is not None:
+            raise ScalingError(f"unit {name!r} is already reconfiguring; retry when it finishes")
+        if self.spec.is_spout:
+            raise ScalingError(f"spout {name!r} cannot split or merge: only bolts scale")
+        if any(i.grouping is Grouping.GLOBAL for i in self.spec.inputs):
+            raise ScalingError(f"bolt {name!r} reads with global_grouping: all its data goes to one SPU, "
+                               "so splitting it cannot help")
+        if cmd.spu_id not in self.spus:
+            raise ScalingError(f"bolt {name!r} has no SPU {cmd.spu_id}; its SPUs are {sorted(self.spus)}")
+        if cmd.action == "merge" and len(self.spus) < 2:
+            raise ScalingError(f"bolt {name!r} has a single SPU: there is nothing to merge it into")
+        if cmd.action not in ("split", "merge"):
+            raise ScalingError(f"unknown scaling action {cmd.action!r}; use 'split' or 'merge'")
+
+    def _begin_split(self, cmd: ScaleCommand) -> None:
+        giver = cmd.spu_id
+        receiver = self.job.next_id()
+        rid = self.job.next_id()
+        per_key = self.spec.per_key
+        new_table = None
+        lo = hi = None
+        if per_key:
+            new_table = self.table.copy()
+            lo, hi = new_table.split(giver, receiver, cmd.at)
+        receive = PrepareReceive(rid, lo, hi, giver) if per_key else None
+        old_table, self.table = self.table, new_table  # so the new SPU learns its interval
+        try:
+            mailbox = self._launch(receiver, cmd.downstream_routes, receive)
+        finally:
+            self.table = old_table
+        op = _Reconfiguration(
+            cmd, rid, giver, receiver, lo, hi, new_table, {**self.spus, receiver: mailbox},
+            awaiting_prepared={giver, receiver} if per_key else set(),
+            awaiting_finished={giver, receiver} if per_key else set(),
+        )
+        self._op = op
+        if per_key:
+            self.spus[giver].tell(PrepareGive(rid, lo, hi, receiver, mailbox, frozenset(cmd.upstream), False))
+        else:
+            self._switch_routes(op)
+
+    def _begin_merge(self, cmd: ScaleCommand) -> None:
+        giver = cmd.spu_id
+        rid = self.job.next_id()
+        per_key = self.spec.per_key
+        new_spus = {s: m for s, m in self.spus.items() if s != giver}
+        if per_key:
+            new_table = self.table.copy()
+            lo, hi, receiver = new_table.merge(giver, cmd.into)
+        else:
+            new_table, lo, hi = None, 1, 0  # nothing moves: an empty range
+            receiver = cmd.into if cmd.into in new_spus else min(new_spus)
+        op = _Reconfiguration(
+            cmd, rid, giver, receiver, lo, hi, new_table, new_spus,
+            awaiting_prepared={giver, receiver} if per_key else {giver},
+            awaiting_finished={giver, receiver} if per_key else {giver},
+            retire=self.spus[giver],
+        )
+        self._op = op
+        self.spus[giver].tell(PrepareGive(rid, lo, hi, receiver, self.spus[receiver] if per_key else None,
+                                          frozenset(cmd.upstream), True))
+        if per_key:
+            self.spus[receiver].tell(PrepareReceive(rid, lo, hi, giver))
+
+    def _on_prepared(self, msg: Prepared) -> None:
+        op = self._op
+        if op is None or op.reconfig_id != msg.reconfig_id:
+            return
+        op.awaiting_prepared.discard(msg.spu_id)
+        if not op.awaiting_prepared:
+            self._switch_routes(op)
+
+    def _switch_routes(self, op: _Reconfiguration) -> None:
+        """Phase 2: every upstream SPU switches tables, then marks its channel to the giver."""
+        self.table = op.new_table
+        self.spus = dict(op.new_spus)
+        self.version += 1
+        needs_marker = op.awaiting_finished and op.giver in op.awaiting_finished
+        giver_mailbox = op.retire if op.retire is not None else self.spus.get(op.giver)
+        notify = {op.giver: giver_mailbox} if needs_marker else {}
+        specs: dict[str, RouteSpec] = {}
+        for spu, (mailbox, grouping) in op.cmd.upstream.items():
+            spec = specs.get(grouping) or specs.setdefault(grouping, self.route_spec(grouping))
+            mailbox.tell(InstallRoutes(op.reconfig_id, spec, notify))
+        if not op.awaiting_finished:
+            self._complete(op)
+
+    def _on_finished(self, msg: HandoffFinished) -> None:
+        op = self._op
+        if op is None or op.reconfig_id != msg.reconfig_id:
+            return
+        op.awaiting_finished.discard(msg.spu_id)
+        op.moved_keys = max(op.moved_keys, msg.moved_keys)
+        op.paused = max(op.paused, msg.paused_seconds)
+        if not op.awaiting_finished:
+            self._complete(op)
+
+    def _complete(self, op: _Reconfiguration) -> None:
+        self._op = None
+        if op.retire is not None:
+            self.launcher.stop_spu(op.retire, block=False)
+        result = ScaleResult(
+            action=op.cmd.action, unit=self.spec.name, giver=op.giver, receiver=op.receiver,
+            lo=op.lo, hi=op.hi, moved_keys=op.moved_keys, paused_seconds=op.paused,
+            seconds=time.monotonic() - op.started, reason=op.cmd.reason,
+        )
+        self.history.append(result)
+        metrics.record_scaling_event(self.job.name, self.spec.name, op.cmd.action, op.cmd.reason)
+        log.info("topology %r: %s of %r SPU %d -> %d moved %d keys in %.1f ms (keys paused %.1f ms)",
+                 self.job.name, op.cmd.action, self.spec.name, op.giver, op.receiver, op.moved_keys,
+                 result.seconds * 1000, op.paused * 1000)
+        if not op.cmd.reply.done():
+            op.cmd.reply.set_result(result)

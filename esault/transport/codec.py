@@ -1,0 +1,94 @@
+"""msgpack encoding of user values and PE state: never pickle, never from a socket.
+
+Types survive a round trip: lists stay lists, tuples stay tuples (ext 1), sets
+and frozensets stay sets (ext 2, 3), dicts stay dicts. A value outside these
+types is refused with an error naming its type.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import msgpack
+
+from esault.errors import FrameError, SerializationError
+
+_SIMPLE = frozenset({str, int, float, bytes, bool, type(None)})
+_EXT_TUPLE, _EXT_SET, _EXT_FROZENSET = 1, 2, 3
+
+
+def _default(obj: Any) -> Any:
+    if isinstance(obj, tuple):
+        return msgpack.ExtType(_EXT_TUPLE, _pack(list(obj)))
+    if isinstance(obj, frozenset):
+        return msgpack.ExtType(_EXT_FROZENSET, _pack(list(obj)))
+    if isinstance(obj, set):
+        return msgpack.ExtType(_EXT_SET, _pack(list(obj)))
+    raise TypeError(f"type {type(obj).__name__}")
+
+
+def _pack(value: Any) -> bytes:
+    return msgpack.packb(value, use_bin_type=True, strict_types=True, default=_default)
+
+
+def _ext_hook(code: int, data: bytes) -> Any:
+    items = _unpack(data)
+    if code == _EXT_TUPLE:
+        return tuple(items)
+    if code == _EXT_SET:
+        return set(items)
+    if code == _EXT_FROZENSET:
+        return frozenset(items)
+    return msgpack.ExtType(code, data)
+
+
+def _unpack(data: bytes) -> Any:
+    return msgpack.unpackb(data, raw=False, use_list=True, ext_hook=_ext_hook, strict_map_key=False)
+
+
+def check_serialisable(value: Any) -> None:
+    """Raise TypeError naming the offending type if `value` cannot cross a process boundary."""
+    if type(value) in _SIMPLE:
+        return
+    try:
+        _pack(value)
+    except (TypeError, ValueError, OverflowError) as exc:
+        raise TypeError(_describe_bad(value) or str(exc)) from None
+
+
+def _describe_bad(value: Any, depth: int = 0) -> str | None:
+    if depth > 50:
+        return "nesting deeper than 50 levels"
+    if type(value) in _SIMPLE:
+        if type(value) is int and not -(2**63) <= value < 2**64:
+            return "an int outside the 64-bit range"
+        return None
+    if isinstance(value, (list, tuple, set, frozenset)):
+        for item in value:
+            bad = _describe_bad(item, depth + 1)
+            if bad:
+                return bad
+        return None
+    if isinstance(value, dict):
+        for k, v in value.items():
+            bad = _describe_bad(k, depth + 1) or _describe_bad(v, depth + 1)
+            if bad:
+                return bad
+        return None
+    return f"type {type(value).__name__}"
+
+
+def encode(value: Any) -> bytes:
+    """Encode a user value or PE state; SerializationError names what could not be encoded."""
+    try:
+        return _pack(value)
+    except (TypeError, ValueError, OverflowError) as exc:
+        raise SerializationError(f"cannot encode {_describe_bad(value) or exc}") from None
+
+
+def decode(data: bytes) -> Any:
+    """Decode what encode() produced; FrameError if the bytes are not a valid frame."""
+    try:
+        return _unpack(data)
+    except (msgpack.UnpackException, ValueError, TypeError) as exc:
+        raise FrameError(f"malformed msgpack frame ({len(data)} bytes): {exc}") from None
