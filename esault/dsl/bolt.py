@@ -8,6 +8,10 @@ from esault.dsl.context import TopologyContext
 from esault.dsl.tuple import Tuple
 
 
+_FRAMEWORK = frozenset({"key", "emit"})
+"""Instance attributes the runtime sets on a PE; they are not the user's state."""
+
+
 class Anchor(Protocol):
     """A held input tuple: ack() or fail() it later, from any thread."""
 
@@ -70,7 +74,7 @@ class Bolt:
         Values must be msgpack-serialisable (str, bytes, numbers, bool, None,
         lists, dicts): override with restore_state() for anything else.
         """
-        return {k: v for k, v in vars(self).items() if not k.startswith("_esault_") and k != "key"}
+        return {k: v for k, v in vars(self).items() if not k.startswith("_esault_") and k not in _FRAMEWORK}
 
     def restore_state(self, state: dict[str, Any]) -> None:
         """Install state produced by snapshot_state() on a fresh instance."""

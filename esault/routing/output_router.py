@@ -26,22 +26,30 @@ class Route:
     def __init__(self, spec: RouteSpec) -> None:
         self.unit = spec.unit
         self.grouping = spec.grouping
-        self.version = spec.version
-        self._mailboxes: dict[int, Any] = dict(spec.spus)
-        self._order = sorted(self._mailboxes)
-        if not self._order:
-            raise ValueError(f"route to unit {spec.unit!r} has no SPU")
-        self.buffers: dict[int, list] = {spu: [] for spu in self._order}
-        self._table = IntervalTable.from_wire(spec.table) if spec.grouping == "key" else None
+        self.broadcast = spec.grouping == "all"
         self._cache: dict[Any, list] = {}
         self._rr = 0
-        self.broadcast = spec.grouping == "all"
         self.target: Callable[[Any], list] = {
             "key": self._by_key,
             "shuffle": self._round_robin,
             "global": self._first,
             "all": self._first,
         }[spec.grouping]
+        self.update(spec)
+
+    def update(self, spec: RouteSpec) -> None:
+        """Switch to a new table/SPU set in place, so emit closures holding this route stay valid."""
+        if spec.unit != self.unit or spec.grouping != self.grouping:
+            raise ValueError(f"route to {self.unit!r}/{self.grouping} cannot become {spec.unit!r}/{spec.grouping}")
+        if not spec.spus:
+            raise ValueError(f"route to unit {spec.unit!r} has no SPU")
+        self.version = spec.version
+        self._mailboxes: dict[int, Any] = dict(spec.spus)
+        self._order = sorted(self._mailboxes)
+        self.buffers: dict[int, list] = {spu: [] for spu in self._order}
+        self._table = IntervalTable.from_wire(spec.table) if spec.grouping == "key" else None
+        self._cache.clear()
+        self._rr = 0
 
     def _by_key(self, key: Any) -> list:
         buf = self._cache.get(key)
@@ -81,15 +89,14 @@ class OutputRouter:
         self.routes: list[Route] = [Route(s) for s in specs]
 
     def install(self, spec: RouteSpec) -> None:
-        """Replace the route to spec.unit; call flush() first so old-table tuples leave first."""
-        new = Route(spec)
-        for i, route in enumerate(self.routes):
+        """Switch the route to spec.unit in place; call flush() first so old-table tuples leave first."""
+        for route in self.routes:
             if route.unit == spec.unit:
                 if any(route.buffers.values()):
                     raise RuntimeError(f"install({spec.unit!r}) with unflushed tuples: flush() first")
-                self.routes[i] = new
+                route.update(spec)
                 return
-        self.routes.append(new)
+        raise ValueError(f"this SPU does not send to unit {spec.unit!r}; the topology fixes its downstream units")
 
     def flush(self) -> int:
         return sum(route.flush(self.sender) for route in self.routes)

@@ -8,10 +8,10 @@ buffers and acks leave as one message per destination.
 from __future__ import annotations
 
 import threading
-from random import getrandbits
 from typing import Any
 
 from esault.dsl.tuple import Tuple
+from esault.runtime.emitter import AnchorState, build_emit
 from esault.elasticity.planner import HashSampler
 from esault.keyhash import key_hash
 from esault.migration.handoff import EarlyMessages, GiverHandoff, ReceiverHandoff
@@ -22,7 +22,7 @@ from esault.runtime.messages import (
 )
 from esault.runtime.pe_manager import PeManager
 from esault.runtime.sender import SenderActor
-from esault.transport.codec import _SIMPLE, decode, encode
+from esault.transport.codec import decode, encode
 
 
 class _DeferredAnchor:
@@ -78,10 +78,12 @@ class BoltSpuActor(SenderActor):
         super().__init__(cfg, spec, job)
         self.unit_ref = cfg.extra.get("unit_ref")
         self.pes = PeManager(self._make_pe, spec.per_key, job.pe_idle_timeout(spec))
-        self.sampler = HashSampler()
+        self.sampler = HashSampler(capacity=1024, every=1)
+        self._sample_every = 16
+        self._sample_countdown = 16
         self._acks: dict[int, int] = {}
-        self._cur_root = 0
-        self._cur_xor = 0
+        self.anchor = AnchorState()
+        self._emit = build_emit(self.router, spec.name, self.stats, self.anchor, self.check_emit)
         self._deferred: _DeferredAnchor | None = None
         self._giving: GiverHandoff | None = None
         self._receiving: ReceiverHandoff | None = None
@@ -124,6 +126,7 @@ class BoltSpuActor(SenderActor):
     def _make_pe(self, key: Any) -> Any:
         pe = self.spec.instantiate()
         pe.key = key
+        pe.emit = self._emit  # an instance attribute: user emits call the router directly
         pe._esault_emit = self._emit
         pe._esault_defer = self._defer
         pe.open(self.context(key))
@@ -132,25 +135,9 @@ class BoltSpuActor(SenderActor):
 
     # --- the hot path -----------------------------------------------------
 
-    def _emit(self, key: Any, value: Any) -> None:
-        if type(key) not in _SIMPLE or type(value) not in _SIMPLE:
-            self.check_emit(key, value)
-        root = self._cur_root
-        name = self.unit_name
-        for route in self.router.routes:
-            targets = route.all_buffers() if route.broadcast else (route.target(key),)
-            for buf in targets:
-                if root:
-                    edge = getrandbits(64) | 1
-                    self._cur_xor ^= edge
-                    buf.append(Tuple(key, value, name, root, edge))
-                else:
-                    buf.append(Tuple(key, value, name, 0, 0))
-                self.stats.emitted += 1
-
     def _defer(self) -> _DeferredAnchor:
         if self._deferred is None:
-            self._deferred = _DeferredAnchor(self.acker if self.acking else None, self._cur_root)
+            self._deferred = _DeferredAnchor(self.acker if self.acking else None, self.anchor.root)
         return self._deferred
 
     def _on_data(self, msg: DataBatch) -> None:
@@ -179,6 +166,8 @@ class BoltSpuActor(SenderActor):
         last_used = self.pes.last_used
         now = self.job.clock.now()
         record = self.sampler.record
+        countdown = self._sample_countdown
+        anchor = self.anchor
         for tup in tuples:
             key = tup.key
             if per_key:
@@ -191,32 +180,34 @@ class BoltSpuActor(SenderActor):
                         continue
                 if track_idle:
                     last_used[key] = now
-                record(key)  # the sampler keeps keys; the planner hashes them when splitting
+                countdown -= 1
+                if not countdown:  # sample every 16th key; the planner hashes them when splitting
+                    record(key)
+                    countdown = 16
             else:
                 pe = single
-            root = tup.root
-            self._cur_root = root
-            self._cur_xor = tup.edge
-            self._deferred = None
+            root = anchor.root = tup.root
+            anchor.xor = tup.edge
             try:
                 pe.process(tup)
             except Exception as exc:
+                self._deferred = None
                 self._user_error(tup, exc, "process()")
                 continue
             if root:
-                deferred = self._deferred
-                if deferred is None:
-                    acks[root] = acks.get(root, 0) ^ self._cur_xor
+                if self._deferred is None:
+                    acks[root] = acks.get(root, 0) ^ anchor.xor
                 else:
-                    deferred._finalize(self._cur_xor)
+                    self._deferred._finalize(anchor.xor)
+                    self._deferred = None
+        self._sample_countdown = countdown
         n = len(tuples)
         self.stats.processed += n
         self.processed_since_probe += n
-        self._cur_root = 0
-        self._deferred = None
+        anchor.root = 0
 
     def flush(self) -> None:
-        self.router.flush()
+        self.stats.emitted += self.router.flush()
         if self._acks:
             self.acker.tell(AckUpdate(self._acks))
             self._acks = {}
@@ -239,7 +230,7 @@ class BoltSpuActor(SenderActor):
         expired = self.pes.idle(msg.now)
         if not expired:
             return
-        self._cur_root = 0
+        self.anchor.root = 0
         for key, pe in expired:
             try:
                 pe.on_expire()

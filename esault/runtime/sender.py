@@ -72,7 +72,7 @@ class SenderActor(pykka.ThreadingActor):
                 ) from None
 
     def flush(self) -> None:
-        self.router.flush()
+        self.stats.emitted += self.router.flush()
 
     def _on_install_routes(self, msg: InstallRoutes) -> None:
         # Everything routed by the old table leaves before the marker (channels are FIFO).

@@ -18,6 +18,8 @@ from esault.runtime.messages import AckInit, Pump, RegisterOwner, Tick, TreesDon
 from esault.runtime.sender import SenderActor
 from esault.transport.codec import _SIMPLE
 
+_new = tuple.__new__
+
 
 class SpoutSpuActor(SenderActor):
     """One spout SPU; it owns the trees it roots and hears their outcomes from the ack server."""
@@ -32,9 +34,11 @@ class SpoutSpuActor(SenderActor):
         self.failures: dict[Any, int] = {}  # msg_id -> failed attempts so far
         self._inits: list[tuple[int, int]] = []
         self._pumping = False
+        self._emits = 0
         self._now = job.clock.now()
         self._error_log = RateLimitedLog()
         self.spout: Any = None
+        self._latency = metrics.TUPLE_LATENCY.labels(job.name, spec.name)
         self.finished = False
         self._handlers.update({Pump: self._on_pump, Tick: self._on_tick, TreesDone: self._on_trees_done})
 
@@ -73,11 +77,11 @@ class SpoutSpuActor(SenderActor):
             self.check_emit(key, value)
         name = self.unit_name
         stats = self.stats
+        self._emits += 1
         if msg_id is None or not self.acking:
             for route in self.router.routes:
                 for buf in route.all_buffers() if route.broadcast else (route.target(key),):
-                    buf.append(Tuple(key, value, name, 0, 0))
-                    stats.emitted += 1
+                    buf.append(_new(Tuple, (key, value, name, 0, 0)))
             return
         root = getrandbits(64) | 1
         xor = 0
@@ -85,8 +89,7 @@ class SpoutSpuActor(SenderActor):
             for buf in route.all_buffers() if route.broadcast else (route.target(key),):
                 edge = getrandbits(64) | 1
                 xor ^= edge
-                buf.append(Tuple(key, value, name, root, edge))
-                stats.emitted += 1
+                buf.append(_new(Tuple, (key, value, name, root, edge)))
         try:
             if msg_id in self.failures:
                 stats.replayed += 1
@@ -100,7 +103,7 @@ class SpoutSpuActor(SenderActor):
         if self._inits:
             self.acker.tell(AckInit(self.spu_id, self._inits))
             self._inits = []
-        self.router.flush()
+        self.stats.emitted += self.router.flush()
         self.stats.inflight = len(self.pending)
 
     # --- pumping ----------------------------------------------------------
@@ -122,7 +125,7 @@ class SpoutSpuActor(SenderActor):
         for _ in range(self.batch_size):
             if not self._can_emit():
                 break
-            before = stats.emitted
+            before = self._emits
             try:
                 spout.next_tuple()
             except Exception as exc:
@@ -132,7 +135,7 @@ class SpoutSpuActor(SenderActor):
                 break
             if spout._esault_finished:
                 self._finish()
-            if stats.emitted == before:
+            if self._emits == before:
                 break  # the source had nothing: wait for a Tick
             produced += 1
         self.flush()
@@ -149,6 +152,7 @@ class SpoutSpuActor(SenderActor):
         self._now = self.job.clock.now()
         stats = self.stats
         spout = self.spout
+        observe = self._latency.observe
         for root, ok, reason, latency in msg.outcomes:
             entry = self.pending.pop(root, None)
             if entry is None:
@@ -157,7 +161,7 @@ class SpoutSpuActor(SenderActor):
             if ok:
                 stats.acked += 1
                 self.failures.pop(msg_id, None)
-                metrics.observe_tuple_latency(self.job.name, self.unit_name, latency)
+                observe(latency)
                 self._call(spout.ack, msg_id)
                 continue
             stats.failed += 1
