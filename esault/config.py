@@ -7,6 +7,7 @@ elasticity parameters (the paper's MAX_LATENCY, PROBE_PERIOD, ...).
 from __future__ import annotations
 
 import dataclasses
+import math
 import os
 import tomllib
 from dataclasses import dataclass, field, fields
@@ -19,9 +20,14 @@ from esault.errors import ConfigError
 def _positive(owner: str, name: str, value: float | int | None, allow_none: bool = False) -> None:
     if value is None and allow_none:
         return
-    if not isinstance(value, (int, float)) or isinstance(value, bool) or value <= 0:
+    if not isinstance(value, (int, float)) or isinstance(value, bool) or not 0 < value < math.inf:
         hint = " or None (never)" if allow_none else ""
         raise ConfigError(f"{owner}.{name} must be a number > 0{hint}, got {value!r}")
+
+
+def _whole(owner: str, name: str, value: object, minimum: int) -> None:
+    if not isinstance(value, int) or isinstance(value, bool) or value < minimum:
+        raise ConfigError(f"{owner}.{name} must be a whole number >= {minimum}, got {value!r}")
 
 
 def _fraction(owner: str, name: str, value: float) -> None:
@@ -59,14 +65,18 @@ class ElasticityConfig:
                 raise ConfigError(f"{o}.{name} must be a whole number >= 1, got {value!r}")
         for name in ("overload_reaction_factor", "low_watermark", "underload_reaction_factor"):
             _fraction(o, name, getattr(self, name))
-        if not isinstance(self.peak_reset_factor, (int, float)) or self.peak_reset_factor < 1:
+        if not isinstance(self.elastic, bool):
+            raise ConfigError(f"{o}.elastic must be true or false, got {self.elastic!r}")
+        if (not isinstance(self.peak_reset_factor, (int, float)) or isinstance(self.peak_reset_factor, bool)
+                or not 1 <= self.peak_reset_factor < math.inf):
             raise ConfigError(f"{o}.peak_reset_factor must be >= 1, got {self.peak_reset_factor!r}")
         if self.min_spus > self.max_spus:
             raise ConfigError(
                 f"{o}: min_spus ({self.min_spus}) is greater than max_spus ({self.max_spus}); "
                 "raise max_spus or lower min_spus"
             )
-        if not isinstance(self.cooldown, (int, float)) or self.cooldown < 0:
+        if (not isinstance(self.cooldown, (int, float)) or isinstance(self.cooldown, bool)
+                or not 0 <= self.cooldown < math.inf):
             raise ConfigError(f"{o}.cooldown must be a number >= 0 seconds, got {self.cooldown!r}")
 
 
@@ -95,14 +105,18 @@ class JobConfig:
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or value < 1:
                 raise ConfigError(f"{o}.{name} must be a whole number >= 1, got {value!r}")
-        if not isinstance(self.max_retries, int) or self.max_retries < 0:
-            raise ConfigError(f"{o}.max_retries must be a whole number >= 0, got {self.max_retries!r}")
+        _whole(o, "max_retries", self.max_retries, 0)
         if not isinstance(self.acking, bool):
             raise ConfigError(f"{o}.acking must be true or false, got {self.acking!r}")
+        if not isinstance(self.metrics_host, str) or not self.metrics_host:
+            raise ConfigError(f"{o}.metrics_host must be a host name or address, got {self.metrics_host!r}")
         if self.metrics_port is not None and not (
-            isinstance(self.metrics_port, int) and 0 <= self.metrics_port <= 65535
+            isinstance(self.metrics_port, int) and not isinstance(self.metrics_port, bool)
+            and 0 <= self.metrics_port <= 65535
         ):
             raise ConfigError(f"{o}.metrics_port must be a port 0-65535 or None, got {self.metrics_port!r}")
+        if not isinstance(self.data_dir, (str, os.PathLike)):
+            raise ConfigError(f"{o}.data_dir must be a path, got {self.data_dir!r}")
         if not isinstance(self.data_dir, Path):
             object.__setattr__(self, "data_dir", Path(self.data_dir))
 
@@ -153,8 +167,9 @@ def _read_toml(path: Path) -> dict[str, Any]:
         raise ConfigError(f"config file {path}: [job] must be a table of settings")
     try:
         JobConfig.from_mapping(section, origin=f"config file {path}")
-    except ConfigError:
-        raise
+    except ConfigError as exc:
+        text = str(exc)
+        raise ConfigError(text if text.startswith("config file") else f"config file {path}: {text}") from None
     except TypeError as exc:
         raise ConfigError(f"config file {path}: {exc}") from None
     return dict(section)

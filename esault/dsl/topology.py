@@ -164,9 +164,9 @@ class TopologyBuilder:
         for opt in options:
             if opt not in allowed:
                 near = difflib.get_close_matches(opt, allowed, n=1)
-                hint = f"; did you mean {near[0]!r}?" if near else ""
+                hint = f"; did you mean {near[0]!r}? " if near else ". "
                 raise TopologyError(
-                    f"{kind} {name!r}: unknown option {opt!r}{hint} Valid options: {', '.join(sorted(allowed))}. "
+                    f"{kind} {name!r}: unknown option {opt!r}{hint}Valid options: {', '.join(sorted(allowed))}. "
                     "Constructor arguments go in params={...}"
                 )
         params = options.get("params", {})

@@ -130,7 +130,7 @@ class Job:
             if s.topology == self.name:
                 emitted += s.emitted
                 processed += s.processed
-                inflight += s.inflight
+                inflight += s.inflight + s.queue_depth
         return emitted, processed, inflight
 
     def is_complete(self) -> bool:

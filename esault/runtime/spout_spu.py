@@ -8,6 +8,7 @@ round that emitted nothing) waits for the next Tick instead of spinning.
 
 from __future__ import annotations
 
+from collections import deque
 from random import getrandbits
 from typing import Any
 
@@ -35,6 +36,7 @@ class SpoutSpuActor(SenderActor):
         self._inits: list[tuple[int, int]] = []
         self._pumping = False
         self._emits = 0
+        self._overflow: deque[tuple[Any, Any, Any]] = deque()
         self._now = job.clock.now()
         self._error_log = RateLimitedLog()
         self.spout: Any = None
@@ -78,6 +80,9 @@ class SpoutSpuActor(SenderActor):
         name = self.unit_name
         stats = self.stats
         self._emits += 1
+        if msg_id is not None and self.acking and len(self.pending) >= self.max_pending:
+            self._overflow.append((key, value, msg_id))  # sent when trees complete: the bound is strict
+            return
         if msg_id is None or not self.acking:
             for route in self.router.routes:
                 for buf in route.all_buffers() if route.broadcast else (route.target(key),):
@@ -105,11 +110,17 @@ class SpoutSpuActor(SenderActor):
             self._inits = []
         self.stats.emitted += self.router.flush()
         self.stats.inflight = len(self.pending)
+        self.stats.queue_depth = len(self._overflow)  # emitted by the spout, held back by max_pending
 
     # --- pumping ----------------------------------------------------------
 
     def _can_emit(self) -> bool:
-        return not self.finished and len(self.pending) < self.max_pending
+        return not self.finished and not self._overflow and len(self.pending) < self.max_pending
+
+    def _drain_overflow(self) -> None:
+        overflow = self._overflow
+        while overflow and len(self.pending) < self.max_pending:
+            self._emit(*overflow.popleft())
 
     def _schedule(self) -> None:
         if not self._pumping and self._can_emit():
@@ -174,6 +185,7 @@ class SpoutSpuActor(SenderActor):
             else:
                 self.failures[msg_id] = attempts
                 self._call(spout.fail, msg_id)
+        self._drain_overflow()
         self.flush()
         self._schedule()
 

@@ -1,0 +1,151 @@
+"""The `esault` command: run a topology, start a worker, ask a driver for status."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any, Sequence
+
+from esault.config import JobConfig
+from esault.errors import EsaultError
+
+log = logging.getLogger("esault.cli")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="esault", description="Elastic stream processing that feeds Spark.")
+    parser.add_argument("--log-level", default="WARNING", help="DEBUG, INFO, WARNING (default) or ERROR")
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    run = sub.add_parser("run", help="run a topology file until its spouts are exhausted (or --duration)")
+    run.add_argument("path", help="a .py file exposing `topology` or `build_topology()`")
+    run.add_argument("--duration", type=float, default=None, help="stop after S seconds instead of at completion")
+    run.add_argument("--config", default=None, help="a TOML file of job settings ([job] table)")
+    run.add_argument("--data-dir", default=None, help="where results, dead letters and tables go")
+    run.add_argument("--metrics-port", type=int, default=None, help="serve Prometheus /metrics on this port")
+    run.add_argument("--metrics-host", default=None, help="address for /metrics (default 127.0.0.1)")
+    run.add_argument("--cluster", choices=["local"], default="local",
+                     help="where SPUs run: local = this process (the embedded default)")
+    run.add_argument("--listen", default=None, help="HOST:PORT workers connect to (static clusters)")
+    run.add_argument("--timeout", type=float, default=None, help="give up waiting for completion after S seconds")
+
+    worker = sub.add_parser("worker", help="start a worker process that hosts SPUs for a driver")
+    worker.add_argument("--driver", required=True, help="the driver's HOST:PORT")
+    worker.add_argument("--metrics-port", type=int, default=None)
+    worker.add_argument("--metrics-host", default=None)
+
+    status = sub.add_parser("status", help="print units, SPUs and rates of a running driver")
+    status.add_argument("address", help="the driver's HOST:PORT")
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=getattr(logging, str(args.log_level).upper(), logging.WARNING),
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    try:
+        if args.command == "run":
+            return _run(args)
+        print(f"esault {args.command}: this build runs every SPU inside the driver process "
+              "(--cluster local); worker processes and remote status are not available yet", file=sys.stderr)
+        return 2
+    except EsaultError as exc:
+        print(f"esault: error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        return 130
+
+
+def _run(args: argparse.Namespace) -> int:
+    from esault.cluster.local import LocalCluster
+    from esault.dsl.loader import load_topology
+
+    overrides: dict[str, Any] = {}
+    if args.data_dir is not None:
+        overrides["data_dir"] = Path(args.data_dir)
+    if args.metrics_port is not None:
+        overrides["metrics_port"] = args.metrics_port
+    if args.metrics_host is not None:
+        overrides["metrics_host"] = args.metrics_host
+    config = JobConfig.load(args.config, **overrides)
+    topology, module = load_topology(args.path)
+    server = None
+    if config.metrics_port is not None:
+        from esault.metrics.exporter import start_metrics_server
+
+        server = start_metrics_server(config.metrics_host, config.metrics_port)
+        print(f"metrics: {server.url}", file=sys.stderr)
+    started = time.monotonic()
+    with LocalCluster() as cluster:
+        job = cluster.submit(topology, config)
+        progress = _Progress(job, sys.stderr) if sys.stderr.isatty() else None
+        try:
+            if args.duration is not None:
+                threading.Event().wait(args.duration)
+                complete = job.is_complete()
+            else:
+                complete = job.wait(args.timeout)
+        finally:
+            if progress:
+                progress.stop()
+            job.stop()
+    status = job.final_status or {}
+    elapsed = time.monotonic() - started
+    _print_status(status, elapsed)
+    if hasattr(module, "summarize"):
+        print(module.summarize(job))
+    if server is not None:
+        server.stop()
+    if not complete and args.duration is None:
+        print(f"esault: error: the job did not complete within {args.timeout}s", file=sys.stderr)
+        return 1
+    return 0
+
+
+def _print_status(status: dict[str, Any], elapsed: float) -> None:
+    print(f"topology {status.get('topology')!r} ran {elapsed:.1f}s")
+    for name, unit in status.get("units", {}).items():
+        count = unit["processed"] if unit["kind"] == "bolt" else unit["emitted"]
+        verb = "processed" if unit["kind"] == "bolt" else "emitted"
+        extra = f", acked {unit['acked']}, failed {unit['failed']}, replayed {unit['replayed']}" \
+            if unit["kind"] == "spout" else f", {unit['pes']} PEs"
+        print(f"  {name:<12} {len(unit['spus'])} SPU(s), {verb} {count}{extra}")
+
+
+class _Progress:
+    """A one-line live view on a terminal: rate, SPUs per unit."""
+
+    def __init__(self, job: Any, stream: Any) -> None:
+        self.job = job
+        self.stream = stream
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        last = 0
+        while not self._stop.wait(1.0):
+            try:
+                status = self.job.status()
+            except Exception:
+                return
+            units = status["units"]
+            processed = sum(u["processed"] for u in units.values())
+            spus = " ".join(f"{n}:{len(u['spus'])}" for n, u in units.items() if u["kind"] == "bolt")
+            self.stream.write(f"\r{processed - last:>9,} tuples/s  in flight {status['pending_trees']:>6}  SPUs {spus}  ")
+            self.stream.flush()
+            last = processed
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(timeout=2)
+        self.stream.write("\n")
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

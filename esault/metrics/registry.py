@@ -1,0 +1,229 @@
+"""Every Prometheus metric esault exposes, defined once.
+
+Two kinds of metric live here:
+
+* Per-SPU tuple counts and gauges (``SPU_COUNTERS``, ``SPU_GAUGES``,
+  ``esault_spus``). The runtime does not touch prometheus_client for these: it
+  adds to plain ints on a :class:`~esault.metrics.stats.SpuStats` and the
+  :class:`~esault.metrics.collector.SpuStatsCollector` reads them at scrape time.
+* Low-rate metrics (probe latency, tuple latency, scaling events, workers,
+  dropped frames, unknown messages), defined below as prometheus_client objects
+  on :data:`REGISTRY`. The runtime calls the small helpers at the bottom
+  (``observe_probe_latency`` ...), never the objects directly, so label names
+  and their order stay in this one file.
+
+Labels are bounded: topology, unit, spu id, action, reason, actor. Never put a
+tuple key, a value or an exception message in a label.
+
+All helpers are thread-safe (prometheus_client locks internally) and cheap
+enough for a few calls per probe period, not per tuple.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Final, Literal, NamedTuple
+
+from prometheus_client import REGISTRY as _PROCESS_REGISTRY
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+
+REGISTRY: Final[CollectorRegistry] = _PROCESS_REGISTRY
+"""The registry ``start_metrics_server`` serves: prometheus_client's process-wide
+default, so its process/GC collectors and the Spark sink's metrics (which may
+pass ``registry=REGISTRY`` or rely on the default) are served too."""
+
+SPU_LABELS: Final = ("topology", "unit", "spu")
+UNIT_LABELS: Final = ("topology", "unit")
+
+PROBE_LATENCY_BUCKETS: Final = (
+    0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0,
+)
+"""1 ms .. 10 s: MAX_LATENCY is typically 10 ms .. 1 s, so it falls mid-range."""
+
+TUPLE_LATENCY_BUCKETS: Final = PROBE_LATENCY_BUCKETS + (30.0,)
+"""As the probe buckets, plus 30 s: the default message_timeout."""
+
+
+class SpuMetric(NamedTuple):
+    """One series family the SpuStats collector builds from a SpuStats attribute."""
+
+    name: str
+    attribute: str
+    documentation: str
+
+
+SPU_COUNTERS: Final = (
+    SpuMetric("esault_tuples_emitted_total", "emitted",
+              "Tuples emitted by the SPU (for a spout SPU: the topology's input)."),
+    SpuMetric("esault_tuples_processed_total", "processed",
+              "Tuples whose execute() returned in the SPU, successfully or not (0 for spouts)."),
+    SpuMetric("esault_tuples_acked_total", "acked",
+              "Tuple trees reported complete to the SPU's spout task."),
+    SpuMetric("esault_tuples_failed_total", "failed",
+              "Spout SPU: tuple trees that failed or timed out. Bolt SPU: tuples the bolt failed."),
+    SpuMetric("esault_tuples_replayed_total", "replayed",
+              "Tuples re-emitted by a spout after a failure or timeout."),
+    SpuMetric("esault_user_errors_total", "user_errors",
+              "Exceptions raised by user code; each fails one tuple, never the SPU."),
+    SpuMetric("esault_dead_letters_total", "dead_letters",
+              "Tuples given up on after max_retries and written to the dead-letter store."),
+)
+"""Counters, labelled topology/unit/spu. Retired SPUs keep their final counts."""
+
+SPU_GAUGES: Final = (
+    SpuMetric("esault_pes", "pes", "Processing elements (one per live key group) in the SPU."),
+    SpuMetric("esault_queue_depth", "queue_depth", "Tuples waiting in the SPU's input queue."),
+    SpuMetric("esault_inflight_tuples", "inflight",
+              "Spout tuples emitted and not yet acked or failed (spout SPUs)."),
+)
+"""Gauges, labelled topology/unit/spu, reported for live SPUs only."""
+
+SPUS_METRIC: Final = SpuMetric(
+    "esault_spus", "", "Live SPUs of the unit in this process (sum over instances for the unit)."
+)
+"""Gauge labelled topology/unit, counted from the live SpuStats."""
+
+
+PROBE_LATENCY: Final = Histogram(
+    "esault_probe_latency_seconds",
+    "Latency probe round trip through one SPU (input router, PE, output router).",
+    labelnames=SPU_LABELS,
+    buckets=PROBE_LATENCY_BUCKETS,
+    registry=REGISTRY,
+)
+TUPLE_LATENCY: Final = Histogram(
+    "esault_tuple_latency_seconds",
+    "Time from a spout emitting a tuple to its tuple tree completing (acked).",
+    labelnames=UNIT_LABELS,
+    buckets=TUPLE_LATENCY_BUCKETS,
+    registry=REGISTRY,
+)
+SCALING_EVENTS: Final = Counter(
+    "esault_scaling_events_total",
+    "Completed SPU splits and merges, by unit, action and reason.",
+    labelnames=("topology", "unit", "action", "reason"),
+    registry=REGISTRY,
+)
+WORKERS: Final = Gauge(
+    "esault_workers",
+    "Worker processes (resources) the driver currently holds.",
+    registry=REGISTRY,
+)
+FRAMES_DROPPED: Final = Counter(
+    "esault_frames_dropped_total",
+    "Malformed or undeliverable frames dropped by the transport, by reason.",
+    labelnames=("reason",),
+    registry=REGISTRY,
+)
+UNKNOWN_MESSAGES: Final = Counter(
+    "esault_unknown_messages_total",
+    "Messages an actor did not understand (logged and dropped), by actor class.",
+    labelnames=("actor",),
+    registry=REGISTRY,
+)
+
+SCALING_ACTIONS: Final = ("split", "merge")
+SCALING_REASONS: Final = ("overload", "underload", "manual")
+"""The reasons the runtime is expected to use; kept small so the label stays bounded."""
+
+ScalingAction = Literal["split", "merge"]
+
+
+class SinkMetric(NamedTuple):
+    name: str
+    type: str
+
+
+SINK_METRICS: Final = (
+    SinkMetric("esault_sink_rows_committed_total", "counter"),
+    SinkMetric("esault_sink_batches_total", "counter"),
+    SinkMetric("esault_sink_commit_seconds", "histogram"),
+    SinkMetric("esault_sink_rows_rejected_total", "counter"),
+    SinkMetric("esault_sink_commit_failures_total", "counter"),
+)
+"""Defined in spark_sink/metrics.py (labels topology, table), not here; named
+here only so dashboards and tests can check the names they use."""
+
+
+def _sample_names(name: str, metric_type: str) -> tuple[str, ...]:
+    if metric_type == "counter":
+        base = name[: -len("_total")] if name.endswith("_total") else name
+        return (base + "_total",)
+    if metric_type == "histogram":
+        return (name + "_bucket", name + "_sum", name + "_count")
+    return (name,)
+
+
+def exposed_sample_names() -> frozenset[str]:
+    """Every sample name esault exposes (histograms as _bucket/_sum/_count).
+
+    Read from the registered objects and collector tables, so a renamed metric
+    cannot silently disagree with this list. Includes the Spark sink's names.
+    """
+    names: set[str] = set()
+    for metric in (PROBE_LATENCY, TUPLE_LATENCY, SCALING_EVENTS, WORKERS,
+                   FRAMES_DROPPED, UNKNOWN_MESSAGES):
+        for family in metric.describe():
+            names.update(_sample_names(family.name, family.type))
+    for spu_metric in SPU_COUNTERS:
+        names.update(_sample_names(spu_metric.name, "counter"))
+    for spu_metric in SPU_GAUGES + (SPUS_METRIC,):
+        names.add(spu_metric.name)
+    for sink in SINK_METRICS:
+        names.update(_sample_names(sink.name, sink.type))
+    return frozenset(names)
+
+
+def _seconds(value: float) -> float:
+    """Clamp to >= 0: a cross-process latency can come out slightly negative
+    when two hosts' clocks disagree; a negative observation would corrupt _sum."""
+    if math.isnan(value):
+        return 0.0
+    return value if value > 0.0 else 0.0
+
+
+def observe_probe_latency(topology: str, unit: str, spu: int, seconds: float) -> None:
+    """Record one probe's round trip through SPU ``spu`` of ``unit`` (monitor actor)."""
+    PROBE_LATENCY.labels(topology, unit, str(spu)).observe(_seconds(seconds))
+
+
+def observe_tuple_latency(topology: str, unit: str, seconds: float) -> None:
+    """Record one completed tuple tree; ``unit`` is the spout unit that emitted it."""
+    TUPLE_LATENCY.labels(topology, unit).observe(_seconds(seconds))
+
+
+def record_scaling_event(topology: str, unit: str, action: ScalingAction, reason: str) -> None:
+    """Count one completed split or merge of ``unit`` (after the routes are installed).
+
+    ``reason`` should be one of SCALING_REASONS; Grafana draws it on the
+    SPUs-per-unit panel as an annotation.
+    """
+    if action not in SCALING_ACTIONS:
+        raise ValueError(
+            f"record_scaling_event: action must be 'split' or 'merge', got {action!r} "
+            f"(unit {unit!r} of topology {topology!r}); "
+            "write record_scaling_event(t, u, 'split', 'overload'), not (t, u, 'overload', 'split')"
+        )
+    if not reason:
+        raise ValueError(
+            f"record_scaling_event: reason must be a non-empty word such as "
+            f"{', '.join(SCALING_REASONS)}; got {reason!r}"
+        )
+    SCALING_EVENTS.labels(topology, unit, action, reason).inc()
+
+
+def set_workers(n: int) -> None:
+    """Set the number of worker processes the driver holds (driver only)."""
+    if n < 0:
+        raise ValueError(f"set_workers: a worker count cannot be negative, got {n!r}")
+    WORKERS.set(n)
+
+
+def count_dropped_frame(reason: str) -> None:
+    """Count one dropped frame; ``reason`` is a short fixed word (e.g. 'decode', 'unknown_type')."""
+    FRAMES_DROPPED.labels(reason).inc()
+
+
+def count_unknown_message(actor: str) -> None:
+    """Count one message an actor did not handle; ``actor`` is its class name, e.g. 'SpuActor'."""
+    UNKNOWN_MESSAGES.labels(actor).inc()

@@ -1,0 +1,116 @@
+"""At-least-once delivery on real actors: failures, dead letters, timeouts, backpressure."""
+
+from __future__ import annotations
+
+import threading
+
+from esault import TopologyBuilder
+from esault.clock import ManualClock
+from esault.reliability.dead_letters import read_dead_letters
+from esault.testing import CollectorBolt, ListSpout, collected, wait_until
+from topology_parts import BadValueBolt, ExpiringCountBolt, LoseFirstAttemptBolt, RaiseOnBadBolt, SlowBolt
+
+
+def words(n_good: int, bad: list[str]) -> list[tuple[str, int]]:
+    items = [(f"w{i}", i) for i in range(n_good)]
+    for j, key in enumerate(bad):
+        items.insert(j * 7 % max(len(items), 1), (key, -1))
+    return items
+
+
+def test_a_bolt_raising_on_some_keys_fails_only_those_and_dead_letters_them(cluster, config):
+    bad = ["bad1", "bad2", "bad3"]
+    items = words(400, bad)
+    builder = TopologyBuilder("raising")
+    builder.set_spout("src", ListSpout, params={"items": items})
+    builder.set_bolt("risky", RaiseOnBadBolt, 2).shuffle_grouping("src")
+    builder.set_bolt("out", CollectorBolt, params={"name": "raising"}).global_grouping("risky")
+    job = cluster.submit(builder.build(), config.replace(max_retries=2))
+    assert job.wait(30), job.status()
+    job.stop()
+    assert sorted(collected("raising")) == sorted((f"w{i}", i) for i in range(400))
+    status = job.final_status["units"]
+    assert status["risky"]["user_errors"] == 3 * len(bad)  # first try + 2 retries each
+    assert status["src"]["failed"] == 3 * len(bad)
+    assert status["src"]["replayed"] == 2 * len(bad)
+    assert status["src"]["acked"] == 400
+    letters = read_dead_letters(job.dead_letter_path)
+    assert sorted(d["key"] for d in letters) == bad
+    for letter in letters:
+        assert letter["attempts"] == 3 and letter["unit"] == "src" and letter["topology"] == "raising"
+        assert "bolt 'risky' process() raised ValueError: cannot handle" in letter["error"]
+
+
+def test_tuples_that_time_out_are_replayed_until_the_result_is_complete(cluster, config):
+    lost = ["w3", "w50", "w99"]
+    items = [(f"w{i}", i) for i in range(120)]
+    builder = TopologyBuilder("timeouts")
+    builder.set_spout("src", ListSpout, params={"items": items})
+    builder.set_bolt("lossy", LoseFirstAttemptBolt, params={"lose": lost, "seen": "timeouts"}) \
+        .key_grouping("src")
+    builder.set_bolt("out", CollectorBolt, params={"name": "timeouts"}).global_grouping("lossy")
+    job = cluster.submit(builder.build(), config.replace(message_timeout=0.3))
+    assert job.wait(30), job.status()
+    assert sorted(collected("timeouts")) == sorted(items)
+    src = job.status()["units"]["src"]
+    assert src["failed"] == len(lost) and src["replayed"] == len(lost) and src["acked"] == len(items)
+
+
+def test_max_spout_pending_bounds_tuples_in_flight_behind_a_slow_bolt(cluster, config):
+    bound = 20
+    items = [(f"k{i}", i) for i in range(300)]
+    builder = TopologyBuilder("pending")
+    builder.set_spout("src", ListSpout, params={"items": items}, max_pending=bound)
+    builder.set_bolt("slow", SlowBolt, params={"seconds": 0.001}).shuffle_grouping("src")
+    builder.set_bolt("out", CollectorBolt, params={"name": "pending"}).global_grouping("slow")
+    job = cluster.submit(builder.build(), config)
+    highest = 0
+    done = threading.Event()
+
+    def watch():
+        nonlocal highest
+        while not done.is_set():
+            status = job.status()
+            highest = max(highest, status["units"]["src"]["inflight"], status["pending_trees"])
+            done.wait(0.002)
+
+    watcher = threading.Thread(target=watch)
+    watcher.start()
+    try:
+        assert job.wait(60)
+    finally:
+        done.set()
+        watcher.join()
+    assert highest <= bound
+    assert highest >= bound // 2, "the bound was never approached: the test did not load the spout"
+    assert len(collected("pending")) == len(items)
+
+
+def test_an_unserialisable_emit_is_refused_with_the_bolt_and_type_named(cluster, config):
+    builder = TopologyBuilder("serial")
+    builder.set_spout("src", ListSpout, params={"items": [("x", 1), ("y", 2)]})
+    builder.set_bolt("bad", BadValueBolt).shuffle_grouping("src")
+    builder.set_bolt("out", CollectorBolt, params={"name": "serial"}).global_grouping("bad")
+    job = cluster.submit(builder.build(), config.replace(max_retries=0))
+    assert job.wait(30)
+    job.stop()
+    assert collected("serial") == [("y", 2)]
+    (letter,) = read_dead_letters(job.dead_letter_path)
+    assert "'bad' emitted a value that cannot be serialised (type object)" in letter["error"]
+
+
+def test_idle_pes_expire_and_may_emit_on_the_way_out(cluster, config):
+    clock = ManualClock(start=100.0)
+    cluster.clock = clock
+    items = [(f"k{i % 5}", i) for i in range(50)]
+    builder = TopologyBuilder("expiry")
+    builder.set_spout("src", ListSpout, params={"items": items})
+    builder.set_bolt("count", ExpiringCountBolt, pe_idle_timeout=10.0).key_grouping("src")
+    builder.set_bolt("out", CollectorBolt, params={"name": "expiry"}).global_grouping("count")
+    job = cluster.submit(builder.build(), config)
+    assert job.wait(30)
+    assert job.status()["units"]["count"]["pes"] == 5 and collected("expiry") == []
+    clock.advance(11.0)
+    wait_until(lambda: len(collected("expiry")) == 5, 10, message="5 expiry emits")
+    assert sorted(collected("expiry")) == [(f"k{i}", 10) for i in range(5)]
+    wait_until(lambda: job.status()["units"]["count"]["pes"] == 0, 10, message="PEs gone")

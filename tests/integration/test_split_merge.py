@@ -1,0 +1,116 @@
+"""Manual splits and merges while a stateful, key-grouped bolt runs: state moves with keys.
+
+Inputs carry per-key sequence numbers, so any tuple lost, duplicated or
+reordered for a key shows up as a violation or a wrong final sequence.
+"""
+
+from __future__ import annotations
+
+import random
+import threading
+
+import pytest
+
+from esault import KEY_SPACE_MAX, ScalingError, TopologyBuilder, key_hash
+from esault.testing import CollectorBolt, collected, wait_until
+from topology_parts import GATES, GatedListSpout, SequenceCheckBolt
+
+
+def sequenced_items(keys: int, per_key: int, seed: int) -> list[tuple[str, int]]:
+    """Each key k gets values 1..per_key in order, keys interleaved randomly."""
+    rnd = random.Random(seed)
+    remaining = {f"k{i}": 0 for i in range(keys)}
+    items = []
+    while remaining:
+        key = rnd.choice(list(remaining))
+        remaining[key] += 1
+        items.append((key, remaining[key]))
+        if remaining[key] == per_key:
+            del remaining[key]
+    return items
+
+
+def build(name: str, items, gate: str, hold_at: int, parallelism: int = 2):
+    GATES[gate] = threading.Event()
+    builder = TopologyBuilder(name)
+    builder.set_spout("src", GatedListSpout, params={"items": items, "gate": gate, "hold_at": hold_at})
+    builder.set_bolt("check", SequenceCheckBolt, parallelism, pe_idle_timeout=None).key_grouping("src")
+    builder.set_bolt("out", CollectorBolt, params={"name": name}).global_grouping("check")
+    return builder.build()
+
+
+def assert_exact(name: str, keys: int, per_key: int) -> None:
+    seen: dict[str, list[int]] = {}
+    for key, (seq, in_order) in collected(name):
+        assert in_order, f"key {key} saw {seq} out of order"
+        seen.setdefault(key, []).append(seq)
+    assert len(seen) == keys
+    for key, seqs in seen.items():
+        assert seqs == list(range(1, per_key + 1)), f"key {key}: {seqs[:10]}..."
+
+
+def test_splits_and_merges_while_tuples_flow_keep_every_key_exact(cluster, config):
+    keys, per_key = 300, 40
+    items = sequenced_items(keys, per_key, seed=1)
+    job = cluster.submit(build("sm", items, "sm", hold_at=len(items) // 3), config)
+    wait_until(lambda: job.status()["units"]["check"]["processed"] >= len(items) // 4, 30,
+               message="first third processed")
+    spus = job.spus("check")
+    first = job.split("check", spus[0])
+    assert first.moved_keys > 0 and first.action == "split"
+    second = job.split("check", first.receiver)
+    job.merge("check", first.giver)
+    GATES["sm"].set()  # the rest flows while the next reconfigurations run
+    job.split("check", job.spus("check")[-1])
+    job.merge("check", second.receiver)
+    assert job.wait(60), job.status()
+    assert not job.status()["units"]["check"]["failed"]
+    assert_exact("sm", keys, per_key)
+    assert len(job.scaling_history) == 5
+
+
+def test_a_split_moves_exactly_the_keys_hashing_at_or_above_the_split_point(cluster, config):
+    keys, per_key = 200, 5
+    items = sequenced_items(keys, per_key, seed=2)
+    job = cluster.submit(build("sp", items, "sp", hold_at=len(items), parallelism=1), config)
+    assert job.wait(30)
+    (spu,) = job.spus("check")
+    at = KEY_SPACE_MAX // 3
+    result = job.split("check", spu, at=at)
+    assert (result.lo, result.hi) == (at, KEY_SPACE_MAX)
+    assert result.moved_keys == sum(1 for i in range(keys) if key_hash(f"k{i}") >= at)
+    layout = job.status()["units"]["check"]["spus"]
+    assert layout[spu]["pes"] + layout[result.receiver]["pes"] == keys
+    assert layout[result.receiver]["interval"] == (at, KEY_SPACE_MAX)
+
+
+def test_random_reconfigurations_during_a_run_give_the_oracle_result(cluster, config):
+    keys, per_key = 150, 60
+    items = sequenced_items(keys, per_key, seed=3)
+    job = cluster.submit(build("rnd", items, "rnd", hold_at=len(items) // 5), config)
+    rnd = random.Random(11)
+    GATES["rnd"].set()
+    for _ in range(8):
+        spus = job.spus("check")
+        if len(spus) > 1 and rnd.random() < 0.5:
+            job.merge("check", rnd.choice(spus))
+        else:
+            job.split("check", rnd.choice(spus))
+    assert job.wait(60), job.status()
+    assert_exact("rnd", keys, per_key)
+
+
+def test_scaling_errors_say_what_was_wrong(cluster, config):
+    items = sequenced_items(10, 2, seed=4)
+    job = cluster.submit(build("err", items, "err", hold_at=len(items), parallelism=1), config)
+    (spu,) = job.spus("check")
+    with pytest.raises(ScalingError, match="single SPU"):
+        job.merge("check", spu)
+    with pytest.raises(ScalingError, match="no SPU 9999"):
+        job.split("check", 9999)
+    with pytest.raises(ScalingError, match="only bolts scale"):
+        job.split("src", job.spus("src")[0])
+    with pytest.raises(ScalingError, match="global_grouping"):
+        job.split("out", job.spus("out")[0])
+    with pytest.raises(ScalingError, match="no unit 'nope'"):
+        job.split("nope", 1)

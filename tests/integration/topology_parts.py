@@ -1,0 +1,105 @@
+"""Bolts and spouts used by the integration tests (importable by module path)."""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+from esault import Bolt
+from esault.testing import ListSpout
+
+GATES: dict[str, threading.Event] = {}
+SEEN: dict[str, set] = {}
+
+
+class GatedListSpout(ListSpout):
+    """Emits items[:hold_at], then waits (without blocking its actor) until GATES[gate] is set."""
+
+    def __init__(self, items: list, gate: str, hold_at: int, per_call: int = 64) -> None:
+        super().__init__(items, per_call)
+        self.gate = gate
+        self.hold_at = hold_at
+
+    def next_tuple(self) -> None:
+        if self.position >= self.hold_at and not GATES[self.gate].is_set():
+            return
+        limit = len(self.items) if GATES[self.gate].is_set() else self.hold_at
+        end = min(self.position + self.per_call, limit)
+        for i in range(self.position, end):
+            key, value = self.items[i]
+            self.emit(key, value, msg_id=i)
+        self.position = end
+        if self.position >= len(self.items):
+            self.finish()
+
+
+class SequenceCheckBolt(Bolt):
+    """Per-key PE: inputs carry per-key sequence numbers 1, 2, 3...; emits (seq, in_order)."""
+
+    def open(self, context: Any) -> None:
+        self.last = 0
+        self.violations = 0
+
+    def process(self, tup: Any) -> None:
+        in_order = tup.value == self.last + 1
+        if not in_order:
+            self.violations += 1
+        self.last = tup.value
+        self.emit(self.key, [tup.value, in_order])
+
+
+class RaiseOnBadBolt(Bolt):
+    """Raises for keys starting with 'bad'; passes the rest on."""
+
+    def process(self, tup: Any) -> None:
+        if str(tup.key).startswith("bad"):
+            raise ValueError(f"cannot handle {tup.key}")
+        self.emit(tup.key, tup.value)
+
+
+class LoseFirstAttemptBolt(Bolt):
+    """Holds (defers) the first attempt of every key named in params and never acks it: a lost tuple."""
+
+    def __init__(self, lose: list, seen: str) -> None:
+        self.lose = set(lose)
+        self.seen_name = seen
+
+    def process(self, tup: Any) -> None:
+        seen = SEEN.setdefault(self.seen_name, set())
+        if tup.key in self.lose and tup.key not in seen:
+            seen.add(tup.key)
+            self.defer()  # never acked: the tree times out and the spout replays it
+            return
+        self.emit(tup.key, tup.value)
+
+
+class SlowBolt(Bolt):
+    """Simulated work of `seconds` per tuple (an Event wait stands in for I/O)."""
+
+    def __init__(self, seconds: float) -> None:
+        self.seconds = seconds
+        self._work = threading.Event()
+
+    def process(self, tup: Any) -> None:
+        self._work.wait(self.seconds)
+        self.emit(tup.key, tup.value)
+
+
+class BadValueBolt(Bolt):
+    """Emits a value msgpack cannot carry for key 'x'."""
+
+    def process(self, tup: Any) -> None:
+        self.emit(tup.key, object() if tup.key == "x" else tup.value)
+
+
+class ExpiringCountBolt(Bolt):
+    """Counts silently; emits its total only when its PE expires."""
+
+    def open(self, context: Any) -> None:
+        self.count = 0
+
+    def process(self, tup: Any) -> None:
+        self.count += 1
+
+    def on_expire(self) -> None:
+        self.emit(self.key, self.count)

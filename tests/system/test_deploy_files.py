@@ -1,0 +1,402 @@
+"""The deployment files (compose, Dockerfile, Prometheus, Grafana) are consistent and valid.
+
+No Docker engine is needed: the compose file is parsed with PyYAML and checked
+against the repository and the real `esault` CLI parser; Prometheus's config
+is checked by `promtool`; the dashboard's PromQL names only metrics esault
+(or the Spark sink) defines. tests/system/test_prometheus_server.py runs the
+dashboard queries against a real Prometheus.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from esault.metrics.registry import exposed_sample_names
+
+pytestmark = pytest.mark.system
+
+REPO = Path(__file__).resolve().parents[2]
+COMPOSE_FILE = REPO / "docker-compose.yml"
+DOCKERFILE = REPO / "Dockerfile"
+PROMETHEUS_CONFIG = REPO / "deploy" / "prometheus" / "prometheus.yml"
+GRAFANA = REPO / "deploy" / "grafana"
+DASHBOARD = GRAFANA / "dashboards" / "esault.json"
+
+REQUIRED_SERVICES = {"driver", "worker", "spark-master", "spark-worker", "prometheus", "grafana"}
+ESAULT_SUBCOMMANDS = {"run", "worker", "status"}
+METRICS_PORT = "9100"
+
+
+def load_compose() -> dict[str, Any]:
+    return yaml.safe_load(COMPOSE_FILE.read_text())
+
+
+def services() -> dict[str, dict[str, Any]]:
+    return load_compose()["services"]
+
+
+def esault_services() -> dict[str, dict[str, Any]]:
+    """Services that run the esault image (built from this repo's Dockerfile)."""
+    return {name: svc for name, svc in services().items() if "build" in svc}
+
+
+def flag_value(command: list[str], flag: str) -> str:
+    assert flag in command, f"{flag} missing from {command}"
+    return command[command.index(flag) + 1]
+
+
+def host_path_of(volume: str | dict[str, Any]) -> str | None:
+    """The host path of a bind mount, or None for a named volume."""
+    if isinstance(volume, dict):
+        return volume["source"] if volume.get("type") == "bind" else None
+    source = volume.split(":", 1)[0]
+    return source if source.startswith((".", "/", "~")) else None
+
+
+def published_ports(port: str | int | dict[str, Any]) -> list[int]:
+    """Every port number in one `ports:` entry (short or long syntax)."""
+    if isinstance(port, dict):
+        return [int(port[key]) for key in ("target", "published") if key in port]
+    text = str(port).split("/", 1)[0]
+    parts = text.rsplit(":", 2)
+    numbers = parts[-2:] if len(parts) >= 2 else parts
+    result = []
+    for number in numbers:
+        for bound in number.split("-"):
+            result.append(int(bound))
+    return result
+
+
+# -- compose ------------------------------------------------------------------
+
+
+def test_the_compose_file_parses_and_has_every_service():
+    compose = load_compose()
+    assert isinstance(compose, dict)
+    missing = REQUIRED_SERVICES - set(compose["services"])
+    assert not missing, f"docker-compose.yml lacks services {sorted(missing)}"
+
+
+def test_every_service_has_a_build_or_an_image():
+    for name, service in services().items():
+        assert "build" in service or "image" in service, f"service {name} has neither build nor image"
+
+
+def test_every_image_is_pinned_to_a_version():
+    for name, service in services().items():
+        if "image" in service and "build" not in service:
+            image = service["image"]
+            assert ":" in image and not image.endswith(":latest"), f"{name}: pin {image!r} to a version"
+
+
+def test_every_host_path_mount_exists_in_the_repository():
+    named = set(load_compose().get("volumes") or {})
+    for name, service in services().items():
+        for volume in service.get("volumes", []):
+            path = host_path_of(volume)
+            if path is None:
+                source = volume["source"] if isinstance(volume, dict) else volume.split(":", 1)[0]
+                assert source in named, f"{name}: volume {source!r} is not declared under volumes:"
+                continue
+            assert path.startswith("./"), f"{name}: mount {path!r} should be relative to the repo"
+            assert (REPO / path).exists(), f"{name}: host path {path} does not exist in the repo"
+
+
+def test_every_port_is_a_valid_port_number():
+    for name, service in services().items():
+        for port in service.get("ports", []) + service.get("expose", []):
+            numbers = published_ports(port)
+            assert numbers, f"{name}: cannot read port {port!r}"
+            for number in numbers:
+                assert 1 <= number <= 65535, f"{name}: port {number} in {port!r} is out of range"
+
+
+def test_no_two_services_publish_the_same_host_port():
+    seen: dict[int, str] = {}
+    for name, service in services().items():
+        for port in service.get("ports", []):
+            host_port = published_ports(port)[0]
+            assert host_port not in seen, f"{name} and {seen[host_port]} both publish {host_port}"
+            seen[host_port] = name
+
+
+def test_driver_and_worker_run_the_esault_image():
+    assert {"driver", "worker"} <= set(esault_services())
+
+
+def test_esault_commands_start_with_esault_and_a_known_subcommand():
+    for name, service in esault_services().items():
+        command = service["command"]
+        assert isinstance(command, list), f"{name}: write command as a list, not a shell string"
+        assert command[0] == "esault", f"{name}: command must start with esault, got {command}"
+        assert command[1] in ESAULT_SUBCOMMANDS, f"{name}: unknown subcommand {command[1]!r}"
+    assert services()["driver"]["command"][1] == "run"
+    assert services()["worker"]["command"][1] == "worker"
+
+
+def healthcheck_commands() -> dict[str, list[str]]:
+    result = {}
+    for name, service in esault_services().items():
+        test = service.get("healthcheck", {}).get("test")
+        if test:
+            assert test[0] == "CMD", f"{name}: use the exec form [\"CMD\", ...] for the healthcheck"
+            result[name] = test[1:]
+    return result
+
+
+def test_esault_commands_and_healthchecks_parse_with_the_real_cli():
+    from esault.cli import build_parser  # fails, rather than skips, until the CLI exists
+
+    commands = {f"{name} command": svc["command"] for name, svc in esault_services().items()}
+    commands.update({f"{name} healthcheck": test for name, test in healthcheck_commands().items()})
+    assert "driver healthcheck" in commands
+    for where, command in commands.items():
+        assert command[0] == "esault"
+        assert command[1] in ESAULT_SUBCOMMANDS, f"{where}: unknown subcommand {command[1]!r}"
+        try:
+            build_parser().parse_args(command[1:])
+        except SystemExit as exc:
+            pytest.fail(f"{where}: `{' '.join(command)}` is rejected by esault's CLI (exit {exc.code})")
+
+
+def test_the_driver_runs_a_topology_file_of_the_repository():
+    command = services()["driver"]["command"]
+    assert (REPO / command[2]).is_file(), f"the driver runs {command[2]}, which is not in the repo"
+
+
+def test_workers_connect_to_the_port_the_driver_listens_on():
+    driver = services()["driver"]["command"]
+    worker = services()["worker"]["command"]
+    listen_host, listen_port = flag_value(driver, "--listen").rsplit(":", 1)
+    assert listen_host == "0.0.0.0", "the driver must listen on all interfaces inside its container"
+    assert flag_value(worker, "--driver") == f"driver:{listen_port}"
+    assert flag_value(driver, "--cluster") == "static"
+
+
+def test_every_esault_process_serves_metrics_where_prometheus_scrapes():
+    for name in ("driver", "worker"):
+        command = services()[name]["command"]
+        assert flag_value(command, "--metrics-host") == "0.0.0.0", (
+            f"{name}: bind metrics to 0.0.0.0 or Prometheus cannot reach them"
+        )
+        assert flag_value(command, "--metrics-port") == METRICS_PORT
+    config = yaml.safe_load(PROMETHEUS_CONFIG.read_text())
+    jobs = {job["job_name"]: job for job in config["scrape_configs"]}
+    assert jobs["esault-driver"]["static_configs"][0]["targets"] == [f"driver:{METRICS_PORT}"]
+    worker_sd = jobs["esault-worker"]["dns_sd_configs"][0]
+    assert worker_sd["names"] == ["worker"] and str(worker_sd["port"]) == METRICS_PORT
+
+
+def test_workers_are_replicated_and_the_driver_waits_for_them():
+    worker = services()["worker"]
+    replicas = worker["deploy"]["replicas"]
+    assert replicas >= 2
+    assert "ports" not in worker, "replicas cannot share host ports; use expose"
+    assert int(flag_value(services()["driver"]["command"], "--min-workers")) <= replicas
+
+
+def test_the_driver_knows_the_spark_master():
+    environment = services()["driver"]["environment"]
+    assert environment["ESAULT_SPARK_MASTER"] == "spark://spark-master:7077"
+    master = services()["spark-master"]["command"]
+    assert flag_value(master, "--port") == "7077"
+    assert "spark://spark-master:7077" in services()["spark-worker"]["command"]
+
+
+def test_spark_images_are_official_and_match_the_pyspark_version():
+    build_args = services()["driver"]["build"]["args"]
+    for name in ("spark-master", "spark-worker"):
+        image = services()[name]["image"]
+        assert image.startswith(("spark:", "apache/spark:")), f"{name}: use an official Spark image"
+        assert image.split(":", 1)[1].startswith(build_args["SPARK_VERSION"]), (
+            f"{name}: {image} and the esault image's SPARK_VERSION {build_args['SPARK_VERSION']} differ"
+        )
+
+
+def test_prometheus_and_grafana_mount_the_repository_configs():
+    prometheus_mounts = services()["prometheus"]["volumes"]
+    assert "./deploy/prometheus/prometheus.yml:/etc/prometheus/prometheus.yml:ro" in prometheus_mounts
+    grafana = services()["grafana"]
+    assert "./deploy/grafana/provisioning:/etc/grafana/provisioning:ro" in grafana["volumes"]
+    assert any(v.startswith("./deploy/grafana/dashboards:") for v in grafana["volumes"])
+    assert "127.0.0.1:3000:3000" in grafana["ports"] or "3000:3000" in grafana["ports"]
+
+
+# -- Dockerfile ---------------------------------------------------------------
+
+
+def test_the_dockerfile_builds_python_311_with_a_jre_and_installs_the_package():
+    text = DOCKERFILE.read_text()
+    instructions = [line for line in text.splitlines() if line and not line.startswith("#")]
+    assert instructions[0].startswith("FROM python:3.11-slim")
+    assert re.search(r"openjdk-\d+-jre", text), "install a JRE: PySpark starts a JVM"
+    assert re.search(r"^COPY \. \.", text, re.M), "copy the repository into the image"
+    assert re.search(r"pip install [^\n]*\s\.(\s|$)", text), "pip install the package (.)"
+    assert re.search(r"pyspark==\$\{SPARK_VERSION\}", text), "pin PySpark to the cluster's version"
+    assert re.search(r"^USER ", text, re.M), "do not run as root"
+    assert (REPO / ".dockerignore").is_file()
+
+
+def test_the_dockerignore_keeps_the_context_small_but_keeps_the_package():
+    ignored = {line.strip() for line in (REPO / ".dockerignore").read_text().splitlines()
+               if line.strip() and not line.startswith("#")}
+    assert ".git" in ignored
+    for needed in ("esault", "spark_sink", "examples", "setup.cfg", "pyproject.toml"):
+        assert needed not in ignored, f".dockerignore must not exclude {needed}"
+
+
+# -- Prometheus ---------------------------------------------------------------
+
+
+def test_promtool_accepts_the_prometheus_config():
+    promtool = shutil.which("promtool")
+    assert promtool, "promtool is not on PATH; apt-get install prometheus"
+    result = subprocess.run(
+        [promtool, "check", "config", str(PROMETHEUS_CONFIG)],
+        capture_output=True, text=True, timeout=60,
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+# -- Grafana ------------------------------------------------------------------
+
+
+def load_dashboard() -> dict[str, Any]:
+    return json.loads(DASHBOARD.read_text())
+
+
+def all_panels(dashboard: dict[str, Any]) -> list[dict[str, Any]]:
+    panels = []
+    for panel in dashboard["panels"]:
+        panels.append(panel)
+        panels.extend(panel.get("panels", []))
+    return panels
+
+
+def dashboard_exprs(dashboard: dict[str, Any]) -> list[str]:
+    exprs = [t["expr"] for p in all_panels(dashboard) for t in p.get("targets", [])]
+    exprs += [a["expr"] for a in dashboard["annotations"]["list"] if "expr" in a]
+    return exprs
+
+
+_KEYWORDS = {
+    "and", "or", "unless", "by", "without", "on", "ignoring", "group_left", "group_right",
+    "offset", "bool", "inf", "nan", "atan2",
+}
+
+
+def metric_names_in(expr: str) -> set[str]:
+    """Metric names a PromQL expression selects (strings, matchers, grouping and ranges removed)."""
+    text = re.sub(r'"(?:[^"\\]|\\.)*"', '""', expr)
+    text = re.sub(r"\[[^\]]*\]", "", text)
+    text = re.sub(r"\{[^}]*\}", "", text)
+    text = re.sub(r"\b(by|without|on|ignoring|group_left|group_right)\s*\([^)]*\)", " ", text)
+    names = set()
+    for match in re.finditer(r"(?<![\w.$])([A-Za-z_:][A-Za-z0-9_:]*)\b(?!\s*\()", text):
+        word = match.group(1)
+        if word.lower() not in _KEYWORDS:
+            names.add(word)
+    return names
+
+
+def test_metric_name_extraction_finds_selectors_and_skips_functions_and_labels():
+    expr = ('histogram_quantile(0.99, sum by (le, unit) (rate(esault_probe_latency_seconds_bucket'
+            '{topology=~"$topology"}[$__rate_interval]))) or on (unit) esault_spus offset 5m > 1e3')
+    assert metric_names_in(expr) == {"esault_probe_latency_seconds_bucket", "esault_spus"}
+
+
+def test_the_datasource_is_the_compose_prometheus_with_a_fixed_uid():
+    files = sorted((GRAFANA / "provisioning" / "datasources").glob("*.yml"))
+    assert files, "no Grafana datasource provisioning file"
+    datasources = [ds for f in files for ds in yaml.safe_load(f.read_text())["datasources"]]
+    prometheus = [ds for ds in datasources if ds["type"] == "prometheus"]
+    assert len(prometheus) == 1
+    assert prometheus[0]["url"] == "http://prometheus:9090"
+    assert prometheus[0]["uid"] == "prometheus"
+
+
+def test_the_dashboard_provider_reads_the_directory_compose_mounts():
+    files = sorted((GRAFANA / "provisioning" / "dashboards").glob("*.yml"))
+    assert files, "no Grafana dashboard provider file"
+    providers = [p for f in files for p in yaml.safe_load(f.read_text())["providers"]]
+    mounts = {v.split(":")[1]: v.split(":")[0] for v in services()["grafana"]["volumes"]}
+    for provider in providers:
+        path = provider["options"]["path"]
+        assert mounts.get(path) == "./deploy/grafana/dashboards", (
+            f"provider {provider['name']} reads {path}, which compose does not mount"
+        )
+
+
+def test_the_dashboard_is_valid_grafana_json():
+    dashboard = load_dashboard()
+    assert isinstance(dashboard["schemaVersion"], int) and dashboard["schemaVersion"] >= 36
+    assert re.fullmatch(r"[a-zA-Z0-9_-]{1,40}", dashboard["uid"])
+    assert dashboard["title"]
+    panels = all_panels(dashboard)
+    ids = [panel["id"] for panel in panels]
+    assert len(ids) == len(set(ids)), "panel ids must be unique"
+    for panel in panels:
+        grid = panel["gridPos"]
+        assert grid["x"] + grid["w"] <= 24 and grid["h"] > 0, panel["title"]
+        if panel["type"] == "row":
+            continue
+        assert panel["targets"], f"panel {panel['title']!r} has no queries"
+        assert panel["datasource"]["uid"] == "prometheus"
+        for target in panel["targets"]:
+            assert target["expr"].strip() and target["refId"], panel["title"]
+
+
+def test_dashboard_panels_do_not_overlap():
+    cells: dict[tuple[int, int], str] = {}
+    for panel in all_panels(load_dashboard()):
+        grid = panel["gridPos"]
+        for x in range(grid["x"], grid["x"] + grid["w"]):
+            for y in range(grid["y"], grid["y"] + grid["h"]):
+                assert (x, y) not in cells, f"{panel['title']!r} overlaps {cells[(x, y)]!r}"
+                cells[(x, y)] = panel["title"]
+
+
+def test_every_metric_the_dashboard_queries_is_one_esault_defines():
+    known = exposed_sample_names()
+    dashboard = load_dashboard()
+    used: set[str] = set()
+    for expr in dashboard_exprs(dashboard):
+        used |= metric_names_in(expr)
+    for variable in dashboard["templating"]["list"]:
+        used |= set(re.findall(r"label_values\((\w+)", variable["definition"]))
+    unknown = used - known
+    assert not unknown, f"the dashboard queries metrics nobody defines: {sorted(unknown)}"
+
+
+def test_the_dashboard_covers_throughput_latency_elasticity_reliability_and_the_sink():
+    dashboard = load_dashboard()
+    exprs = "\n".join(dashboard_exprs(dashboard))
+    for needed in (
+        "esault_tuples_emitted_total", "esault_tuples_processed_total",
+        "esault_spus", "esault_pes",
+        "esault_tuples_acked_total", "esault_tuples_failed_total", "esault_tuples_replayed_total",
+        "esault_dead_letters_total",
+        "esault_sink_rows_committed_total", "esault_sink_commit_seconds_bucket",
+    ):
+        assert needed in exprs, f"no panel queries {needed}"
+    for quantile in ("0.5", "0.99"):
+        assert re.search(rf"histogram_quantile\({quantile}, .*esault_tuple_latency_seconds_bucket", exprs)
+
+
+def test_splits_and_merges_are_annotated_on_the_spus_panel():
+    dashboard = load_dashboard()
+    spus_panel = next(p for p in all_panels(dashboard) if p["title"] == "SPUs per unit")
+    annotations = [a for a in dashboard["annotations"]["list"] if "esault_scaling_events_total" in a.get("expr", "")]
+    actions = {re.search(r'action="(\w+)"', a["expr"]).group(1) for a in annotations}
+    assert actions == {"split", "merge"}
+    for annotation in annotations:
+        assert annotation["datasource"]["uid"] == "prometheus"
+        assert spus_panel["id"] in annotation["filter"]["ids"]

@@ -1,0 +1,427 @@
+"""The metrics exporter, scraped over real HTTP and parsed with prometheus_client's parser."""
+
+from __future__ import annotations
+
+import re
+import socket
+import threading
+import urllib.request
+from collections.abc import Iterator
+
+import pytest
+from prometheus_client import CollectorRegistry
+from prometheus_client.parser import text_string_to_metric_families
+
+from esault.errors import ConfigError
+from esault.metrics import (
+    REGISTRY,
+    STATS,
+    MetricsServer,
+    SpuStats,
+    SpuStatsCollector,
+    StatsRegistry,
+    count_dropped_frame,
+    count_unknown_message,
+    exposed_sample_names,
+    observe_probe_latency,
+    observe_tuple_latency,
+    record_scaling_event,
+    register_stats_collector,
+    set_workers,
+    start_metrics_server,
+)
+from esault.metrics.registry import PROBE_LATENCY_BUCKETS, SPU_COUNTERS, SPU_GAUGES
+
+Samples = dict[tuple[str, frozenset[tuple[str, str]]], float]
+
+
+def scrape(server: MetricsServer) -> Samples:
+    with urllib.request.urlopen(server.url, timeout=5) as response:
+        assert response.status == 200
+        text = response.read().decode("utf-8")
+    samples: Samples = {}
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            key = (sample.name, frozenset(sample.labels.items()))
+            assert key not in samples, f"duplicate series {key} in the exposition"
+            samples[key] = sample.value
+    return samples
+
+
+def spu_labels(topology: str, unit: str, spu: int) -> frozenset[tuple[str, str]]:
+    return frozenset({"topology": topology, "unit": unit, "spu": str(spu)}.items())
+
+
+def unit_labels(topology: str, unit: str) -> frozenset[tuple[str, str]]:
+    return frozenset({"topology": topology, "unit": unit}.items())
+
+
+def series(samples: Samples, name: str) -> dict[frozenset[tuple[str, str]], float]:
+    return {labels: value for (sample_name, labels), value in samples.items() if sample_name == name}
+
+
+@pytest.fixture
+def stats() -> StatsRegistry:
+    return StatsRegistry()
+
+
+@pytest.fixture
+def server(stats: StatsRegistry) -> Iterator[MetricsServer]:
+    """An exporter on a private CollectorRegistry, so tests cannot see each other's SPUs."""
+    with start_metrics_server(registry=CollectorRegistry(), stats=stats) as running:
+        yield running
+
+
+def make_stats(topology: str, unit: str, spu: int, **counts: int) -> SpuStats:
+    stats = SpuStats(topology, unit, spu)
+    for name, value in counts.items():
+        setattr(stats, name, value)
+    return stats
+
+
+def test_every_spu_counter_is_exposed_with_topology_unit_and_spu_labels(stats, server):
+    spu = make_stats(
+        "wordcount", "count", 3, emitted=11, processed=12, acked=13, failed=14,
+        replayed=15, user_errors=16, dead_letters=17,
+    )
+    stats.register(spu)
+
+    samples = scrape(server)
+
+    expected = {
+        "esault_tuples_emitted_total": 11,
+        "esault_tuples_processed_total": 12,
+        "esault_tuples_acked_total": 13,
+        "esault_tuples_failed_total": 14,
+        "esault_tuples_replayed_total": 15,
+        "esault_user_errors_total": 16,
+        "esault_dead_letters_total": 17,
+    }
+    assert {m.name for m in SPU_COUNTERS} == set(expected)
+    for name, value in expected.items():
+        assert series(samples, name) == {spu_labels("wordcount", "count", 3): value}, name
+
+
+def test_counter_families_are_typed_counter_and_gauges_gauge(stats, server):
+    stats.register(make_stats("t", "u", 0, processed=1, pes=2))
+    with urllib.request.urlopen(server.url, timeout=5) as response:
+        text = response.read().decode()
+    types = {family.name: family.type for family in text_string_to_metric_families(text)}
+    for metric in SPU_COUNTERS:
+        assert types[metric.name.removesuffix("_total")] == "counter"
+    for metric in SPU_GAUGES:
+        assert types[metric.name] == "gauge"
+    assert types["esault_spus"] == "gauge"
+
+
+def test_gauges_report_pes_queue_depth_and_inflight_of_live_spus(stats, server):
+    stats.register(make_stats("t", "split", 0, pes=4, queue_depth=9, inflight=0))
+    stats.register(make_stats("t", "spout", 1, pes=1, queue_depth=0, inflight=250))
+
+    samples = scrape(server)
+
+    assert series(samples, "esault_pes") == {
+        spu_labels("t", "split", 0): 4, spu_labels("t", "spout", 1): 1,
+    }
+    assert series(samples, "esault_queue_depth") == {
+        spu_labels("t", "split", 0): 9, spu_labels("t", "spout", 1): 0,
+    }
+    assert series(samples, "esault_inflight_tuples") == {
+        spu_labels("t", "split", 0): 0, spu_labels("t", "spout", 1): 250,
+    }
+
+
+def test_counters_follow_the_live_ints_between_scrapes(stats, server):
+    spu = make_stats("t", "count", 0)
+    stats.register(spu)
+    assert series(scrape(server), "esault_tuples_processed_total") == {spu_labels("t", "count", 0): 0}
+
+    spu.processed += 41
+    spu.processed += 1
+
+    assert series(scrape(server), "esault_tuples_processed_total") == {spu_labels("t", "count", 0): 42}
+
+
+def test_a_retired_spu_keeps_its_counts_so_counters_never_go_backwards(stats, server):
+    keep = make_stats("t", "count", 0, processed=100, acked=7, pes=3, queue_depth=5)
+    merged_away = make_stats("t", "count", 1, processed=60, acked=2, pes=2, queue_depth=1)
+    stats.register(keep)
+    stats.register(merged_away)
+    before = scrape(server)
+
+    stats.retire(merged_away)
+    after = scrape(server)
+
+    for name in ("esault_tuples_processed_total", "esault_tuples_acked_total"):
+        for labels, value in series(before, name).items():
+            assert series(after, name)[labels] >= value, (name, labels)
+    assert series(after, "esault_tuples_processed_total")[spu_labels("t", "count", 1)] == 60
+    # Gauges describe live SPUs only: the merged-away SPU's series disappear.
+    assert series(after, "esault_pes") == {spu_labels("t", "count", 0): 3}
+    assert series(after, "esault_queue_depth") == {spu_labels("t", "count", 0): 5}
+
+
+def test_an_spu_id_reused_after_a_merge_adds_to_the_retired_counts(stats, server):
+    old = make_stats("t", "count", 1, processed=60)
+    stats.register(old)
+    stats.retire(old)
+    reborn = make_stats("t", "count", 1, processed=5, pes=1)
+    stats.register(reborn)
+
+    samples = scrape(server)
+
+    assert series(samples, "esault_tuples_processed_total") == {spu_labels("t", "count", 1): 65}
+    assert series(samples, "esault_pes") == {spu_labels("t", "count", 1): 1}
+    assert series(samples, "esault_spus") == {unit_labels("t", "count"): 1}
+
+
+def test_esault_spus_counts_the_live_spus_of_each_unit(stats, server):
+    spus = [make_stats("wc", "count", i) for i in range(3)]
+    for spu in spus:
+        stats.register(spu)
+    stats.register(make_stats("wc", "split", 0))
+    stats.register(make_stats("other", "count", 0))
+    assert series(scrape(server), "esault_spus") == {
+        unit_labels("wc", "count"): 3,
+        unit_labels("wc", "split"): 1,
+        unit_labels("other", "count"): 1,
+    }
+
+    stats.retire(spus[2])
+    stats.retire(spus[1])
+
+    assert series(scrape(server), "esault_spus")[unit_labels("wc", "count")] == 1
+
+
+def test_esault_spus_is_zero_for_a_unit_whose_spus_are_all_retired(stats, server):
+    only = make_stats("wc", "sink", 0, processed=8)
+    stats.register(only)
+    stats.retire(only)
+
+    samples = scrape(server)
+
+    assert series(samples, "esault_spus") == {unit_labels("wc", "sink"): 0}
+    assert series(samples, "esault_tuples_processed_total") == {spu_labels("wc", "sink", 0): 8}
+
+
+def test_a_forgotten_topology_leaves_the_exposition(stats, server):
+    stats.register(make_stats("gone", "count", 0, processed=1))
+    stats.register(make_stats("kept", "count", 0, processed=2))
+
+    stats.forget_topology("gone")
+
+    assert series(scrape(server), "esault_tuples_processed_total") == {spu_labels("kept", "count", 0): 2}
+
+
+def test_scrapes_during_concurrent_splits_and_merges_never_fail_or_go_backwards(stats, server):
+    """An actor thread counts and replaces SPUs while the HTTP thread scrapes."""
+    stop = threading.Event()
+    steps = [0]
+
+    def actor_thread() -> None:
+        live = [make_stats("t", "count", i) for i in range(20)]
+        for spu in live:
+            stats.register(spu)
+        next_id = len(live)
+        while not stop.is_set() and steps[0] < 300_000:
+            live[steps[0] % 20].processed += 1
+            steps[0] += 1
+            if steps[0] % 1000 == 0:  # merge one SPU away, split a new one in
+                slot = (steps[0] // 1000) % 20
+                stats.retire(live[slot])
+                live[slot] = make_stats("t", "count", next_id)
+                next_id += 1
+                stats.register(live[slot])
+
+    thread = threading.Thread(target=actor_thread, name="actor")
+    thread.start()
+    try:
+        previous = 0.0
+        for _ in range(5):
+            samples = scrape(server)
+            total = sum(series(samples, "esault_tuples_processed_total").values())
+            assert total >= previous
+            previous = total
+            assert series(samples, "esault_spus").get(unit_labels("t", "count"), 20) in (19, 20)
+    finally:
+        stop.set()
+        thread.join(10)
+    assert not thread.is_alive()
+    assert sum(series(scrape(server), "esault_tuples_processed_total").values()) == steps[0]
+
+
+def test_registering_the_stats_collector_twice_is_a_no_op():
+    registry = CollectorRegistry()
+    stats = StatsRegistry()
+    first = register_stats_collector(registry, stats)
+    second = register_stats_collector(registry, stats)
+    assert first is second
+    assert isinstance(first, SpuStatsCollector)
+
+    with start_metrics_server(registry=registry, stats=stats) as one, \
+            start_metrics_server(registry=registry, stats=stats) as two:
+        stats.register(make_stats("t", "u", 0, processed=3))
+        assert scrape(one) == scrape(two)
+
+
+def test_a_second_stats_registry_on_the_same_collector_registry_is_refused():
+    registry = CollectorRegistry()
+    register_stats_collector(registry, StatsRegistry())
+    with pytest.raises(ValueError, match="already serves another StatsRegistry"):
+        register_stats_collector(registry, StatsRegistry())
+
+
+def test_port_zero_picks_a_free_port_and_stop_releases_it():
+    server = start_metrics_server(registry=CollectorRegistry(), stats=StatsRegistry())
+    assert server.host == "127.0.0.1"
+    assert 0 < server.port <= 65535
+    assert server.url == f"http://127.0.0.1:{server.port}/metrics"
+    assert server.target == f"127.0.0.1:{server.port}"
+
+    server.stop()
+    server.stop()  # idempotent
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", server.port))  # the port is free again
+
+
+def test_a_wildcard_bind_advertises_a_loopback_url():
+    with start_metrics_server("0.0.0.0", 0, registry=CollectorRegistry(), stats=StatsRegistry()) as server:
+        assert server.url == f"http://127.0.0.1:{server.port}/metrics"
+        scrape(server)
+
+
+def test_a_port_in_use_is_reported_with_the_fix():
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        with pytest.raises(ConfigError, match=rf"cannot serve metrics on 127\.0\.0\.1:{port}: .*--metrics-port"):
+            start_metrics_server(port=port, registry=CollectorRegistry(), stats=StatsRegistry())
+
+
+@pytest.mark.parametrize("port", [-1, 65536, "9100", True])
+def test_an_invalid_port_is_refused(port):
+    with pytest.raises(ConfigError, match="metrics port must be 0-65535"):
+        start_metrics_server(port=port, registry=CollectorRegistry(), stats=StatsRegistry())
+
+
+def test_the_default_server_serves_the_process_stats_and_runtime_metrics():
+    topology = "test-default-server"
+    spu = make_stats(topology, "count", 0, processed=7)
+    STATS.register(spu)
+    try:
+        observe_probe_latency(topology, "count", 0, 0.004)
+        observe_tuple_latency(topology, "spout", 0.2)
+        record_scaling_event(topology, "count", "split", "overload")
+        with start_metrics_server() as server:
+            samples = scrape(server)
+    finally:
+        STATS.forget_topology(topology)
+
+    assert samples[("esault_tuples_processed_total", spu_labels(topology, "count", 0))] == 7
+    assert samples[("esault_probe_latency_seconds_count", spu_labels(topology, "count", 0))] >= 1
+    assert samples[("esault_tuple_latency_seconds_count", unit_labels(topology, "spout"))] >= 1
+    scaling = frozenset({"topology": topology, "unit": "count", "action": "split", "reason": "overload"}.items())
+    assert samples[("esault_scaling_events_total", scaling)] >= 1
+    assert ("esault_workers", frozenset()) in samples
+
+
+def value(name: str, labels: dict[str, str] | None = None) -> float:
+    found = REGISTRY.get_sample_value(name, labels or {})
+    return 0.0 if found is None else found
+
+
+def test_observe_probe_latency_lands_in_the_bucket_of_its_latency():
+    labels = {"topology": "t-probe", "unit": "count", "spu": "2"}
+    le_5ms = value("esault_probe_latency_seconds_bucket", {**labels, "le": "0.005"})
+    le_2_5ms = value("esault_probe_latency_seconds_bucket", {**labels, "le": "0.0025"})
+
+    observe_probe_latency("t-probe", "count", 2, 0.003)
+
+    assert value("esault_probe_latency_seconds_bucket", {**labels, "le": "0.005"}) == le_5ms + 1
+    assert value("esault_probe_latency_seconds_bucket", {**labels, "le": "0.0025"}) == le_2_5ms
+
+
+def test_probe_buckets_span_one_millisecond_to_ten_seconds():
+    assert PROBE_LATENCY_BUCKETS[0] == 0.001
+    assert PROBE_LATENCY_BUCKETS[-1] == 10.0
+    assert list(PROBE_LATENCY_BUCKETS) == sorted(PROBE_LATENCY_BUCKETS)
+
+
+def test_a_negative_latency_from_clock_skew_is_recorded_as_zero():
+    labels = {"topology": "t-skew", "unit": "spout"}
+    observe_tuple_latency("t-skew", "spout", -0.5)
+    assert value("esault_tuple_latency_seconds_sum", labels) == 0.0
+    assert value("esault_tuple_latency_seconds_count", labels) == 1
+
+
+def test_record_scaling_event_counts_by_action_and_reason():
+    split = {"topology": "t-scale", "unit": "count", "action": "split", "reason": "overload"}
+    merge = {"topology": "t-scale", "unit": "count", "action": "merge", "reason": "underload"}
+    record_scaling_event("t-scale", "count", "split", "overload")
+    record_scaling_event("t-scale", "count", "split", "overload")
+    record_scaling_event("t-scale", "count", "merge", "underload")
+    assert value("esault_scaling_events_total", split) == 2
+    assert value("esault_scaling_events_total", merge) == 1
+
+
+def test_record_scaling_event_rejects_swapped_action_and_reason():
+    expected = r"action must be 'split' or 'merge', got 'overload'.*not \(t, u, 'overload', 'split'\)"
+    with pytest.raises(ValueError, match=expected):
+        record_scaling_event("t", "count", "overload", "split")  # type: ignore[arg-type]
+
+
+def test_record_scaling_event_rejects_an_empty_reason():
+    with pytest.raises(ValueError, match="reason must be a non-empty word"):
+        record_scaling_event("t", "count", "merge", "")
+
+
+def test_set_workers_sets_the_gauge_and_refuses_negative_counts():
+    set_workers(3)
+    assert value("esault_workers") == 3
+    set_workers(0)
+    assert value("esault_workers") == 0
+    with pytest.raises(ValueError, match="cannot be negative, got -1"):
+        set_workers(-1)
+
+
+def test_dropped_frames_and_unknown_messages_are_counted_by_reason_and_actor():
+    before_frames = value("esault_frames_dropped_total", {"reason": "decode"})
+    before_unknown = value("esault_unknown_messages_total", {"actor": "SpuActor"})
+    count_dropped_frame("decode")
+    count_unknown_message("SpuActor")
+    assert value("esault_frames_dropped_total", {"reason": "decode"}) == before_frames + 1
+    assert value("esault_unknown_messages_total", {"actor": "SpuActor"}) == before_unknown + 1
+
+
+def test_every_metric_name_is_esault_snake_case():
+    names = exposed_sample_names()
+    assert names
+    for name in names:
+        assert re.fullmatch(r"esault_[a-z0-9]+(_[a-z0-9]+)*", name), name
+
+
+def test_the_sink_metrics_the_dashboard_may_use_are_the_ones_spark_sink_defines():
+    import spark_sink.metrics as sink_metrics
+
+    from esault.metrics.registry import SINK_METRICS
+
+    defined = {
+        (family.name, family.type)
+        for metric in (sink_metrics.ROWS_COMMITTED, sink_metrics.BATCHES, sink_metrics.COMMIT_SECONDS,
+                       sink_metrics.ROWS_REJECTED, sink_metrics.COMMIT_FAILURES)
+        for family in metric.describe()
+    }
+    listed = {(sink.name.removesuffix("_total"), sink.type) for sink in SINK_METRICS}
+    assert listed == defined
+
+
+def test_the_sink_metrics_are_served_by_the_default_exporter():
+    import spark_sink.metrics as sink_metrics
+
+    sink_metrics.SinkMetrics("test-sink-served", "words").rows_committed.inc(5)
+    with start_metrics_server() as server:
+        samples = scrape(server)
+    labels = frozenset({"topology": "test-sink-served", "table": "words"}.items())
+    assert samples[("esault_sink_rows_committed_total", labels)] == 5

@@ -1,0 +1,248 @@
+"""TopologyBuilder: every mistake is a TopologyError that names the unit and the fix."""
+
+from __future__ import annotations
+
+import pytest
+
+from esault.config import ElasticityConfig
+from esault.dsl import Bolt, Grouping, Spout, TopologyBuilder
+from esault.errors import TopologyError
+
+
+class Words(Spout):
+    def next_tuple(self) -> None:
+        pass
+
+
+class Split(Bolt):
+    def process(self, tup) -> None:
+        pass
+
+
+class Count(Bolt):
+    def __init__(self, start: int = 0) -> None:
+        self.start = start
+
+    def process(self, tup) -> None:
+        pass
+
+
+def builder_with_spout(name: str = "words") -> TopologyBuilder:
+    b = TopologyBuilder("wc")
+    b.set_spout(name, Words)
+    return b
+
+
+# --------------------------------------------------------------- a valid one
+def test_a_valid_topology_is_in_topological_order_with_per_key_units() -> None:
+    b = TopologyBuilder("wc")
+    # Declared out of order on purpose: build() sorts spouts first, then readers after sources.
+    b.set_bolt("count", Count, 3, params={"start": 5}, max_spus=4).key_grouping("split")
+    b.set_bolt("report", Split).global_grouping("count").all_grouping("words")
+    b.set_bolt("split", Split, 2).shuffle_grouping("words")
+    b.set_spout("words", Words, max_pending=100)
+    topo = b.build()
+    names = [u.name for u in topo.units]
+    assert names[0] == "words"
+    for unit in topo.units:
+        for i in unit.inputs:
+            assert names.index(i.source) < names.index(unit.name), f"{unit.name} precedes its source {i.source}"
+    assert set(names) == {"words", "split", "count", "report"}
+    count = topo.unit("count")
+    assert count.per_key and not topo.unit("split").per_key and not topo.unit("report").per_key
+    assert not topo.unit("words").per_key  # a spout has no inputs
+    assert count.parallelism == 3 and count.elasticity == ElasticityConfig(max_spus=4)
+    assert count.instantiate().start == 5
+    assert count.class_path.endswith(":Count")
+    assert topo.unit("words").is_spout and topo.unit("words").max_pending == 100
+    assert sorted((u.name, g) for u, g in topo.downstream("words")) == [
+        ("report", Grouping.ALL), ("split", Grouping.SHUFFLE),
+    ]
+    assert [u.name for u, _ in topo.downstream("count")] == ["report"]
+    assert topo.upstream("report") == ["count", "words"]
+
+
+def test_a_chain_keeps_the_only_possible_order() -> None:
+    b = builder_with_spout("a")
+    b.set_bolt("d", Split).key_grouping("c")
+    b.set_bolt("c", Split).key_grouping("b")
+    b.set_bolt("b", Split).key_grouping("a")
+    assert [u.name for u in b.build().units] == ["a", "b", "c", "d"]
+
+
+def test_asking_for_an_unknown_unit_lists_the_units() -> None:
+    b = builder_with_spout()
+    b.set_bolt("split", Split).shuffle_grouping("words")
+    with pytest.raises(TopologyError, match=r"topology 'wc' has no unit 'count'; units are: words, split"):
+        b.build().unit("count")
+
+
+# ---------------------------------------------------------------- the graph
+def test_a_cycle_is_reported_with_its_path() -> None:
+    b = builder_with_spout()
+    b.set_bolt("a", Split).shuffle_grouping("words").shuffle_grouping("c")
+    b.set_bolt("b", Split).shuffle_grouping("a")
+    b.set_bolt("c", Split).shuffle_grouping("b")
+    with pytest.raises(TopologyError, match=r"topology has a cycle: a -> b -> c -> a; tuples must flow one way"):
+        b.build()
+
+
+def test_a_bolt_reading_itself_is_a_cycle() -> None:
+    b = builder_with_spout()
+    b.set_bolt("a", Split).shuffle_grouping("words").shuffle_grouping("a")
+    with pytest.raises(TopologyError, match=r"topology has a cycle: a -> a"):
+        b.build()
+
+
+def test_an_unknown_source_suggests_the_closest_name() -> None:
+    b = builder_with_spout()
+    b.set_bolt("split", Split).shuffle_grouping("word")
+    with pytest.raises(TopologyError, match=r"bolt 'split' reads from unknown source 'word'; did you mean 'words'\?"):
+        b.build()
+
+
+def test_an_unknown_source_with_no_close_name_has_no_suggestion() -> None:
+    b = builder_with_spout()
+    b.set_bolt("split", Split).shuffle_grouping("zzz")
+    with pytest.raises(TopologyError, match=r"bolt 'split' reads from unknown source 'zzz'$"):
+        b.build()
+
+
+def test_a_bolt_without_input_shows_how_to_add_one() -> None:
+    b = builder_with_spout()
+    b.set_bolt("split", Split)
+    with pytest.raises(TopologyError, match=r"bolt 'split' has no input: chain a grouping, e\.g\. "
+                                            r"set_bolt\('split', \.\.\.\)\.shuffle_grouping\('<source>'\)"):
+        b.build()
+
+
+def test_a_topology_without_a_spout_is_refused() -> None:
+    b = TopologyBuilder("wc")
+    b.set_bolt("split", Split)
+    with pytest.raises(TopologyError, match=r"topology 'wc' has no spout: add one with set_spout"):
+        b.build()
+
+
+def test_mixing_key_grouping_with_another_grouping_is_refused() -> None:
+    b = builder_with_spout()
+    b.set_spout("more", Words)
+    b.set_bolt("count", Count).key_grouping("words").shuffle_grouping("more")
+    with pytest.raises(TopologyError, match=r"bolt 'count' mixes key_grouping with shuffle_grouping: per-key PEs "
+                                            r"need every input key-grouped; split it into two bolts"):
+        b.build()
+
+
+def test_non_key_groupings_may_be_mixed() -> None:
+    b = builder_with_spout()
+    b.set_spout("more", Words)
+    b.set_bolt("join", Split).shuffle_grouping("words").all_grouping("more")
+    assert not b.build().unit("join").per_key
+
+
+def test_reading_the_same_source_twice_is_refused() -> None:
+    b = builder_with_spout()
+    declarer = b.set_bolt("split", Split).shuffle_grouping("words")
+    with pytest.raises(TopologyError, match=r"bolt 'split' already reads from 'words'; declare each input once"):
+        declarer.key_grouping("words")
+
+
+def test_a_grouping_needs_the_source_name_not_the_class() -> None:
+    b = builder_with_spout()
+    with pytest.raises(TopologyError, match=r"bolt 'split': shuffle_grouping\(\) takes the source's name \(a str\), "
+                                            r"got <class .*Words'>; e\.g\. \.shuffle_grouping\('sentences'\)"):
+        b.set_bolt("split", Split).shuffle_grouping(Words)  # type: ignore[arg-type]
+
+
+# ----------------------------------------------------------- declarations
+def test_duplicate_unit_names_are_refused() -> None:
+    b = builder_with_spout()
+    with pytest.raises(TopologyError, match=r"duplicate unit name 'words': every spout and bolt needs its own name"):
+        b.set_bolt("words", Split)
+
+
+@pytest.mark.parametrize("name", ["", "has space", "dot.ted", "-", 5])
+def test_invalid_unit_names_are_refused(name: object) -> None:
+    with pytest.raises(TopologyError, match=r"bolt name .* is invalid: use letters, digits, '-' and '_'"):
+        TopologyBuilder("wc").set_bolt(name, Split)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("name", ["", "   ", None])
+def test_a_topology_needs_a_name(name: object) -> None:
+    with pytest.raises(TopologyError, match="a topology needs a non-empty name"):
+        TopologyBuilder(name)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("parallelism", [0, -1, 1.5, True, "2"])
+def test_parallelism_must_be_a_whole_number_of_at_least_one(parallelism: object) -> None:
+    with pytest.raises(TopologyError, match=r"bolt 'split': parallelism must be a whole number >= 1, got "):
+        TopologyBuilder("wc").set_bolt("split", Split, parallelism)  # type: ignore[arg-type]
+
+
+def test_a_bolt_class_given_to_set_spout_points_to_set_bolt() -> None:
+    with pytest.raises(TopologyError, match=r"spout 'words': .*Split'> is not a subclass of esault\.Spout "
+                                            r"\(Split is a Bolt: use set_bolt\)"):
+        TopologyBuilder("wc").set_spout("words", Split)
+
+
+def test_a_spout_class_given_to_set_bolt_points_to_set_spout() -> None:
+    with pytest.raises(TopologyError, match=r"bolt 'split': .* is not a subclass of esault\.Bolt "
+                                            r"\(Words is a Spout: use set_spout\)"):
+        TopologyBuilder("wc").set_bolt("split", Words)
+
+
+def test_a_class_that_is_neither_is_refused() -> None:
+    with pytest.raises(TopologyError, match=r"bolt 'split': <class 'dict'> is not a subclass of esault\.Bolt$"):
+        TopologyBuilder("wc").set_bolt("split", dict)
+
+
+def test_an_instance_instead_of_a_class_shows_the_right_call() -> None:
+    with pytest.raises(TopologyError, match=r"pass the class itself, e\.g\. set_bolt\('split', MyClass\), not an instance"):
+        TopologyBuilder("wc").set_bolt("split", Split())  # type: ignore[arg-type]
+    with pytest.raises(TopologyError, match=r"pass the class itself, e\.g\. set_spout\('words', MyClass\)"):
+        TopologyBuilder("wc").set_spout("words", Words())  # type: ignore[arg-type]
+
+
+def test_an_unknown_option_suggests_the_closest_one() -> None:
+    with pytest.raises(TopologyError, match=r"bolt 'count': unknown option 'max_latncy'; did you mean 'max_latency'\? "
+                                            r"Valid options: .*Constructor arguments go in params=\{\.\.\.\}"):
+        TopologyBuilder("wc").set_bolt("count", Count, max_latncy=0.2)
+
+
+def test_an_unknown_option_lists_the_valid_ones() -> None:
+    # Elasticity settings belong to bolts; a spout takes only max_pending and params.
+    with pytest.raises(TopologyError, match=r"spout 'words': unknown option 'max_latency'.*Valid options: max_pending, params\."):
+        TopologyBuilder("wc").set_spout("words", Words, max_latency=0.2)
+    with pytest.raises(TopologyError, match=r"bolt 'count': unknown option 'start'.*Constructor arguments go in params"):
+        TopologyBuilder("wc").set_bolt("count", Count, start=5)
+
+
+def test_params_must_be_a_mapping() -> None:
+    with pytest.raises(TopologyError, match=r"bolt 'count': params must be a dict of constructor arguments, got \[5\]"):
+        TopologyBuilder("wc").set_bolt("count", Count, params=[5])
+
+
+def test_bad_elasticity_options_name_the_bolt() -> None:
+    b = builder_with_spout()
+    b.set_bolt("count", Count, max_latency=0).key_grouping("words")
+    with pytest.raises(TopologyError, match=r"bolt 'count': ElasticityConfig\.max_latency must be a number > 0, got 0"):
+        b.build()
+
+
+def test_bad_pe_idle_timeout_and_max_pending_are_refused() -> None:
+    b = builder_with_spout()
+    b.set_bolt("count", Count, pe_idle_timeout=-5).key_grouping("words")
+    with pytest.raises(TopologyError, match=r"bolt 'count': pe_idle_timeout must be seconds > 0 or None, got -5"):
+        b.build()
+    b = TopologyBuilder("wc")
+    b.set_spout("words", Words, max_pending=0)
+    with pytest.raises(TopologyError, match=r"spout 'words': max_pending must be a whole number >= 1, got 0"):
+        b.build()
+
+
+def test_pe_idle_timeout_defaults_to_the_job_setting_and_accepts_none() -> None:
+    b = builder_with_spout()
+    b.set_bolt("a", Count).key_grouping("words")
+    b.set_bolt("b", Count, pe_idle_timeout=None).key_grouping("words")
+    b.set_bolt("c", Count, pe_idle_timeout=2.5).key_grouping("words")
+    topo = b.build()
+    assert [topo.unit(n).pe_idle_timeout for n in "abc"] == ["job", None, 2.5]
