@@ -1,0 +1,87 @@
+"""The `esault` command, run as a real subprocess."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def esault(*args: str, cwd: Path, env: dict | None = None, timeout: float = 180) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "esault.cli", *args], cwd=cwd, capture_output=True, text=True,
+        timeout=timeout, env={**os.environ, **(env or {})},
+    )
+
+
+def test_run_executes_a_topology_file_to_completion_and_prints_counts(tmp_path):
+    topo = tmp_path / "tiny.py"
+    topo.write_text(
+        "from esault import Bolt, TopologyBuilder\n"
+        "from esault.testing import ListSpout\n"
+        "class Upper(Bolt):\n"
+        "    def process(self, tup):\n"
+        "        self.emit(tup.key, tup.value.upper())\n"
+        "b = TopologyBuilder('tiny')\n"
+        "b.set_spout('src', ListSpout, params={'items': [[i, 'x'] for i in range(50)]})\n"
+        "b.set_bolt('up', Upper, 2).shuffle_grouping('src')\n"
+        "topology = b.build()\n"
+        "def summarize(job):\n"
+        "    return 'summary: done'\n"
+    )
+    result = esault("run", str(topo), "--data-dir", str(tmp_path / "data"), cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert "src          1 SPU(s), emitted 50, acked 50, failed 0" in result.stdout
+    assert "up           2 SPU(s), processed 50" in result.stdout
+    assert result.stdout.rstrip().endswith("summary: done")
+
+
+@pytest.mark.parametrize(
+    "content, expected",
+    [
+        ("x = (\n", r"tiny\.py:1: syntax error"),
+        ("import nonexistent_module_xyz\n", r"tiny\.py:1: importing the topology raised ModuleNotFoundError"),
+        ("y = 1\n", r"defines neither `topology` nor `build_topology\(\)`"),
+        ("topology = 42\n", r"expected a Topology .* got int"),
+        ("from esault import TopologyBuilder\nb = TopologyBuilder('t')\ntopology = b.build()\n", r"has no spout"),
+    ],
+)
+def test_a_bad_topology_file_gets_one_clear_line_and_exit_code_2(tmp_path, content, expected):
+    import re
+
+    (tmp_path / "tiny.py").write_text(content)
+    result = esault("run", "tiny.py", "--data-dir", str(tmp_path / "d"), cwd=tmp_path, timeout=60)
+    assert result.returncode == 2
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("esault: error: "), result.stderr
+    assert re.search(expected, lines[0]), lines[0]
+
+
+def test_a_bad_config_names_the_file_and_field(tmp_path):
+    (tmp_path / "job.toml").write_text("[job]\nmax_spout_pending = 0\n")
+    result = esault("run", str(ROOT / "examples" / "wordcount.py"), "--config", "job.toml", cwd=tmp_path, timeout=60)
+    assert result.returncode == 2
+    assert "config file job.toml: JobConfig.max_spout_pending must be a whole number >= 1, got 0" in result.stderr
+
+
+def test_a_bad_environment_override_is_reported(tmp_path):
+    result = esault("run", str(ROOT / "examples" / "wordcount.py"), cwd=tmp_path,
+                    env={"ESAULT_BATCH_SIZE": "lots"}, timeout=60)
+    assert result.returncode == 2
+    assert "environment variable ESAULT_BATCH_SIZE='lots' is not a valid int" in result.stderr
+
+
+def test_wordcount_example_runs_and_matches_its_oracle(tmp_path):
+    result = esault("run", str(ROOT / "examples" / "wordcount.py"), "--data-dir", str(tmp_path), cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    sys.path.insert(0, str(ROOT / "examples"))
+    import wordcount
+
+    counts = json.loads((tmp_path / "wordcount" / "wordcount.json").read_text())
+    assert counts == dict(wordcount.oracle(20000))
