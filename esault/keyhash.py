@@ -1,7 +1,7 @@
 """The stable key hash onto [0, KEY_SPACE_MAX].
 
-Routing must agree across processes and runs, so this never uses the built-in
-hash() (salted per process for str/bytes). Keys that Python considers equal
+Routing must agree across processes and runs, so this never uses Python's
+built-in hash, which is salted per process for str and bytes. Keys that Python considers equal
 (1, True and 1.0; a str subclass and its str; bytes and bytearray; a tuple and
 a list of equal items) hash equally, because they share one PE in an SPU's
 key -> PE table and so must be routed to the same SPU.

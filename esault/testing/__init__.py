@@ -48,8 +48,12 @@ class ListSpout(ReplayingSpout):
         self.per_call = per_call
         self.position = 0
 
+    def limit(self) -> int:
+        """How far into items this spout may emit now; override to hold some back."""
+        return len(self.items)
+
     def next_tuple(self) -> None:
-        end = min(self.position + self.per_call, len(self.items))
+        end = min(self.position + self.per_call, self.limit())
         for i in range(self.position, end):
             key, value = self.items[i]
             self.emit(key, value, msg_id=i)

@@ -20,17 +20,8 @@ class GatedListSpout(ListSpout):
         self.gate = gate
         self.hold_at = hold_at
 
-    def next_tuple(self) -> None:
-        if self.position >= self.hold_at and not GATES[self.gate].is_set():
-            return
-        limit = len(self.items) if GATES[self.gate].is_set() else self.hold_at
-        end = min(self.position + self.per_call, limit)
-        for i in range(self.position, end):
-            key, value = self.items[i]
-            self.emit(key, value, msg_id=i)
-        self.position = end
-        if self.position >= len(self.items):
-            self.finish()
+    def limit(self) -> int:
+        return len(self.items) if GATES[self.gate].is_set() else self.hold_at
 
 
 class SequenceCheckBolt(Bolt):

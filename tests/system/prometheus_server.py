@@ -17,6 +17,7 @@ import shutil
 import socket
 import subprocess
 import tempfile
+import threading
 import time
 import urllib.error
 import urllib.parse
@@ -52,6 +53,7 @@ class PrometheusServer:
         if not targets:
             raise ValueError("PrometheusServer needs at least one 'host:port' target to scrape")
         self.targets = list(targets)
+        self._poll_gate = threading.Event()
         self.scrape_interval = scrape_interval
         self.job = job
         self.startup_timeout = startup_timeout
@@ -117,7 +119,7 @@ class PrometheusServer:
                         return True
             except (urllib.error.URLError, ConnectionError, TimeoutError):
                 pass
-            time.sleep(_POLL_INTERVAL)
+            self._poll_gate.wait(_POLL_INTERVAL)  # a poll interval inside a deadline loop
         self._terminate()
         return False
 
@@ -223,7 +225,7 @@ class PrometheusServer:
                     f"no result satisfying the condition for {expr!r} within {timeout}s; "
                     f"last result: {last!r}; targets: {self.target_health()!r}"
                 )
-            time.sleep(_POLL_INTERVAL)
+            self._poll_gate.wait(_POLL_INTERVAL)  # a poll interval inside a deadline loop
 
     def target_health(self) -> list[dict[str, str]]:
         """Each active target's scrape URL, health ("up"/"down"/"unknown") and last error."""
