@@ -8,24 +8,32 @@ against a plain collections.Counter over the same sentences (see `oracle`).
 from __future__ import annotations
 
 import collections
+import itertools
 import json
 import random
+import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 from esault import Bolt, ReplayingSpout, TopologyBuilder
 
 VOCABULARY_SIZE = 2000
 
 
-def make_sentences(total: int, seed: int = 42, words_per_sentence: int = 10,
-                   vocabulary: int = VOCABULARY_SIZE) -> list[str]:
-    """The deterministic input: the same seed gives the same sentences in every process."""
+def sentence_stream(seed: int = 42, words_per_sentence: int = 10,
+                    vocabulary: int = VOCABULARY_SIZE) -> Iterator[str]:
+    """The deterministic input, endless: the same seed gives the same sentences in every process."""
     rnd = random.Random(seed)
     words = [f"word{i}" for i in range(vocabulary)]
     # A Zipf-like skew: a few words are hot, as in real text.
-    weights = [1.0 / (rank + 1) for rank in range(vocabulary)]
-    return [" ".join(rnd.choices(words, weights, k=words_per_sentence)) for _ in range(total)]
+    cumulative = list(itertools.accumulate(1.0 / (rank + 1) for rank in range(vocabulary)))
+    while True:
+        yield " ".join(rnd.choices(words, cum_weights=cumulative, k=words_per_sentence))
+
+
+def make_sentences(total: int, seed: int = 42) -> list[str]:
+    """The first `total` sentences of the stream."""
+    return list(itertools.islice(sentence_stream(seed), total))
 
 
 def oracle(total: int, seed: int = 42) -> collections.Counter:
@@ -44,21 +52,19 @@ class SentenceSpout(ReplayingSpout):
         self.position = 0
 
     def open(self, context: Any) -> None:
-        self.sentences = make_sentences(self.total, self.seed)
+        self.stream = sentence_stream(self.seed)
         self.started: float | None = None
 
     def next_tuple(self) -> None:
         end = min(self.position + 32, self.total)
         if self.rate is not None:
-            import time
-
             now = time.monotonic()
             if self.started is None:
                 self.started = now
-            allowed = int((now - self.started) * self.rate) + 1
-            end = min(end, allowed)
-        for i in range(self.position, end):
-            self.emit(None, self.sentences[i], msg_id=i)
+            end = min(end, int((now - self.started) * self.rate) + 1)
+        stream = self.stream
+        for i in range(self.position, end):  # replays come from ReplayingSpout's pending store
+            self.emit(None, next(stream), msg_id=i)
         self.position = max(self.position, end)
         if self.position >= self.total:
             self.finish()
