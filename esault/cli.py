@@ -72,8 +72,8 @@ def _run(args: argparse.Namespace) -> int:
         overrides["metrics_port"] = args.metrics_port
     if args.metrics_host is not None:
         overrides["metrics_host"] = args.metrics_host
-    config = JobConfig.load(args.config, **overrides)
     topology, module = load_topology(args.path)
+    config = JobConfig.load(args.config, defaults=getattr(module, "JOB_DEFAULTS", None), **overrides)
     server = None
     if config.metrics_port is not None:
         from esault.metrics.exporter import start_metrics_server

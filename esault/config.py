@@ -125,10 +125,15 @@ class JobConfig:
         cls,
         file: str | os.PathLike[str] | None = None,
         environ: Mapping[str, str] | None = None,
+        defaults: Mapping[str, Any] | None = None,
         **overrides: Any,
     ) -> "JobConfig":
-        """Defaults, then a TOML file, then ESAULT_<FIELD> variables, then keyword arguments."""
+        """Built-in defaults, then `defaults` (a topology's own), a TOML file, ESAULT_<FIELD>
+        variables, then keyword arguments: each overrides the ones before."""
         values: dict[str, Any] = {}
+        if defaults:
+            JobConfig.from_mapping(defaults, origin="the topology's JOB_DEFAULTS")
+            values.update(defaults)
         if file is not None:
             values.update(_read_toml(Path(file)))
         env = os.environ if environ is None else environ

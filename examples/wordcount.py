@@ -1,6 +1,8 @@
-"""Word count, the eSault paper's experiment: sentences -> split -> count -> results.
+"""Word count, the eSault paper's experiment: sentences -> split -> count -> Spark table.
 
 Run it:  esault run examples/wordcount.py
+The running counts land in the Spark table `word_counts` (Parquet under
+<data_dir>/wordcount/warehouse); the run ends by printing a Spark SQL top-5.
 The spout is replayable and deterministic (seeded), so a run can be checked
 against a plain collections.Counter over the same sentences (see `oracle`).
 """
@@ -106,13 +108,29 @@ class LatestCountsBolt(Bolt):
         self.path.write_text(json.dumps(self.counts, sort_keys=True))
 
 
+SPARK_TABLE = "word_counts"
+JOB_DEFAULTS = {"message_timeout": 120.0}
+"""The sink acks after a commit, and the first commit waits for the JVM: allow for it."""
+
+
 def build_topology(total: int = 20000, seed: int = 42, rate: float | None = None,
-                   split_parallelism: int = 1, count_parallelism: int = 2):
+                   split_parallelism: int = 1, count_parallelism: int = 2, sink: str | None = "spark"):
+    """sink: "spark" (the default: rows into a Spark table), "pyarrow" (same table, no JVM) or None."""
     builder = TopologyBuilder("wordcount")
-    builder.set_spout("sentences", SentenceSpout, params={"total": total, "seed": seed, "rate": rate})
+    # Sink acks wait for commits, so let enough sentences be in flight to fill a batch.
+    builder.set_spout("sentences", SentenceSpout, params={"total": total, "seed": seed, "rate": rate},
+                      max_pending=20000)
     builder.set_bolt("split", SplitBolt, split_parallelism).shuffle_grouping("sentences")
     builder.set_bolt("count", CountBolt, count_parallelism).key_grouping("split")
     builder.set_bolt("latest", LatestCountsBolt).global_grouping("count")
+    if sink is not None:
+        from spark_sink import SparkSink
+
+        builder.set_bolt("spark", SparkSink, params={
+            "table": SPARK_TABLE, "schema": "word STRING, count BIGINT",
+            "key_column": "word", "value_column": "count",
+            "batch_rows": 50_000, "batch_seconds": 5.0, "engine": sink,
+        }).shuffle_grouping("count")
     return builder.build()
 
 
@@ -124,4 +142,12 @@ def summarize(job: Any) -> str:
     total = sum(counts.values())
     lines = [f"word count: {total} words, {len(counts)} distinct; top 5:"]
     lines += [f"  {word:<12} {count}" for word, count in top]
+    if "spark" in job.final_status.get("units", {}) if job.final_status else False:
+        from spark_sink import analytics
+
+        warehouse = analytics.default_warehouse(job.data_dir)
+        rows = analytics.top_k(SPARK_TABLE, k=5, key="word", value="count", agg="max", warehouse=warehouse)
+        lines.append(f"Spark SQL over table {SPARK_TABLE} ({warehouse}):")
+        lines.append(f"  SELECT word, MAX(count) FROM {SPARK_TABLE} GROUP BY word ORDER BY 2 DESC LIMIT 5")
+        lines.append(analytics.format_rows(rows, ("word", "count")))
     return "\n".join(lines)

@@ -77,11 +77,19 @@ def test_a_bad_environment_override_is_reported(tmp_path):
     assert "environment variable ESAULT_BATCH_SIZE='lots' is not a valid int" in result.stderr
 
 
-def test_wordcount_example_runs_and_matches_its_oracle(tmp_path):
-    result = esault("run", str(ROOT / "examples" / "wordcount.py"), "--data-dir", str(tmp_path), cwd=tmp_path)
+def test_the_main_job_counts_exactly_and_ends_with_a_spark_sql_result(tmp_path):
+    """The README's main command: word count into a Spark table, then Spark SQL over it."""
+    result = esault("run", str(ROOT / "examples" / "wordcount.py"), "--data-dir", str(tmp_path), cwd=tmp_path,
+                    timeout=400)
     assert result.returncode == 0, result.stderr
     sys.path.insert(0, str(ROOT / "examples"))
     import wordcount
 
+    oracle = wordcount.oracle(20000)
     counts = json.loads((tmp_path / "wordcount" / "wordcount.json").read_text())
-    assert counts == dict(wordcount.oracle(20000))
+    assert counts == dict(oracle)
+    assert "sentences    1 SPU(s), emitted 20000, acked 20000, failed 0, replayed 0" in result.stdout
+    assert "Spark SQL over table word_counts" in result.stdout
+    spark_lines = result.stdout.split("Spark SQL over table word_counts")[1].splitlines()[4:9]
+    top5 = [(w, c) for w, c in oracle.most_common(5)]
+    assert [tuple(line.split()) for line in spark_lines] == [(w, str(c)) for w, c in top5]

@@ -25,7 +25,7 @@ def final_counts(pairs):
 
 @pytest.mark.parametrize("acking", [True, False])
 def test_wordcount_equals_a_plain_counter_over_the_same_sentences(cluster, config, acking):
-    topology = wordcount.build_topology(total=3000, seed=7, count_parallelism=3)
+    topology = wordcount.build_topology(total=3000, seed=7, count_parallelism=3, sink=None)
     job = cluster.submit(topology, config.replace(acking=acking))
     assert job.wait(60), job.status()
     job.stop()

@@ -19,7 +19,7 @@ pytestmark = pytest.mark.system
 
 
 def test_prometheus_scrapes_non_zero_series_from_a_running_wordcount(tmp_path):
-    topology = wordcount.build_topology(total=1_000_000, rate=2000.0)
+    topology = wordcount.build_topology(total=1_000_000, rate=2000.0, sink=None)
     with start_metrics_server() as exporter, PrometheusServer([exporter.target]) as prometheus, \
             LocalCluster() as cluster:
         job = cluster.submit(topology, JobConfig(data_dir=tmp_path))

@@ -201,3 +201,13 @@ def test_badly_typed_file_values_are_config_errors(tmp_path: Path) -> None:
     path.write_text('[job]\nmax_workers = "two"\n', encoding="utf-8")
     with pytest.raises(ConfigError, match=r"JobConfig\.max_workers must be a whole number >= 1, got 'two'"):
         JobConfig.load(path, environ={})
+
+
+def test_a_topologys_defaults_sit_below_files_environment_and_arguments(tmp_path: Path) -> None:
+    from esault.config import JobConfig
+
+    defaults = {"message_timeout": 120.0, "batch_size": 7, "max_retries": 9}
+    cfg = JobConfig.load(environ={"ESAULT_BATCH_SIZE": "11"}, defaults=defaults, max_retries=1)
+    assert (cfg.message_timeout, cfg.batch_size, cfg.max_retries) == (120.0, 11, 1)
+    with pytest.raises(ConfigError, match="the topology's JOB_DEFAULTS: unknown setting"):
+        JobConfig.load(environ={}, defaults={"nope": 1})

@@ -1,0 +1,160 @@
+"""CommitLog: one writer's append-only, fsync'd record of its batches.
+
+A JSON line per event:
+    {"op": "begin",  "batch": id, "seq": n, "path": "<dir under the table>", "rows": r, "time": t}
+    {"op": "commit", "batch": id, "time": t}
+    {"op": "abort",  "batch": id, "time": t}
+
+"begin" is written (and fsync'd) before the batch directory is renamed into
+the table, "commit" after; a begin with neither commit nor abort is a commit
+cut short, which the writer resolves on open. Each append is one write() of a
+whole line followed by fsync; a crash can only leave a torn *last* line, which
+is dropped on open. The open log holds an exclusive flock, so two live writers
+can never share it. Pure file I/O: no Spark.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from esault.errors import SinkError
+
+
+@dataclass(frozen=True, slots=True)
+class BatchRecord:
+    """What the log says about one batch."""
+
+    batch: str
+    seq: int
+    path: str
+    rows: int
+    state: str  # "begun" | "committed" | "aborted"
+
+
+class CommitLog:
+    """Open (creating if needed) and lock the log at `path`; read its history."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = Path(path)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            raise SinkError(
+                f"commit log {self.path} is locked by another live sink writer; each "
+                "(topology, unit, spu_id) must run once per table -- stop the other instance "
+                "or give this one another topology/unit name"
+            ) from None
+        self._fd: int | None = fd
+        self._batches: dict[str, BatchRecord] = {}
+        self.max_seq = -1
+        self.dropped_torn_tail = False
+        self._load()
+        _fsync_dir(self.path.parent)
+
+    def _load(self) -> None:
+        assert self._fd is not None
+        with open(self._fd, "rb", closefd=False) as fh:
+            fh.seek(0)
+            data = fh.read()
+        good_end = 0
+        lines = data.split(b"\n")
+        for i, line in enumerate(lines):
+            last = i == len(lines) - 1
+            if last:
+                if line:  # no newline: a torn final append
+                    self.dropped_torn_tail = True
+                break
+            try:
+                rec = json.loads(line)
+                self._apply(rec)
+            except (ValueError, KeyError, TypeError):
+                if i == len(lines) - 2 and not lines[-1]:
+                    self.dropped_torn_tail = True  # torn last line that happened to end in '\n'
+                    break
+                raise SinkError(
+                    f"commit log {self.path} is corrupt at line {i + 1}: {line[:80]!r}; "
+                    "it is written only by the sink -- restore it from a backup or move the table aside"
+                ) from None
+            good_end += len(line) + 1
+        if good_end != len(data):
+            os.ftruncate(self._fd, good_end)
+            os.fsync(self._fd)
+        os.lseek(self._fd, 0, os.SEEK_END)
+
+    def _apply(self, rec: dict[str, Any]) -> None:
+        op, batch = rec["op"], rec["batch"]
+        if op == "begin":
+            seq = int(rec["seq"])
+            self._batches[batch] = BatchRecord(batch, seq, str(rec["path"]), int(rec["rows"]), "begun")
+            self.max_seq = max(self.max_seq, seq)
+        elif op in ("commit", "abort"):
+            old = self._batches[batch]
+            self._batches[batch] = BatchRecord(
+                old.batch, old.seq, old.path, old.rows, "committed" if op == "commit" else "aborted"
+            )
+        else:
+            raise ValueError(op)
+
+    def _append(self, rec: dict[str, Any]) -> None:
+        if self._fd is None:
+            raise SinkError(f"commit log {self.path} is closed")
+        line = (json.dumps(rec, separators=(",", ":")) + "\n").encode()
+        start = os.lseek(self._fd, 0, os.SEEK_END)
+        written = os.write(self._fd, line)
+        if written != len(line):
+            os.ftruncate(self._fd, start)
+            raise SinkError(f"commit log {self.path}: short write ({written} of {len(line)} bytes); is the disk full?")
+        os.fsync(self._fd)
+        self._apply(rec)
+
+    def begin(self, batch: str, seq: int, path: str, rows: int) -> None:
+        """Record (durably) that `batch` is about to be renamed to `path`."""
+        self._append({"op": "begin", "batch": batch, "seq": seq, "path": path, "rows": rows, "time": time.time()})
+
+    def commit(self, batch: str) -> None:
+        """Record (durably) that `batch` is published; from here it counts as committed."""
+        self._append({"op": "commit", "batch": batch, "time": time.time()})
+
+    def abort(self, batch: str) -> None:
+        self._append({"op": "abort", "batch": batch, "time": time.time()})
+
+    def get(self, batch: str) -> BatchRecord | None:
+        return self._batches.get(batch)
+
+    def is_committed(self, batch: str) -> bool:
+        rec = self._batches.get(batch)
+        return rec is not None and rec.state == "committed"
+
+    def unfinished(self) -> list[BatchRecord]:
+        """Begun batches with no commit or abort: commits cut short by a crash or error."""
+        return [r for r in self._batches.values() if r.state == "begun"]
+
+    def committed(self) -> list[BatchRecord]:
+        return [r for r in self._batches.values() if r.state == "committed"]
+
+    def close(self) -> None:
+        """Release the lock (a crashed process releases it too)."""
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
+
+    @property
+    def closed(self) -> bool:
+        return self._fd is None
+
+
+def _fsync_dir(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)

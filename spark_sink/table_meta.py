@@ -1,0 +1,91 @@
+"""TableMeta: a table's row schema and partition columns, stored once in _esault/schema.json.
+
+Every sink instance writing the table (other SPUs, restarted jobs) and every
+reader (spark_sink.analytics) reads the same file, so an inferred schema is
+decided once and then enforced everywhere. The first writer to store it wins
+(an atomic link), a racing writer adopts the winner's.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+
+from esault.errors import SinkError
+from spark_sink.schema import Column, TableSchema
+
+
+@dataclass(frozen=True)
+class TableMeta:
+    """columns: what each row must fit (including row-valued partition columns).
+    partitions: the directory levels, outermost first, ending with esault_batch."""
+
+    columns: TableSchema
+    partitions: tuple[Column, ...]
+
+    @property
+    def partition_names(self) -> tuple[str, ...]:
+        return tuple(c.name for c in self.partitions)
+
+    def data_columns(self) -> TableSchema:
+        """Columns stored in the Parquet files (row columns minus partition columns)."""
+        return self.columns.without(self.partition_names)
+
+    def to_json(self) -> str:
+        return json.dumps(
+            {
+                "version": 1,
+                "columns": [[c.name, c.type, c.nullable] for c in self.columns.columns],
+                "partitions": [[c.name, c.type] for c in self.partitions],
+            },
+            indent=1,
+        )
+
+    @classmethod
+    def from_json(cls, text: str) -> "TableMeta":
+        data = json.loads(text)
+        cols = TableSchema(tuple(Column(n, t, bool(nl)) for n, t, nl in data["columns"]))
+        parts = tuple(Column(n, t) for n, t in data["partitions"])
+        return cls(cols, parts)
+
+    def describe(self) -> str:
+        return f"columns ({self.columns.ddl()}) partitioned by ({', '.join(self.partition_names)})"
+
+
+def load_meta(path: Path) -> TableMeta | None:
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except FileNotFoundError:
+        return None
+    try:
+        return TableMeta.from_json(text)
+    except (ValueError, KeyError, TypeError) as exc:
+        raise SinkError(f"table metadata {path} is unreadable ({exc}); it is written only by the sink") from None
+
+
+def store_meta(path: Path, meta: TableMeta) -> TableMeta:
+    """Store meta unless the file exists; return what is stored (ours or the first writer's)."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{uuid.uuid4().hex}.tmp")
+    with open(tmp, "w", encoding="utf-8") as fh:
+        fh.write(meta.to_json())
+        fh.flush()
+        os.fsync(fh.fileno())
+    try:
+        os.link(tmp, path)
+    except FileExistsError:
+        pass
+    finally:
+        tmp.unlink()
+    fd = os.open(path.parent, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    stored = load_meta(path)
+    assert stored is not None
+    return stored

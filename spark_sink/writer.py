@@ -1,0 +1,221 @@
+"""BatchWriter: the idempotent, crash-safe commit of one batch into the table.
+
+Protocol for batch B (id I, rows of one partition value P), one writer per
+(topology, unit, spu_id) and table:
+
+  0. If the log says I is committed: return ALREADY (same rows count, or SinkError).
+  1. Remove any leftover staging/I; the stager writes B's Parquet file(s) there;
+     files are renamed to part-NNNNN-I.<ext>, then fsync'd with the directory.
+  2. Append {"begin", I, P, rows} to the commit log (fsync).
+  3. rename(staging/I, <table>/P/esault_batch=I)  -- one atomic directory rename:
+     readers see nothing of B before it and all of B after it. fsync the parent.
+  4. Append {"commit", I} to the log (fsync). B is committed.
+
+On open, the writer resolves its log: a "begin" without "commit" whose
+directory exists was published (the rename is atomic) and is logged as
+committed; one whose directory does not exist is logged as aborted. Leftover
+staging directories of this writer are deleted. Sequence numbers continue after
+the highest one in the log, so a restarted writer never reuses a batch id.
+
+File I/O only (the Spark part is the stager); runs on the committer thread.
+"""
+
+from __future__ import annotations
+
+import enum
+import logging
+import os
+import shutil
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from esault.errors import SinkError
+from spark_sink.commit_log import CommitLog
+from spark_sink.failpoints import Failpoint
+from spark_sink.failpoints import from_env as failpoint_from_env
+from spark_sink.layout import TablePaths
+from spark_sink.stager import Stager, is_data_file
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+
+log = logging.getLogger(__name__)
+
+
+class Outcome(enum.Enum):
+    COMMITTED = "committed"  # this call published the batch
+    ALREADY_COMMITTED = "already-committed"  # the log already had it: nothing written
+
+
+@dataclass(frozen=True, slots=True)
+class Recovery:
+    """What opening the writer found and fixed."""
+
+    rolled_forward: tuple[str, ...] = ()  # published but not logged: now logged as committed
+    aborted: tuple[str, ...] = ()  # begun, never published: logged as aborted
+    staging_removed: tuple[str, ...] = ()  # leftover staging directories deleted
+
+
+@dataclass(slots=True)
+class WriterStats:
+    committed: int = 0
+    skipped: int = 0
+    recovered: Recovery = field(default_factory=Recovery)
+
+
+class BatchWriter:
+    """Commit batches of one writer into the table at `table_dir` (see module doc)."""
+
+    def __init__(
+        self,
+        table_dir: Path,
+        writer: str,
+        stager: Stager,
+        failpoint: Failpoint | None = None,
+    ) -> None:
+        self.paths = TablePaths(Path(table_dir))
+        self.writer = writer
+        self.stager = stager
+        self.failpoint = failpoint if failpoint is not None else failpoint_from_env()
+        self.paths.staging.mkdir(parents=True, exist_ok=True)
+        self.log = CommitLog(self.paths.commit_log(writer))
+        self.stats = WriterStats()
+        self.stats.recovered = self._recover()
+
+    @property
+    def next_seq(self) -> int:
+        """The first sequence number never used by this writer."""
+        return self.log.max_seq + 1
+
+    def _recover(self) -> Recovery:
+        forward, aborted = [], []
+        for rec in self.log.unfinished():
+            if (self.paths.root / rec.path).is_dir():
+                self.log.commit(rec.batch)
+                forward.append(rec.batch)
+            else:
+                self.log.abort(rec.batch)
+                aborted.append(rec.batch)
+        removed = []
+        prefix = self.writer + "."
+        for entry in sorted(self.paths.staging.iterdir()):
+            if entry.name.startswith(prefix):
+                shutil.rmtree(entry, ignore_errors=True)
+                removed.append(entry.name)
+        if forward or aborted or removed:
+            log.warning(
+                "sink writer %s recovered table %s: rolled forward %s, aborted %s, removed staging %s",
+                self.writer, self.paths.root, forward, aborted, removed,
+            )
+        return Recovery(tuple(forward), tuple(aborted), tuple(removed))
+
+    def is_committed(self, batch_id: str) -> bool:
+        return self.log.is_committed(batch_id)
+
+    def commit(self, batch_id: str, seq: int, rel_path: str, table: "pa.Table") -> Outcome:
+        """Publish `table` as batch `batch_id` at <table>/<rel_path>, at most once.
+
+        Safe to call again with the same arguments after any exception (or
+        after a crash, from a new writer on the same directory). Raises
+        SinkError if batch_id was committed with a different row count or path.
+        """
+        rows = table.num_rows
+        rec = self.log.get(batch_id)
+        if rec is not None and rec.state == "committed":
+            if rec.rows != rows or rec.path != rel_path:
+                raise SinkError(
+                    f"batch {batch_id} was already committed with {rec.rows} rows at {rec.path}, "
+                    f"now offered with {rows} rows at {rel_path}: batch ids must never be reused "
+                    "(two writers with one (topology, unit, spu_id)?)"
+                )
+            self.stats.skipped += 1
+            return Outcome.ALREADY_COMMITTED
+        dest = self.paths.root / rel_path
+        if dest.exists():
+            if rec is not None and rec.state == "begun":  # retry after an error past the rename
+                self.log.commit(batch_id)
+                self.stats.committed += 1
+                return Outcome.COMMITTED
+            raise SinkError(
+                f"batch directory {dest} exists but commit log {self.log.path} has no 'begin' for it; "
+                "the table directory was changed outside the sink -- move that directory aside"
+            )
+        fp = self.failpoint
+        stage = self.paths.staging / batch_id
+        if stage.exists():
+            shutil.rmtree(stage)
+        if fp:
+            fp("before-stage", batch_id)
+        self.stager.stage(table, stage)
+        self._finalize(stage, batch_id)
+        if fp:
+            fp("staged", batch_id)
+        self.log.begin(batch_id, seq, rel_path, rows)
+        if fp:
+            fp("begun", batch_id)
+        _makedirs_durable(dest.parent)
+        os.rename(stage, dest)
+        _fsync_dir(dest.parent)
+        _fsync_dir(self.paths.staging)
+        if fp:
+            fp("published", batch_id)
+        self.log.commit(batch_id)
+        if fp:
+            fp("committed", batch_id)
+        self.stats.committed += 1
+        return Outcome.COMMITTED
+
+    def _finalize(self, stage: Path, batch_id: str) -> list[Path]:
+        """Name data files after the batch, drop checksum/marker files, fsync everything."""
+        files = []
+        names = sorted(os.listdir(stage))
+        data = [n for n in names if is_data_file(n)]
+        if not data:
+            raise SinkError(f"stager {getattr(self.stager, 'name', self.stager)!r} wrote no data file into {stage}")
+        for n in names:
+            if not is_data_file(n):
+                p = stage / n
+                if p.is_dir():
+                    shutil.rmtree(p)
+                else:
+                    p.unlink()
+        for i, n in enumerate(data):
+            ext = n[n.index("."):] if "." in n else ".parquet"
+            target = stage / f"part-{i:05d}-{batch_id}{ext}"
+            os.rename(stage / n, target)
+            fd = os.open(target, os.O_RDONLY)
+            try:
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+            files.append(target)
+        _fsync_dir(stage)
+        return files
+
+    def close(self) -> None:
+        """Release the commit log (and its lock)."""
+        self.log.close()
+
+
+def _fsync_dir(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _makedirs_durable(path: Path) -> None:
+    """mkdir -p, fsync'ing the parent of each directory created."""
+    missing = []
+    p = path
+    while not p.exists():
+        missing.append(p)
+        p = p.parent
+    for d in reversed(missing):
+        try:
+            d.mkdir()
+        except FileExistsError:
+            continue  # another writer created it
+        _fsync_dir(d.parent)

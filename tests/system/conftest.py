@@ -1,0 +1,35 @@
+"""System-test fixtures: one SparkSession for the whole run, unique table names."""
+
+from __future__ import annotations
+
+import itertools
+import os
+import re
+import shutil
+
+import pytest
+
+_tables = itertools.count()
+
+
+@pytest.fixture(scope="session")
+def spark():
+    """The process's shared SparkSession (local[2]), started once for every Spark test.
+
+    It is the same session the sink's get_session() returns, so sinks under
+    test and the assertions read through one catalog.
+    """
+    if shutil.which("java") is None and not os.environ.get("JAVA_HOME"):
+        pytest.fail("PySpark tests need Java 17+ (java on PATH or JAVA_HOME); `bash .ci/run` installs it")
+    from spark_sink.session import get_session, stop_session
+
+    session = get_session(master="local[2]")
+    yield session
+    stop_session()
+
+
+@pytest.fixture
+def table_name(request) -> str:
+    """A catalog-unique table name derived from the test's name."""
+    base = re.sub(r"[^A-Za-z0-9_]", "_", request.node.name)[:40]
+    return f"t{next(_tables)}_{base}"
