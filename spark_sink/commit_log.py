@@ -58,7 +58,7 @@ class CommitLog:
         self.max_seq = -1
         self.dropped_torn_tail = False
         self._load()
-        _fsync_dir(self.path.parent)
+        fsync_dir(self.path.parent)
 
     def _load(self) -> None:
         assert self._fd is not None
@@ -152,7 +152,8 @@ class CommitLog:
         return self._fd is None
 
 
-def _fsync_dir(path: Path) -> None:
+def fsync_dir(path: Path) -> None:
+    """Make a rename or create inside `path` durable (POSIX needs the directory fsynced)."""
     fd = os.open(path, os.O_RDONLY)
     try:
         os.fsync(fd)

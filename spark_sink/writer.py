@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from esault.errors import SinkError
-from spark_sink.commit_log import CommitLog
+from spark_sink.commit_log import CommitLog, fsync_dir
 from spark_sink.failpoints import Failpoint
 from spark_sink.failpoints import from_env as failpoint_from_env
 from spark_sink.layout import TablePaths
@@ -156,8 +156,8 @@ class BatchWriter:
             fp("begun", batch_id)
         _makedirs_durable(dest.parent)
         os.rename(stage, dest)
-        _fsync_dir(dest.parent)
-        _fsync_dir(self.paths.staging)
+        fsync_dir(dest.parent)
+        fsync_dir(self.paths.staging)
         if fp:
             fp("published", batch_id)
         self.log.commit(batch_id)
@@ -190,20 +190,12 @@ class BatchWriter:
             finally:
                 os.close(fd)
             files.append(target)
-        _fsync_dir(stage)
+        fsync_dir(stage)
         return files
 
     def close(self) -> None:
         """Release the commit log (and its lock)."""
         self.log.close()
-
-
-def _fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 def _makedirs_durable(path: Path) -> None:
@@ -218,4 +210,4 @@ def _makedirs_durable(path: Path) -> None:
             d.mkdir()
         except FileExistsError:
             continue  # another writer created it
-        _fsync_dir(d.parent)
+        fsync_dir(d.parent)
