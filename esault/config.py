@@ -95,9 +95,12 @@ class JobConfig:
     metrics_host: str = "127.0.0.1"
     metrics_port: int | None = None
     max_workers: int = 2
+    gc_gen0_threshold: int | None = 100_000
 
     def __post_init__(self) -> None:
         o = "JobConfig"
+        if self.gc_gen0_threshold is not None:
+            _whole(o, "gc_gen0_threshold", self.gc_gen0_threshold, 1)
         _positive(o, "message_timeout", self.message_timeout)
         _positive(o, "tick_interval", self.tick_interval)
         _positive(o, "pe_idle_timeout", self.pe_idle_timeout, allow_none=True)

@@ -13,6 +13,7 @@ from esault.config import JobConfig
 from esault.dsl.topology import Topology
 from esault.errors import EsaultError
 from esault.reliability.dead_letters import DeadLetterWriter
+from esault.runtime import gc_policy
 from esault.runtime.acker import AckServerActor
 from esault.runtime.context import JobContext
 from esault.runtime.coordinator import ReconfigurationCoordinator, ScaleRequest
@@ -37,6 +38,7 @@ class Job:
         self.ctx = JobContext(topology, config, self.clock, data_dir,
                               dead_letters=DeadLetterWriter(self.dead_letter_path))
         self.ctx.stats.forget_topology(topology.name)
+        gc_policy.enter(config.gc_gen0_threshold)
         self.ctx.ticker = Ticker(self.clock, config.tick_interval)
         self.ctx.acker = AckServerActor.start(self.ctx)
         self.ctx.ticker.subscribe(self.ctx.acker)
@@ -54,6 +56,7 @@ class Job:
             self.coordinator = ReconfigurationCoordinator(topology, self.units)
         except Exception:
             self._stop_actors()
+            gc_policy.leave(config.gc_gen0_threshold)
             raise
         self.ctx.ticker.start()
 
@@ -179,6 +182,7 @@ class Job:
         self.ctx.ticker.stop()
         self._stop_actors()
         self.ctx.stats.forget_topology(self.name)
+        gc_policy.leave(self.config.gc_gen0_threshold)
         if self.ctx.dead_letters is not None:
             self.ctx.dead_letters.close()
 

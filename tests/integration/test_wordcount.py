@@ -53,3 +53,14 @@ def test_running_counts_reach_the_collector_in_order_per_word(cluster, config):
     oracle = collections.Counter(w for s in sentences for w in s.split())
     assert {w: seq[-1] for w, seq in per_word.items()} == dict(oracle)
     assert all(seq == list(range(1, len(seq) + 1)) for seq in per_word.values())
+
+
+def test_a_job_raises_the_gc_threshold_while_it_runs_and_restores_it(cluster, config):
+    import gc
+
+    before = gc.get_threshold()
+    job = cluster.submit(wordcount.build_topology(total=10, sink=None), config.replace(gc_gen0_threshold=12345))
+    assert gc.get_threshold()[0] == 12345
+    assert job.wait(30)
+    job.stop()
+    assert gc.get_threshold() == before
