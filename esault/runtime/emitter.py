@@ -38,6 +38,14 @@ def build_emit(router: OutputRouter, name: str, stats: SpuStats, anchor: AnchorS
     T = Tuple
     rand = getrandbits
 
+    if not routes:  # a terminal bolt: emits go nowhere, but must still be valid values
+
+        def emit_nowhere(key: Any, value: Any) -> None:
+            if type(key) not in simple or type(value) not in simple:
+                check(key, value)
+
+        return emit_nowhere
+
     if len(routes) == 1 and not routes[0].broadcast:
         route = routes[0]
         miss = route.target
