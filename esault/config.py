@@ -96,6 +96,8 @@ class JobConfig:
     metrics_port: int | None = None
     max_workers: int = 2
     gc_gen0_threshold: int | None = 100_000
+    elasticity: bool = True
+    """Job-wide switch for the latency monitors; each bolt also has its own `elastic` option."""
 
     def __post_init__(self) -> None:
         o = "JobConfig"
@@ -109,6 +111,8 @@ class JobConfig:
             if not isinstance(value, int) or isinstance(value, bool) or value < 1:
                 raise ConfigError(f"{o}.{name} must be a whole number >= 1, got {value!r}")
         _whole(o, "max_retries", self.max_retries, 0)
+        if not isinstance(self.elasticity, bool):
+            raise ConfigError(f"{o}.elasticity must be true or false, got {self.elasticity!r}")
         if not isinstance(self.acking, bool):
             raise ConfigError(f"{o}.acking must be true or false, got {self.acking!r}")
         if not isinstance(self.metrics_host, str) or not self.metrics_host:

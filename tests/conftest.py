@@ -20,8 +20,8 @@ def cluster():
 
 @pytest.fixture
 def config(tmp_path):
-    """A job config writing under the test's tmp dir; tests .replace() what they need."""
-    return JobConfig(data_dir=tmp_path / "data", message_timeout=30.0)
+    """A job config writing under the test's tmp dir, automatic scaling off (tests that want it turn it on)."""
+    return JobConfig(data_dir=tmp_path / "data", message_timeout=30.0, elasticity=False)
 
 
 @pytest.fixture(autouse=True)

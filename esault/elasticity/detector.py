@@ -18,7 +18,9 @@ Rules (all windows count probe samples, newest last):
   times out, or when processed > peak_reset_factor * the mean processed count
   of the underload window: a new high-load phase.
 Light samples are counted against the current peak, so decisions always use
-the newest peak. Note that with peak 0 (no traffic yet) nothing is light.
+the newest peak. A sample with nothing processed is always light, also before
+any peak: an SPU that gets no traffic at all is the clearest underload (the
+paper's rule alone would never merge it, since 0 < watermark x 0 is false).
 """
 
 from __future__ import annotations
@@ -125,7 +127,7 @@ class LoadDetector:
         threshold = cfg.low_watermark * peak
         timeouts = sum(self._timeouts)
         n_over = len(self._timeouts)
-        light = sum(1 for p in window if p < threshold)
+        light = sum(1 for p in window if p < threshold or p == 0)
         n_under = len(window)
         over_full = n_over == cfg.overload_reaction_time
         under_full = n_under == cfg.underload_reaction_time

@@ -18,7 +18,7 @@ from esault.migration.handoff import EarlyMessages, GiverHandoff, ReceiverHandof
 from esault.runtime.context import RateLimitedLog, log
 from esault.runtime.messages import (
     AckFail, AckUpdate, DataBatch, EpochMarker, HandoffFinished, Prepared, PrepareGive,
-    PrepareReceive, StateHandoff, Tick,
+    PrepareReceive, Probe, ProbeReturned, StateHandoff, Tick,
 )
 from esault.runtime.pe_manager import PeManager
 from esault.runtime.sender import SenderActor
@@ -100,6 +100,7 @@ class BoltSpuActor(SenderActor):
             PrepareReceive: self._on_prepare_receive,
             EpochMarker: self._on_marker,
             StateHandoff: self._on_state,
+            Probe: self._on_probe,
         })
 
     # --- lifecycle --------------------------------------------------------
@@ -240,6 +241,15 @@ class BoltSpuActor(SenderActor):
         self.stats.pes = len(self.pes.pes)
         self.flush()
 
+    # --- latency probes (PAPER_NOTES §5) -------------------------------------
+
+    def _on_probe(self, msg: Probe) -> None:
+        """The probe waited in the mailbox behind the data; it leaves after the output router flushed."""
+        self.flush()
+        hashes = tuple(key_hash(k) for k in self.sampler.snapshot()) if msg.want_hashes and self.spec.per_key else ()
+        msg.reply_to.tell(ProbeReturned(self.spu_id, msg.probe_id, msg.sent_at, self.processed_since_probe, hashes))
+        self.processed_since_probe = 0
+
     # --- key hand-off (docs/PROTOCOLS.md) ----------------------------------
 
     def _on_prepare_give(self, msg: PrepareGive) -> None:
@@ -270,6 +280,7 @@ class BoltSpuActor(SenderActor):
                 states.append((key, self._snapshot(key, pe)))
             self.stats.pes = len(self.pes.pes)
         self._retiring = giving.retire
+        self.sampler.clear()
         receiver_id, receiver = self._giving_to
         if receiver is not None:
             receiver.tell(StateHandoff(giving.reconfig_id, self.spu_id, states))

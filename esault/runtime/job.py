@@ -17,7 +17,9 @@ from esault.runtime import gc_policy
 from esault.runtime.acker import AckServerActor
 from esault.runtime.context import JobContext
 from esault.runtime.coordinator import ReconfigurationCoordinator, ScaleRequest
-from esault.runtime.messages import Drain, GetLayout, GetPending, GetRoutes, GetSpus, ScaleResult
+from esault.dsl.topology import Grouping
+from esault.runtime.messages import Drain, GetLayout, GetPending, GetRoutes, GetSpus, ScaleResult, SpusChanged
+from esault.runtime.monitor import LatencyMonitorActor
 from esault.runtime.ticker import Ticker
 from esault.runtime.unit import SpuLauncher, UnitActor
 
@@ -54,6 +56,7 @@ class Job:
                 )
                 self.units[spec.name] = UnitActor.start(spec, self.ctx, launcher, downstream)
             self.coordinator = ReconfigurationCoordinator(topology, self.units)
+            self.monitors = self._start_monitors() if config.elasticity else {}
         except Exception:
             self._stop_actors()
             gc_policy.leave(config.gc_gen0_threshold)
@@ -63,6 +66,30 @@ class Job:
     @property
     def name(self) -> str:
         return self.topology.name
+
+    def _start_monitors(self) -> dict[str, Any]:
+        """A latency monitor per elastic bolt that can scale (not global-grouped)."""
+        monitors: dict[str, Any] = {}
+        for spec in self.topology.units:
+            if spec.is_spout or not spec.elasticity.elastic:
+                continue
+            if any(i.grouping is Grouping.GLOBAL for i in spec.inputs):
+                continue
+            unit = self.units[spec.name]
+            monitor = LatencyMonitorActor.start(self.ctx, spec, self.coordinator,
+                                                unit.ask(GetSpus()), unit.ask(GetLayout()))
+            self.ctx.ticker.subscribe(monitor)
+            monitors[spec.name] = monitor
+        if monitors:
+            self.coordinator.listeners.append(self._tell_monitor)
+        return monitors
+
+    def _tell_monitor(self, result: ScaleResult) -> None:
+        """Runs on the coordinator thread (which may ask): the monitor learns the new layout."""
+        monitor = self.monitors.get(result.unit)
+        if monitor is not None:
+            unit = self.units[result.unit]
+            monitor.tell(SpusChanged(unit.ask(GetSpus()), unit.ask(GetLayout()), result))
 
     @property
     def data_dir(self):
@@ -178,6 +205,9 @@ class Job:
             except Exception as exc:  # status is best effort at shutdown
                 log.warning("could not take final status of %r: %r", self.name, exc)
             self._stopped = True
+        for monitor in getattr(self, "monitors", {}).values():
+            self.ctx.ticker.unsubscribe(monitor)
+            monitor.stop(block=True)
         self.coordinator.stop()
         self.ctx.ticker.stop()
         self._stop_actors()

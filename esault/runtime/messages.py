@@ -226,3 +226,43 @@ class SpuConfig:
     downstream: tuple[RouteSpec, ...]
     receive: PrepareReceive | None = None
     extra: dict[str, Any] = field(default_factory=dict)
+
+
+# --- elasticity -----------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Probe:
+    """monitor -> SPU: queue behind the data, then report latency and load (PAPER_NOTES §5)."""
+
+    probe_id: int
+    sent_at: float
+    reply_to: Any
+    want_hashes: bool = True
+
+
+@dataclass(frozen=True, slots=True)
+class ProbeReturned:
+    """SPU -> monitor: `processed` tuples since its previous probe; recent key hashes for split points."""
+
+    spu_id: int
+    probe_id: int
+    sent_at: float
+    processed: int
+    hashes: tuple[int, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class SpusChanged:
+    """coordinator listener -> monitor: the unit's SPUs and intervals after a reconfiguration."""
+
+    spus: dict[int, Any]
+    layout: dict[int, tuple[int, int] | None]
+    result: Any = None
+
+
+@dataclass(frozen=True, slots=True)
+class ScaleRefused:
+    """coordinator callback -> monitor: the requested split or merge did not happen."""
+
+    reason: str

@@ -94,3 +94,36 @@ class ExpiringCountBolt(Bolt):
 
     def on_expire(self) -> None:
         self.emit(self.key, self.count)
+
+
+class PhasedSpout(ListSpout):
+    """A scripted load: emits freely while PHASES[name] is 'burst', holds while 'idle', finishes on 'end'."""
+
+    def __init__(self, items: list, phase: str, per_call: int = 64) -> None:
+        super().__init__(items, per_call)
+        self.phase = phase
+
+    def limit(self) -> int:
+        state = PHASES[self.phase]
+        if state["mode"] == "burst":
+            return min(len(self.items), state["burst_until"])
+        if state["mode"] == "idle":
+            return self.position
+        return len(self.items)
+
+
+PHASES: dict[str, dict] = {}
+
+
+class SlowSequenceBolt(SequenceCheckBolt):
+    """SequenceCheckBolt with `seconds` of simulated, GIL-releasing work per tuple."""
+
+    def __init__(self, seconds: float) -> None:
+        self.seconds = seconds
+
+    def process(self, tup: Any) -> None:
+        _WORK.wait(self.seconds)
+        super().process(tup)
+
+
+_WORK = threading.Event()

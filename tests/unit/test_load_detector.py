@@ -134,10 +134,11 @@ def test_underload_waits_for_a_full_overload_window_too() -> None:
     assert verdicts[5].kind is U
 
 
-def test_zero_traffic_without_a_peak_is_never_light() -> None:
+def test_an_spu_with_no_traffic_at_all_is_underloaded_even_without_a_peak() -> None:
     d = LoadDetector(CFG)
     verdicts = feed(d, [(OK, 0)] * 10)
-    assert kinds(verdicts) == [N] * 10 and verdicts[-1].peak == 0 and verdicts[-1].light == 0
+    assert verdicts[-1].peak == 0 and verdicts[-1].light == verdicts[-1].underload_samples
+    assert kinds(verdicts)[-1] == U
 
 
 # ---------------------------------------------------------------- peak reset
@@ -219,7 +220,7 @@ def reference_verdicts(cfg: ElasticityConfig, samples: list[tuple[float | None, 
         history.append((timed_out, processed))
         over = [t for t, _ in history[-cfg.overload_reaction_time:]]
         under = [p for _, p in history[max(phase_start, len(history) - cfg.underload_reaction_time):]]
-        light = [p < cfg.low_watermark * peak for p in under]
+        light = [p < cfg.low_watermark * peak or p == 0 for p in under]
         if len(over) == cfg.overload_reaction_time and sum(over) / len(over) > cfg.overload_reaction_factor:
             kind = Load.OVERLOAD
         elif (
