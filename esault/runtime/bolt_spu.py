@@ -25,10 +25,14 @@ from esault.runtime.sender import SenderActor
 from esault.transport.codec import decode, encode
 
 
+_SAMPLE_EVERY = 16
+"""Every 16th key goes to the hash sampler that picks load-aware split points."""
+
+
 class _DeferredAnchor:
     """Anchor returned by Bolt.defer(): the input is acked when this is (any thread)."""
 
-    __slots__ = ("_acker", "_root", "_xor", "_lock", "_intent", "_ready", "_done")
+    __slots__ = ("_acker", "_root", "_xor", "_lock", "_intent", "_done")
 
     def __init__(self, acker: Any, root: int) -> None:
         self._acker = acker
@@ -79,8 +83,7 @@ class BoltSpuActor(SenderActor):
         self.unit_ref = cfg.extra.get("unit_ref")
         self.pes = PeManager(self._make_pe, spec.per_key, job.pe_idle_timeout(spec))
         self.sampler = HashSampler(capacity=1024, every=1)
-        self._sample_every = 16
-        self._sample_countdown = 16
+        self._sample_countdown = _SAMPLE_EVERY
         self._acks: dict[int, int] = {}
         self.anchor = AnchorState()
         self._emit = build_emit(self.router, spec.name, self.stats, self.anchor, self.check_emit)
@@ -91,7 +94,6 @@ class BoltSpuActor(SenderActor):
         self._retiring = False
         self._last_expiry_scan = job.clock.now()
         self._error_log = RateLimitedLog()
-        self._single_downstream = None
         self.processed_since_probe = 0
         self._handlers.update({
             DataBatch: self._on_data,
@@ -184,7 +186,7 @@ class BoltSpuActor(SenderActor):
                 countdown -= 1
                 if not countdown:  # sample every 16th key; the planner hashes them when splitting
                     record(key)
-                    countdown = 16
+                    countdown = _SAMPLE_EVERY
             else:
                 pe = single
             root = anchor.root = tup.root

@@ -11,7 +11,6 @@ from typing import Any
 from esault.clock import Clock, SystemClock
 from esault.config import JobConfig
 from esault.dsl.topology import Topology
-from esault.errors import EsaultError
 from esault.reliability.dead_letters import DeadLetterWriter
 from esault.runtime import gc_policy
 from esault.runtime.acker import AckServerActor
@@ -238,7 +237,3 @@ class Job:
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
-
-
-class JobFailed(EsaultError):
-    """The job did not complete within the time asked."""
