@@ -114,3 +114,17 @@ def test_idle_pes_expire_and_may_emit_on_the_way_out(cluster, config):
     wait_until(lambda: len(collected("expiry")) == 5, 10, message="5 expiry emits")
     assert sorted(collected("expiry")) == [(f"k{i}", 10) for i in range(5)]
     wait_until(lambda: job.status()["units"]["count"]["pes"] == 0, 10, message="PEs gone")
+
+
+def test_deferred_anchors_ack_from_another_thread_and_their_failures_replay(cluster, config):
+    from topology_parts import DONE, BackgroundAckBolt
+
+    items = [(f"k{i}", i) for i in range(200)] + [("retry1", 1), ("retry2", 2)]
+    builder = TopologyBuilder("deferred")
+    builder.set_spout("src", ListSpout, params={"items": items})
+    builder.set_bolt("sink", BackgroundAckBolt, params={"name": "deferred"}).shuffle_grouping("src")
+    job = cluster.submit(builder.build(), config)
+    assert job.wait(30), job.status()
+    src = job.status()["units"]["src"]
+    assert src["acked"] == len(items) and src["failed"] == 2 and src["replayed"] == 2
+    assert sorted(DONE["deferred"]) == sorted(k for k, _ in items)
