@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
 
-__all__ = ["Address", "Mailbox", "MAX_PROCESS_NAME_BYTES"]
+__all__ = ["MAX_PROCESS_NAME_BYTES", "Address", "Mailbox"]
 
 MAX_PROCESS_NAME_BYTES = 255
 """A process name is a zmq routing id, and zmq limits those to 255 bytes."""

@@ -34,6 +34,7 @@ each way (measured in docs/TRANSPORT.md).
 from __future__ import annotations
 
 import dataclasses
+import reprlib
 import types
 import typing
 from collections.abc import Callable, Mapping
@@ -187,14 +188,16 @@ def frame_error_reason(exc: BaseException) -> str:
     return getattr(exc, "reason", "malformed")
 
 
+_REPR = reprlib.Repr()
+_REPR.maxlevel, _REPR.maxstring, _REPR.maxother, _REPR.maxlist, _REPR.maxdict = 3, 40, 40, 4, 4
+
+
 def _kind(value: Any) -> str:
     """A short, safe description of a (possibly hostile) decoded value for error messages."""
     try:
-        text = repr(value)
-    except Exception:  # a recursion limit on a deep value, say
+        text = _REPR.repr(value)  # bounded work, however large the value
+    except Exception:  # noqa: BLE001 - a recursion limit on a deep value, say
         text = "<unprintable>"
-    if len(text) > 60:
-        text = text[:57] + "..."
     return f"{type(value).__name__} {text}"
 
 
@@ -244,7 +247,7 @@ def _value_ext_hook(code: int, data: bytes) -> Any:
 class _Field:
     """How one annotation crosses the wire: enc(value) -> plain, dec(plain) -> value, desc for docs."""
 
-    __slots__ = ("enc", "dec", "desc")
+    __slots__ = ("dec", "desc", "enc")
 
     def __init__(self, enc: Callable[[Any], Any], dec: Callable[[Any], Any], desc: str) -> None:
         self.enc, self.dec, self.desc = enc, dec, desc
@@ -445,7 +448,7 @@ def _tuple_record() -> _Field:
             )
         return Tuple(key, value, source, root, edge)
 
-    return _Field(enc, dec, "Tuple[key, value, source: str, root: int, edge: int]")
+    return _Field(enc, dec, "Tuple")
 
 
 def _tuple_list() -> _Field:
@@ -561,7 +564,7 @@ class WireCodec:
             text = str(exc)
             reason = "truncated" if ("incomplete" in text or "exceeds max_" in text) else "malformed"
             raise _frame_error(reason, f"malformed frame ({size} bytes): {reason}: {text[:120]}") from None
-        except Exception as exc:  # msgpack raises TypeError for an unhashable map key, among others
+        except Exception as exc:  # noqa: BLE001 - msgpack raises TypeError for an unhashable map key...
             raise _frame_error("malformed", f"malformed frame ({size} bytes): {type(exc).__name__}: {exc}"[:200]) from None
         if type(raw) is not list or not raw or type(raw[0]) is not int:
             raise _frame_error("not_a_frame", f"not a message frame: expected [tag, fields...], got {_kind(raw)}")
@@ -579,7 +582,7 @@ class WireCodec:
             raise _frame_error(err.reason, f"{name}{err.where()}: {err.detail}") from None
         except RecursionError:
             raise _frame_error("too_deep", f"{name}: nested too deeply") from None
-        except Exception as exc:  # the backstop: decode raises FrameError and nothing else
+        except Exception as exc:  # noqa: BLE001 - the backstop: decode raises FrameError, nothing else
             raise _frame_error("field_type", f"{name}: rejected: {type(exc).__name__}: {exc}"[:200]) from None
 
     def describe(self) -> list[tuple[int, str, tuple[str, ...]]]:
@@ -707,7 +710,7 @@ class WireCodec:
             return mailbox
         try:
             address = self._to_address(mailbox)
-        except Exception as exc:
+        except Exception as exc:  # noqa: BLE001
             raise _Invalid("field_type", f"to_address({mailbox!r:.80}) failed: {type(exc).__name__}: {exc}") from None
         if type(address) is not Address:
             raise _Invalid("field_type", f"to_address({mailbox!r:.80}) returned {_kind(address)}, not an Address")
@@ -720,7 +723,7 @@ class WireCodec:
             raise _Invalid("field_type", str(exc)) from None
         try:
             return self._from_address(address)
-        except Exception as exc:
+        except Exception as exc:  # noqa: BLE001
             raise _Invalid("address", f"from_address({address}) failed: {type(exc).__name__}: {exc}") from None
 
     def _mailbox_field(self) -> _Field:
@@ -733,7 +736,7 @@ class WireCodec:
                 raise _Invalid("field_type", f"expected a mailbox address [process, actor], got {_kind(raw)}")
             return self._mailbox_of(raw[0], raw[1])
 
-        return _Field(enc, dec, "Mailbox[process: str, actor: str]")
+        return _Field(enc, dec, "Mailbox")
 
     def _dynamic_field(self) -> _Field:
         """A codec value that may hold mailboxes: packed on its own (bin), mailboxes as ext 16."""
@@ -766,10 +769,10 @@ class WireCodec:
                 raise
             except (msgpack.StackError, RecursionError):
                 raise _Invalid("too_deep", "a packed value nested too deeply") from None
-            except Exception as exc:
+            except Exception as exc:  # noqa: BLE001
                 raise _Invalid("field_type", f"a bad packed value: {type(exc).__name__}: {exc}"[:160]) from None
 
-        return _Field(enc, dec, "value with mailboxes (bin)")
+        return _Field(enc, dec, "value+mailboxes")
 
     def _make_dynamic_hook(self) -> Callable[[int, bytes], Any]:
         def hook(code: int, data: bytes) -> Any:

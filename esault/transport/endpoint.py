@@ -1,0 +1,557 @@
+"""One pyzmq endpoint per process: a ROUTER in, a DEALER per peer process out.
+
+Threads. One I/O thread owns every zmq socket (they are not thread-safe). Any
+thread may call `send`, `connect`, `disconnect`, `mailbox`, `queued` and
+`close`. `send` encodes the message in the calling thread (so an unencodable
+message fails right there, with SerializationError), appends the frame to an
+outbox and wakes the I/O thread through an inproc PAIR socket: at most one
+wake-up byte is outstanding however many frames wait. The I/O thread blocks in
+`zmq.Poller.poll` with no timeout: no busy loop, no sleeps.
+
+Frames. A peer's DEALER sends the multipart message ``[actor, frame]``
+(actor: the destination actor's name in UTF-8; frame: `WireCodec.encode`);
+the DEALER's routing id is the sender's process name. The receiving ROUTER
+sees ``[routing id, actor, frame]``, decodes the frame and calls
+``deliver(actor, message)`` in the I/O thread. Anything malformed is dropped,
+counted (esault_frames_dropped_total{reason}) and logged once per reason.
+
+Guarantees. Per destination process, frames leave in the order `send`
+accepted them, so the order per (sending thread, destination process) - and
+hence per (sending actor, receiving actor) - is kept end to end (one TCP
+connection per pair of processes, one delivering thread). Memory is bounded:
+per peer at most `queue_size` frames wait in the endpoint, at most `hwm` in
+each zmq queue (sender and receiver side) plus the kernel's socket buffers
+(`socket_buffer`). When all are full, `send` blocks - with a timeout it
+raises TimeoutError - so a slow receiver slows its senders. While `deliver`
+runs nothing is read (that is what fills the queues), but nothing is sent
+either: `deliver` should only hand the message on, e.g. an actor's tell.
+Delivery is at most once: frames queued for a peer that dies or is
+disconnected are lost (and counted); the ack tracker's replay covers data,
+heartbeats (esault.transport.heartbeat) detect the dead peer.
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import threading
+import time
+from collections import deque
+from collections.abc import Callable
+from typing import Any, Self
+
+import zmq
+
+from esault.errors import ConfigError, FrameError, SerializationError
+from esault.metrics.registry import count_dropped_frame
+from esault.transport.address import MAX_PROCESS_NAME_BYTES, Address
+from esault.transport.wire import WireCodec, frame_error_reason
+
+__all__ = ["ENDPOINT_DROP_REASONS", "Endpoint", "RemoteMailbox"]
+
+log = logging.getLogger(__name__)
+
+ENDPOINT_DROP_REASONS: tuple[str, ...] = (
+    "envelope",  # not [routing id, actor, frame], or the actor name is not UTF-8
+    "deliver",  # the deliver handler raised
+    "disconnected",  # frames still queued for a peer when disconnect() was called
+    "connect_failed",  # the DEALER to a peer could not be created or connected
+    "closed",  # frames still queued when close()'s linger ran out
+)
+"""Drop reasons the endpoint adds to the decode reasons of wire.FRAME_ERROR_REASONS."""
+
+_RECV_BATCH = 256  # frames read per poll round before outgoing frames get a turn
+_WAKE_IDS = itertools.count()
+_TRANSPORTS = ("tcp://", "ipc://", "inproc://")
+
+
+class RemoteMailbox:
+    """A Mailbox for an actor in another process: ``tell(m)`` is ``endpoint.send(address, m)``.
+
+    `tell` may block under backpressure (see Endpoint.send). Equal when the
+    addresses are equal; the wire codec names it by its `address`.
+    """
+
+    __slots__ = ("_endpoint", "address")
+
+    def __init__(self, endpoint: Endpoint, address: Address) -> None:
+        self._endpoint = endpoint
+        self.address = address
+
+    def tell(self, message: Any) -> None:
+        self._endpoint.send(self.address, message)
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, RemoteMailbox) and other.address == self.address
+
+    def __hash__(self) -> int:
+        return hash(self.address)
+
+    def __repr__(self) -> str:
+        return f"RemoteMailbox({self.address})"
+
+
+class _Peer:
+    """One connection lifetime to one process; `queued` is guarded by the endpoint's lock."""
+
+    __slots__ = ("address", "closed", "error", "name", "queued", "space")
+
+    def __init__(self, name: str, address: str, lock: threading.Lock) -> None:
+        self.name = name
+        self.address = address
+        self.queued = 0  # frames accepted by send() and not yet handed to zmq
+        self.space = threading.Condition(lock)
+        self.closed = False
+        self.error: str | None = None
+
+
+class Endpoint:
+    """The transport of one process: bound for incoming frames, connected on demand to peers.
+
+    `deliver(actor_name, message)` runs in the I/O thread for every good frame,
+    in arrival order; it should hand the message on (an actor's tell) and not
+    block for long, since it holds up all incoming and outgoing traffic of
+    this process.
+    `codec` maps mailboxes to addresses and back (default: Address in, Address
+    out). `queue_size` bounds the frames waiting in the endpoint per peer,
+    `hwm` the zmq queues per connection, `socket_buffer` (bytes, optional) the
+    kernel buffers; `linger` bounds how long close() keeps trying to send.
+    """
+
+    def __init__(
+        self,
+        process_name: str,
+        deliver: Callable[[str, Any], None],
+        *,
+        bind: str = "tcp://127.0.0.1:0",
+        codec: WireCodec | None = None,
+        queue_size: int = 1024,
+        hwm: int = 1000,
+        socket_buffer: int | None = None,
+        max_frame_bytes: int = 256 * 2**20,
+        linger: float = 1.0,
+    ) -> None:
+        _check_name(process_name)
+        if not callable(deliver):
+            raise ConfigError(f"Endpoint({process_name!r}): deliver must be callable(actor_name, message), got {deliver!r}")
+        for name, value, low in (("queue_size", queue_size, 1), ("hwm", hwm, 1), ("max_frame_bytes", max_frame_bytes, 1)):
+            if type(value) is not int or value < low:
+                raise ConfigError(f"Endpoint({process_name!r}): {name} must be an int >= {low}, got {value!r}")
+        if socket_buffer is not None and (type(socket_buffer) is not int or socket_buffer < 1024):
+            raise ConfigError(f"Endpoint({process_name!r}): socket_buffer must be None or an int >= 1024 bytes, "
+                              f"got {socket_buffer!r}")
+        if not isinstance(linger, (int, float)) or linger < 0:
+            raise ConfigError(f"Endpoint({process_name!r}): linger must be seconds >= 0, got {linger!r}")
+        self.process = process_name
+        self._deliver = deliver
+        self._codec = codec or WireCodec()
+        self._queue_size = queue_size
+        self._hwm = hwm
+        self._socket_buffer = socket_buffer
+        self._linger = float(linger)
+        self._max_frame_bytes = max_frame_bytes
+
+        self._lock = threading.Lock()
+        self._peers: dict[str, _Peer] = {}
+        self._outbox: list[tuple[_Peer, bytes | None, bytes | None]] = []
+        self._signalled = False
+        self._closing = False
+        self._dropped: dict[str, int] = {}
+        self._logged: set[str] = set()
+
+        self._ctx = zmq.Context()
+        try:
+            self._router = self._ctx.socket(zmq.ROUTER)
+            self._router.setsockopt(zmq.LINGER, 0)
+            self._router.setsockopt(zmq.RCVHWM, hwm)
+            self._router.setsockopt(zmq.ROUTER_HANDOVER, 1)
+            self._router.setsockopt(zmq.MAXMSGSIZE, max_frame_bytes)
+            if socket_buffer is not None:
+                self._router.setsockopt(zmq.RCVBUF, socket_buffer)
+            try:
+                self._router.bind(bind)
+            except zmq.ZMQError as exc:
+                raise ConfigError(
+                    f"Endpoint({process_name!r}) cannot bind {bind!r}: {exc}; pass a free address, "
+                    "e.g. bind='tcp://127.0.0.1:0' for any free port"
+                ) from None
+            self.address: str = self._router.getsockopt(zmq.LAST_ENDPOINT).decode()
+            """The address peers connect to, with the real port (e.g. 'tcp://127.0.0.1:41234')."""
+            wake = f"inproc://esault-endpoint-wake-{next(_WAKE_IDS)}"
+            self._wake_in = self._ctx.socket(zmq.PAIR)
+            self._wake_in.bind(wake)
+            self._wake_out = self._ctx.socket(zmq.PAIR)
+            self._wake_out.connect(wake)
+        except BaseException:
+            self._ctx.destroy(linger=0)
+            raise
+        self._peers[process_name] = _Peer(process_name, self.address, self._lock)
+        self._thread = threading.Thread(target=self._run, name=f"esault-endpoint-{process_name}", daemon=True)
+        self._io_ident: int | None = None
+        self._thread.start()
+
+    # --- the API any thread may call -----------------------------------------
+
+    def connect(self, peer_process: str, address: str) -> None:
+        """Let `send` reach `peer_process` at `address`; its DEALER is created on the first frame.
+
+        Idempotent for the same address; a peer that moved needs disconnect() first.
+        """
+        _check_name(peer_process)
+        if not isinstance(address, str) or not address.startswith(_TRANSPORTS):
+            raise ConfigError(f"Endpoint({self.process!r}).connect({peer_process!r}, {address!r}): the address must "
+                              f"be a zmq endpoint such as 'tcp://127.0.0.1:5555' (transports: {', '.join(_TRANSPORTS)})")
+        with self._lock:
+            self._check_open("connect")
+            peer = self._peers.get(peer_process)
+            if peer is not None:
+                if peer.address == address:
+                    return
+                raise ConfigError(
+                    f"Endpoint({self.process!r}): process {peer_process!r} is already connected at {peer.address!r}; "
+                    f"call disconnect({peer_process!r}) before connecting it at {address!r}"
+                )
+            self._peers[peer_process] = _Peer(peer_process, address, self._lock)
+
+    def disconnect(self, peer_process: str) -> None:
+        """Forget `peer_process` (it died, or moved): its queued frames are dropped and counted.
+
+        Threads blocked sending to it raise ConnectionError; later sends raise LookupError until
+        it is connected again.
+        """
+        with self._lock:
+            peer = self._peers.pop(peer_process, None)
+            if peer is None or self._closing:
+                return
+            peer.closed = True
+            peer.error = f"process {peer_process!r} was disconnected"
+            peer.space.notify_all()
+            self._outbox.append((peer, None, None))
+            self._signal()
+
+    def send(self, to: Address, message: Any, timeout: float | None = None) -> None:
+        """Queue `message` for the actor at `to`; blocks while `to.process`'s queue is full.
+
+        Raises SerializationError (the message cannot be encoded, or its frame
+        is over `max_frame_bytes`), LookupError
+        (`to.process` is not connected), TimeoutError (still full after
+        `timeout` seconds; None waits forever), ConnectionError (the peer was
+        disconnected or its connection failed) or RuntimeError (the endpoint is
+        closed). Called from inside `deliver` (the I/O thread) it never blocks:
+        a full queue raises TimeoutError at once.
+        """
+        if type(to) is not Address:
+            raise TypeError(f"Endpoint.send needs an Address, got {to!r}; e.g. send(Address('w3', 'spu-17'), message)")
+        frame = self._codec.encode(message)
+        if len(frame) > self._max_frame_bytes:
+            raise SerializationError(
+                f"cannot send {type(message).__name__} to {to}: its frame is {len(frame)} bytes, over max_frame_bytes="
+                f"{self._max_frame_bytes} (receivers drop the connection of a larger frame); send smaller batches"
+            )
+        actor = to.actor.encode("utf-8")
+        with self._lock:
+            self._check_open("send")
+            peer = self._peers.get(to.process)
+            if peer is None:
+                known = ", ".join(sorted(self._peers))
+                raise LookupError(
+                    f"Endpoint({self.process!r}) has no connection to process {to.process!r} (for {to}); call "
+                    f"connect({to.process!r}, 'tcp://host:port') first (connected: {known})"
+                )
+            if peer.queued >= self._queue_size:
+                self._wait_for_space(peer, to, timeout)
+            peer.queued += 1
+            self._outbox.append((peer, actor, frame))
+            self._signal()
+
+    def mailbox(self, address: Address) -> RemoteMailbox:
+        """A Mailbox whose tell() sends to `address` through this endpoint."""
+        return RemoteMailbox(self, address)
+
+    def queued(self, peer_process: str) -> int:
+        """Frames accepted by send() for `peer_process` and not yet handed to zmq (<= queue_size)."""
+        with self._lock:
+            peer = self._peers.get(peer_process)
+            return 0 if peer is None else peer.queued
+
+    @property
+    def queue_size(self) -> int:
+        """The bound on queued(peer) for every peer."""
+        return self._queue_size
+
+    def dropped(self) -> dict[str, int]:
+        """Frames this endpoint dropped, by reason (also in esault_frames_dropped_total)."""
+        with self._lock:
+            return dict(self._dropped)
+
+    def close(self) -> None:
+        """Stop: try to send queued frames for up to `linger` seconds, then close every socket.
+
+        Blocked senders raise RuntimeError. Idempotent. From inside `deliver` it
+        only starts the shutdown (the I/O thread cannot wait for itself).
+        """
+        with self._lock:
+            if not self._closing:
+                self._closing = True
+                for peer in self._peers.values():
+                    peer.space.notify_all()
+                self._signal()
+        if threading.get_ident() == self._io_ident:
+            return
+        self._thread.join(self._linger + 10.0)
+        if self._thread.is_alive():
+            log.error("endpoint %r: the I/O thread did not stop (is deliver() blocked?)", self.process)
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"Endpoint({self.process!r}, address={self.address!r})"
+
+    # --- helpers for senders (called with the lock held) ---------------------
+
+    def _check_open(self, what: str) -> None:
+        if self._closing:
+            raise RuntimeError(f"Endpoint({self.process!r}) is closed; cannot {what}")
+
+    def _signal(self) -> None:
+        if not self._signalled:
+            self._signalled = True
+            try:
+                self._wake_out.send(b"", zmq.NOBLOCK)
+            except zmq.ZMQError:  # the I/O thread is already shutting down
+                pass
+
+    def _wait_for_space(self, peer: _Peer, to: Address, timeout: float | None) -> None:
+        in_io_thread = threading.get_ident() == self._io_ident
+        deadline = None if timeout is None else time.monotonic() + max(timeout, 0.0)
+        while peer.queued >= self._queue_size:
+            if self._closing:
+                raise RuntimeError(f"Endpoint({self.process!r}) closed while send() to {to} waited for queue space")
+            if peer.closed:
+                raise ConnectionError(f"cannot send to {to}: {peer.error}")
+            remaining = None if deadline is None else deadline - time.monotonic()
+            if in_io_thread or (remaining is not None and remaining <= 0):
+                waited = "at once (inside deliver(), send never blocks)" if in_io_thread else f"after {timeout} s"
+                raise TimeoutError(
+                    f"Endpoint({self.process!r}): send to {to} timed out {waited}: {peer.queued} frames are already "
+                    f"queued for process {to.process!r} (queue_size={self._queue_size}) and its zmq queues are "
+                    "full - the receiver is slower than its senders. Retry later, shed load, or raise queue_size"
+                )
+            peer.space.wait(remaining)
+        if self._closing:
+            raise RuntimeError(f"Endpoint({self.process!r}) closed while send() to {to} waited for queue space")
+        if peer.closed:
+            raise ConnectionError(f"cannot send to {to}: {peer.error}")
+
+    # --- the I/O thread ---------------------------------------------------------
+
+    def _run(self) -> None:
+        self._io_ident = threading.get_ident()
+        self._poller = zmq.Poller()
+        self._poller.register(self._router, zmq.POLLIN)
+        self._poller.register(self._wake_in, zmq.POLLIN)
+        self._watching: set[_Peer] = set()  # peers whose DEALER is polled for POLLOUT
+        dealers: dict[_Peer, zmq.Socket] = {}
+        pending: dict[_Peer, deque[tuple[bytes, bytes]]] = {}
+        try:
+            while True:
+                events = dict(self._poller.poll())
+                if self._wake_in in events:
+                    self._drain_wake()
+                with self._lock:
+                    items, self._outbox = self._outbox, []
+                    self._signalled = False
+                    closing = self._closing
+                self._requeue(items, dealers, pending)
+                if closing:
+                    break
+                self._flush(dealers, pending)
+                for peer, sock in dealers.items():
+                    # POLLOUT only while frames wait: an idle writable socket would spin the poller
+                    wants = bool(pending.get(peer))
+                    if wants and peer not in self._watching:
+                        self._poller.register(sock, zmq.POLLOUT)
+                        self._watching.add(peer)
+                    elif not wants and peer in self._watching:
+                        self._poller.unregister(sock)
+                        self._watching.discard(peer)
+                if self._router in events:
+                    self._receive()
+        except Exception:
+            log.exception("endpoint %r: the I/O thread failed; closing the endpoint", self.process)
+            with self._lock:
+                self._closing = True
+                for peer in self._peers.values():
+                    peer.space.notify_all()
+        finally:
+            self._shutdown(dealers, pending)
+
+    def _drain_wake(self) -> None:
+        while True:
+            try:
+                self._wake_in.recv(zmq.NOBLOCK)
+            except zmq.Again:
+                return
+
+    def _requeue(self, items: list, dealers: dict[_Peer, zmq.Socket], pending: dict[_Peer, deque]) -> None:
+        """Move frames from the outbox to their peer's queue; apply disconnects."""
+        dropped: dict[_Peer, int] = {}
+        for peer, actor, frame in items:
+            if actor is None:  # disconnect
+                lost = len(pending.pop(peer, ()))
+                sock = dealers.pop(peer, None)
+                if sock is not None:
+                    if peer in self._watching:
+                        self._poller.unregister(sock)
+                        self._watching.discard(peer)
+                    sock.close(linger=0)
+                if lost:
+                    self._release({peer: lost})
+                    self._drop("disconnected", f"{lost} frame(s) queued for {peer.name!r} at disconnect", lost)
+                continue
+            if peer.closed:
+                dropped[peer] = dropped.get(peer, 0) + 1
+                continue
+            if peer not in dealers and not self._open_dealer(peer, dealers):
+                dropped[peer] = dropped.get(peer, 0) + 1
+                continue
+            queue = pending.get(peer)
+            if queue is None:
+                queue = pending[peer] = deque()
+            queue.append((actor, frame))
+        if dropped:
+            self._release(dropped)
+            for peer, n in dropped.items():
+                reason = "connect_failed" if peer.error and "disconnected" not in peer.error else "disconnected"
+                self._drop(reason, f"{n} frame(s) for {peer.name!r}: {peer.error}", n)
+
+    def _open_dealer(self, peer: _Peer, dealers: dict[_Peer, zmq.Socket]) -> bool:
+        sock = self._ctx.socket(zmq.DEALER)
+        try:
+            sock.setsockopt(zmq.LINGER, 0)
+            sock.setsockopt(zmq.SNDHWM, self._hwm)
+            sock.setsockopt(zmq.RCVHWM, self._hwm)
+            sock.setsockopt(zmq.ROUTING_ID, self.process.encode("utf-8"))
+            if self._socket_buffer is not None:
+                sock.setsockopt(zmq.SNDBUF, self._socket_buffer)
+            sock.connect(peer.address)
+        except zmq.ZMQError as exc:
+            sock.close(linger=0)
+            with self._lock:
+                peer.closed = True
+                peer.error = f"connecting to {peer.name!r} at {peer.address!r} failed: {exc}"
+                if self._peers.get(peer.name) is peer:
+                    del self._peers[peer.name]
+                peer.space.notify_all()
+            return False
+        dealers[peer] = sock
+        return True
+
+    def _flush(self, dealers: dict[_Peer, zmq.Socket], pending: dict[_Peer, deque]) -> None:
+        """Hand queued frames to zmq until each peer's queue is empty or its HWM is reached."""
+        sent: dict[_Peer, int] = {}
+        for peer, queue in pending.items():
+            if not queue:
+                continue
+            sock = dealers[peer]
+            n = 0
+            while queue:
+                try:
+                    sock.send_multipart(queue[0], zmq.NOBLOCK)
+                except zmq.Again:
+                    break
+                queue.popleft()
+                n += 1
+            if n:
+                sent[peer] = n
+        if sent:
+            self._release(sent)
+
+    def _release(self, counts: dict[_Peer, int]) -> None:
+        with self._lock:
+            for peer, n in counts.items():
+                peer.queued -= n
+                peer.space.notify_all()
+
+    def _receive(self) -> None:
+        for _ in range(_RECV_BATCH):
+            try:
+                parts = self._router.recv_multipart(zmq.NOBLOCK)
+            except zmq.Again:
+                return
+            self._handle(parts)
+
+    def _handle(self, parts: list[bytes]) -> None:
+        sender = parts[0].decode("utf-8", "replace") if parts else "?"
+        if len(parts) != 3:
+            self._drop("envelope", f"from {sender!r}: expected [actor, frame], got {len(parts) - 1} part(s)")
+            return
+        try:
+            actor = parts[1].decode("utf-8")
+        except UnicodeDecodeError:
+            actor = ""
+        if not actor:
+            self._drop("envelope", f"from {sender!r}: the actor name {parts[1][:40]!r} is empty or not UTF-8")
+            return
+        try:
+            message = self._codec.decode(parts[2])
+        except FrameError as exc:
+            self._drop(frame_error_reason(exc), f"from {sender!r} to {actor!r}: {exc}")
+            return
+        try:
+            self._deliver(actor, message)
+        except Exception as exc:  # noqa: BLE001
+            self._drop("deliver", f"from {sender!r}: deliver({actor!r}, {type(message).__name__}) raised "
+                                  f"{type(exc).__name__}: {exc}")
+
+    def _drop(self, reason: str, detail: str, n: int = 1) -> None:
+        with self._lock:
+            self._dropped[reason] = self._dropped.get(reason, 0) + n
+            first = reason not in self._logged
+            self._logged.add(reason)
+        for _ in range(n):
+            count_dropped_frame(reason)
+        if first:
+            log.warning("endpoint %r dropped a frame (%s): %s; further drops for this reason are only counted",
+                        self.process, reason, detail)
+        else:
+            log.debug("endpoint %r dropped a frame (%s): %s", self.process, reason, detail)
+
+    def _shutdown(self, dealers: dict[_Peer, zmq.Socket], pending: dict[_Peer, deque]) -> None:
+        """Flush for up to `linger` seconds, then close every socket and the context."""
+        deadline = time.monotonic() + self._linger
+        try:
+            self._flush(dealers, pending)
+            while any(pending.values()):
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    break
+                poller = zmq.Poller()
+                for peer, queue in pending.items():
+                    if queue:
+                        poller.register(dealers[peer], zmq.POLLOUT)
+                poller.poll(max(1, int(remaining * 1000)))
+                self._flush(dealers, pending)
+        except Exception:
+            log.exception("endpoint %r: flushing at close failed", self.process)
+        lost = sum(len(q) for q in pending.values())
+        if lost:
+            self._drop("closed", f"{lost} frame(s) still queued when close()'s linger ({self._linger} s) ran out", lost)
+        linger_ms = max(0, int((deadline - time.monotonic()) * 1000))
+        for sock in dealers.values():
+            sock.close(linger=linger_ms)
+        self._router.close(linger=0)
+        self._wake_in.close(linger=0)
+        with self._lock:
+            self._wake_out.close(linger=0)
+        self._ctx.term()
+
+
+def _check_name(name: Any) -> None:
+    if type(name) is not str or not name or len(name.encode("utf-8", "surrogatepass")) > MAX_PROCESS_NAME_BYTES:
+        raise ConfigError(f"a process name must be a non-empty str of at most {MAX_PROCESS_NAME_BYTES} bytes "
+                          f"(e.g. 'driver', 'w3'), got {name!r}")

@@ -1,0 +1,371 @@
+"""Endpoints on real zmq sockets on 127.0.0.1: order, backpressure, bad frames, a second process.
+
+No sleeps: tests wait on Events and Conditions with timeouts.
+"""
+
+from __future__ import annotations
+
+import logging
+import queue
+import subprocess
+import sys
+import textwrap
+import threading
+from collections.abc import Callable, Iterator
+from concurrent.futures import Future
+from typing import Any
+
+import msgpack
+import pytest
+import zmq
+
+from esault.dsl.tuple import Tuple
+from esault.errors import ConfigError, SerializationError
+from esault.metrics.registry import REGISTRY
+from esault.runtime import messages as m
+from esault.transport.address import Address
+from esault.transport.endpoint import Endpoint, RemoteMailbox
+from esault.transport.wire import WireCodec, encode_frame
+
+WAIT = 10.0  # seconds; every wait below ends far sooner unless something is broken
+
+
+class Inbox:
+    """A deliver() handler that records (actor, message) and lets tests wait for a count."""
+
+    def __init__(self) -> None:
+        self.items: list[tuple[str, Any]] = []
+        self._cond = threading.Condition()
+
+    def __call__(self, actor: str, message: Any) -> None:
+        with self._cond:
+            self.items.append((actor, message))
+            self._cond.notify_all()
+
+    def wait_for(self, n: int, timeout: float = WAIT) -> list[tuple[str, Any]]:
+        with self._cond:
+            if not self._cond.wait_for(lambda: len(self.items) >= n, timeout):
+                raise AssertionError(f"expected {n} deliveries within {timeout}s, got {len(self.items)}")
+            return list(self.items)
+
+
+@pytest.fixture
+def endpoint() -> Iterator[Callable[..., Endpoint]]:
+    """Makes endpoints and closes every one of them after the test."""
+    made: list[Endpoint] = []
+
+    def make(name: str, deliver: Callable[[str, Any], None] | None = None, **kwargs: Any) -> Endpoint:
+        ep = Endpoint(name, deliver or Inbox(), **kwargs)
+        made.append(ep)
+        return ep
+
+    yield make
+    for ep in reversed(made):
+        ep.close()
+
+
+def dropped_total(reason: str) -> float:
+    return REGISTRY.get_sample_value("esault_frames_dropped_total", {"reason": reason}) or 0.0
+
+
+ROUTE = m.RouteSpec("count", "key", [1, [[0, 11], [2**30, 12]]], {11: Address("b", "spu-11"),
+                                                                   12: Address("c", "spu-12")}, 1)
+CONTROL_AND_DATA = [
+    m.DataBatch(7, [Tuple(f"word{i}", (i, "x"), "split", 2**63 + i, i) for i in range(256)]),
+    m.InstallRoutes(3, ROUTE, {11: Address("b", "spu-11")}),
+    m.PrepareGive(3, 0, 2**30, 12, Address("c", "spu-12"), frozenset({7}), False),
+    m.EpochMarker(3, 7),
+    m.StateHandoff(3, 11, [("word1", b"\x05"), (("composite", 2), b"")]),
+    m.SpuConfig("wc", "count", 12, (0, 2**30), (ROUTE,), m.PrepareReceive(3, 0, 2**30, 11),
+                {"unit_ref": Address("a", "unit-count")}),
+    m.Tick(1.25),
+    m.Pump(),
+    m.Probe(1, 2.5, Address("a", "monitor"), True),
+    m.DataBatch(7, []),
+]
+
+
+def test_two_endpoints_exchange_data_and_control_messages_in_order(endpoint):
+    a_inbox, b_inbox = Inbox(), Inbox()
+    a = endpoint("a", a_inbox)
+    b = endpoint("b", b_inbox)
+    assert a.address.startswith("tcp://127.0.0.1:") and not a.address.endswith(":0")
+    a.connect("b", b.address)
+    for msg in CONTROL_AND_DATA:
+        a.send(Address("b", "spu-11"), msg)
+    assert b_inbox.wait_for(len(CONTROL_AND_DATA)) == [("spu-11", msg) for msg in CONTROL_AND_DATA]
+
+    b.connect("a", a.address)
+    b.send(Address("a", "acker"), m.AckUpdate({2**63: 5}))
+    b.send(Address("a", "unit-count"), m.HandoffFinished(3, 11, "giver", 2, 0.0))
+    assert a_inbox.wait_for(2) == [("acker", m.AckUpdate({2**63: 5})),
+                                   ("unit-count", m.HandoffFinished(3, 11, "giver", 2, 0.0))]
+
+
+def test_an_endpoint_reaches_its_own_process_without_connecting(endpoint):
+    inbox = Inbox()
+    a = endpoint("a", inbox)
+    a.mailbox(Address("a", "self")).tell(m.Tick(3.0))
+    assert inbox.wait_for(1) == [("self", m.Tick(3.0))]
+
+
+def test_mailboxes_map_to_local_refs_and_remote_mailboxes_across_processes(endpoint):
+    class LocalRef:  # stands in for a Pykka ActorRef
+        def __init__(self, name: str) -> None:
+            self.name = name
+
+        def tell(self, message: Any) -> None:  # pragma: no cover - only named, never told here
+            raise AssertionError("not used")
+
+    spout = LocalRef("spout-5")
+    endpoints: dict[str, Endpoint] = {}
+
+    def codec_for(process: str) -> WireCodec:
+        # The integration's pattern: ActorRef -> Address by name; Address -> local ref or RemoteMailbox.
+        return WireCodec(
+            to_address=lambda ref: Address(process, ref.name),
+            from_address=lambda addr: spout if addr == Address(process, "spout-5") else endpoints[process].mailbox(addr),
+        )
+
+    acker_inbox: queue.Queue = queue.Queue()
+    a_inbox = Inbox()
+    a = endpoints["a"] = endpoint("a", a_inbox, codec=codec_for("a"))
+    b = endpoints["b"] = endpoint("b", lambda actor, msg: acker_inbox.put((actor, msg)), codec=codec_for("b"))
+    a.connect("b", b.address)
+    b.connect("a", a.address)
+
+    a.send(Address("b", "acker"), m.RegisterOwner(5, spout))
+    actor, register = acker_inbox.get(timeout=WAIT)
+    assert actor == "acker" and register.mailbox == RemoteMailbox(b, Address("a", "spout-5"))
+    register.mailbox.tell(m.TreesDone([(9, True, None, 0.5)]))  # the ack server answers the spout
+    assert a_inbox.wait_for(1) == [("spout-5", m.TreesDone([(9, True, None, 0.5)]))]
+
+
+def test_ten_thousand_messages_arrive_in_fifo_order_per_sender(endpoint):
+    per_sender = 3400
+    inbox = Inbox()
+    receiver = endpoint("r", inbox)
+    a = endpoint("a")
+    c = endpoint("c")
+    for ep in (a, c):
+        ep.connect("r", receiver.address)
+
+    def run(ep: Endpoint, sender: int) -> None:
+        to = Address("r", f"spu-{sender}")
+        for seq in range(per_sender):
+            ep.send(to, m.EpochMarker(seq, sender))
+
+    threads = [threading.Thread(target=run, args=(a, 1)), threading.Thread(target=run, args=(a, 2)),
+               threading.Thread(target=run, args=(c, 3))]
+    for t in threads:
+        t.start()
+    items = inbox.wait_for(3 * per_sender, timeout=30)
+    for t in threads:
+        t.join(WAIT)
+    seen: dict[int, list[int]] = {1: [], 2: [], 3: []}
+    for actor, msg in items:
+        assert actor == f"spu-{msg.sender}"
+        seen[msg.sender].append(msg.reconfig_id)
+    assert seen == {s: list(range(per_sender)) for s in (1, 2, 3)}
+
+
+def test_a_slow_receiver_makes_send_block_and_time_out_instead_of_growing_memory(endpoint):
+    gate, entered = threading.Event(), threading.Event()
+    inbox = Inbox()
+
+    def slow(actor: str, message: Any) -> None:
+        entered.set()
+        gate.wait(WAIT * 3)  # holds the receiver's I/O thread: nothing more is read
+        inbox(actor, message)
+
+    receiver = endpoint("slow", slow, hwm=2, socket_buffer=16384)
+    sender = endpoint("fast", queue_size=8, hwm=2, socket_buffer=16384)
+    sender.connect("slow", receiver.address)
+    to = Address("slow", "spu-1")
+    payload = b"x" * 65536
+
+    def batch(i: int) -> m.DataBatch:
+        return m.DataBatch(1, [Tuple("k", payload, "src", i, 0)])
+
+    try:
+        sent = 0
+        with pytest.raises(TimeoutError, match=r"send to slow/spu-1 timed out after 0\.3 s: 8 frames are already "
+                                               r"queued for process 'slow' \(queue_size=8\)"):
+            while sent < 10_000:
+                sender.send(to, batch(sent), timeout=0.3)
+                sent += 1
+                if sent == 1:
+                    assert entered.wait(WAIT)
+        # Memory is bounded: the endpoint holds exactly queue_size frames, zmq and the kernel a few more.
+        assert sender.queued("slow") == sender.queue_size == 8
+        assert sent < 100, f"{sent} frames of 64 KiB were accepted before backpressure"
+        print(f"[endpoint] backpressure after {sent} frames of 64 KiB (queue_size 8, hwm 2)")
+
+        done = threading.Event()
+
+        def blocking_send() -> None:
+            sender.send(to, batch(sent))  # no timeout: waits for space
+            done.set()
+
+        worker = threading.Thread(target=blocking_send)
+        worker.start()
+        assert not done.wait(0.2)  # still blocked while the receiver is stuck
+    finally:
+        gate.set()
+    assert done.wait(WAIT)
+    worker.join(WAIT)
+    items = inbox.wait_for(sent + 1)
+    assert [msg.tuples[0].root for _, msg in items] == list(range(sent + 1))
+
+
+def test_a_malformed_frame_is_dropped_counted_and_logged_once_while_later_frames_arrive(endpoint, caplog):
+    caplog.set_level(logging.WARNING, logger="esault.transport.endpoint")
+    inbox = Inbox()
+    receiver = endpoint("r", inbox)
+    before = {r: dropped_total(r) for r in ("envelope", "malformed", "unknown_tag", "truncated", "field_type")}
+    ctx = zmq.Context()
+    raw = ctx.socket(zmq.DEALER)
+    raw.setsockopt(zmq.LINGER, 0)
+    try:
+        raw.connect(receiver.address)
+        good = encode_frame(m.Tick(1.0))
+        raw.send_multipart([b"only-one-part"])
+        raw.send_multipart([b"spu-1", b"\xc1"])
+        raw.send_multipart([b"spu-1", msgpack.packb([99, 1])])
+        raw.send_multipart([b"\xff\xfe", good])
+        raw.send_multipart([b"spu-1", good[:-2]])
+        raw.send_multipart([b"spu-1", msgpack.packb([2, "soon"])])
+        raw.send_multipart([b"spu-1", b"\xc1\xc1"])
+        raw.send_multipart([b"spu-1", good])
+        assert inbox.wait_for(1) == [("spu-1", m.Tick(1.0))]  # FIFO: every bad frame was handled before it
+    finally:
+        raw.close()
+        ctx.term()
+    expected = {"envelope": 2, "malformed": 2, "unknown_tag": 1, "truncated": 1, "field_type": 1}
+    assert receiver.dropped() == expected
+    assert {r: dropped_total(r) - before[r] for r in expected} == expected
+    warnings = [rec.getMessage() for rec in caplog.records if rec.name == "esault.transport.endpoint"]
+    assert len(warnings) == 5 and sum("(malformed)" in w for w in warnings) == 1
+    assert any("(unknown_tag)" in w and "unknown message tag 99" in w for w in warnings)
+
+
+def test_a_deliver_handler_that_raises_costs_one_frame_not_the_io_thread(endpoint):
+    inbox = Inbox()
+
+    def picky(actor: str, message: Any) -> None:
+        if message == m.Pump():
+            raise RuntimeError("bug in a handler")
+        inbox(actor, message)
+
+    receiver = endpoint("r", picky)
+    sender = endpoint("s")
+    sender.connect("r", receiver.address)
+    for msg in (m.Tick(1.0), m.Pump(), m.Tick(2.0)):
+        sender.send(Address("r", "x"), msg)
+    assert inbox.wait_for(2) == [("x", m.Tick(1.0)), ("x", m.Tick(2.0))]
+    assert receiver.dropped() == {"deliver": 1}
+
+
+def test_disconnect_drops_queued_frames_and_wakes_blocked_senders(endpoint):
+    sender = endpoint("s", queue_size=4, hwm=1)
+    sender.connect("gone", "tcp://127.0.0.1:1")  # nothing listens: zmq queues, then backpressure
+    to = Address("gone", "spu-1")
+    with pytest.raises(TimeoutError):
+        for i in range(100):
+            sender.send(to, m.EpochMarker(i, 1), timeout=0.2)
+    assert sender.queued("gone") == 4
+    outcome: queue.Queue = queue.Queue()
+
+    def blocked() -> None:
+        try:
+            sender.send(to, m.EpochMarker(999, 1))
+        except ConnectionError as exc:
+            outcome.put(exc)
+
+    worker = threading.Thread(target=blocked)
+    worker.start()
+    sender.disconnect("gone")
+    assert "process 'gone' was disconnected" in str(outcome.get(timeout=WAIT))
+    worker.join(WAIT)
+    assert sender.queued("gone") == 0
+    with pytest.raises(LookupError, match=r"no connection to process 'gone'.*call connect\('gone', "):
+        sender.send(to, m.Tick(0.0))
+
+
+def test_close_sends_what_is_queued_within_its_linger(endpoint):
+    inbox = Inbox()
+    receiver = endpoint("r", inbox)
+    sender = Endpoint("s", Inbox(), linger=5.0)
+    sender.connect("r", receiver.address)
+    for i in range(500):
+        sender.send(Address("r", "x"), m.EpochMarker(i, 1))
+    sender.close()
+    assert [msg.reconfig_id for _, msg in inbox.wait_for(500)] == list(range(500))
+    with pytest.raises(RuntimeError, match=r"Endpoint\('s'\) is closed; cannot send"):
+        sender.send(Address("r", "x"), m.Tick(0.0))
+    sender.close()  # idempotent
+
+
+def test_send_and_connect_errors_say_what_to_do(endpoint):
+    a = endpoint("a")
+    with pytest.raises(SerializationError, match="futures never cross processes"):
+        a.send(Address("a", "unit"), m.ScaleCommand("split", 1, {}, (), Future()))
+    small = endpoint("small", max_frame_bytes=1000)
+    with pytest.raises(SerializationError, match=r"cannot send DataBatch to small/spu: its frame is \d+ bytes, over "
+                                                 r"max_frame_bytes=1000 .*; send smaller batches"):
+        small.send(Address("small", "spu"), m.DataBatch(1, [Tuple("k", b"x" * 2000, "s", 0, 0)]))
+    with pytest.raises(TypeError, match=r"send needs an Address, got 'a/unit'"):
+        a.send("a/unit", m.Pump())  # type: ignore[arg-type]
+    with pytest.raises(ConfigError, match=r"must be a zmq endpoint such as 'tcp://127.0.0.1:5555'"):
+        a.connect("b", "127.0.0.1:5555")
+    a.connect("b", "tcp://127.0.0.1:5555")
+    a.connect("b", "tcp://127.0.0.1:5555")  # the same address again is fine
+    with pytest.raises(ConfigError, match=r"already connected at 'tcp://127.0.0.1:5555'; call disconnect\('b'\)"):
+        a.connect("b", "tcp://127.0.0.1:5556")
+    with pytest.raises(ConfigError, match=r"queue_size must be an int >= 1, got 0"):
+        Endpoint("x", Inbox(), queue_size=0)
+    with pytest.raises(ConfigError, match=rf"cannot bind '{a.address}': Address already in use.*; pass a free "
+                                          r"address, e.g. bind='tcp://127.0.0.1:0'"):
+        Endpoint("x", Inbox(), bind=a.address)
+    with pytest.raises(ConfigError, match=r"a process name must be a non-empty str"):
+        Endpoint("", Inbox())
+
+
+CHILD = textwrap.dedent("""
+    import queue, sys
+    from esault.runtime.messages import Drain
+    from esault.transport.address import Address
+    from esault.transport.endpoint import Endpoint
+
+    inbox = queue.Queue()
+    ep = Endpoint("child", lambda actor, msg: inbox.put((actor, msg)))
+    print(ep.address, flush=True)
+    ep.connect("parent", sys.argv[1])
+    while True:
+        actor, msg = inbox.get(timeout=60)
+        if isinstance(msg, Drain):
+            break
+        ep.send(Address("parent", "echo-" + actor), msg)  # from a plain thread, as an actor would
+    ep.close()
+""")
+
+
+def test_a_second_process_echoes_data_and_control_messages_in_order(endpoint):
+    inbox = Inbox()
+    parent = endpoint("parent", inbox)
+    child = subprocess.Popen([sys.executable, "-c", CHILD, parent.address], stdout=subprocess.PIPE, text=True)
+    try:
+        child_address = child.stdout.readline().strip()
+        assert child_address.startswith("tcp://"), f"the child did not start (said {child_address!r})"
+        parent.connect("child", child_address)
+        messages = CONTROL_AND_DATA + [m.EpochMarker(i, 2) for i in range(1000)]
+        for msg in messages:
+            parent.send(Address("child", "spu-3"), msg)
+        assert inbox.wait_for(len(messages), timeout=30) == [("echo-spu-3", msg) for msg in messages]
+        parent.send(Address("child", "spu-3"), m.Drain())
+        assert child.wait(timeout=WAIT) == 0
+    finally:
+        if child.poll() is None:
+            child.kill()
+            child.wait()
+        child.stdout.close()

@@ -1,0 +1,431 @@
+"""The wire format of actor messages: pinned tags and frames, round trips, and hostile input."""
+
+from __future__ import annotations
+
+import dataclasses
+import random
+import time
+import typing
+from concurrent.futures import Future
+from typing import Any
+
+import msgpack
+import pytest
+from hypothesis import HealthCheck, example, given, settings
+from hypothesis import strategies as st
+
+from esault.dsl.tuple import Tuple
+from esault.errors import FrameError, SerializationError
+from esault.runtime import messages as m
+from esault.transport import wire
+from esault.transport.address import Address, Mailbox
+from esault.transport.wire import (
+    WireCodec,
+    decode_frame,
+    encode_frame,
+    frame_error_reason,
+    tag_of,
+)
+
+FUZZ = settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+
+# --- the pinned format -----------------------------------------------------------
+
+PINNED_SCHEMA = {
+    1: ("DataBatch", ("sender: int", "tuples: list[Tuple]")),
+    2: ("Tick", ("now: float",)),
+    3: ("Pump", ()),
+    4: ("AckInit", ("owner: int", "roots: list[tuple[int, int]]")),
+    5: ("AckUpdate", ("deltas: dict[int, int]",)),
+    6: ("AckFail", ("root: int", "reason: str")),
+    7: ("TreesDone", ("outcomes: list[tuple[int, bool, str | None, float]]",)),
+    8: ("RouteSpec", ("unit: str", "grouping: str", "table: list[value] | None", "spus: dict[int, Mailbox]",
+                      "version: int")),
+    9: ("InstallRoutes", ("reconfig_id: int", "route: RouteSpec", "notify: dict[int, Mailbox]")),
+    10: ("EpochMarker", ("reconfig_id: int", "sender: int")),
+    11: ("PrepareGive", ("reconfig_id: int", "lo: int", "hi: int", "receiver_id: int", "receiver: Mailbox | None",
+                         "upstream: frozenset[int]", "retire: bool")),
+    12: ("PrepareReceive", ("reconfig_id: int", "lo: int", "hi: int", "giver_id: int")),
+    13: ("Prepared", ("reconfig_id: int", "spu_id: int")),
+    14: ("StateHandoff", ("reconfig_id: int", "giver_id: int", "states: list[tuple[value, bytes]]")),
+    15: ("HandoffFinished", ("reconfig_id: int", "spu_id: int", "role: str", "moved_keys: int",
+                             "paused_seconds: float")),
+    16: ("ScaleCommand", ("action: str", "spu_id: int", "upstream: dict[int, tuple[Mailbox, str]]",
+                          "downstream_routes: tuple[RouteSpec, ...]", "reply: Future (local only)", "at: int | None",
+                          "into: int | None", "reason: str")),
+    17: ("ScaleResult", ("action: str", "unit: str", "giver: int", "receiver: int", "lo: int | None",
+                         "hi: int | None", "moved_keys: int", "paused_seconds: float", "seconds: float",
+                         "reason: str")),
+    18: ("GetRoutes", ("grouping: str",)),
+    19: ("GetSpus", ()),
+    20: ("GetLayout", ()),
+    21: ("RegisterOwner", ("owner: int", "mailbox: Mailbox")),
+    22: ("GetPending", ()),
+    23: ("Drain", ()),
+    24: ("SpuConfig", ("topology: str", "unit: str", "spu_id: int", "interval: tuple[int, int] | None",
+                       "downstream: tuple[RouteSpec, ...]", "receive: PrepareReceive | None",
+                       "extra: dict[str, value+mailboxes]")),
+    25: ("Probe", ("probe_id: int", "sent_at: float", "reply_to: Mailbox", "want_hashes: bool")),
+    26: ("ProbeReturned", ("spu_id: int", "probe_id: int", "sent_at: float", "processed: int",
+                           "hashes: tuple[int, ...]")),
+    27: ("SpusChanged", ("spus: dict[int, Mailbox]", "layout: dict[int, tuple[int, int] | None]",
+                         "result: ScaleResult | None")),
+    28: ("ScaleRefused", ("reason: str",)),
+}
+
+
+def test_message_tags_and_field_layouts_are_pinned_so_the_wire_cannot_change_silently():
+    # A failure here means the frame format changed: every process must be upgraded together.
+    # Append new messages at the end of messages.py and add them here; never renumber.
+    assert {tag: (name, fields) for tag, name, fields in wire.describe()} == PINNED_SCHEMA
+    assert {cls.__name__: tag for cls, tag in wire.TAGS.items()} == {n: t for t, (n, _) in PINNED_SCHEMA.items()}
+    assert all(wire.MESSAGE_TYPES[tag_of(cls)] is cls for cls in wire.TAGS)
+
+
+@pytest.mark.parametrize(("message", "frame_hex"), [
+    (m.Tick(1.5), "9202cb3ff8000000000000"),
+    (m.EpochMarker(7, 3), "930a0703"),
+    (m.DataBatch(3, [Tuple("w", (1, "a"), "split", 2**64 - 1, 5)]),
+     "9301039195a177d6019201a161a573706c6974cfffffffffffffffff05"),
+    (m.PrepareGive(9, 0, 100, 4, Address("w2", "spu-4"), frozenset({1}), False),
+     "980b0900640492a27732a57370752d349101c2"),
+    (m.SpuConfig("t", "count", 5, (0, 10), (), None, {"unit_ref": Address("driver", "unit-count")}),
+     "9818a174a5636f756e740592000a90c081a8756e69745f726566c416c7131092a6647269766572aa756e69742d636f756e74"),
+])
+def test_golden_frames_are_byte_for_byte_stable(message, frame_hex):
+    assert encode_frame(message).hex() == frame_hex
+    assert decode_frame(bytes.fromhex(frame_hex)) == message
+
+
+def _any_fields() -> set[tuple[str, str]]:
+    found = set()
+    for cls in wire.TAGS:
+        for name, hint in typing.get_type_hints(cls, globalns=vars(m)).items():
+            if (cls.__name__, name) not in wire.FIELD_TYPES and "Any" in repr(hint):
+                found.add((cls.__name__, name))
+    return found
+
+
+def test_every_any_field_is_either_a_mailbox_override_or_a_known_user_value():
+    # A new `Any` field must be classified: a mailbox (FIELD_TYPES) or plain codec data (this list).
+    assert _any_fields() == {("RouteSpec", "table"), ("StateHandoff", "states")}
+
+
+def test_a_decode_reports_only_the_documented_reasons():
+    assert set(wire.FRAME_ERROR_REASONS) == {
+        "not_bytes", "truncated", "trailing_bytes", "malformed", "too_deep", "not_a_frame", "unknown_tag",
+        "local_only", "field_count", "field_type", "address",
+    }
+
+
+# --- round trips -------------------------------------------------------------------
+
+ROUTE = m.RouteSpec("count", "key", [3, [[0, 11], [2**30, 12]]], {11: Address("w1", "spu-11"),
+                                                                   12: Address("w2", "spu-12")}, 3)
+RESULT = m.ScaleResult("split", "count", 11, 13, 0, 2**29, 42, 0.01, 0.2, "overload")
+EXAMPLES: dict[type, Any] = {
+    m.DataBatch: m.DataBatch(7, [Tuple("apple", 1, "split", 2**63, 12345), Tuple(("k", 2), {"n": [1.5, None]},
+                                                                               "split", 0, 0)]),
+    m.Tick: m.Tick(12.25),
+    m.Pump: m.Pump(),
+    m.AckInit: m.AckInit(3, [(1, 2), (2**64 - 1, 0)]),
+    m.AckUpdate: m.AckUpdate({1: 5, 2**63: 0}),
+    m.AckFail: m.AckFail(99, "ValueError: bad word"),
+    m.TreesDone: m.TreesDone([(1, True, None, 0.25), (2, False, "timed out", 30.0)]),
+    m.RouteSpec: ROUTE,
+    m.InstallRoutes: m.InstallRoutes(4, ROUTE, {11: Address("w1", "spu-11")}),
+    m.EpochMarker: m.EpochMarker(4, 8),
+    m.PrepareGive: m.PrepareGive(4, 0, 2**30, 13, Address("w3", "spu-13"), frozenset({8, 9}), True),
+    m.PrepareReceive: m.PrepareReceive(4, 0, 2**30, 11),
+    m.Prepared: m.Prepared(4, 11),
+    m.StateHandoff: m.StateHandoff(4, 11, [("apple", b"\x81\xa1n\x05"), (("t", 1), b"")]),
+    m.HandoffFinished: m.HandoffFinished(4, 11, "giver", 2, 0.0),
+    m.ScaleResult: RESULT,
+    m.GetRoutes: m.GetRoutes("key"),
+    m.GetSpus: m.GetSpus(),
+    m.GetLayout: m.GetLayout(),
+    m.RegisterOwner: m.RegisterOwner(5, Address("w1", "spout-5")),
+    m.GetPending: m.GetPending(),
+    m.Drain: m.Drain(),
+    m.SpuConfig: m.SpuConfig("wordcount", "count", 13, (0, 2**30), (ROUTE,), m.PrepareReceive(4, 0, 9, 11),
+                             {"unit_ref": Address("driver", "unit-count"), "n": (1, frozenset({2}))}),
+    m.Probe: m.Probe(1, 12.5, Address("driver", "monitor-count"), False),
+    m.ProbeReturned: m.ProbeReturned(11, 1, 12.5, 4000, (5, 2**31 - 1)),
+    m.SpusChanged: m.SpusChanged({11: Address("w1", "spu-11")}, {11: (0, 9), 12: None}, RESULT),
+    m.ScaleRefused: m.ScaleRefused("unit count is at max_parallelism 8"),
+}
+
+
+def same(a: Any, b: Any) -> bool:
+    """Equal and of the same types all the way down (list != tuple, set != frozenset)."""
+    if type(a) is not type(b):
+        return False
+    if isinstance(a, (list, tuple)):
+        return len(a) == len(b) and all(same(x, y) for x, y in zip(a, b))
+    if isinstance(a, (set, frozenset)):
+        return a == b and all(any(same(x, y) for y in b) for x in a)
+    if isinstance(a, dict):
+        return len(a) == len(b) and all(any(same(k, k2) and same(v, b[k2]) for k2 in b) for k, v in a.items())
+    if dataclasses.is_dataclass(a):
+        return all(same(getattr(a, f.name), getattr(b, f.name)) for f in dataclasses.fields(a))
+    return a == b
+
+
+def test_every_message_that_crosses_processes_has_a_round_trip_example():
+    assert set(EXAMPLES) == set(wire.TAGS) - wire.LOCAL_ONLY
+
+
+@pytest.mark.parametrize("message", list(EXAMPLES.values()), ids=lambda msg: type(msg).__name__)
+def test_every_message_survives_a_round_trip_with_its_field_types(message):
+    decoded = decode_frame(encode_frame(message))
+    assert decoded == message
+    assert same(decoded, message)
+
+
+def test_decode_builds_the_declared_containers_from_lists_the_runtime_passes():
+    decoded = decode_frame(encode_frame(m.AckInit(1, [[1, 2]])))  # the annotation says tuple[int, int]
+    assert decoded.roots == [(1, 2)] and type(decoded.roots[0]) is tuple
+    spu = decode_frame(encode_frame(m.SpuConfig("t", "u", 1, [0, 5], [], None)))
+    assert spu.interval == (0, 5) and spu.downstream == () and spu.extra == {}
+    assert decode_frame(encode_frame(m.Tick(5))).now == 5.0 and type(decode_frame(encode_frame(m.Tick(5))).now) is float
+
+
+hashables = st.recursive(
+    st.none() | st.booleans() | st.integers(-(2**63), 2**64 - 1) | st.floats(allow_nan=False)
+    | st.text(max_size=6) | st.binary(max_size=6),
+    lambda inner: st.tuples(inner, inner) | st.frozensets(inner, max_size=3),
+    max_leaves=6,
+)
+user_values = st.recursive(
+    hashables,
+    lambda inner: st.lists(inner, max_size=3) | st.tuples(inner) | st.sets(hashables, max_size=3)
+    | st.frozensets(hashables, max_size=3) | st.dictionaries(hashables, inner, max_size=3),
+    max_leaves=10,
+)
+
+
+@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(st.tuples(hashables, user_values, st.text(max_size=5), st.integers(0, 2**64 - 1),
+                          st.integers(0, 2**64 - 1)), max_size=4))
+def test_user_keys_and_values_keep_their_types_through_a_data_batch(rows):
+    batch = m.DataBatch(1, [Tuple(*row) for row in rows])
+    decoded = decode_frame(encode_frame(batch))
+    assert all(type(t) is Tuple for t in decoded.tuples)
+    assert same(decoded.tuples, batch.tuples)
+
+
+# --- mailboxes ------------------------------------------------------------------------
+
+
+class FakeRef:
+    """Stands in for a Pykka ActorRef: tellable, not encodable by itself."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self.told: list[Any] = []
+
+    def tell(self, message: Any) -> None:
+        self.told.append(message)
+
+
+def test_mailbox_fields_go_through_the_callers_address_hooks():
+    local = {"spu-11": FakeRef("spu-11"), "unit-count": FakeRef("unit-count")}
+    sender = WireCodec(to_address=lambda ref: Address("w1", ref.name))
+    receiver = WireCodec(from_address=lambda a: local[a.actor] if a.process == "w1" else a)
+    msg = m.InstallRoutes(4, dataclasses.replace(ROUTE, spus={11: local["spu-11"], 12: Address("w2", "spu-12")}),
+                          {11: local["spu-11"]})
+    decoded = receiver.decode(sender.encode(msg))
+    assert decoded.route.spus == {11: local["spu-11"], 12: Address("w2", "spu-12")}
+    assert decoded.notify[11] is local["spu-11"] and isinstance(decoded.notify[11], Mailbox)
+    cfg = m.SpuConfig("t", "count", 1, None, (), None, {"unit_ref": local["unit-count"], "pair": (local["spu-11"], 1)})
+    extra = receiver.decode(sender.encode(cfg)).extra
+    assert extra["unit_ref"] is local["unit-count"] and extra["pair"] == (local["spu-11"], 1)
+
+
+def test_a_mailbox_the_hook_cannot_name_is_refused_naming_the_field():
+    with pytest.raises(SerializationError, match=r"RegisterOwner\.mailbox: to_address\(.*FakeRef.*\) failed.*"
+                                                 r"WireCodec\(to_address=\.\.\.\)"):
+        encode_frame(m.RegisterOwner(1, FakeRef("spout-1")))
+    with pytest.raises(SerializationError, match=r"returned str 'w1/spu', not an Address"):
+        WireCodec(to_address=lambda ref: "w1/spu").encode(m.RegisterOwner(1, FakeRef("spout-1")))
+
+
+def test_a_failing_from_address_drops_the_frame_with_reason_address():
+    frame = encode_frame(m.RegisterOwner(1, Address("w9", "spout-1")))
+
+    def unknown(address: Address) -> Any:
+        raise KeyError(f"no actor {address}")
+
+    with pytest.raises(FrameError, match=r"RegisterOwner\.mailbox: from_address\(w9/spout-1\) failed") as err:
+        WireCodec(from_address=unknown).decode(frame)
+    assert frame_error_reason(err.value) == "address"
+
+
+# --- refusals on encode --------------------------------------------------------------
+
+
+def test_a_future_never_crosses_processes():
+    cmd = m.ScaleCommand("split", 11, {}, (), Future())
+    with pytest.raises(SerializationError, match=r"cannot send ScaleCommand to another process: field 'reply' is a "
+                                                 r"concurrent.futures.Future, and futures never cross processes"):
+        encode_frame(cmd)
+    assert wire.LOCAL_ONLY == {m.ScaleCommand}
+    with pytest.raises(FrameError, match=r"tag 16 \(ScaleCommand\) never crosses processes") as err:
+        decode_frame(msgpack.packb([16, "split", 11, {}, [], None, None, None, "manual"]))
+    assert frame_error_reason(err.value) == "local_only"
+
+
+@pytest.mark.parametrize(("message", "error"), [
+    (m.EpochMarker("7", 3), r"cannot send EpochMarker\.reconfig_id: expected int, got str '7'"),
+    (m.PrepareGive(1, 0, 5, 2, None, {1, "x"}, True), r"PrepareGive\.upstream\[item\]: expected int, got str 'x'"),
+    (m.DataBatch(1, [Tuple("a", 1, "s", 0, 0), ("a", 1, "s", 0, 0)]),
+     r"DataBatch\.tuples\[1\]: expected an esault Tuple, got tuple"),
+    (m.DataBatch(1, [Tuple("a", 1, "s", 0, 0), Tuple("b", object(), "s", 0, 0)]),
+     r"DataBatch\.tuples\[1\]: cannot encode type object; user keys, values and state must be"),
+    (m.AckUpdate({1: 2**64}), r"AckUpdate\.deltas: cannot encode an int outside the 64-bit range"),
+    (m.InstallRoutes(1, "not a route", {}), r"InstallRoutes\.route: expected a RouteSpec, got str"),
+    (m.TreesDone([(1, "yes", None, 0.0)]), r"TreesDone\.outcomes\[0\]\[1\]: expected bool, got str 'yes'"),
+])
+def test_a_field_of_the_wrong_type_is_refused_naming_its_path(message, error):
+    with pytest.raises(SerializationError, match=error):
+        encode_frame(message)
+
+
+def test_something_that_is_not_a_message_is_refused():
+    with pytest.raises(SerializationError, match=r"cannot send a dict: only the message dataclasses"):
+        encode_frame({"tag": 1})
+
+
+# --- hostile input: only FrameError, always with a precise reason --------------------
+
+GOOD_FRAMES = [encode_frame(msg) for msg in EXAMPLES.values()]
+
+
+@pytest.mark.parametrize(("frame", "reason", "error"), [
+    (b"", "truncated", r"malformed frame \(0 bytes\): truncated"),
+    (GOOD_FRAMES[0][:-3], "truncated", r"truncated"),
+    (encode_frame(m.Tick(1.0)) + b"\x00", "trailing_bytes", r"bytes after the message"),
+    (b"\xc1", "malformed", r"malformed frame \(1 bytes\)"),
+    (b"\x91" * 5000 + b"\x01", "too_deep", r"nested too deeply"),
+    (msgpack.packb({"tag": 1}), "not_a_frame", r"expected \[tag, fields\.\.\.\], got dict"),
+    (msgpack.packb([]), "not_a_frame", r"got list \[\]"),
+    (msgpack.packb(["DataBatch", 1, []]), "not_a_frame", r"not a message frame"),
+    (msgpack.packb([99, 1]), "unknown_tag", r"unknown message tag 99 \(known: 1\.\.28\)"),
+    (msgpack.packb([10, 1]), "field_count", r"EpochMarker: expected 2 fields \(reconfig_id, sender\), got 1"),
+    (msgpack.packb([2, "soon"]), "field_type", r"Tick\.now: expected float, got str 'soon'"),
+    (msgpack.packb([10, True, 1]), "field_type", r"EpochMarker\.reconfig_id: expected int, got bool True"),
+    (msgpack.packb([1, 1, [["k", 1, "s", 0, 0], ["k", 1, "s", "root", 0]]]), "field_type",
+     r"DataBatch\.tuples\[1\]: a tuple record needs source str, root int, edge int; got str 's', str 'root'"),
+    (msgpack.packb([1, 1, [["k", 1, "s", 0]]]), "field_type", r"DataBatch\.tuples\[0\]: expected a tuple record"),
+    (msgpack.packb([9, 1, ["u", "key", None, {5: ["w1"]}, 1], {}]), "field_type",
+     r"InstallRoutes\.route\.spus\[5\]: expected a mailbox address \[process, actor\], got list \['w1'\]"),
+    (msgpack.packb([21, 1, ["", "spout"]]), "field_type",
+     r"RegisterOwner\.mailbox: Address\.process must be a non-empty str"),
+    (msgpack.packb([1, 1, [[msgpack.ExtType(9, b"\x90"), 1, "s", 0, 0]]]), "field_type",
+     r"unknown msgpack ext type 9 in a value"),
+    (msgpack.packb([1, 1, [[msgpack.ExtType(16, msgpack.packb(["w", "a"])), 1, "s", 0, 0]]]), "field_type",
+     r"unknown msgpack ext type 16 in a value"),
+    (msgpack.packb([1, 1, [[msgpack.ExtType(2, msgpack.packb([[1]])), 1, "s", 0, 0]]]), "field_type",
+     r"a set holds an unhashable item"),
+    (msgpack.packb([11, 1, 0, 5, 2, None, [[1]], True]), "field_type", r"PrepareGive\.upstream\[0\]: expected int"),
+    (msgpack.packb([24, "t", "u", 1, None, [], None, {"unit_ref": "not packed"}]), "field_type",
+     r"SpuConfig\.extra\['unit_ref'\]: expected a packed value \(bin\)"),
+])
+def test_each_malformed_frame_raises_frame_error_with_a_precise_reason(frame, reason, error):
+    with pytest.raises(FrameError, match=error) as err:
+        decode_frame(frame)
+    assert frame_error_reason(err.value) == reason
+
+
+def test_decode_refuses_what_is_not_bytes():
+    with pytest.raises(FrameError, match="a frame must be bytes, got str") as err:
+        decode_frame("[1, 2]")  # type: ignore[arg-type]
+    assert frame_error_reason(err.value) == "not_bytes"
+
+
+def _decode_or_frame_error(frame: bytes) -> Any:
+    """The fuzz oracle: decode returns a message that re-encodes stably, or raises FrameError."""
+    try:
+        message = decode_frame(frame)
+    except FrameError as err:
+        assert frame_error_reason(err) in wire.FRAME_ERROR_REASONS
+        return None
+    assert type(message) in wire.TAGS
+    again = encode_frame(message)  # whatever decode accepts is well-typed enough to send on
+    assert encode_frame(decode_frame(again)) == again
+    return message
+
+
+@FUZZ
+@given(st.binary(max_size=200))
+@example(b"\x93\x01\x01\x91\x95\xc7\x01\x01\xc0")  # an ext tuple with garbage inside
+@example(b"\xdd\xff\xff\xff\xff")  # an array header claiming 4 billion items
+def test_random_bytes_never_raise_anything_but_frame_error(data):
+    _decode_or_frame_error(data)
+
+
+@FUZZ
+@given(st.sampled_from(GOOD_FRAMES), st.data())
+def test_mutated_valid_frames_never_raise_anything_but_frame_error(frame, data):
+    buf = bytearray(frame)
+    for _ in range(data.draw(st.integers(1, 4))):
+        op = data.draw(st.sampled_from(["flip", "cut", "insert", "delete"]))
+        pos = data.draw(st.integers(0, max(len(buf) - 1, 0)))
+        if op == "flip" and buf:
+            buf[pos] ^= 1 << data.draw(st.integers(0, 7))
+        elif op == "cut":
+            del buf[pos:]
+        elif op == "insert":
+            buf[pos:pos] = data.draw(st.binary(min_size=1, max_size=4))
+        elif op == "delete" and buf:
+            del buf[pos]
+    _decode_or_frame_error(bytes(buf))
+
+
+msgpack_values = st.recursive(
+    st.none() | st.booleans() | st.integers(-(2**63), 2**64 - 1) | st.floats() | st.text(max_size=4)
+    | st.binary(max_size=4),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.integers(0, 20) | st.text(max_size=3), inner,
+                                                                max_size=3),
+    max_leaves=8,
+)
+
+
+@FUZZ
+@given(st.sampled_from(GOOD_FRAMES), st.data())
+def test_frames_with_a_field_swapped_for_any_msgpack_value_never_raise_anything_but_frame_error(frame, data):
+    raw = msgpack.unpackb(frame, strict_map_key=False, ext_hook=lambda code, blob: msgpack.ExtType(code, blob))
+    if len(raw) > 1:
+        raw[data.draw(st.integers(1, len(raw) - 1))] = data.draw(msgpack_values)
+    else:
+        raw.append(data.draw(msgpack_values))
+    _decode_or_frame_error(msgpack.packb(raw, use_bin_type=True))
+
+
+# --- cost ----------------------------------------------------------------------------
+
+
+def _measure(fn: Any, arg: Any, rounds: int) -> float:
+    best = float("inf")
+    for _ in range(5):
+        start = time.perf_counter()
+        for _ in range(rounds):
+            fn(arg)
+        best = min(best, time.perf_counter() - start)
+    return best / rounds
+
+
+def test_a_data_batch_of_256_words_costs_well_under_two_microseconds_per_tuple_each_way(capsys):
+    rng = random.Random(7)
+    words = ["the", "quick", "brown", "fox", "jumps", "over", "a", "lazy", "dog", "while", "seven", "wizards", "quietly", "vex"]
+    batch = m.DataBatch(3, [Tuple(rng.choice(words), 1, "split", rng.getrandbits(64), rng.getrandbits(64))
+                            for _ in range(256)])
+    frame = encode_frame(batch)
+    assert decode_frame(frame) == batch
+    encode_us = _measure(encode_frame, batch, 200) / 256 * 1e6
+    decode_us = _measure(decode_frame, frame, 200) / 256 * 1e6
+    with capsys.disabled():
+        print(f"\n[wire] DataBatch of 256 word tuples, {len(frame)} bytes: encode {encode_us:.2f} us/tuple, "
+              f"decode {decode_us:.2f} us/tuple (target < 2)")
+    # The target is 2 us; the assertion leaves room for a loaded CI machine.
+    assert encode_us < 6 and decode_us < 6
