@@ -85,7 +85,8 @@ class RemoteMailbox:
         return isinstance(other, RemoteMailbox) and other.address == self.address
 
     def __hash__(self) -> int:
-        return hash(self.address)
+        # Identity within this process (dict/set membership), never routing: see esault.keyhash.
+        return self.address.__hash__()
 
     def __repr__(self) -> str:
         return f"RemoteMailbox({self.address})"
