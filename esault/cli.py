@@ -35,6 +35,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     worker = sub.add_parser("worker", help="start a worker process that hosts SPUs for a driver")
     worker.add_argument("--driver", required=True, help="the driver's HOST:PORT")
+    worker.add_argument("--name", default=None, help="this worker's process name (default w<pid>)")
     worker.add_argument("--metrics-port", type=int, default=None)
     worker.add_argument("--metrics-host", default=None)
 
@@ -51,6 +52,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         if args.command == "run":
             return _run(args)
+        if args.command == "worker":
+            from esault.cluster.worker import run_worker
+
+            return run_worker(args.driver, args.name)
         print(f"esault {args.command}: this build runs every SPU inside the driver process "
               "(--cluster local); worker processes and remote status are not available yet", file=sys.stderr)
         return 2

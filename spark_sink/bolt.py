@@ -80,6 +80,10 @@ class SparkSink(Bolt):
         (epoch seconds, for missing event times); for tests.
     """
 
+    esault_placement = "driver"
+    """With worker processes, the sink runs in the driver: one JVM, shared with Spark SQL there."""
+
+
     def __init__(
         self,
         table: str = "esault_sink",

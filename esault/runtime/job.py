@@ -6,7 +6,7 @@ import logging
 import threading
 import time
 from concurrent.futures import Future
-from typing import Any
+from typing import Any, Callable
 
 from esault.clock import Clock, SystemClock
 from esault.config import JobConfig
@@ -20,7 +20,8 @@ from esault.dsl.topology import Grouping
 from esault.runtime.messages import Drain, GetLayout, GetPending, GetRoutes, GetSpus, ScaleResult, SpusChanged
 from esault.runtime.monitor import LatencyMonitorActor
 from esault.runtime.ticker import Ticker
-from esault.runtime.unit import SpuLauncher, UnitActor
+from esault.metrics.stats import SpuStats
+from esault.runtime.unit import LaunchSpus, SpuLauncher, UnitActor
 
 log = logging.getLogger("esault")
 
@@ -29,7 +30,8 @@ class Job:
     """A running topology. Thread-safe; call from the driver's thread, never from an actor."""
 
     def __init__(self, topology: Topology, config: JobConfig, launcher: SpuLauncher,
-                 clock: Clock | None = None) -> None:
+                 clock: Clock | None = None, postman: Any = None,
+                 remote_stats: Callable[[str], list[SpuStats]] | None = None) -> None:
         self.topology = topology
         self.config = config
         self.clock = clock or SystemClock()
@@ -41,7 +43,9 @@ class Job:
         self.ctx.stats.forget_topology(topology.name)
         gc_policy.enter(config.gc_gen0_threshold)
         self.ctx.ticker = Ticker(self.clock, config.tick_interval)
-        self.ctx.acker = AckServerActor.start(self.ctx)
+        self.postman = postman
+        self.remote_stats = remote_stats
+        self.ctx.acker = self._start_named("acker", lambda: AckServerActor.start(self.ctx))
         self.ctx.ticker.subscribe(self.ctx.acker)
         self.units: dict[str, Any] = {}
         self._stopped = False
@@ -53,7 +57,10 @@ class Job:
                 downstream = tuple(
                     self.units[d.name].ask(GetRoutes(g.value)) for d, g in topology.downstream(spec.name)
                 )
-                self.units[spec.name] = UnitActor.start(spec, self.ctx, launcher, downstream)
+                unit = self._start_named(f"unit-{spec.name}",
+                                         lambda: UnitActor.start(spec, self.ctx, launcher, downstream))
+                unit.ask(LaunchSpus())
+                self.units[spec.name] = unit
             self.coordinator = ReconfigurationCoordinator(topology, self.units)
             self.monitors = self._start_monitors() if config.elasticity else {}
         except Exception:
@@ -66,6 +73,14 @@ class Job:
     def name(self) -> str:
         return self.topology.name
 
+    def _start_named(self, name: str, start: Callable[[], Any]) -> Any:
+        """Start an actor; with worker processes, register it so messages can name it."""
+        return start() if self.postman is None else self.postman.start_and_register(name, start)
+
+    def _all_stats(self) -> list[SpuStats]:
+        local = [s for s in self.ctx.stats.all() if s.topology == self.name]
+        return local + (self.remote_stats(self.name) if self.remote_stats else [])
+
     def _start_monitors(self) -> dict[str, Any]:
         """A latency monitor per elastic bolt that can scale (not global-grouped)."""
         monitors: dict[str, Any] = {}
@@ -75,8 +90,9 @@ class Job:
             if any(i.grouping is Grouping.GLOBAL for i in spec.inputs):
                 continue
             unit = self.units[spec.name]
-            monitor = LatencyMonitorActor.start(self.ctx, spec, self.coordinator,
-                                                unit.ask(GetSpus()), unit.ask(GetLayout()))
+            spus, layout = unit.ask(GetSpus()), unit.ask(GetLayout())
+            monitor = self._start_named(f"monitor-{spec.name}", lambda: LatencyMonitorActor.start(
+                self.ctx, spec, self.coordinator, spus, layout))
             self.ctx.ticker.subscribe(monitor)
             monitors[spec.name] = monitor
         if monitors:
@@ -127,7 +143,7 @@ class Job:
         """Per unit: SPUs with interval, PE count and counts; totals; trees in flight."""
         if self._stopped and self.final_status is not None:
             return self.final_status
-        stats = {(s.unit, s.spu): s for s in self.ctx.stats.live() if s.topology == self.name}
+        stats = {(s.unit, s.spu): s for s in self._all_stats()}
         units: dict[str, Any] = {}
         for spec in self.topology.units:
             layout = self.units[spec.name].ask(GetLayout())
@@ -155,11 +171,10 @@ class Job:
 
     def _totals(self) -> tuple[int, int, int]:
         emitted = processed = inflight = 0
-        for s in self.ctx.stats.all():
-            if s.topology == self.name:
-                emitted += s.emitted
-                processed += s.processed
-                inflight += s.inflight + s.queue_depth
+        for s in self._all_stats():
+            emitted += s.emitted
+            processed += s.processed
+            inflight += s.inflight + s.queue_depth
         return emitted, processed, inflight
 
     def is_complete(self) -> bool:

@@ -266,3 +266,61 @@ class ScaleRefused:
     """coordinator callback -> monitor: the requested split or merge did not happen."""
 
     reason: str
+
+
+# --- worker processes -------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class WorkerHello:
+    """worker -> driver cluster: a worker process joined; its endpoint listens at `address`."""
+
+    process: str
+    address: str
+    pid: int
+
+
+@dataclass(frozen=True, slots=True)
+class PeerAddresses:
+    """driver cluster -> worker host: how to reach every process of the cluster."""
+
+    peers: dict[str, str]
+
+
+@dataclass(frozen=True, slots=True)
+class StartSpu:
+    """driver launcher -> worker host: start SPU `spu.spu_id` of the described unit."""
+
+    topology: str
+    unit: dict[str, Any]
+    config: dict[str, Any]
+    spu: SpuConfig
+
+
+@dataclass(frozen=True, slots=True)
+class StopSpu:
+    """driver launcher -> worker host: close and stop SPU `spu_id`, then answer SpuStopped."""
+
+    spu_id: int
+    request_id: int
+
+
+@dataclass(frozen=True, slots=True)
+class SpuStopped:
+    """worker host -> driver cluster: SPU `spu_id` closed its PEs and stopped."""
+
+    spu_id: int
+    request_id: int
+
+
+@dataclass(frozen=True, slots=True)
+class WorkerHeartbeat:
+    """worker -> driver cluster: alive; counts of its SPUs as (topology, unit, spu, counts)."""
+
+    process: str
+    stats: list[tuple[str, str, int, dict[str, int]]]
+
+
+@dataclass(frozen=True, slots=True)
+class Shutdown:
+    """driver cluster -> worker host: stop every SPU and exit."""

@@ -34,6 +34,10 @@ class SpuLauncher(Protocol):
     def stop_spu(self, mailbox: Any, block: bool) -> None: ...
 
 
+class LaunchSpus:
+    """driver -> unit (ask), in this process only: start the initial SPUs."""
+
+
 def even_table(spu_ids: list[int]) -> IntervalTable:
     """Initial intervals of a key-grouped unit: equal slices of the key space."""
     n = len(spu_ids)
@@ -74,7 +78,8 @@ class UnitActor(pykka.ThreadingActor):
         self._op: _Reconfiguration | None = None
         self.history: list[ScaleResult] = []
 
-    def on_start(self) -> None:
+    def launch_initial_spus(self) -> None:
+        """Start the unit's first SPUs (after the unit is registered, so they can name it)."""
         ids = [self.job.next_id() for _ in range(self.spec.parallelism)]
         if self.spec.per_key:
             self.table = even_table(ids)
@@ -94,6 +99,8 @@ class UnitActor(pykka.ThreadingActor):
     def on_receive(self, message: Any) -> Any:
         try:
             kind = type(message)
+            if kind is LaunchSpus:
+                return self.launch_initial_spus()
             if kind is GetRoutes:
                 return self.route_spec(message.grouping)
             if kind is GetSpus:

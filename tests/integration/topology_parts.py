@@ -6,7 +6,7 @@ import threading
 from typing import Any
 
 from esault import Bolt
-from esault.testing import ListSpout
+from esault.testing import CollectorBolt, ListSpout
 
 GATES: dict[str, threading.Event] = {}
 SEEN: dict[str, set] = {}
@@ -167,3 +167,9 @@ class BackgroundAckBolt(Bolt):
 
 
 DONE: dict[str, list] = {}
+
+
+class DriverCollectorBolt(CollectorBolt):
+    """A CollectorBolt that stays in the driver process, where the test reads what it collected."""
+
+    esault_placement = "driver"

@@ -71,6 +71,13 @@ PINNED_SCHEMA = {
     27: ("SpusChanged", ("spus: dict[int, Mailbox]", "layout: dict[int, tuple[int, int] | None]",
                          "result: ScaleResult | None")),
     28: ("ScaleRefused", ("reason: str",)),
+    29: ("WorkerHello", ("process: str", "address: str", "pid: int")),
+    30: ("PeerAddresses", ("peers: dict[str, str]",)),
+    31: ("StartSpu", ("topology: str", "unit: dict[str, value]", "config: dict[str, value]", "spu: SpuConfig")),
+    32: ("StopSpu", ("spu_id: int", "request_id: int")),
+    33: ("SpuStopped", ("spu_id: int", "request_id: int")),
+    34: ("WorkerHeartbeat", ("process: str", "stats: list[tuple[str, str, int, dict[str, int]]]")),
+    35: ("Shutdown", ()),
 }
 
 
@@ -108,7 +115,8 @@ def _any_fields() -> set[tuple[str, str]]:
 
 def test_every_any_field_is_either_a_mailbox_override_or_a_known_user_value():
     # A new `Any` field must be classified: a mailbox (FIELD_TYPES) or plain codec data (this list).
-    assert _any_fields() == {("RouteSpec", "table"), ("StateHandoff", "states")}
+    assert _any_fields() == {("RouteSpec", "table"), ("StateHandoff", "states"), ("StartSpu", "unit"),
+                             ("StartSpu", "config")}
 
 
 def test_a_decode_reports_only_the_documented_reasons():
@@ -153,6 +161,14 @@ EXAMPLES: dict[type, Any] = {
     m.ProbeReturned: m.ProbeReturned(11, 1, 12.5, 4000, (5, 2**31 - 1)),
     m.SpusChanged: m.SpusChanged({11: Address("w1", "spu-11")}, {11: (0, 9), 12: None}, RESULT),
     m.ScaleRefused: m.ScaleRefused("unit count is at max_parallelism 8"),
+    m.WorkerHello: m.WorkerHello("w1", "tcp://127.0.0.1:5601", 4242),
+    m.PeerAddresses: m.PeerAddresses({"driver": "tcp://127.0.0.1:5600", "w1": "tcp://127.0.0.1:5601"}),
+    m.StartSpu: m.StartSpu("wc", {"name": "count", "params": {"k": (1, "a")}}, {"acking": True, "data_dir": "d"},
+                           m.SpuConfig("wc", "count", 5, (0, 10), (), None, {"unit_ref": Address("driver", "unit-count")})),
+    m.StopSpu: m.StopSpu(5, 9),
+    m.SpuStopped: m.SpuStopped(5, 9),
+    m.WorkerHeartbeat: m.WorkerHeartbeat("w1", [("wc", "count", 5, {"processed": 10, "pes": 3})]),
+    m.Shutdown: m.Shutdown(),
 }
 
 
@@ -310,7 +326,7 @@ GOOD_FRAMES = [encode_frame(msg) for msg in EXAMPLES.values()]
     (msgpack.packb({"tag": 1}), "not_a_frame", r"expected \[tag, fields\.\.\.\], got dict"),
     (msgpack.packb([]), "not_a_frame", r"got list \[\]"),
     (msgpack.packb(["DataBatch", 1, []]), "not_a_frame", r"not a message frame"),
-    (msgpack.packb([99, 1]), "unknown_tag", r"unknown message tag 99 \(known: 1\.\.28\)"),
+    (msgpack.packb([99, 1]), "unknown_tag", r"unknown message tag 99 \(known: 1\.\.35\)"),
     (msgpack.packb([10, 1]), "field_count", r"EpochMarker: expected 2 fields \(reconfig_id, sender\), got 1"),
     (msgpack.packb([2, "soon"]), "field_type", r"Tick\.now: expected float, got str 'soon'"),
     (msgpack.packb([10, True, 1]), "field_type", r"EpochMarker\.reconfig_id: expected int, got bool True"),

@@ -1,0 +1,204 @@
+"""The driver's side of worker processes: who is there, what they report, where SPUs go.
+
+Spouts run in the driver (their replay state must outlive any worker); a bolt
+runs in a worker unless its class sets `esault_placement = "driver"` (the
+Spark sink: one JVM, next to the driver's Spark SQL). Workers are chosen by
+fewest SPUs.
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import os
+import subprocess
+import sys
+import threading
+import time
+from typing import Any
+
+import pykka
+
+from esault.cluster.inprocess import InProcessLauncher
+from esault.cluster.postman import Postman
+from esault.cluster.unit_wire import config_to_wire, unit_to_wire
+from esault.dsl.topology import UnitSpec
+from esault.errors import ResourceError
+from esault.metrics.stats import SpuStats
+from esault.runtime.context import JobContext
+from esault.runtime.messages import (
+    PeerAddresses, Shutdown, SpuConfig, SpuStopped, StartSpu, StopSpu, WorkerHeartbeat, WorkerHello,
+)
+from esault.transport.endpoint import RemoteMailbox
+
+log = logging.getLogger("esault.cluster")
+
+
+class WorkerRegistry:
+    """Thread-safe record of the workers, their SPUs and their last reported counts."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Condition()
+        self.workers: dict[str, str] = {}
+        self.spus_on: dict[str, set[int]] = {}
+        self.last_beat: dict[str, float] = {}
+        self.stats: dict[tuple[str, str, int], SpuStats] = {}
+        self._stopped: dict[int, threading.Event] = {}
+
+    def joined(self, process: str, address: str) -> None:
+        with self._lock:
+            self.workers[process] = address
+            self.spus_on.setdefault(process, set())
+            self.last_beat[process] = time.monotonic()
+            self._lock.notify_all()
+
+    def wait_for(self, count: int, timeout: float) -> bool:
+        with self._lock:
+            return self._lock.wait_for(lambda: len(self.workers) >= count, timeout)
+
+    def heartbeat(self, beat: WorkerHeartbeat) -> None:
+        with self._lock:
+            self.last_beat[beat.process] = time.monotonic()
+            for topology, unit, spu, counts in beat.stats:
+                stats = self.stats.get((topology, unit, spu))
+                if stats is None:
+                    stats = self.stats[(topology, unit, spu)] = SpuStats(topology, unit, spu)
+                for name, value in counts.items():
+                    setattr(stats, name, value)
+
+    def stats_of(self, topology: str) -> list[SpuStats]:
+        with self._lock:
+            return [s for (t, _, _), s in self.stats.items() if t == topology]
+
+    def forget(self, topology: str) -> None:
+        with self._lock:
+            for key in [k for k in self.stats if k[0] == topology]:
+                del self.stats[key]
+
+    def pick(self) -> str:
+        with self._lock:
+            if not self.workers:
+                raise ResourceError("no worker process has joined the driver; start one with "
+                                    "`esault worker --driver HOST:PORT`")
+            return min(self.workers, key=lambda w: (len(self.spus_on[w]), w))
+
+    def placed(self, process: str, spu: int) -> None:
+        with self._lock:
+            self.spus_on[process].add(spu)
+
+    def removed(self, process: str, spu: int) -> None:
+        with self._lock:
+            self.spus_on.get(process, set()).discard(spu)
+
+    def expect_stop(self, request_id: int) -> threading.Event:
+        with self._lock:
+            event = self._stopped[request_id] = threading.Event()
+            return event
+
+    def stopped(self, request_id: int) -> None:
+        with self._lock:
+            event = self._stopped.pop(request_id, None)
+        if event is not None:
+            event.set()
+
+
+class ClusterActor(pykka.ThreadingActor):
+    """Registered as "cluster" in the driver: hellos, heartbeats, stop confirmations."""
+
+    def __init__(self, postman: Postman, registry: WorkerRegistry) -> None:
+        super().__init__()
+        self.postman = postman
+        self.registry = registry
+
+    def on_receive(self, message: Any) -> Any:
+        kind = type(message)
+        try:
+            if kind is WorkerHeartbeat:
+                self.registry.heartbeat(message)
+            elif kind is WorkerHello:
+                self.postman.connect(message.process, message.address)
+                self.registry.joined(message.process, message.address)
+                peers = {"driver": self.postman.address, **self.registry.workers}
+                for worker in self.registry.workers:
+                    self.postman.send(worker, "host", PeerAddresses(peers))
+                log.info("worker %s (pid %d) joined from %s", message.process, message.pid, message.address)
+            elif kind is SpuStopped:
+                self.registry.stopped(message.request_id)
+        except Exception:
+            log.exception("cluster actor failed handling %s", kind.__name__)
+
+
+class ProcessLauncher:
+    """SpuLauncher that places bolt SPUs in worker processes and spouts in the driver."""
+
+    def __init__(self, postman: Postman, registry: WorkerRegistry, stop_timeout: float = 60.0) -> None:
+        self.postman = postman
+        self.registry = registry
+        self.local = InProcessLauncher()
+        self.stop_timeout = stop_timeout
+        self._requests = itertools.count(1)
+        self._where: dict[int, str] = {}
+
+    def start_spu(self, spec: UnitSpec, cfg: SpuConfig, job: JobContext) -> Any:
+        if spec.is_spout or getattr(spec.cls, "esault_placement", None) == "driver":
+            return self.postman.start_and_register(
+                f"spu-{cfg.spu_id}", lambda: self.local.start_spu(spec, cfg, job))
+        worker = self.registry.pick()
+        self.registry.placed(worker, cfg.spu_id)
+        self._where[cfg.spu_id] = worker
+        self.postman.send(worker, "host", StartSpu(job.name, unit_to_wire(spec), config_to_wire(job.config), cfg))
+        return self.postman.remote(worker, f"spu-{cfg.spu_id}")
+
+    def stop_spu(self, mailbox: Any, block: bool) -> None:
+        if not isinstance(mailbox, RemoteMailbox):
+            name = self.postman._names.get(mailbox.actor_urn)
+            self.local.stop_spu(mailbox, block)
+            if name:
+                self.postman.unregister(name)
+            return
+        spu_id = int(mailbox.address.actor.split("-", 1)[1])
+        worker = mailbox.address.process
+        request = next(self._requests)
+        done = self.registry.expect_stop(request)
+        self.postman.send(worker, "host", StopSpu(spu_id, request))
+        self.registry.removed(worker, spu_id)
+        if block and not done.wait(self.stop_timeout):
+            log.warning("worker %s did not confirm stopping SPU %d within %ss", worker, spu_id, self.stop_timeout)
+
+    def worker_of(self, spu_id: int) -> str | None:
+        return self._where.get(spu_id)
+
+
+class LocalProcessPool:
+    """Spawns `esault worker` processes on this machine and waits until they joined."""
+
+    def __init__(self, postman: Postman, registry: WorkerRegistry, count: int, join_timeout: float = 60.0) -> None:
+        self.postman = postman
+        self.registry = registry
+        driver = self.postman.address.replace("tcp://", "")
+        env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}
+        self.processes = [
+            subprocess.Popen([sys.executable, "-m", "esault.cli", "worker", "--driver", driver,
+                              "--name", f"w{i + 1}"], env=env)
+            for i in range(count)
+        ]
+        if not registry.wait_for(count, join_timeout):
+            self.shutdown()
+            raise ResourceError(
+                f"only {len(registry.workers)} of {count} worker processes joined within {join_timeout}s; "
+                "see their output above"
+            )
+
+    def shutdown(self, timeout: float = 20.0) -> None:
+        for worker in list(self.registry.workers):
+            try:
+                self.postman.send(worker, "host", Shutdown(), timeout=2.0)
+            except Exception:
+                pass
+        deadline = time.monotonic() + timeout
+        for process in self.processes:
+            try:
+                process.wait(max(0.1, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait(5)

@@ -1,0 +1,60 @@
+"""A UnitSpec and JobConfig as plain data, so a worker can rebuild them (classes by import path)."""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib
+import inspect
+import sys
+from pathlib import Path
+from typing import Any
+
+from esault.config import ElasticityConfig, JobConfig
+from esault.dsl.topology import Grouping, InputSpec, UnitSpec
+from esault.errors import TopologyError
+
+
+def unit_to_wire(spec: UnitSpec) -> dict[str, Any]:
+    try:
+        folder = str(Path(inspect.getfile(spec.cls)).resolve().parent)
+    except (TypeError, OSError):
+        folder = ""
+    return {
+        "name": spec.name, "module": spec.cls.__module__, "qualname": spec.cls.__qualname__, "folder": folder,
+        "parallelism": spec.parallelism, "is_spout": spec.is_spout, "params": dict(spec.params),
+        "inputs": [[i.source, i.grouping.value] for i in spec.inputs],
+        "pe_idle_timeout": spec.pe_idle_timeout, "max_pending": spec.max_pending,
+        "elasticity": dataclasses.asdict(spec.elasticity),
+    }
+
+
+def unit_from_wire(data: dict[str, Any]) -> UnitSpec:
+    """Import the class the driver named; TopologyError says what to install or ship if that fails."""
+    folder = data.get("folder")
+    if folder and folder not in sys.path:
+        sys.path.insert(0, folder)
+    try:
+        obj: Any = importlib.import_module(data["module"])
+        for part in data["qualname"].split("."):
+            obj = getattr(obj, part)
+    except (ImportError, AttributeError) as exc:
+        raise TopologyError(
+            f"worker cannot import {data['module']}:{data['qualname']} for unit {data['name']!r} ({exc}); "
+            "the topology's modules must be importable on every worker (same files or package installed)"
+        ) from None
+    return UnitSpec(
+        name=data["name"], cls=obj, parallelism=data["parallelism"], is_spout=data["is_spout"],
+        params=dict(data["params"]), inputs=tuple(InputSpec(s, Grouping(g)) for s, g in data["inputs"]),
+        pe_idle_timeout=data["pe_idle_timeout"], max_pending=data["max_pending"],
+        elasticity=ElasticityConfig(**data["elasticity"]),
+    )
+
+
+def config_to_wire(config: JobConfig) -> dict[str, Any]:
+    values = dataclasses.asdict(config)
+    values["data_dir"] = str(config.data_dir)
+    return values
+
+
+def config_from_wire(data: dict[str, Any]) -> JobConfig:
+    return JobConfig.from_mapping(data, origin="driver")

@@ -1,0 +1,120 @@
+"""A worker process: hosts SPU actors for a driver (`esault worker --driver HOST:PORT`).
+
+It joins with WorkerHello, starts and stops SPUs on the driver's StartSpu /
+StopSpu, connects to its peers for SPU-to-SPU traffic, and sends a
+WorkerHeartbeat with its SPUs' counts every HEARTBEAT_INTERVAL.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+from typing import Any
+
+import pykka
+
+from esault.clock import SystemClock
+from esault.cluster.postman import Postman
+from esault.cluster.unit_wire import config_from_wire, unit_from_wire
+from esault.dsl.topology import Topology
+from esault.metrics.stats import STATS
+from esault.runtime.bolt_spu import BoltSpuActor
+from esault.runtime.context import JobContext
+from esault.runtime.messages import (
+    PeerAddresses, Shutdown, SpuStopped, StartSpu, StopSpu, WorkerHeartbeat, WorkerHello,
+)
+from esault.runtime.ticker import Ticker
+
+log = logging.getLogger("esault.worker")
+
+HEARTBEAT_INTERVAL = 0.2
+DRIVER = "driver"
+
+
+class HostActor(pykka.ThreadingActor):
+    """Starts and stops this worker's SPUs; one JobContext per topology."""
+
+    def __init__(self, postman: Postman, done: threading.Event) -> None:
+        super().__init__()
+        self.postman = postman
+        self.done = done
+        self.jobs: dict[str, JobContext] = {}
+        self.spus: dict[int, Any] = {}
+        self.ticker = Ticker(SystemClock(), 0.01)
+        self.ticker.start()
+
+    def on_receive(self, message: Any) -> Any:
+        try:
+            kind = type(message)
+            if kind is StartSpu:
+                self._start(message)
+            elif kind is StopSpu:
+                self._stop_spu(message)
+            elif kind is PeerAddresses:
+                for process, address in message.peers.items():
+                    self.postman.connect(process, address)
+            elif kind is Shutdown:
+                for spu_id in list(self.spus):
+                    self._stop_spu(StopSpu(spu_id, 0), reply=False)
+                self.done.set()
+            else:
+                log.warning("worker %s ignored %s", self.postman.process, kind.__name__)
+        except Exception:
+            log.exception("worker %s failed handling %s", self.postman.process, type(message).__name__)
+
+    def on_stop(self) -> None:
+        self.ticker.stop()
+
+    def _job(self, message: StartSpu) -> JobContext:
+        job = self.jobs.get(message.topology)
+        if job is None:
+            config = config_from_wire(message.config)
+            data_dir = config.data_dir / message.topology
+            data_dir.mkdir(parents=True, exist_ok=True)
+            job = JobContext(Topology(message.topology, ()), config, SystemClock(), data_dir,
+                             acker=self.postman.remote(DRIVER, "acker"), ticker=self.ticker)
+            self.jobs[message.topology] = job
+        return job
+
+    def _start(self, message: StartSpu) -> None:
+        spec = unit_from_wire(message.unit)
+        job = self._job(message)
+        spu_id = message.spu.spu_id
+        self.spus[spu_id] = self.postman.start_and_register(
+            f"spu-{spu_id}", lambda: BoltSpuActor.start(message.spu, spec, job)
+        )
+
+    def _stop_spu(self, message: StopSpu, reply: bool = True) -> None:
+        ref = self.spus.pop(message.spu_id, None)
+        if ref is not None:
+            try:
+                ref.stop(block=True)
+            except pykka.ActorDeadError:
+                pass
+            self.postman.unregister(f"spu-{message.spu_id}")
+        if reply:
+            self.postman.send(DRIVER, "cluster", SpuStopped(message.spu_id, message.request_id))
+
+
+def run_worker(driver: str, name: str | None = None, bind_host: str = "127.0.0.1") -> int:
+    """Join the driver at HOST:PORT and host SPUs until it says Shutdown (or the process is killed)."""
+    name = name or f"w{os.getpid()}"
+    postman = Postman(name, bind=f"tcp://{bind_host}:0")
+    done = threading.Event()
+    host = postman.start_and_register("host", lambda: HostActor.start(postman, done))
+    postman.connect(DRIVER, driver if driver.startswith("tcp://") else f"tcp://{driver}")
+    postman.send(DRIVER, "cluster", WorkerHello(name, postman.address, os.getpid()))
+    log.info("worker %s joined driver %s from %s", name, driver, postman.address)
+    try:
+        while not done.wait(HEARTBEAT_INTERVAL):
+            stats = [(s.topology, s.unit, s.spu, s.as_dict()) for s in STATS.all()]
+            try:
+                postman.send(DRIVER, "cluster", WorkerHeartbeat(name, stats), timeout=5.0)
+            except TimeoutError:
+                log.warning("worker %s: driver not reading heartbeats", name)
+    finally:
+        host.stop(block=True)
+        pykka.ActorRegistry.stop_all()
+        postman.close()
+    return 0

@@ -1,0 +1,89 @@
+"""SPUs in real `esault worker` processes linked by pyzmq: exact results, live reconfiguration."""
+
+from __future__ import annotations
+
+import json
+import sys
+import threading
+from pathlib import Path
+
+import pytest
+
+from esault import LocalCluster, TopologyBuilder
+from esault.testing import collected, reset_collected, wait_until
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT / "examples"))
+sys.path.insert(0, str(ROOT / "tests" / "integration"))
+import wordcount  # noqa: E402
+from test_elasticity import FAST_REACTIONS  # noqa: E402
+from test_split_merge import assert_exact, sequenced_items  # noqa: E402
+from topology_parts import (  # noqa: E402
+    GATES, PHASES, DriverCollectorBolt, GatedListSpout, PhasedSpout, SequenceCheckBolt, SlowSequenceBolt,
+)
+
+pytestmark = pytest.mark.system
+
+
+@pytest.fixture(scope="module")
+def workers():
+    """Two worker processes shared by this module's tests."""
+    with LocalCluster(workers=2) as cluster:
+        yield cluster
+
+
+@pytest.fixture(autouse=True)
+def _fresh(workers):
+    reset_collected()
+    yield
+    for job in list(workers.jobs.values()):
+        job.stop()
+
+
+def test_wordcount_across_two_worker_processes_equals_the_counter(workers, config):
+    job = workers.submit(wordcount.build_topology(total=3000, seed=11, count_parallelism=3, sink=None), config)
+    assert job.wait(60), job.status()
+    assert all(workers.registry.spus_on[w] for w in workers.registry.workers), "both workers host SPUs"
+    job.stop()
+    counts = json.loads((job.data_dir / "wordcount.json").read_text())
+    assert counts == dict(wordcount.oracle(3000, seed=11))
+
+
+def test_splits_and_merges_across_processes_keep_every_key_exact(workers, config):
+    keys, per_key = 200, 30
+    items = sequenced_items(keys, per_key, seed=21)
+    GATES["mp"] = threading.Event()
+    builder = TopologyBuilder("mp")
+    builder.set_spout("src", GatedListSpout, params={"items": items, "gate": "mp", "hold_at": len(items) // 3})
+    builder.set_bolt("check", SequenceCheckBolt, 2, pe_idle_timeout=None).key_grouping("src")
+    builder.set_bolt("out", DriverCollectorBolt, params={"name": "mp"}).global_grouping("check")
+    job = workers.submit(builder.build(), config)
+    wait_until(lambda: len(collected("mp")) >= len(items) // 4, 30, message="a quarter collected")
+    first = job.split("check", job.spus("check")[0])
+    job.merge("check", first.giver)
+    GATES["mp"].set()
+    second = job.split("check", job.spus("check")[-1])
+    job.merge("check", second.receiver)
+    assert job.wait(60), job.status()
+    assert_exact("mp", keys, per_key)
+    check_spus = set(job.spus("check"))
+    assert check_spus <= set().union(*workers.registry.spus_on.values()), "check's SPUs live in workers"
+
+
+def test_a_load_step_splits_a_bolt_across_processes_and_the_lull_merges_it(workers, config):
+    keys, per_key = 100, 30
+    items = sequenced_items(keys, per_key, seed=31)
+    PHASES["mp-elastic"] = {"mode": "burst", "burst_until": len(items) // 2}
+    builder = TopologyBuilder("mp-elastic")
+    builder.set_spout("src", PhasedSpout, params={"items": items, "phase": "mp-elastic"}, max_pending=400)
+    builder.set_bolt("check", SlowSequenceBolt, 1, params={"seconds": 0.0005}, pe_idle_timeout=None,
+                     **FAST_REACTIONS).key_grouping("src")
+    builder.set_bolt("out", DriverCollectorBolt, params={"name": "mp-elastic"}).global_grouping("check")
+    job = workers.submit(builder.build(), config.replace(elasticity=True, tick_interval=0.005))
+    wait_until(lambda: any(r.action == "split" for r in job.scaling_history), 30, message="automatic split")
+    PHASES["mp-elastic"]["mode"] = "idle"
+    wait_until(lambda: any(r.action == "merge" for r in job.scaling_history), 30, message="automatic merge")
+    PHASES["mp-elastic"]["mode"] = "end"
+    assert job.wait(60), job.status()
+    assert_exact("mp-elastic", keys, per_key)
+    assert [r.reason for r in job.scaling_history][:2] == ["overload", "underload"]
