@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from esault.config import JobConfig
-from esault.errors import EsaultError
+from esault.errors import ConfigError, EsaultError
 
 log = logging.getLogger("esault.cli")
 
@@ -28,16 +28,21 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--data-dir", default=None, help="where results, dead letters and tables go")
     run.add_argument("--metrics-port", type=int, default=None, help="serve Prometheus /metrics on this port")
     run.add_argument("--metrics-host", default=None, help="address for /metrics (default 127.0.0.1)")
-    run.add_argument("--cluster", choices=["local"], default="local",
-                     help="where SPUs run: local = this process (the embedded default)")
-    run.add_argument("--listen", default=None, help="HOST:PORT workers connect to (static clusters)")
+    run.add_argument("--cluster", choices=["processes", "threads", "static"], default="processes",
+                     help="where bolt SPUs run: processes = --workers local worker processes (the default), "
+                          "threads = all in this process, static = workers started elsewhere join --listen")
+    run.add_argument("--workers", type=int, default=None,
+                     help="local worker processes to spawn (default: max_workers of the job config)")
+    run.add_argument("--listen", default=None, help="HOST:PORT the driver listens on for workers and status")
+    run.add_argument("--min-workers", type=int, default=1,
+                     help="static cluster: start the topology once this many workers joined")
     run.add_argument("--timeout", type=float, default=None, help="give up waiting for completion after S seconds")
 
     worker = sub.add_parser("worker", help="start a worker process that hosts SPUs for a driver")
     worker.add_argument("--driver", required=True, help="the driver's HOST:PORT")
     worker.add_argument("--name", default=None, help="this worker's process name (default w<pid>)")
-    worker.add_argument("--metrics-port", type=int, default=None)
-    worker.add_argument("--metrics-host", default=None)
+    worker.add_argument("--metrics-port", type=int, default=None, help="serve this worker's /metrics here")
+    worker.add_argument("--metrics-host", default="127.0.0.1", help="address for /metrics (default 127.0.0.1)")
 
     status = sub.add_parser("status", help="print units, SPUs and rates of a running driver")
     status.add_argument("address", help="the driver's HOST:PORT")
@@ -53,12 +58,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.command == "run":
             return _run(args)
         if args.command == "worker":
-            from esault.cluster.worker import run_worker
-
-            return run_worker(args.driver, args.name)
-        print(f"esault {args.command}: this build runs every SPU inside the driver process "
-              "(--cluster local); worker processes and remote status are not available yet", file=sys.stderr)
-        return 2
+            return _worker(args)
+        return _status(args)
     except EsaultError as exc:
         print(f"esault: error: {exc}", file=sys.stderr)
         return 2
@@ -86,7 +87,19 @@ def _run(args: argparse.Namespace) -> int:
         server = start_metrics_server(config.metrics_host, config.metrics_port)
         print(f"metrics: {server.url}", file=sys.stderr)
     started = time.monotonic()
-    with LocalCluster() as cluster:
+    if args.cluster == "threads":
+        cluster_args: dict[str, Any] = {"listen": args.listen}
+    elif args.cluster == "processes":
+        cluster_args = {"workers": args.workers or config.max_workers, "listen": args.listen}
+    else:
+        if not args.listen:
+            raise ConfigError("--cluster static needs --listen HOST:PORT for the workers to join")
+        cluster_args = {"listen": args.listen}
+    with LocalCluster(**cluster_args) as cluster:
+        if cluster.address:
+            print(f"driver listening on {cluster.address}", file=sys.stderr, flush=True)
+        if args.cluster == "static":
+            cluster.wait_for_workers(args.min_workers)
         job = cluster.submit(topology, config)
         progress = _Progress(job, sys.stderr) if sys.stderr.isatty() else None
         try:
@@ -109,6 +122,38 @@ def _run(args: argparse.Namespace) -> int:
     if not complete and args.duration is None:
         print(f"esault: error: the job did not complete within {args.timeout}s", file=sys.stderr)
         return 1
+    return 0
+
+
+def _worker(args: argparse.Namespace) -> int:
+    from esault.cluster.worker import run_worker
+
+    server = None
+    if args.metrics_port is not None:
+        from esault.metrics.exporter import start_metrics_server
+
+        server = start_metrics_server(args.metrics_host, args.metrics_port)
+    try:
+        return run_worker(args.driver, args.name)
+    finally:
+        if server is not None:
+            server.stop()
+
+
+def _status(args: argparse.Namespace) -> int:
+    from esault.cluster.status import fetch_status
+
+    reply = fetch_status(args.address)
+    print(f"driver {args.address}: {len(reply.workers)} worker(s): {', '.join(sorted(reply.workers)) or '-'}")
+    if not reply.jobs:
+        print("no job running")
+    for name, status in reply.jobs.items():
+        print(f"job {name!r}: {status['pending_trees']} trees in flight, spouts finished: "
+              f"{status['spouts_finished']}, scaling events: {status['scaling_events']}")
+        for unit, info in status["units"].items():
+            verb = "emitted" if info["kind"] == "spout" else "processed"
+            count = info["emitted"] if info["kind"] == "spout" else info["processed"]
+            print(f"  {unit:<12} {len(info['spus'])} SPU(s), {verb} {count}, PEs {info['pes']}")
     return 0
 
 

@@ -8,7 +8,7 @@ from esault.clock import Clock
 from esault.cluster.inprocess import InProcessLauncher
 from esault.config import JobConfig
 from esault.dsl.topology import Topology
-from esault.errors import TopologyError
+from esault.errors import ResourceError, TopologyError
 from esault.runtime.job import Job
 
 
@@ -19,23 +19,44 @@ class LocalCluster:
     N `esault worker` processes are spawned; bolt SPUs run in them, linked by pyzmq.
     """
 
-    def __init__(self, clock: Clock | None = None, workers: int = 0) -> None:
+    def __init__(self, clock: Clock | None = None, workers: int = 0, listen: str | None = None,
+                 min_workers: int = 0, join_timeout: float = 120.0) -> None:
         self.clock = clock
         self.jobs: dict[str, Job] = {}
         self.postman = self.registry = self.pool = None
-        if workers:
+        if workers or listen:
             from esault.cluster.postman import Postman
             from esault.cluster.processes import ClusterActor, LocalProcessPool, WorkerRegistry
 
-            self.postman = Postman("driver")
+            bind = listen if (listen or "").startswith("tcp://") else f"tcp://{listen or '127.0.0.1:0'}"
+            self.postman = Postman("driver", bind=bind)
             self.registry = WorkerRegistry()
             self._cluster_actor = self.postman.start_and_register(
-                "cluster", lambda: ClusterActor.start(self.postman, self.registry))
+                "cluster", lambda: ClusterActor.start(self.postman, self.registry, lambda: dict(self.jobs)))
             try:
-                self.pool = LocalProcessPool(self.postman, self.registry, workers)
+                if workers:
+                    self.pool = LocalProcessPool(self.postman, self.registry, workers, join_timeout)
+                if min_workers:
+                    self.wait_for_workers(min_workers, join_timeout)
             except Exception:
-                self._close_transport()
+                self.shutdown()
                 raise
+
+    def wait_for_workers(self, count: int, timeout: float = 120.0) -> None:
+        """Block until `count` workers joined; ResourceError says how to start them if they do not."""
+        if self.registry is None:
+            raise ResourceError("this LocalCluster runs every actor in-process: create it with listen=... "
+                                "for workers started elsewhere")
+        if not self.registry.wait_for(count, timeout):
+            raise ResourceError(
+                f"only {len(self.registry.workers)} of {count} workers joined {self.address} within "
+                f"{timeout}s; start them with `esault worker --driver {self.address}`"
+            )
+
+    @property
+    def address(self) -> str | None:
+        """HOST:PORT workers and `esault status` connect to (None when every actor is a thread here)."""
+        return None if self.postman is None else self.postman.address.replace("tcp://", "")
 
     def submit(self, topology: Topology, config: JobConfig | None = None) -> Job:
         if not isinstance(topology, Topology):
@@ -62,8 +83,16 @@ class LocalCluster:
             if self.registry is not None:
                 self.registry.forget(job.name)
         if self.pool is not None:
-            self.pool.shutdown()
+            self.pool.shutdown()  # tells its workers to exit and waits for the processes
             self.pool = None
+        elif self.registry is not None:
+            from esault.runtime.messages import Shutdown
+
+            for worker in list(self.registry.workers):  # workers started elsewhere: tell them to exit
+                try:
+                    self.postman.send(worker, "host", Shutdown(), timeout=2.0)
+                except Exception:
+                    pass
         self._close_transport()
 
     def _close_transport(self) -> None:

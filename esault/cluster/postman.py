@@ -10,6 +10,7 @@ when the actor is registered, so nothing overtakes it.
 from __future__ import annotations
 
 import logging
+import socket
 import threading
 from collections import defaultdict
 from typing import Any, Callable
@@ -39,7 +40,13 @@ class Postman:
 
     @property
     def address(self) -> str:
-        return self.endpoint.address
+        """Where peers reach this process: the bound address, with a wildcard host replaced by
+        this machine's host name (e.g. a docker-compose service name)."""
+        address = self.endpoint.address
+        if "://0.0.0.0:" in address or "://*:" in address:
+            port = address.rsplit(":", 1)[1]
+            return f"tcp://{socket.gethostname()}:{port}"
+        return address
 
     def register(self, name: str, ref: Any) -> None:
         """Name a local actor; messages held for it are told first, in arrival order."""

@@ -15,7 +15,7 @@ import subprocess
 import sys
 import threading
 import time
-from typing import Any
+from typing import Any, Callable
 
 import pykka
 
@@ -27,7 +27,8 @@ from esault.errors import ResourceError
 from esault.metrics.stats import SpuStats
 from esault.runtime.context import JobContext
 from esault.runtime.messages import (
-    PeerAddresses, Shutdown, SpuConfig, SpuStopped, StartSpu, StopSpu, WorkerHeartbeat, WorkerHello,
+    PeerAddresses, Shutdown, SpuConfig, SpuStopped, StartSpu, StatusReply, StatusRequest, StopSpu,
+    WorkerHeartbeat, WorkerHello,
 )
 from esault.transport.endpoint import RemoteMailbox
 
@@ -105,10 +106,12 @@ class WorkerRegistry:
 class ClusterActor(pykka.ThreadingActor):
     """Registered as "cluster" in the driver: hellos, heartbeats, stop confirmations."""
 
-    def __init__(self, postman: Postman, registry: WorkerRegistry) -> None:
+    def __init__(self, postman: Postman, registry: WorkerRegistry,
+                 jobs: Callable[[], dict[str, Any]] = dict) -> None:
         super().__init__()
         self.postman = postman
         self.registry = registry
+        self.jobs = jobs
 
     def on_receive(self, message: Any) -> Any:
         kind = type(message)
@@ -124,6 +127,11 @@ class ClusterActor(pykka.ThreadingActor):
                 log.info("worker %s (pid %d) joined from %s", message.process, message.pid, message.address)
             elif kind is SpuStopped:
                 self.registry.stopped(message.request_id)
+            elif kind is StatusRequest:
+                jobs = {name: job.status() for name, job in self.jobs().items() if not job._stopped}
+                process = message.reply_to.address.process
+                self.postman.connect(process, message.address)
+                message.reply_to.tell(StatusReply(message.request_id, jobs, dict(self.registry.workers)))
         except Exception:
             log.exception("cluster actor failed handling %s", kind.__name__)
 

@@ -97,9 +97,16 @@ class HostActor(pykka.ThreadingActor):
             self.postman.send(DRIVER, "cluster", SpuStopped(message.spu_id, message.request_id))
 
 
-def run_worker(driver: str, name: str | None = None, bind_host: str = "127.0.0.1") -> int:
-    """Join the driver at HOST:PORT and host SPUs until it says Shutdown (or the process is killed)."""
+def run_worker(driver: str, name: str | None = None, bind_host: str | None = None) -> int:
+    """Join the driver at HOST:PORT and host SPUs until it says Shutdown (or the process is killed).
+
+    A worker of a driver on this machine listens on loopback; otherwise on every
+    interface, advertised under this host's name.
+    """
     name = name or f"w{os.getpid()}"
+    if bind_host is None:
+        host = driver.replace("tcp://", "").rsplit(":", 1)[0]
+        bind_host = "127.0.0.1" if host in ("127.0.0.1", "localhost") else "0.0.0.0"
     postman = Postman(name, bind=f"tcp://{bind_host}:0")
     done = threading.Event()
     host = postman.start_and_register("host", lambda: HostActor.start(postman, done))

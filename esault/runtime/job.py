@@ -143,7 +143,8 @@ class Job:
         """Per unit: SPUs with interval, PE count and counts; totals; trees in flight."""
         if self._stopped and self.final_status is not None:
             return self.final_status
-        stats = {(s.unit, s.spu): s for s in self._all_stats()}
+        all_stats = self._all_stats()
+        stats = {(s.unit, s.spu): s for s in all_stats}
         units: dict[str, Any] = {}
         for spec in self.topology.units:
             layout = self.units[spec.name].ask(GetLayout())
@@ -151,9 +152,11 @@ class Job:
             for spu_id, interval in layout.items():
                 st = stats.get((spec.name, spu_id))
                 spus[spu_id] = {"interval": interval, **(st.as_dict() if st else {})}
-            totals = {k: sum(s.get(k, 0) for s in spus.values())
-                      for k in ("emitted", "processed", "acked", "failed", "replayed", "user_errors",
-                                "dead_letters", "pes", "inflight")}
+            # Counts include SPUs merged away (their last counts are kept); gauges only live ones.
+            mine = [s.as_dict() for s in all_stats if s.unit == spec.name]
+            totals = {k: sum(s.get(k, 0) for s in mine)
+                      for k in ("emitted", "processed", "acked", "failed", "replayed", "user_errors", "dead_letters")}
+            totals.update({k: sum(s.get(k, 0) for s in spus.values()) for k in ("pes", "inflight")})
             units[spec.name] = {"kind": "spout" if spec.is_spout else "bolt", "spus": spus, **totals}
         return {
             "topology": self.name,

@@ -324,3 +324,21 @@ class WorkerHeartbeat:
 @dataclass(frozen=True, slots=True)
 class Shutdown:
     """driver cluster -> worker host: stop every SPU and exit."""
+
+
+@dataclass(frozen=True, slots=True)
+class StatusRequest:
+    """`esault status` -> driver cluster: reply with every job's status to `reply_to`."""
+
+    request_id: int
+    reply_to: Any
+    address: str
+
+
+@dataclass(frozen=True, slots=True)
+class StatusReply:
+    """driver cluster -> `esault status`: jobs by name, each as Job.status() returns it."""
+
+    request_id: int
+    jobs: dict[str, Any]
+    workers: dict[str, str]

@@ -114,3 +114,15 @@ def test_scaling_errors_say_what_was_wrong(cluster, config):
         job.split("out", job.spus("out")[0])
     with pytest.raises(ScalingError, match="no unit 'nope'"):
         job.split("nope", 1)
+
+
+def test_unit_totals_keep_the_counts_of_spus_merged_away(cluster, config):
+    keys, per_key = 50, 4
+    items = sequenced_items(keys, per_key, seed=6)
+    job = cluster.submit(build("tot", items, "tot", hold_at=len(items)), config)
+    assert job.wait(30)
+    spus = job.spus("check")
+    job.merge("check", spus[0])
+    status = job.status()["units"]["check"]
+    assert len(status["spus"]) == 1
+    assert status["processed"] == len(items)

@@ -152,8 +152,6 @@ def healthcheck_commands() -> dict[str, list[str]]:
     return result
 
 
-@pytest.mark.xfail(strict=True, reason="docker-compose runs SPUs in worker processes (`--cluster static`, "
-                   "`--min-workers`): the pyzmq worker runtime of issue 3 is not built yet")
 def test_esault_commands_and_healthchecks_parse_with_the_real_cli():
     from esault.cli import build_parser  # fails, rather than skips, until the CLI exists
 

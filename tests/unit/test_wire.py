@@ -78,6 +78,8 @@ PINNED_SCHEMA = {
     33: ("SpuStopped", ("spu_id: int", "request_id: int")),
     34: ("WorkerHeartbeat", ("process: str", "stats: list[tuple[str, str, int, dict[str, int]]]")),
     35: ("Shutdown", ()),
+    36: ("StatusRequest", ("request_id: int", "reply_to: Mailbox", "address: str")),
+    37: ("StatusReply", ("request_id: int", "jobs: dict[str, value]", "workers: dict[str, str]")),
 }
 
 
@@ -116,7 +118,7 @@ def _any_fields() -> set[tuple[str, str]]:
 def test_every_any_field_is_either_a_mailbox_override_or_a_known_user_value():
     # A new `Any` field must be classified: a mailbox (FIELD_TYPES) or plain codec data (this list).
     assert _any_fields() == {("RouteSpec", "table"), ("StateHandoff", "states"), ("StartSpu", "unit"),
-                             ("StartSpu", "config")}
+                             ("StartSpu", "config"), ("StatusReply", "jobs")}
 
 
 def test_a_decode_reports_only_the_documented_reasons():
@@ -169,6 +171,9 @@ EXAMPLES: dict[type, Any] = {
     m.SpuStopped: m.SpuStopped(5, 9),
     m.WorkerHeartbeat: m.WorkerHeartbeat("w1", [("wc", "count", 5, {"processed": 10, "pes": 3})]),
     m.Shutdown: m.Shutdown(),
+    m.StatusRequest: m.StatusRequest(3, Address("status-1", "status"), "tcp://127.0.0.1:5609"),
+    m.StatusReply: m.StatusReply(3, {"wc": {"units": {"count": {"spus": {5: {"interval": (0, 9)}}}}}},
+                                 {"w1": "tcp://127.0.0.1:5601"}),
 }
 
 
@@ -326,7 +331,7 @@ GOOD_FRAMES = [encode_frame(msg) for msg in EXAMPLES.values()]
     (msgpack.packb({"tag": 1}), "not_a_frame", r"expected \[tag, fields\.\.\.\], got dict"),
     (msgpack.packb([]), "not_a_frame", r"got list \[\]"),
     (msgpack.packb(["DataBatch", 1, []]), "not_a_frame", r"not a message frame"),
-    (msgpack.packb([99, 1]), "unknown_tag", r"unknown message tag 99 \(known: 1\.\.35\)"),
+    (msgpack.packb([99, 1]), "unknown_tag", r"unknown message tag 99 \(known: 1\.\.37\)"),
     (msgpack.packb([10, 1]), "field_count", r"EpochMarker: expected 2 fields \(reconfig_id, sender\), got 1"),
     (msgpack.packb([2, "soon"]), "field_type", r"Tick\.now: expected float, got str 'soon'"),
     (msgpack.packb([10, True, 1]), "field_type", r"EpochMarker\.reconfig_id: expected int, got bool True"),
