@@ -19,6 +19,7 @@ from typing import Any, Callable
 
 import pykka
 
+from esault.clock import SystemClock
 from esault.cluster.inprocess import InProcessLauncher
 from esault.cluster.postman import Postman
 from esault.cluster.unit_wire import config_to_wire, unit_to_wire
@@ -27,10 +28,13 @@ from esault.errors import ResourceError
 from esault.metrics.stats import SpuStats
 from esault.runtime.context import JobContext
 from esault.runtime.messages import (
-    PeerAddresses, Shutdown, SpuConfig, SpuStopped, StartSpu, StatusReply, StatusRequest, StopSpu,
+    PeerAddresses, Shutdown, SpuConfig, Tick, SpuStopped, StartSpu, StatusReply, StatusRequest, StopSpu,
     WorkerHeartbeat, WorkerHello,
 )
+from esault.cluster.worker import HEARTBEAT_INTERVAL
+from esault.runtime.ticker import Ticker
 from esault.transport.endpoint import RemoteMailbox
+from esault.transport.heartbeat import HeartbeatMonitor
 
 log = logging.getLogger("esault.cluster")
 
@@ -76,6 +80,13 @@ class WorkerRegistry:
             for key in [k for k in self.stats if k[0] == topology]:
                 del self.stats[key]
 
+    def remove(self, process: str) -> set[int]:
+        """Forget a dead worker; returns the SPU ids it hosted."""
+        with self._lock:
+            self.workers.pop(process, None)
+            self.last_beat.pop(process, None)
+            return self.spus_on.pop(process, set())
+
     def pick(self) -> str:
         with self._lock:
             if not self.workers:
@@ -107,20 +118,49 @@ class ClusterActor(pykka.ThreadingActor):
     """Registered as "cluster" in the driver: hellos, heartbeats, stop confirmations."""
 
     def __init__(self, postman: Postman, registry: WorkerRegistry,
-                 jobs: Callable[[], dict[str, Any]] = dict) -> None:
+                 jobs: Callable[[], dict[str, Any]] = dict, heartbeat_misses: int = 5) -> None:
         super().__init__()
         self.postman = postman
         self.registry = registry
         self.jobs = jobs
+        self.hearts = HeartbeatMonitor(SystemClock(), HEARTBEAT_INTERVAL, heartbeat_misses)
+        self.ticker = Ticker(SystemClock(), HEARTBEAT_INTERVAL / 2)
+        self.lost: list[str] = []
+
+    def on_start(self) -> None:
+        self.ticker.subscribe(self.actor_ref)
+        self.ticker.start()
+
+    def on_stop(self) -> None:
+        self.ticker.stop()
+
+    def _check_hearts(self) -> None:
+        for worker in self.hearts.dead():
+            self.hearts.forget(worker)
+            lost = self.registry.remove(worker)
+            self.lost.append(worker)
+            log.error("worker %s missed its heartbeats: declared dead; replacing its %d SPU(s) %s",
+                      worker, len(lost), sorted(lost))
+            try:
+                self.postman.endpoint.disconnect(worker)
+            except Exception:
+                pass
+            for job in self.jobs().values():
+                if not job._stopped:
+                    job.replace_lost(lost)
 
     def on_receive(self, message: Any) -> Any:
         kind = type(message)
         try:
-            if kind is WorkerHeartbeat:
+            if kind is Tick:
+                self._check_hearts()
+            elif kind is WorkerHeartbeat:
+                self.hearts.beat(message.process)
                 self.registry.heartbeat(message)
             elif kind is WorkerHello:
                 self.postman.connect(message.process, message.address)
                 self.registry.joined(message.process, message.address)
+                self.hearts.beat(message.process)
                 peers = {"driver": self.postman.address, **self.registry.workers}
                 for worker in self.registry.workers:
                     self.postman.send(worker, "host", PeerAddresses(peers))

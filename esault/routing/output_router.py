@@ -8,6 +8,7 @@ lookup and a list append, not an actor message.
 
 from __future__ import annotations
 
+import logging
 from typing import Any, Callable, Iterable
 
 from esault.keyhash import key_hash
@@ -15,6 +16,7 @@ from esault.routing.interval_table import IntervalTable
 from esault.runtime.messages import DataBatch, RouteSpec
 
 _CACHE_LIMIT = 1 << 16
+log = logging.getLogger("esault.routing")
 
 
 class Route:
@@ -75,8 +77,12 @@ class Route:
         sent = 0
         for spu, buf in self.buffers.items():
             if buf:
-                self._mailboxes[spu].tell(DataBatch(sender, buf[:]))
-                sent += len(buf)
+                try:
+                    self._mailboxes[spu].tell(DataBatch(sender, buf[:]))
+                    sent += len(buf)
+                except Exception as exc:  # the SPU's process is gone: its replacement gets the replays
+                    log.warning("unit %r SPU %d unreachable, %d tuples dropped (acking replays them): %r",
+                                self.unit, spu, len(buf), exc)
                 buf.clear()
         return sent
 

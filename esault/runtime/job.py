@@ -45,6 +45,7 @@ class Job:
         self.ctx.ticker = Ticker(self.clock, config.tick_interval)
         self.postman = postman
         self.remote_stats = remote_stats
+        self.lost_spus: set[int] = set()
         self.ctx.acker = self._start_named("acker", lambda: AckServerActor.start(self.ctx))
         self.ctx.ticker.subscribe(self.ctx.acker)
         self.units: dict[str, Any] = {}
@@ -128,6 +129,16 @@ class Job:
     def merge_async(self, unit: str, spu: int, into: int | None = None, reason: str = "manual") -> Future:
         return self.coordinator.submit(ScaleRequest("merge", unit, spu, None, into, reason))
 
+    def replace_lost(self, lost_spus: set[int]) -> list[Future]:
+        """SPUs died with their worker: give each one's interval to a fresh SPU (no state moves)."""
+        self.lost_spus |= set(lost_spus)
+        futures = []
+        for spec in self.topology.units:
+            for spu in sorted(set(self.units[spec.name].ask(GetSpus())) & set(lost_spus)):
+                futures.append(self.coordinator.submit(
+                    ScaleRequest("replace", spec.name, spu, None, None, "worker lost")))
+        return futures
+
     @property
     def scaling_history(self) -> list[ScaleResult]:
         return list(self.coordinator.history)
@@ -181,11 +192,17 @@ class Job:
         return emitted, processed, inflight
 
     def is_complete(self) -> bool:
-        """Spouts exhausted, no tree in flight, every emitted tuple processed."""
+        """Spouts exhausted, no tree in flight, every emitted tuple processed.
+
+        After a worker died, tuples it held never count as processed; with acking
+        on, completed trees (they were replayed) are then the whole truth.
+        """
         if not self._spouts_finished():
             return False
         emitted, processed, inflight = self._totals()
-        return inflight == 0 and emitted == processed
+        if inflight:
+            return False
+        return emitted == processed or (self.config.acking and bool(self.lost_spus))
 
     def wait(self, timeout: float | None = None) -> bool:
         """Block until the spouts are exhausted and every tuple is processed; False on timeout."""

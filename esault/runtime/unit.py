@@ -140,6 +140,8 @@ class UnitActor(pykka.ThreadingActor):
             self._check_scalable(cmd)
             if cmd.action == "split":
                 self._begin_split(cmd)
+            elif cmd.action == "replace":
+                self._replace(cmd)
             else:
                 self._begin_merge(cmd)
         except Exception as exc:
@@ -150,6 +152,10 @@ class UnitActor(pykka.ThreadingActor):
         name = self.spec.name
         if self._op is not None:
             raise ScalingError(f"unit {name!r} is already reconfiguring; retry when it finishes")
+        if cmd.action == "replace":
+            if cmd.spu_id not in self.spus:
+                raise ScalingError(f"unit {name!r} has no SPU {cmd.spu_id} to replace")
+            return
         if self.spec.is_spout:
             raise ScalingError(f"spout {name!r} cannot split or merge: only bolts scale")
         if any(i.grouping is Grouping.GLOBAL for i in self.spec.inputs):
@@ -160,7 +166,7 @@ class UnitActor(pykka.ThreadingActor):
         if cmd.action == "merge" and len(self.spus) < 2:
             raise ScalingError(f"bolt {name!r} has a single SPU: there is nothing to merge it into")
         if cmd.action not in ("split", "merge"):
-            raise ScalingError(f"unknown scaling action {cmd.action!r}; use 'split' or 'merge'")
+            raise ScalingError(f"unknown scaling action {cmd.action!r}; use 'split', 'merge' or 'replace'")
 
     def _begin_split(self, cmd: ScaleCommand) -> None:
         giver = cmd.spu_id
@@ -211,6 +217,35 @@ class UnitActor(pykka.ThreadingActor):
                                           frozenset(cmd.upstream), True))
         if per_key:
             self.spus[receiver].tell(PrepareReceive(rid, lo, hi, giver))
+
+    def _replace(self, cmd: ScaleCommand) -> None:
+        """An SPU was lost with its process: a fresh SPU takes its interval (its PE state is gone;
+        the ack server's timeouts replay the tuples it held)."""
+        lost = cmd.spu_id
+        new = self.job.next_id()
+        if self.table is not None:
+            self.table = IntervalTable.from_intervals(
+                [(start, new if spu == lost else spu) for start, _end, spu in self.table.intervals()],
+                version=self.table.version + 1,
+            )
+        mailbox = self._launch(new, cmd.downstream_routes, None)
+        self.spus = {**{s: m for s, m in self.spus.items() if s != lost}, new: mailbox}
+        self.version += 1
+        rid = self.job.next_id()
+        specs: dict[str, RouteSpec] = {}
+        for _spu, (upstream, grouping) in cmd.upstream.items():
+            spec = specs.get(grouping) or specs.setdefault(grouping, self.route_spec(grouping))
+            try:
+                upstream.tell(InstallRoutes(rid, spec, {}))
+            except Exception as exc:  # that upstream SPU is being replaced too
+                log.warning("unit %r: upstream SPU %d unreachable during replace: %r", self.spec.name, _spu, exc)
+        interval = self.table.interval_of(new) if self.table is not None else None
+        result = ScaleResult("replace", self.spec.name, lost, new, interval[0] if interval else None,
+                             interval[1] if interval else None, 0, 0.0, 0.0, cmd.reason)
+        self.history.append(result)
+        log.warning("topology %r: SPU %d of %r was lost with its worker; SPU %d took over its keys",
+                    self.job.name, lost, self.spec.name, new)
+        cmd.reply.set_result(result)
 
     def _on_prepared(self, msg: Prepared) -> None:
         op = self._op

@@ -173,3 +173,14 @@ class DriverCollectorBolt(CollectorBolt):
     """A CollectorBolt that stays in the driver process, where the test reads what it collected."""
 
     esault_placement = "driver"
+
+
+class SlowIncrementBolt(Bolt):
+    """Per key: emits (key, 1) per tuple after `seconds` of simulated work: stateless counting."""
+
+    def __init__(self, seconds: float) -> None:
+        self.seconds = seconds
+
+    def process(self, tup: Any) -> None:
+        _WORK.wait(self.seconds)
+        self.emit(tup.key, 1)

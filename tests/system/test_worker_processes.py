@@ -87,3 +87,40 @@ def test_a_load_step_splits_a_bolt_across_processes_and_the_lull_merges_it(worke
     assert job.wait(60), job.status()
     assert_exact("mp-elastic", keys, per_key)
     assert [r.reason for r in job.scaling_history][:2] == ["overload", "underload"]
+
+
+def test_killing_a_worker_mid_run_still_counts_every_word_at_least_once(tmp_path, config):
+    import collections
+    import random
+
+    from topology_parts import SlowIncrementBolt
+
+    rnd = random.Random(41)
+    words = [f"w{rnd.randrange(60)}" for _ in range(1500)]
+    items = [(w, i) for i, w in enumerate(words)]
+    GATES["kill"] = threading.Event()
+    builder = TopologyBuilder("kill")
+    builder.set_spout("src", GatedListSpout, params={"items": items, "gate": "kill", "hold_at": 300},
+                      max_pending=200)
+    builder.set_bolt("count", SlowIncrementBolt, 2, params={"seconds": 0.001}, elastic=False).key_grouping("src")
+    builder.set_bolt("out", DriverCollectorBolt, params={"name": "kill"}).global_grouping("count")
+    with LocalCluster(workers=2) as cluster:
+        job = cluster.submit(builder.build(), config.replace(message_timeout=2.0, data_dir=tmp_path))
+        wait_until(lambda: len(collected("kill")) >= 200, 30, message="the first tuples counted")
+        GATES["kill"].set()
+        wait_until(lambda: job.status()["pending_trees"] >= 50, 30, message="tuples in flight")
+        victim = max(cluster.registry.workers, key=lambda w: len(cluster.registry.spus_on[w]))
+        lost = set(cluster.registry.spus_on[victim])
+        cluster.pool.processes[int(victim[1:]) - 1].kill()
+        replaced = wait_until(lambda: [r for r in job.scaling_history if r.action == "replace"], 30,
+                              message="the dead worker's SPUs replaced")
+        assert {r.giver for r in replaced} <= lost and replaced[0].reason == "worker lost"
+        assert job.wait(90), job.status()
+        counts = collections.Counter(word for word, _ in collected("kill"))
+        oracle = collections.Counter(words)
+        assert all(counts[w] >= n for w, n in oracle.items()), "a word lost a count"
+        duplicates = sum(counts.values()) - sum(oracle.values())
+        src = job.status()["units"]["src"]
+        assert src["acked"] == len(items) and src["replayed"] >= 1
+        print(f"\n[worker kill] {src['replayed']} tuples replayed, {duplicates} duplicate counts")
+        assert list(cluster.registry.workers) == [w for w in ("w1", "w2") if w != victim]
