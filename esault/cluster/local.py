@@ -17,10 +17,12 @@ class LocalCluster:
 
     workers=0 (default): every actor is a thread of this process. workers=N:
     N `esault worker` processes are spawned; bolt SPUs run in them, linked by pyzmq.
+    A worker silent for heartbeat_timeout seconds is declared dead and its SPUs
+    are replaced (then, if it was only slow, it is told to shut down).
     """
 
     def __init__(self, clock: Clock | None = None, workers: int = 0, listen: str | None = None,
-                 min_workers: int = 0, join_timeout: float = 120.0) -> None:
+                 min_workers: int = 0, join_timeout: float = 120.0, heartbeat_timeout: float = 10.0) -> None:
         self.clock = clock
         self.jobs: dict[str, Job] = {}
         self.postman = self.registry = self.pool = None
@@ -32,7 +34,8 @@ class LocalCluster:
             self.postman = Postman("driver", bind=bind)
             self.registry = WorkerRegistry()
             self._cluster_actor = self.postman.start_and_register(
-                "cluster", lambda: ClusterActor.start(self.postman, self.registry, lambda: dict(self.jobs)))
+                "cluster", lambda: ClusterActor.start(self.postman, self.registry, lambda: dict(self.jobs),
+                                                      heartbeat_timeout))
             try:
                 if workers:
                     self.pool = LocalProcessPool(self.postman, self.registry, workers, join_timeout)

@@ -118,12 +118,13 @@ class ClusterActor(pykka.ThreadingActor):
     """Registered as "cluster" in the driver: hellos, heartbeats, stop confirmations."""
 
     def __init__(self, postman: Postman, registry: WorkerRegistry,
-                 jobs: Callable[[], dict[str, Any]] = dict, heartbeat_misses: int = 5) -> None:
+                 jobs: Callable[[], dict[str, Any]] = dict, heartbeat_timeout: float = 10.0) -> None:
         super().__init__()
         self.postman = postman
         self.registry = registry
         self.jobs = jobs
-        self.hearts = HeartbeatMonitor(SystemClock(), HEARTBEAT_INTERVAL, heartbeat_misses)
+        misses = max(1, round(heartbeat_timeout / HEARTBEAT_INTERVAL))
+        self.hearts = HeartbeatMonitor(SystemClock(), HEARTBEAT_INTERVAL, misses)
         self.ticker = Ticker(SystemClock(), HEARTBEAT_INTERVAL / 2)
         self.lost: list[str] = []
 
@@ -155,6 +156,11 @@ class ClusterActor(pykka.ThreadingActor):
             if kind is Tick:
                 self._check_hearts()
             elif kind is WorkerHeartbeat:
+                if message.process in self.lost:
+                    # Declared dead but alive (it was only slow): its SPUs were replaced, so fence it.
+                    log.error("worker %s beat after being declared dead: telling it to shut down", message.process)
+                    self.postman.send(message.process, "host", Shutdown(), timeout=2.0)
+                    return None
                 self.hearts.beat(message.process)
                 self.registry.heartbeat(message)
             elif kind is WorkerHello:

@@ -104,7 +104,7 @@ def test_killing_a_worker_mid_run_still_counts_every_word_at_least_once(tmp_path
                       max_pending=200)
     builder.set_bolt("count", SlowIncrementBolt, 2, params={"seconds": 0.001}, elastic=False).key_grouping("src")
     builder.set_bolt("out", DriverCollectorBolt, params={"name": "kill"}).global_grouping("count")
-    with LocalCluster(workers=2) as cluster:
+    with LocalCluster(workers=2, heartbeat_timeout=1.0) as cluster:
         job = cluster.submit(builder.build(), config.replace(message_timeout=2.0, data_dir=tmp_path))
         wait_until(lambda: len(collected("kill")) >= 200, 30, message="the first tuples counted")
         GATES["kill"].set()
