@@ -16,10 +16,10 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "examples"))
 sys.path.insert(0, str(ROOT / "tests" / "integration"))
 import wordcount  # noqa: E402
-from test_elasticity import FAST_REACTIONS  # noqa: E402
+from test_elasticity import load_step_splits_then_merges  # noqa: E402
 from test_split_merge import assert_exact, sequenced_items  # noqa: E402
 from topology_parts import (  # noqa: E402
-    GATES, PHASES, DriverCollectorBolt, GatedListSpout, PhasedSpout, SequenceCheckBolt, SlowSequenceBolt,
+    GATES, DriverCollectorBolt, GatedListSpout, SequenceCheckBolt,
 )
 
 pytestmark = pytest.mark.system
@@ -71,22 +71,8 @@ def test_splits_and_merges_across_processes_keep_every_key_exact(workers, config
 
 
 def test_a_load_step_splits_a_bolt_across_processes_and_the_lull_merges_it(workers, config):
-    keys, per_key = 100, 30
-    items = sequenced_items(keys, per_key, seed=31)
-    PHASES["mp-elastic"] = {"mode": "burst", "burst_until": len(items) // 2}
-    builder = TopologyBuilder("mp-elastic")
-    builder.set_spout("src", PhasedSpout, params={"items": items, "phase": "mp-elastic"}, max_pending=400)
-    builder.set_bolt("check", SlowSequenceBolt, 1, params={"seconds": 0.0005}, pe_idle_timeout=None,
-                     **FAST_REACTIONS).key_grouping("src")
-    builder.set_bolt("out", DriverCollectorBolt, params={"name": "mp-elastic"}).global_grouping("check")
-    job = workers.submit(builder.build(), config.replace(elasticity=True, tick_interval=0.005))
-    wait_until(lambda: any(r.action == "split" for r in job.scaling_history), 30, message="automatic split")
-    PHASES["mp-elastic"]["mode"] = "idle"
-    wait_until(lambda: any(r.action == "merge" for r in job.scaling_history), 30, message="automatic merge")
-    PHASES["mp-elastic"]["mode"] = "end"
-    assert job.wait(60), job.status()
-    assert_exact("mp-elastic", keys, per_key)
-    assert [r.reason for r in job.scaling_history][:2] == ["overload", "underload"]
+    job = load_step_splits_then_merges(workers, config, "mp-elastic", DriverCollectorBolt)
+    assert set(job.spus("check")) <= set().union(*workers.registry.spus_on.values()), "SPUs live in workers"
 
 
 def test_killing_a_worker_mid_run_still_counts_every_word_at_least_once(tmp_path, config):
