@@ -143,6 +143,8 @@ def _worker(args: argparse.Namespace) -> int:
 def _status(args: argparse.Namespace) -> int:
     from esault.cluster.status import fetch_status
 
+    first = fetch_status(args.address)
+    threading.Event().wait(1.0)  # two snapshots a second apart give the rates
     reply = fetch_status(args.address)
     print(f"driver {args.address}: {len(reply.workers)} worker(s): {', '.join(sorted(reply.workers)) or '-'}")
     if not reply.jobs:
@@ -150,10 +152,11 @@ def _status(args: argparse.Namespace) -> int:
     for name, status in reply.jobs.items():
         print(f"job {name!r}: {status['pending_trees']} trees in flight, spouts finished: "
               f"{status['spouts_finished']}, scaling events: {status['scaling_events']}")
+        before = first.jobs.get(name, {}).get("units", {})
         for unit, info in status["units"].items():
-            verb = "emitted" if info["kind"] == "spout" else "processed"
-            count = info["emitted"] if info["kind"] == "spout" else info["processed"]
-            print(f"  {unit:<12} {len(info['spus'])} SPU(s), {verb} {count}, PEs {info['pes']}")
+            field = "emitted" if info["kind"] == "spout" else "processed"
+            rate = info[field] - before.get(unit, {}).get(field, info[field])
+            print(f"  {unit:<12} {len(info['spus'])} SPU(s), {field} {info[field]} ({rate}/s), PEs {info['pes']}")
     return 0
 
 
@@ -167,6 +170,20 @@ def _print_status(status: dict[str, Any], elapsed: float) -> None:
         print(f"  {name:<12} {len(unit['spus'])} SPU(s), {verb} {count}{extra}")
 
 
+def _latency_totals(histogram: Any, topology: str) -> tuple[float, float]:
+    """Sum and count of end-to-end latencies observed so far for `topology` (all spouts)."""
+    total = count = 0.0
+    for metric in histogram.collect():
+        for sample in metric.samples:
+            if sample.labels.get("topology") != topology:
+                continue
+            if sample.name.endswith("_sum"):
+                total += sample.value
+            elif sample.name.endswith("_count"):
+                count += sample.value
+    return total, count
+
+
 class _Progress:
     """A one-line live view on a terminal: rate, SPUs per unit."""
 
@@ -178,7 +195,10 @@ class _Progress:
         self._thread.start()
 
     def _run(self) -> None:
+        from esault.metrics.registry import TUPLE_LATENCY
+
         last = 0
+        last_sum = last_count = 0.0
         while not self._stop.wait(1.0):
             try:
                 status = self.job.status()
@@ -186,10 +206,13 @@ class _Progress:
                 return
             units = status["units"]
             processed = sum(u["processed"] for u in units.values())
+            total, count = _latency_totals(TUPLE_LATENCY, self.job.name)
+            mean_ms = (total - last_sum) / (count - last_count) * 1000 if count > last_count else 0.0
             spus = " ".join(f"{n}:{len(u['spus'])}" for n, u in units.items() if u["kind"] == "bolt")
-            self.stream.write(f"\r{processed - last:>9,} tuples/s  in flight {status['pending_trees']:>6}  SPUs {spus}  ")
+            self.stream.write(f"\r{processed - last:>9,} tuples/s  latency {mean_ms:7.1f} ms  "
+                              f"in flight {status['pending_trees']:>6}  SPUs {spus}  ")
             self.stream.flush()
-            last = processed
+            last, last_sum, last_count = processed, total, count
 
     def stop(self) -> None:
         self._stop.set()

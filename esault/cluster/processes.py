@@ -25,6 +25,7 @@ from esault.cluster.postman import Postman
 from esault.cluster.unit_wire import config_to_wire, unit_to_wire
 from esault.dsl.topology import UnitSpec
 from esault.errors import ResourceError
+from esault.metrics import registry as metrics
 from esault.metrics.stats import SpuStats
 from esault.runtime.context import JobContext
 from esault.runtime.messages import (
@@ -127,6 +128,7 @@ class ClusterActor(pykka.ThreadingActor):
         self.hearts = HeartbeatMonitor(SystemClock(), HEARTBEAT_INTERVAL, misses)
         self.ticker = Ticker(SystemClock(), HEARTBEAT_INTERVAL / 2)
         self.lost: list[str] = []
+        self._status_clients: list[str] = []
 
     def on_start(self) -> None:
         self.ticker.subscribe(self.actor_ref)
@@ -140,6 +142,7 @@ class ClusterActor(pykka.ThreadingActor):
             self.hearts.forget(worker)
             lost = self.registry.remove(worker)
             self.lost.append(worker)
+            metrics.set_workers(len(self.registry.workers))
             log.error("worker %s missed its heartbeats: declared dead; replacing its %d SPU(s) %s",
                       worker, len(lost), sorted(lost))
             try:
@@ -167,6 +170,7 @@ class ClusterActor(pykka.ThreadingActor):
                 self.postman.connect(message.process, message.address)
                 self.registry.joined(message.process, message.address)
                 self.hearts.beat(message.process)
+                metrics.set_workers(len(self.registry.workers))
                 peers = {"driver": self.postman.address, **self.registry.workers}
                 for worker in self.registry.workers:
                     self.postman.send(worker, "host", PeerAddresses(peers))
@@ -178,6 +182,9 @@ class ClusterActor(pykka.ThreadingActor):
                 process = message.reply_to.address.process
                 self.postman.connect(process, message.address)
                 message.reply_to.tell(StatusReply(message.request_id, jobs, dict(self.registry.workers)))
+                self._status_clients.append(process)
+                while len(self._status_clients) > 8:  # healthchecks call often: keep few connections
+                    self.postman.endpoint.disconnect(self._status_clients.pop(0))
         except Exception:
             log.exception("cluster actor failed handling %s", kind.__name__)
 

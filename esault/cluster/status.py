@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import itertools
 import os
 import threading
 
 from esault.cluster.postman import Postman
 from esault.errors import ConfigError
 from esault.runtime.messages import StatusReply, StatusRequest
+
+
+_calls = itertools.count(1)
 
 
 class _Inbox:
@@ -28,7 +32,7 @@ def fetch_status(address: str, timeout: float = 10.0) -> StatusReply:
     """The driver's StatusReply, or ConfigError saying that nothing answered at `address`."""
     if ":" not in address:
         raise ConfigError(f"esault status needs the driver's HOST:PORT, got {address!r}")
-    postman = Postman(f"status-{os.getpid()}")
+    postman = Postman(f"status-{os.getpid()}-{next(_calls)}")
     inbox = _Inbox()
     postman.register("status", inbox)
     try:

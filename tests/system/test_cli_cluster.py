@@ -35,7 +35,7 @@ class Upper(Bolt):
         self.emit(tup.key, tup.value.upper())
 
 b = TopologyBuilder('paced')
-b.set_spout('src', Paced, params={'items': [[i, 'x'] for i in range(300)], 'rate': 100.0})
+b.set_spout('src', Paced, params={'items': [[i, 'x'] for i in range(1000)], 'rate': 100.0})
 b.set_bolt('up', Upper, 2, elastic=False).shuffle_grouping('src')
 topology = b.build()
 """
@@ -67,11 +67,11 @@ def test_a_static_cluster_runs_with_a_separate_worker_and_answers_status(tmp_pat
 
         report = wait_until(status, 60, message="esault status showing the running job")
         assert "1 worker(s): wx" in report
-        assert re.search(r"up +2 SPU\(s\), processed \d+", report)
+        assert re.search(r"up +2 SPU\(s\), processed \d+ \(\d+/s\)", report)
         out, _ = driver.communicate(timeout=120)
         assert driver.returncode == 0, "".join(lines)
-        assert "src          1 SPU(s), emitted 300, acked 300, failed 0" in out
-        assert "up           2 SPU(s), processed 300" in out
+        assert "src          1 SPU(s), emitted 1000, acked 1000, failed 0" in out
+        assert "up           2 SPU(s), processed 1000" in out
         assert worker.wait(timeout=60) == 0, "the worker exits when the driver shuts down"
     finally:
         for process in (driver, worker):
