@@ -62,4 +62,7 @@ class AckServerActor(pykka.ThreadingActor):
         for owner, batch in by_owner.items():
             mailbox = self.owners.get(owner)
             if mailbox is not None:
-                mailbox.tell(TreesDone(batch))
+                try:
+                    mailbox.tell(TreesDone(batch))
+                except pykka.ActorDeadError:  # the job is stopping: its spouts went first
+                    self.owners.pop(owner, None)

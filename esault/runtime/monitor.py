@@ -148,7 +148,16 @@ class LatencyMonitorActor(pykka.ThreadingActor):
     def _on_spus_changed(self, msg: SpusChanged) -> None:
         self.spus = dict(msg.spus)
         self.layout = dict(msg.layout)
-        self.detectors = {spu: LoadDetector(self.cfg) for spu in self.spus}  # load redistributed: start over
+        # Only the SPUs the change touched start over. Resetting every detector would make
+        # each learn the current (e.g. trough) rate as its peak, and a steady lull would then
+        # never look light again. After a merge the receiver keeps its peak; after a split
+        # both halves learn their new share afresh.
+        result = msg.result
+        touched = {result.giver, result.receiver} if result is not None and result.action == "split" else set()
+        self.detectors = {
+            spu: (self.detectors[spu] if spu in self.detectors and spu not in touched else LoadDetector(self.cfg))
+            for spu in self.spus
+        }
         self.outstanding.clear()
         self.load = {s: v for s, v in self.load.items() if s in self.spus}
         self.hashes = {}

@@ -46,3 +46,25 @@ def test_a_load_step_splits_the_bolt_and_the_lull_merges_it_back_with_exact_resu
     decisions = job.monitors["check"].proxy().decisions.get()
     assert [d[0] for d in decisions][:2] == ["split", "merge"]
     assert "timed out" in decisions[0][2] or "timeout" in decisions[0][2]
+
+
+def test_only_the_spus_a_change_touched_start_their_load_history_over(cluster, config):
+    """Resetting every detector would make a steady lull look like the new peak: nothing would merge."""
+    from test_split_merge import build
+
+    items = sequenced_items(40, 3, seed=9)
+    job = cluster.submit(build("keep", items, "keep", hold_at=len(items), parallelism=3),
+                         config.replace(elasticity=True))
+    monitor = job.monitors["check"].proxy()
+    a, b, c = job.spus("check")
+    before = monitor.detectors.get()
+    split = job.split("check", a)
+    after_split = wait_until(lambda: (d := monitor.detectors.get()) and split.receiver in d and d, 10,
+                             message="the monitor saw the split")
+    assert after_split[b] is before[b] and after_split[c] is before[c]
+    assert after_split[a] is not before[a]
+    job.merge("check", b, into=c)
+    after_merge = wait_until(lambda: (d := monitor.detectors.get()) and b not in d and d, 10,
+                             message="the monitor saw the merge")
+    assert after_merge[c] is before[c], "the merge receiver keeps its peak"
+    assert after_merge[a] is after_split[a]
