@@ -27,6 +27,7 @@ __all__ = ["AckTracker", "TreeOutcome"]
 _UNSTARTED = 0  # updates seen, start not yet
 _UNSTARTED_FAILED = 1  # a fail arrived before start: report it when start arrives
 _STARTED = 2  # pending
+_COMPACT_SLACK = 4096
 _FAILED = 3  # outcome reported; remembered until the deadline to swallow late updates
 
 
@@ -219,6 +220,10 @@ class AckTracker:
             elif entry.state in (_UNSTARTED, _UNSTARTED_FAILED):
                 self.orphans_expired += 1
             # _FAILED: its outcome was reported; just forget it.
+        if len(deadlines) > 2 * len(trees) + _COMPACT_SLACK:
+            # Completed trees leave their deadline entry behind; without this the queue would
+            # grow with rate x timeout instead of with the trees actually held. Amortised O(1).
+            self._deadlines = deque(d for d in deadlines if trees.get(d[1]) is d[2])
         return out
 
     # --------------------------------------------------------------- helpers

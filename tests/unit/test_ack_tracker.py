@@ -279,3 +279,19 @@ def test_tree_outcome_is_frozen_and_slotted() -> None:
     with pytest.raises(FrozenInstanceError):
         outcome.ok = False  # type: ignore[misc]
     assert not hasattr(outcome, "__dict__")
+
+
+def test_completed_trees_do_not_pile_up_in_the_deadline_queue() -> None:
+    from esault.clock import ManualClock
+    from esault.reliability.ack_tracker import AckTracker
+
+    clock = ManualClock()
+    tracker = AckTracker(clock, timeout=120.0)
+    for root in range(1, 50_001):
+        tracker.start(root, "spout", 7)
+        tracker.update(root, 7)  # completes at once
+        if root % 1000 == 0:
+            clock.advance(0.01)
+            tracker.expire()
+    assert tracker.pending == 0
+    assert len(tracker._deadlines) < 10_000, "the queue holds only what might still expire"
