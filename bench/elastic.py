@@ -118,7 +118,7 @@ def plot(result: ec.RunResult, path: Path, what_if: bool = False) -> None:
     ax.set_ylabel("tuples / s")
     ax.legend(loc="upper right", fontsize=8)
     title = (f"esault elasticity (paper Fig. 6, scaled): counter lookup {result.workload.cost * 1000:g} ms/tuple, "
-             "SPUs = threads of one process")
+             f"{ec.placement_text()}")
     if what_if:
         title = ("WHAT-IF, not esault's behaviour: monitor patched (untouched SPUs keep their detectors, "
                  "merges keep the peak)\n" + title)

@@ -51,6 +51,14 @@ import numpy as np
 
 from esault import Bolt, JobConfig, LocalCluster, Spout, TopologyBuilder
 
+WORKERS = 2
+"""Worker processes hosting the counter's SPUs (spout and meter stay in the driver); 0 = threads."""
+
+
+def placement_text() -> str:
+    """How the counter's SPUs ran, for titles and tables."""
+    return f"counter SPUs in {WORKERS} worker processes" if WORKERS else "SPUs = threads of one process"
+
 ROOT = Path(__file__).resolve().parent.parent
 FIGURES = ROOT / "docs" / "figures"
 DOC = ROOT / "docs" / "ELASTICITY.md"
@@ -300,7 +308,13 @@ class LookupCounter(Bolt):
 
 
 class LatencyMeter(Bolt):
-    """The end of the line (global grouping, one SPU): records now - emit time per tuple."""
+    """The end of the line (global grouping, one SPU): records now - emit time per tuple.
+
+    It runs in the driver (like the spout), so emit and arrival times come from one clock
+    and the sampler reads the latencies in memory.
+    """
+
+    esault_placement = "driver"
 
     def __init__(self, run: str) -> None:
         self.run = run
@@ -495,7 +509,7 @@ def run_profile(setting: str, profile: Profile, workload: Workload, *, paralleli
         config = JobConfig(data_dir=Path(data_dir), elasticity=elastic, tick_interval=workload.tick_interval,
                            max_spout_pending=workload.max_pending,
                            message_timeout=workload.message_timeout)
-        with LocalCluster() as cluster:
+        with LocalCluster(workers=WORKERS) as cluster:
             state.t0 = time.monotonic()
             job = cluster.submit(topology, config)
             sampler = Sampler(job, state)
@@ -690,6 +704,8 @@ def add_common_args(parser: Any, *, cycle_seconds: float, cycles: int, quick_cyc
                     quick_warmup: float) -> None:
     """The options both benches share; resolve them with resolve_args()."""
     parser.set_defaults(_quick=(quick_cycle, quick_cycles, quick_warmup))
+    parser.add_argument("--workers", type=int, default=WORKERS,
+                        help=f"worker processes for the counter SPUs; 0 = threads of this process (default {WORKERS})")
     parser.add_argument("--quick", action="store_true",
                         help=f"a ~1 minute smoke run ({quick_cycles} x {quick_cycle:g} s cycles); writes figures to "
                              "a temporary folder (or --out) and leaves docs/ELASTICITY.md alone unless --write")
@@ -730,6 +746,8 @@ def resolve_args(args: Any) -> tuple[Profile, Workload, Path, bool]:
     profile = Profile(cycle_seconds=cycle, cycles=cycles, peak_rate=args.peak_rate, trough_rate=args.trough_rate,
                       steps=args.steps, warmup_seconds=warmup)
     elasticity = {name: getattr(args, f"el_{name}") for name in DEFAULT_ELASTICITY}
+    global WORKERS
+    WORKERS = args.workers
     workload = Workload(cost=args.cost, seed=args.seed, max_pending=args.max_pending, elasticity=elasticity)
     if args.out is not None:
         out = args.out

@@ -159,7 +159,7 @@ def plot(results: dict[str, dict[str, Any]], profile: ec.Profile, workload: ec.W
     ax_bar.legend(fontsize=8)
     ax_bar.grid(alpha=0.3, axis="y")
     fig.suptitle(f"esault necessity (paper Fig. 7, scaled): fixed parallelism vs elastic; counter lookup "
-                 f"{workload.cost * 1000:g} ms/tuple; SPUs = threads of one process", fontsize=11)
+                 f"{workload.cost * 1000:g} ms/tuple; {ec.placement_text()}", fontsize=11)
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=110)
