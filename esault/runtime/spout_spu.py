@@ -12,14 +12,12 @@ from collections import deque
 from random import getrandbits
 from typing import Any
 
-from esault.dsl.tuple import Tuple
 from esault.metrics import registry as metrics
 from esault.runtime.context import RateLimitedLog, log
+from esault.runtime.emitter import AnchorState, build_emit
 from esault.runtime.messages import AckInit, Pump, RegisterOwner, Tick, TreesDone
 from esault.runtime.sender import SenderActor
 from esault.transport.codec import _SIMPLE
-
-_new = tuple.__new__
 
 
 class SpoutSpuActor(SenderActor):
@@ -40,6 +38,8 @@ class SpoutSpuActor(SenderActor):
         self._now = job.clock.now()
         self._error_log = RateLimitedLog()
         self.spout: Any = None
+        self.anchor = AnchorState()
+        self._route = build_emit(self.router, spec.name, self.stats, self.anchor, self.check_emit)
         self._latency = metrics.TUPLE_LATENCY.labels(job.name, spec.name)
         self.finished = False
         self._handlers.update({Pump: self._on_pump, Tick: self._on_tick, TreesDone: self._on_trees_done})
@@ -75,33 +75,31 @@ class SpoutSpuActor(SenderActor):
     # --- emitting ---------------------------------------------------------
 
     def _emit(self, key: Any, value: Any, msg_id: Any = None) -> None:
-        if type(key) not in _SIMPLE or type(value) not in _SIMPLE:
-            self.check_emit(key, value)
-        name = self.unit_name
-        stats = self.stats
+        """Route one spout tuple; with a msg_id (acking on) it roots a tracked tree."""
         self._emits += 1
-        if msg_id is not None and self.acking and len(self.pending) >= self.max_pending:
+        if msg_id is None or not self.acking:
+            self._route(key, value)  # anchor.root is 0: unanchored
+            return
+        if type(key) not in _SIMPLE or type(value) not in _SIMPLE:
+            self.check_emit(key, value)  # refuse now, not when a held-back tuple leaves
+        try:
+            replay = msg_id in self.failures
+        except TypeError:
+            raise TypeError(f"spout {self.unit_name!r}: msg_id {msg_id!r} must be hashable (an int or str)") from None
+        if len(self.pending) >= self.max_pending:
             self._overflow.append((key, value, msg_id))  # sent when trees complete: the bound is strict
             return
-        if msg_id is None or not self.acking:
-            for route in self.router.routes:
-                for buf in route.all_buffers() if route.broadcast else (route.target(key),):
-                    buf.append(_new(Tuple, (key, value, name, 0, 0)))
-            return
-        root = getrandbits(64) | 1
-        xor = 0
-        for route in self.router.routes:
-            for buf in route.all_buffers() if route.broadcast else (route.target(key),):
-                edge = getrandbits(64) | 1
-                xor ^= edge
-                buf.append(_new(Tuple, (key, value, name, root, edge)))
+        anchor = self.anchor
+        root = anchor.root = getrandbits(64) | 1
+        anchor.xor = 0
         try:
-            if msg_id in self.failures:
-                stats.replayed += 1
-        except TypeError:
-            raise TypeError(f"spout {name!r}: msg_id {msg_id!r} must be hashable (an int or str)") from None
+            self._route(key, value)  # XORs every copy's edge id into anchor.xor
+        finally:
+            anchor.root = 0
+        if replay:
+            self.stats.replayed += 1
         self.pending[root] = (msg_id, key, value, self._now)
-        self._inits.append((root, xor))
+        self._inits.append((root, anchor.xor))
 
     def flush(self) -> None:
         # Register trees before their tuples can be acked downstream (the tracker copes either way).

@@ -231,14 +231,7 @@ class UnitActor(pykka.ThreadingActor):
         mailbox = self._launch(new, cmd.downstream_routes, None)
         self.spus = {**{s: m for s, m in self.spus.items() if s != lost}, new: mailbox}
         self.version += 1
-        rid = self.job.next_id()
-        specs: dict[str, RouteSpec] = {}
-        for _spu, (upstream, grouping) in cmd.upstream.items():
-            spec = specs.get(grouping) or specs.setdefault(grouping, self.route_spec(grouping))
-            try:
-                upstream.tell(InstallRoutes(rid, spec, {}))
-            except Exception as exc:  # that upstream SPU is being replaced too
-                log.warning("unit %r: upstream SPU %d unreachable during replace: %r", self.spec.name, _spu, exc)
+        self._install_upstream(cmd, self.job.next_id(), {})
         interval = self.table.interval_of(new) if self.table is not None else None
         result = ScaleResult("replace", self.spec.name, lost, new, interval[0] if interval else None,
                              interval[1] if interval else None, 0, 0.0, 0.0, cmd.reason)
@@ -262,13 +255,19 @@ class UnitActor(pykka.ThreadingActor):
         self.version += 1
         needs_marker = op.awaiting_finished and op.giver in op.awaiting_finished
         giver_mailbox = op.retire if op.retire is not None else self.spus.get(op.giver)
-        notify = {op.giver: giver_mailbox} if needs_marker else {}
-        specs: dict[str, RouteSpec] = {}
-        for spu, (mailbox, grouping) in op.cmd.upstream.items():
-            spec = specs.get(grouping) or specs.setdefault(grouping, self.route_spec(grouping))
-            mailbox.tell(InstallRoutes(op.reconfig_id, spec, notify))
+        self._install_upstream(op.cmd, op.reconfig_id, {op.giver: giver_mailbox} if needs_marker else {})
         if not op.awaiting_finished:
             self._complete(op)
+
+    def _install_upstream(self, cmd: ScaleCommand, reconfig_id: int, notify: dict[int, Any]) -> None:
+        """Send every upstream SPU this unit's current routes (one RouteSpec per grouping)."""
+        specs: dict[str, RouteSpec] = {}
+        for spu, (mailbox, grouping) in cmd.upstream.items():
+            spec = specs.get(grouping) or specs.setdefault(grouping, self.route_spec(grouping))
+            try:
+                mailbox.tell(InstallRoutes(reconfig_id, spec, notify))
+            except Exception as exc:  # that upstream SPU died with its worker and is being replaced too
+                log.warning("unit %r: upstream SPU %d unreachable: %r", self.spec.name, spu, exc)
 
     def _on_finished(self, msg: HandoffFinished) -> None:
         op = self._op
