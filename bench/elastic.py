@@ -93,7 +93,7 @@ def windows_over(result: ec.RunResult) -> list[tuple[float, float]]:
 
 # --- figure -------------------------------------------------------------------------
 
-def plot(result: ec.RunResult, path: Path, what_if: bool = False) -> None:
+def plot(result: ec.RunResult, path: Path) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
@@ -119,9 +119,6 @@ def plot(result: ec.RunResult, path: Path, what_if: bool = False) -> None:
     ax.legend(loc="upper right", fontsize=8)
     title = (f"esault elasticity (paper Fig. 6, scaled): counter lookup {result.workload.cost * 1000:g} ms/tuple, "
              f"{ec.placement_text()}")
-    if what_if:
-        title = ("WHAT-IF, not esault's behaviour: monitor patched (untouched SPUs keep their detectors, "
-                 "merges keep the peak)\n" + title)
     ax.set_title(title, fontsize=10)
 
     ax = axes[1]
@@ -171,7 +168,7 @@ def plot(result: ec.RunResult, path: Path, what_if: bool = False) -> None:
 
 # --- report -------------------------------------------------------------------------
 
-def report(result: ec.RunResult, cmd: str, figure: str, what_if: bool = False) -> str:
+def report(result: ec.RunResult, cmd: str, figure: str) -> str:
     s = result.latency_summary()
     limit = result_max_ms(result)
     wins = windows_over(result)
@@ -187,7 +184,7 @@ def report(result: ec.RunResult, cmd: str, figure: str, what_if: bool = False) -
         f"- Workload: {ec.workload_markdown(result.workload)}; the counter starts with 1 SPU.",
         f"- Counter elasticity: {ec.elasticity_markdown(result.workload)}.",
         "",
-        f"![{'what-if run (patched monitor)' if what_if else 'elasticity run'}]({figure})",
+        f"![elasticity run]({figure})",
         "",
         ("Per phase (latency over every tuple that finished in the phase; `p99 > max` = seconds whose p99 "
          f"exceeded max_latency {limit:g} ms):"),
@@ -259,27 +256,17 @@ def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ec.add_common_args(parser, cycle_seconds=80.0, cycles=2, quick_cycle=28.0, quick_cycles=2, quick_warmup=3.0)
-    parser.add_argument("--what-if-keep-peaks", action="store_true",
-                        help="EXPERIMENT: patch in the proposed monitor change (SPUs a change did not touch "
-                             "keep their detectors; a merge keeps the peak); writes elastic_whatif.* and its own "
-                             "doc section")
     args = parser.parse_args(argv)
     profile, workload, out, write = ec.resolve_args(args)
-    name = "elastic_whatif" if args.what_if_keep_peaks else "elastic"
-    section = "elastic-whatif" if args.what_if_keep_peaks else SECTION
+    name, section = "elastic", SECTION
     print(profile.describe())
     print(f"workload: {ec.workload_markdown(workload)}")
     print(f"elasticity: {workload.elasticity}")
-    if args.what_if_keep_peaks:
-        print("EXPERIMENT: the latency monitor keeps untouched detectors and a merge's peak (not esault's behaviour)")
-        with ec.keep_peaks_what_if():
-            result = ec.run_profile("elastic", profile, workload, parallelism=1, elastic=True)
-    else:
-        result = ec.run_profile("elastic", profile, workload, parallelism=1, elastic=True)
+    result = ec.run_profile("elastic", profile, workload, parallelism=1, elastic=True)
     csv_path, events_path, png = out / f"{name}.csv", out / f"{name}_events.csv", out / f"{name}.png"
     ec.write_csv(csv_path, result.rows, ec.ROW_FIELDS)
     ec.write_csv(events_path, [ec.as_dict(e) for e in result.events], list(ec.ScalingEvent.__dataclass_fields__))
-    plot(result, png, what_if=args.what_if_keep_peaks)
+    plot(result, png)
     print_summary(result)
     for d in result.decisions[:3]:
         print(f"monitor: {d[0]} SPU {d[1]}: {d[2]}")
@@ -290,8 +277,7 @@ def main(argv: list[str] | None = None) -> int:
             figure = str(rel.relative_to(ec.DOC.parent.resolve()))
         except ValueError:
             figure = str(rel)
-        write_section(ec.DOC, section, report(result, ec.command_line(argv, "elastic.py"), figure,
-                                                   what_if=args.what_if_keep_peaks))
+        write_section(ec.DOC, section, report(result, ec.command_line(argv, "elastic.py"), figure))
         print(f"updated {ec.DOC} section {section!r}")
     return 0
 

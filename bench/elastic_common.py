@@ -31,7 +31,6 @@ different path (e.g. a results file) once SPUs run in worker processes.
 
 from __future__ import annotations
 
-import contextlib
 import csv
 import itertools
 import os
@@ -653,49 +652,6 @@ def shade_phases(ax: Any, profile: Profile) -> None:
 
 def as_dict(obj: Any) -> dict[str, Any]:
     return asdict(obj)
-
-
-# --- a what-if, not esault's behaviour ---------------------------------------------
-
-@contextlib.contextmanager
-def keep_peaks_what_if():
-    """EXPERIMENT: the latency-monitor change proposed in docs/ELASTICITY.md, patched in for one run.
-
-    Today LatencyMonitorActor._on_spus_changed gives every SPU a fresh
-    LoadDetector after any split or merge, so each SPU's peak is re-learned at
-    the current rate; in a trough with steady, non-zero load no sample is then
-    light again and merging stops after one step. Proposed: SPUs whose interval
-    did not change keep their detector; after a merge the receiver starts new
-    windows but keeps the larger of the two peaks (what both SPUs were seen to
-    carry); after a split both halves start fresh, as today (a split point may
-    move far less than half the load, so the giver's peak says nothing about
-    either half). This patch does that from the outside (it sets
-    LoadDetector._peak) only to measure the effect; the bench never uses it
-    unless asked.
-    """
-    from esault.runtime import monitor
-
-    original = monitor.LatencyMonitorActor._on_spus_changed
-
-    def patched(self: Any, msg: Any) -> None:
-        old = dict(self.detectors)
-        r = msg.result
-        original(self, msg)
-        if r is None:
-            return
-        involved = {r.giver, r.receiver}
-        for spu in list(self.detectors):
-            if spu in involved:
-                if r.action == "merge":
-                    self.detectors[spu]._peak = max((old[s].peak for s in involved if s in old), default=0)
-            elif spu in old:
-                self.detectors[spu] = old[spu]
-
-    monitor.LatencyMonitorActor._on_spus_changed = patched
-    try:
-        yield
-    finally:
-        monitor.LatencyMonitorActor._on_spus_changed = original
 
 
 # --- command line -----------------------------------------------------------------
