@@ -1,14 +1,41 @@
-"""The unit of data: a key/value pair plus the framework's ack ids."""
+"""The unit of data as a bolt sees it: a key/value pair and the unit that emitted it."""
 
 from __future__ import annotations
 
-from collections import namedtuple
+from typing import Any
 
-Tuple = namedtuple("Tuple", "key value source root edge")
-Tuple.__doc__ = """One stream element as a bolt sees it.
 
-key, value: the user's data. source: the name of the unit that emitted it.
-root, edge: the ack ids of its tuple tree (0, 0 when acking is off); user code
-never needs them. A plain namedtuple: creating one is the cheapest Python
-object with named fields, and it is what the per-tuple hot path builds.
-"""
+class Tuple:
+    """One stream element, handed to `Bolt.process(tup)`.
+
+    Tuples travel between SPUs as columns of a batch (keys, values), never as
+    objects; the runtime fills one `Tuple` per SPU with each element in turn,
+    so **a Tuple is valid only during the process() call that received it**.
+    Keep `tup.key` and `tup.value` (or `tup.copy()`), not `tup` itself. This
+    saves an allocation per tuple on the hot path (about 120 ns of 1 us).
+    """
+
+    __slots__ = ("key", "value", "source")
+
+    def __init__(self, key: Any = None, value: Any = None, source: str = "") -> None:
+        self.key = key
+        self.value = value
+        self.source = source
+
+    def copy(self) -> Tuple:
+        """A Tuple of its own, safe to keep after process() returns."""
+        return Tuple(self.key, self.value, self.source)
+
+    def __iter__(self):
+        """`key, value, source = tup` unpacks like the namedtuple it used to be."""
+        return iter((self.key, self.value, self.source))
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Tuple):
+            return NotImplemented
+        return (self.key, self.value, self.source) == (other.key, other.value, other.source)
+
+    __hash__ = None  # type: ignore[assignment]  # mutable: the runtime refills it
+
+    def __repr__(self) -> str:
+        return f"Tuple(key={self.key!r}, value={self.value!r}, source={self.source!r})"

@@ -57,6 +57,23 @@ class HashSampler:
         if self._size < self._capacity:
             self._size += 1
 
+    def record_many(self, items: list[int]) -> None:
+        """record() for each item in order, as C slices: O(len(items) / every)."""
+        start = self._countdown - 1  # index of the next item to store
+        n = len(items)
+        if start >= n:
+            self._countdown -= n
+            return
+        every, capacity, ring = self._every, self._capacity, self._ring
+        pos = self._pos
+        for h in items[start::every]:
+            ring[pos] = h
+            pos = (pos + 1) % capacity
+        stored = (n - 1 - start) // every + 1
+        self._pos = pos
+        self._size = min(capacity, self._size + stored)
+        self._countdown = every - (n - 1 - start) % every
+
     def snapshot(self) -> list[int]:
         """The stored hashes, oldest first. O(capacity)."""
         if self._size < self._capacity:

@@ -11,9 +11,7 @@ tuples of moved keys until the state arrives, then replays them. Keys outside
 
 from __future__ import annotations
 
-from typing import Any, Iterable
-
-from esault.dsl.tuple import Tuple
+from typing import Any, Callable, Iterable, NamedTuple
 
 
 class GiverHandoff:
@@ -42,6 +40,16 @@ class GiverHandoff:
         return self.lo <= h <= self.hi
 
 
+class HeldBatch(NamedTuple):
+    """Part of a DataBatch held back by a receiver, still in its trees (`edges` are its own edge ids)."""
+
+    source: str
+    keys: list[Any]
+    values: list[Any]
+    roots: list[int]
+    edges: list[int]
+
+
 class ReceiverHandoff:
     """Holds tuples of incoming keys until the giver's state arrives."""
 
@@ -51,16 +59,33 @@ class ReceiverHandoff:
         self.hi = hi
         self.giver_id = giver_id
         self.started_at = started_at
-        self.buffered: list[Tuple] = []
+        self.buffered: list[HeldBatch] = []
         self.first_buffered_at: float | None = None
 
     def holds(self, h: int) -> bool:
         return self.lo <= h <= self.hi
 
-    def buffer(self, tup: Tuple, now: float) -> None:
+    def divide(self, keys: list[Any], values: list[Any], hash_of: Callable[[Any], int]
+               ) -> tuple[list[Any], list[Any], list[Any], list[Any]]:
+        """(keys, values) that pass now and (keys, values) to hold, each in arrival order. O(n)."""
+        lo, hi = self.lo, self.hi
+        pass_k: list[Any] = []
+        pass_v: list[Any] = []
+        held_k: list[Any] = []
+        held_v: list[Any] = []
+        for key, value in zip(keys, values):
+            if lo <= hash_of(key) <= hi:
+                held_k.append(key)
+                held_v.append(value)
+            else:
+                pass_k.append(key)
+                pass_v.append(value)
+        return pass_k, pass_v, held_k, held_v
+
+    def buffer(self, held: HeldBatch, now: float) -> None:
         if self.first_buffered_at is None:
             self.first_buffered_at = now
-        self.buffered.append(tup)
+        self.buffered.append(held)
 
     def paused_seconds(self, now: float) -> float:
         """How long the first held tuple waited: the pause moved keys saw."""

@@ -1,42 +1,51 @@
 """The output router of one SPU: which downstream SPU gets each emitted tuple.
 
-Per downstream unit it holds a route (grouping + interval table + mailboxes)
-and one buffer per destination SPU. Emits append to buffers; flush() sends
-each non-empty buffer as one DataBatch, so the per-tuple cost is a dict
-lookup and a list append, not an actor message.
+Per downstream unit it holds a route (grouping + interval table + mailboxes).
+An emit appends key and value to a buffer (one flat list, key, value, key,
+value...): for key grouping the buffer of the key's SPU (a cached dict get),
+for the other groupings one shared buffer that flush() deals out. flush()
+turns each buffer into one columnar DataBatch, so the per-tuple cost is a
+dict get and two appends; everything else is per batch.
 """
 
 from __future__ import annotations
 
 import logging
-from typing import Any, Callable, Iterable
+from random import getrandbits
+from typing import Any, Callable, Iterable, Iterator
 
 from esault.keyhash import key_hash
 from esault.routing.interval_table import IntervalTable
 from esault.runtime.messages import DataBatch, RouteSpec
 
 _CACHE_LIMIT = 1 << 16
+NO_ROOTS: list[int] = []
+"""The trees of an untracked batch (acking off, or emits outside process()); never mutated."""
 log = logging.getLogger("esault.routing")
 
 
 class Route:
-    """One downstream unit as seen by one sender. Not thread-safe (owned by an actor)."""
+    """One downstream unit as seen by one sender. Not thread-safe (owned by an actor).
 
-    __slots__ = ("unit", "grouping", "version", "broadcast", "buffers", "_mailboxes", "_order",
-                 "_table", "_cache", "_rr", "target")
+    `pending` (non-key groupings) and the `_cache` dict are the same objects
+    for the route's whole life, so emit closures may bind them; update()
+    changes what they point to in place.
+    """
+
+    __slots__ = ("unit", "grouping", "version", "broadcast", "keyed", "buffers", "pending", "_mailboxes",
+                 "_order", "_table", "_cache", "_rr")
 
     def __init__(self, spec: RouteSpec) -> None:
+        if spec.grouping not in ("key", "shuffle", "global", "all"):
+            raise ValueError(f"unknown grouping {spec.grouping!r} for route to {spec.unit!r}")
         self.unit = spec.unit
         self.grouping = spec.grouping
         self.broadcast = spec.grouping == "all"
+        self.keyed = spec.grouping == "key"
         self._cache: dict[Any, list] = {}
+        self.pending: list = []
+        self.buffers: dict[int, list] = {}
         self._rr = 0
-        self.target: Callable[[Any], list] = {
-            "key": self._by_key,
-            "shuffle": self._round_robin,
-            "global": self._first,
-            "all": self._first,
-        }[spec.grouping]
         self.update(spec)
 
     def update(self, spec: RouteSpec) -> None:
@@ -45,15 +54,20 @@ class Route:
             raise ValueError(f"route to {self.unit!r}/{self.grouping} cannot become {spec.unit!r}/{spec.grouping}")
         if not spec.spus:
             raise ValueError(f"route to unit {spec.unit!r} has no SPU")
+        if self.has_data():
+            raise RuntimeError(f"route to {spec.unit!r} updated with unflushed tuples: flush() first")
         self.version = spec.version
         self._mailboxes: dict[int, Any] = dict(spec.spus)
         self._order = sorted(self._mailboxes)
-        self.buffers: dict[int, list] = {spu: [] for spu in self._order}
-        self._table = IntervalTable.from_wire(spec.table) if spec.grouping == "key" else None
+        self.buffers: dict[int, list] = {spu: [] for spu in self._order} if self.keyed else {}
+        self._table = IntervalTable.from_wire(spec.table) if self.keyed else None
         self._cache.clear()
         self._rr = 0
 
-    def _by_key(self, key: Any) -> list:
+    def buffer_for(self, key: Any) -> list:
+        """The flat buffer an emit of `key` appends to. O(1) for cached keys, O(log SPUs) otherwise."""
+        if not self.keyed:
+            return self.pending
         buf = self._cache.get(key)
         if buf is None:
             buf = self.buffers[self._table.lookup(key_hash(key))]
@@ -62,50 +76,90 @@ class Route:
             self._cache[key] = buf
         return buf
 
-    def _round_robin(self, key: Any) -> list:
+    def has_data(self) -> bool:
+        return bool(self.pending) or any(self.buffers.values())
+
+    def take(self) -> Iterator[tuple[int, list]]:
+        """(spu, flat [k, v, ...] list) per destination with data; the buffers are left empty.
+
+        Shuffle deals the shared buffer out in equal runs, starting at a rotating SPU (tiny
+        batches still spread); global sends it to the first SPU, all to every SPU.
+        """
+        if self.keyed:
+            for spu, buf in self.buffers.items():
+                if buf:
+                    out = buf[:]
+                    buf.clear()
+                    yield spu, out
+            return
+        flat = self.pending
+        if not flat:
+            return
+        data = flat[:]
+        flat.clear()
         order = self._order
-        self._rr = (self._rr + 1) % len(order)
-        return self.buffers[order[self._rr]]
+        if self.broadcast:
+            for spu in order:
+                yield spu, data
+        elif self.grouping == "global" or len(order) == 1:
+            yield order[0], data
+        else:
+            n = len(order)
+            pairs = len(data) // 2
+            per = -(-pairs // n)  # ceil
+            start = self._rr
+            self._rr = (start + 1) % n
+            for i in range(n):
+                lo = i * per * 2
+                if lo >= len(data):
+                    break
+                yield order[(start + i) % n], data[lo:lo + per * 2]
 
-    def _first(self, key: Any) -> list:
-        return self.buffers[self._order[0]]
-
-    def all_buffers(self) -> list[list]:
-        return [self.buffers[spu] for spu in self._order]
-
-    def flush(self, sender: int) -> int:
-        sent = 0
-        for spu, buf in self.buffers.items():
-            if buf:
-                try:
-                    self._mailboxes[spu].tell(DataBatch(sender, buf[:]))
-                    sent += len(buf)
-                except Exception as exc:  # the SPU's process is gone: its replacement gets the replays
-                    log.warning("unit %r SPU %d unreachable, %d tuples dropped (acking replays them): %r",
-                                self.unit, spu, len(buf), exc)
-                buf.clear()
-        return sent
+    def mailbox(self, spu: int) -> Any:
+        return self._mailboxes[spu]
 
 
 class OutputRouter:
     """All downstream routes of one SPU; install() swaps a route after a reconfiguration."""
 
-    def __init__(self, sender: int, specs: Iterable[RouteSpec]) -> None:
+    def __init__(self, sender: int, source: str, specs: Iterable[RouteSpec]) -> None:
         self.sender = sender
+        self.source = source
         self.routes: list[Route] = [Route(s) for s in specs]
 
     def install(self, spec: RouteSpec) -> None:
         """Switch the route to spec.unit in place; call flush() first so old-table tuples leave first."""
         for route in self.routes:
             if route.unit == spec.unit:
-                if any(route.buffers.values()):
-                    raise RuntimeError(f"install({spec.unit!r}) with unflushed tuples: flush() first")
                 route.update(spec)
                 return
         raise ValueError(f"this SPU does not send to unit {spec.unit!r}; the topology fixes its downstream units")
 
-    def flush(self) -> int:
-        return sum(route.flush(self.sender) for route in self.routes)
+    def has_data(self) -> bool:
+        return any(route.has_data() for route in self.routes)
+
+    def flush(self, roots: list[int] = NO_ROOTS, rand: Callable[[int], int] = getrandbits) -> tuple[int, list[int]]:
+        """Send each buffer as one DataBatch in the trees `roots`; (tuples sent, XOR of new edges per root).
+
+        Each batch gets a fresh edge id per root; the caller XORs the returned
+        values into its acks so the trees stay open until the batches are acked.
+        A destination that cannot be reached (its process died) loses its
+        batch: the edges stay unacked, the trees time out and are replayed.
+        """
+        sent = 0
+        xors = [0] * len(roots)
+        for route in self.routes:
+            for spu, flat in route.take():
+                edges = [rand(64) | 1 for _ in roots]
+                for i, edge in enumerate(edges):
+                    xors[i] ^= edge
+                try:
+                    route.mailbox(spu).tell(DataBatch(self.sender, self.source, flat[0::2], flat[1::2], roots, edges))
+                    sent += len(flat) // 2
+                except Exception as exc:  # the SPU's process is gone: its replacement gets the replays
+                    log.warning("unit %r SPU %d unreachable, %d tuples dropped (acking replays them): %r",
+                                route.unit, spu, len(flat) // 2, exc)
+        return sent, xors
 
     def version_of(self, unit: str) -> int | None:
         for route in self.routes:

@@ -1,6 +1,7 @@
 """AckServerActor: the paper's ack server, Storm's XOR tree tracking (reliability/ack_tracker).
 
-Tells each spout SPU the outcome of the trees it rooted, in batches.
+Tells each spout SPU the outcome of the trees it rooted, in batches, and
+writes the tuples bolts gave up on to the job's dead-letter file.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from esault.metrics import registry as metrics
 from esault.reliability.ack_tracker import AckTracker, TreeOutcome
 from esault.runtime.context import JobContext, log
 from esault.runtime.messages import (
-    AckFail, AckInit, AckUpdate, GetPending, RegisterOwner, Tick, TreesDone,
+    AckFail, AckInit, AckUpdate, DeadLettered, GetPending, RegisterOwner, Tick, TreesDone,
 )
 
 
@@ -43,6 +44,8 @@ class AckServerActor(pykka.ThreadingActor):
                     self._send([outcome])
             elif kind is Tick:
                 self._send(self.tracker.expire())
+            elif kind is DeadLettered:
+                self._dead_letter(message)
             elif kind is RegisterOwner:
                 self.owners[message.owner] = message.mailbox
             elif kind is GetPending:
@@ -52,6 +55,12 @@ class AckServerActor(pykka.ThreadingActor):
         except Exception:
             log.exception("ack server failed handling %s", type(message).__name__)
         return None
+
+    def _dead_letter(self, msg: DeadLettered) -> None:
+        """A bolt gave a tuple up: the job's dead-letter file (in the driver) records it."""
+        if self.job.dead_letters is not None:
+            self.job.dead_letters.write(topology=self.job.name, unit=msg.unit, msg_id=None, key=msg.key,
+                                        value=msg.value, error=msg.error, attempts=msg.attempts)
 
     def _send(self, outcomes: list[TreeOutcome]) -> None:
         if not outcomes:

@@ -1,78 +1,108 @@
 """BoltSpuActor: one sub-processing unit of a bolt (input router, PEs, output router).
 
-Hot path: a DataBatch arrives, each tuple goes to its key's PE, emits land in
-the output router's buffers and XOR ack deltas in a dict; after the batch,
-buffers and acks leave as one message per destination.
+Hot path: a DataBatch arrives as columns; each (key, value) goes to its key's
+PE through one reused Tuple view; emits land in the output router's buffers.
+After the batch, buffers leave as one DataBatch per destination and the
+batch's acks (one XOR value per tree, not per tuple) as one AckUpdate.
 """
 
 from __future__ import annotations
 
 import threading
+import traceback
+from random import getrandbits
 from typing import Any
 
 from esault.dsl.tuple import Tuple
-from esault.runtime.emitter import AnchorState, build_emit
 from esault.elasticity.planner import HashSampler
 from esault.keyhash import key_hash
-from esault.migration.handoff import EarlyMessages, GiverHandoff, ReceiverHandoff
+from esault.migration.handoff import EarlyMessages, GiverHandoff, HeldBatch, ReceiverHandoff
 from esault.runtime.context import RateLimitedLog, log
+from esault.runtime.emitter import build_emit
 from esault.runtime.messages import (
-    AckFail, AckUpdate, DataBatch, EpochMarker, HandoffFinished, Prepared, PrepareGive,
+    AckFail, AckUpdate, DataBatch, DeadLettered, EpochMarker, HandoffFinished, Prepared, PrepareGive,
     PrepareReceive, Probe, ProbeReturned, StateHandoff, Tick,
 )
 from esault.runtime.pe_manager import PeManager
 from esault.runtime.sender import SenderActor
 from esault.transport.codec import decode, encode
 
-
 _SAMPLE_EVERY = 16
 """Every 16th key goes to the hash sampler that picks load-aware split points."""
 
 
-class _DeferredAnchor:
-    """Anchor returned by Bolt.defer(): the input is acked when this is (any thread)."""
+class BatchHold:
+    """The acks of one input batch, withheld until every anchor deferred while processing it settles.
 
-    __slots__ = ("_acker", "_root", "_xor", "_lock", "_intent", "_done")
+    Thread-safe: anchors settle from any thread (a sink's commit thread).
+    One fail() fails the batch's trees (they are replayed from the spout);
+    otherwise the acks leave once the batch is sealed and every anchor acked.
+    """
 
-    def __init__(self, acker: Any, root: int) -> None:
+    __slots__ = ("_acker", "_roots", "_lock", "_open", "_deltas", "_done")
+
+    def __init__(self, acker: Any, roots: list[int]) -> None:
         self._acker = acker
-        self._root = root
-        self._xor: int | None = None
+        self._roots = roots
         self._lock = threading.Lock()
-        self._intent: tuple[bool, str] | None = None
+        self._open = 0
+        self._deltas: dict[int, int] | None = None
         self._done = False
 
-    def _finalize(self, xor: int) -> None:
+    def anchor(self) -> DeferredAnchor:
         with self._lock:
-            self._xor = xor
-            intent = self._intent
-        if intent is not None:
-            self._send(*intent)
+            self._open += 1
+        return DeferredAnchor(self)
 
-    def ack(self) -> None:
-        self._resolve(True, "")
-
-    def fail(self, reason: str) -> None:
-        self._resolve(False, reason)
-
-    def _resolve(self, ok: bool, reason: str) -> None:
+    def seal(self, deltas: dict[int, int]) -> None:
+        """The batch is processed: these acks leave once no anchor is open."""
         with self._lock:
-            if self._xor is None:
-                self._intent = (ok, reason)
-                return
-        self._send(ok, reason)
+            self._deltas = deltas
+            ready = self._open == 0 and not self._done
+            self._done = self._done or ready
+        if ready:
+            self._send_acks()
 
-    def _send(self, ok: bool, reason: str) -> None:
+    def settle(self, ok: bool, reason: str) -> None:
         with self._lock:
             if self._done:
                 return
+            if ok:
+                self._open -= 1
+                if self._open or self._deltas is None:
+                    return
             self._done = True
-        if not self._root or self._acker is None:
-            return
         if ok:
-            self._acker.tell(AckUpdate({self._root: self._xor}))
-        else:
-            self._acker.tell(AckFail(self._root, reason or "failed by a deferred anchor"))
+            self._send_acks()
+        elif self._acker is not None:
+            for root in self._roots:
+                self._acker.tell(AckFail(root, reason or "failed by a deferred anchor"))
+
+    def _send_acks(self) -> None:
+        if self._deltas and self._acker is not None:
+            self._acker.tell(AckUpdate(self._deltas))
+
+
+class DeferredAnchor:
+    """Returned by Bolt.defer(): its input is acked when this is (from any thread), once."""
+
+    __slots__ = ("_hold", "_settled")
+
+    def __init__(self, hold: BatchHold) -> None:
+        self._hold = hold
+        self._settled = False
+
+    def ack(self) -> None:
+        self._settle(True, "")
+
+    def fail(self, reason: str) -> None:
+        self._settle(False, reason)
+
+    def _settle(self, ok: bool, reason: str) -> None:
+        if self._settled:
+            return
+        self._settled = True
+        self._hold.settle(ok, reason)
 
 
 class BoltSpuActor(SenderActor):
@@ -82,13 +112,15 @@ class BoltSpuActor(SenderActor):
         super().__init__(cfg, spec, job)
         self.unit_ref = cfg.extra.get("unit_ref")
         self.pes = PeManager(self._make_pe, spec.per_key, job.pe_idle_timeout(spec))
-        self.sampler = HashSampler(capacity=1024, every=1)
-        self._sample_countdown = _SAMPLE_EVERY
+        self.sampler = HashSampler(capacity=1024, every=_SAMPLE_EVERY)
+        self.max_retries = job.config.max_retries
         self._acks: dict[int, int] = {}
-        self.anchor = AnchorState()
-        self._emit = build_emit(self.router, spec.name, self.stats, self.anchor, self.check_emit)
-        self._deferred: _DeferredAnchor | None = None
+        self._view = Tuple()
+        self._emit = build_emit(self.router, self.check_emit)
+        self._roots: list[int] = []  # the trees of the batch being processed
+        self._hold: BatchHold | None = None
         self._giving: GiverHandoff | None = None
+        self._giving_to: tuple[int, Any] = (0, None)
         self._receiving: ReceiverHandoff | None = None
         self._early = EarlyMessages()
         self._retiring = False
@@ -138,90 +170,137 @@ class BoltSpuActor(SenderActor):
 
     # --- the hot path -----------------------------------------------------
 
-    def _defer(self) -> _DeferredAnchor:
-        if self._deferred is None:
-            self._deferred = _DeferredAnchor(self.acker if self.acking else None, self.anchor.root)
-        return self._deferred
+    def _defer(self) -> DeferredAnchor:
+        hold = self._hold
+        if hold is None:
+            hold = self._hold = BatchHold(self.acker if self.acking else None, self._roots)
+        return hold.anchor()
 
     def _on_data(self, msg: DataBatch) -> None:
-        tuples = msg.tuples
+        keys, values, edges = msg.keys, msg.values, msg.edges
         receiving = self._receiving
         if receiving is not None:
-            now = self.job.clock.now()
-            passing = []
-            for tup in tuples:
-                if receiving.holds(key_hash(tup.key)):
-                    receiving.buffer(tup, now)
-                else:
-                    passing.append(tup)
-            tuples = passing
-        if tuples:
-            self._process(tuples)
-        self.flush()
+            keys, values, held_k, held_v = receiving.divide(keys, values, key_hash)
+            if held_k:  # the held part stays in the batch's trees under edge ids of its own
+                own = [self._new_edge() for _ in msg.roots]
+                receiving.buffer(HeldBatch(msg.source, held_k, held_v, msg.roots, own), self.job.clock.now())
+                edges = [e ^ o for e, o in zip(edges, own)]
+        self._run_batch(msg.source, keys, values, msg.roots, edges)
+        self._send_acks()
 
-    def _process(self, tuples: list[Tuple]) -> None:
-        per_key = self.spec.per_key
-        pes = self.pes.pes
-        make = self.pes.create
-        single = None if per_key else self.pes.single()
-        acks = self._acks
-        track_idle = self.pes.idle_timeout is not None
-        last_used = self.pes.last_used
-        now = self.job.clock.now()
-        record = self.sampler.record
-        countdown = self._sample_countdown
-        anchor = self.anchor
-        for tup in tuples:
-            key = tup.key
-            if per_key:
-                pe = pes.get(key)
-                if pe is None:
-                    try:
-                        pe = make(key)
-                    except Exception as exc:
-                        self._user_error(tup, exc, "open()")
-                        continue
-                if track_idle:
-                    last_used[key] = now
-                countdown -= 1
-                if not countdown:  # sample every 16th key; the planner hashes them when splitting
-                    record(key)
-                    countdown = _SAMPLE_EVERY
+    @staticmethod
+    def _new_edge() -> int:
+        return getrandbits(64) | 1
+
+    def _run_batch(self, source: str, keys: list[Any], values: list[Any], roots: list[int], edges: list[int]) -> None:
+        """Process one batch, flush its emits into the same trees, and record (or hold) its acks."""
+        self._roots = roots
+        if keys:
+            if self.spec.per_key:
+                self._process_keyed(source, keys, values)
             else:
-                pe = single
-            root = anchor.root = tup.root
-            anchor.xor = tup.edge
-            try:
-                pe.process(tup)
-            except Exception as exc:
-                self._deferred = None
-                self._user_error(tup, exc, "process()")
-                continue
-            if root:
-                if self._deferred is None:
-                    acks[root] = acks.get(root, 0) ^ anchor.xor
-                else:
-                    self._deferred._finalize(anchor.xor)
-                    self._deferred = None
-        self._sample_countdown = countdown
-        n = len(tuples)
-        self.stats.processed += n
-        self.processed_since_probe += n
-        anchor.root = 0
+                self._process_single(source, keys, values)
+            n = len(keys)
+            self.stats.processed += n
+            self.processed_since_probe += n
+        sent, xors = self.router.flush(roots)
+        self.stats.emitted += sent
+        hold, self._hold = self._hold, None
+        self._roots = []
+        if not roots:
+            if hold is not None:
+                hold.seal({})
+            return
+        if hold is not None:
+            hold.seal({root: edge ^ x for root, edge, x in zip(roots, edges, xors)})
+            return
+        acks = self._acks
+        for root, edge, x in zip(roots, edges, xors):
+            acks[root] = acks.get(root, 0) ^ edge ^ x
 
-    def flush(self) -> None:
-        self.stats.emitted += self.router.flush()
+    def _process_keyed(self, source: str, keys: list[Any], values: list[Any]) -> None:
+        view = self._view
+        view.source = source
+        pes = self.pes.pes
+        for key, value in zip(keys, values):
+            try:
+                pe = pes[key]
+            except KeyError:
+                pe = self._open_pe(key, value, source)
+                if pe is None:
+                    continue
+            except TypeError:  # an unhashable key (a list, say): it has no PE
+                self._give_up(key, value, source, TypeError(f"unhashable key type {type(key).__name__}"),
+                              "routing", 1)
+                continue
+            view.key = key
+            view.value = value
+            try:
+                pe.process(view)
+            except Exception as exc:
+                self._user_error(pe, key, value, source, exc)
+        self.pes.touch(keys, self.job.clock.now())
+        self.sampler.record_many(keys)
+
+    def _process_single(self, source: str, keys: list[Any], values: list[Any]) -> None:
+        view = self._view
+        view.source = source
+        pe = self.pes.single()
+        process = pe.process
+        for key, value in zip(keys, values):
+            view.key = key
+            view.value = value
+            try:
+                process(view)
+            except Exception as exc:
+                self._user_error(pe, key, value, source, exc)
+
+    def _open_pe(self, key: Any, value: Any, source: str) -> Any:
+        """The key's first tuple: create its PE; on a failing open() the tuple is given up."""
+        try:
+            return self.pes.create(key)
+        except Exception as exc:
+            self.stats.user_errors += 1
+            self._give_up(key, value, source, exc, "open()", 1)
+            return None
+
+    def _user_error(self, pe: Any, key: Any, value: Any, source: str, exc: Exception) -> None:
+        """process() raised: retry it in place up to max_retries times, then dead-letter the tuple.
+
+        Only this tuple is affected: its batch's trees still complete, so no
+        other tuple is replayed because of it.
+        """
+        self.stats.user_errors += 1
+        view = self._view
+        attempts = 1
+        while attempts <= self.max_retries:
+            attempts += 1
+            view.key, view.value, view.source = key, value, source
+            try:
+                pe.process(view)
+                return
+            except Exception as again:
+                self.stats.user_errors += 1
+                exc = again
+        self._give_up(key, value, source, exc, "process()", attempts)
+
+    def _give_up(self, key: Any, value: Any, source: str, exc: BaseException, where: str, attempts: int) -> None:
+        frame = traceback.extract_tb(exc.__traceback__)[-1] if exc.__traceback__ else None
+        at = f" at {frame.filename}:{frame.lineno}" if frame else ""
+        reason = f"bolt {self.unit_name!r} {where} raised {type(exc).__name__}: {exc}{at} (key {key!r})"
+        self.stats.failed += 1
+        self.stats.dead_letters += 1
+        self._error_log("topology %r: %s; gave up after %d attempt(s), dead-lettered", self.job.name, reason, attempts)
+        self.acker.tell(DeadLettered(self.unit_name, self.spu_id, key, value, reason, attempts))
+
+    def _send_acks(self) -> None:
         if self._acks:
             self.acker.tell(AckUpdate(self._acks))
             self._acks = {}
 
-    def _user_error(self, tup: Tuple, exc: Exception, where: str) -> None:
-        self.stats.user_errors += 1
-        self.stats.failed += 1
-        reason = f"bolt {self.unit_name!r} {where} raised {type(exc).__name__}: {exc} (key {tup.key!r})"
-        self._error_log("topology %r: %s", self.job.name, reason)
-        if tup.root and self.acking:
-            self.acker.tell(AckFail(tup.root, reason))
+    def flush(self) -> None:
+        super().flush()
+        self._send_acks()
 
     # --- timers -----------------------------------------------------------
 
@@ -233,7 +312,6 @@ class BoltSpuActor(SenderActor):
         expired = self.pes.idle(msg.now)
         if not expired:
             return
-        self.anchor.root = 0
         for key, pe in expired:
             try:
                 pe.on_expire()
@@ -322,10 +400,11 @@ class BoltSpuActor(SenderActor):
                 log.error("topology %r: bolt %r could not restore state of key %r: %r",
                           self.job.name, self.unit_name, key, exc)
         now = self.job.clock.now()
+        self.pes.touch([key for key, _ in msg.states], now)
         paused = receiving.paused_seconds(now)
         self._receiving = None
-        if receiving.buffered:
-            self._process(receiving.buffered)
+        for held in receiving.buffered:
+            self._run_batch(held.source, held.keys, held.values, held.roots, held.edges)
         self.stats.pes = len(self.pes.pes)
         self.flush()
         self.unit_ref.tell(

@@ -12,15 +12,27 @@ from concurrent.futures import Future
 from dataclasses import dataclass, field
 from typing import Any
 
-from esault.dsl.tuple import Tuple
-
 
 @dataclass(frozen=True, slots=True)
 class DataBatch:
-    """upstream SPU -> SPU: tuples routed to it, in emission order."""
+    """upstream SPU -> SPU: tuples routed to it, as columns in emission order, and the trees they are part of.
+
+    `roots[i]` is a tuple tree (one spout batch) this batch belongs to and
+    `edges[i]` this batch's edge id in it (both empty when acking is off):
+    delivery is tracked per batch, not per tuple (docs/PROTOCOLS.md).
+    """
 
     sender: int
-    tuples: list[Tuple]
+    source: str
+    keys: list[Any]
+    values: list[Any]
+    roots: list[int]
+    edges: list[int]
+
+    def __post_init__(self) -> None:
+        if len(self.keys) != len(self.values) or len(self.roots) != len(self.edges):
+            raise ValueError(f"DataBatch columns differ in length: {len(self.keys)} keys, {len(self.values)} values, "
+                             f"{len(self.roots)} roots, {len(self.edges)} edges")
 
 
 @dataclass(frozen=True, slots=True)
@@ -342,3 +354,15 @@ class StatusReply:
     request_id: int
     jobs: dict[str, Any]
     workers: dict[str, str]
+
+
+@dataclass(frozen=True, slots=True)
+class DeadLettered:
+    """bolt SPU -> ack server (driver): a tuple whose process() kept raising was given up after `attempts` tries."""
+
+    unit: str
+    spu_id: int
+    key: Any
+    value: Any
+    error: str
+    attempts: int

@@ -2,7 +2,8 @@
 
 For key-grouped bolts every key gets its own Bolt instance (a processing
 element) whose attributes are that key's state. Lookup, insert and delete are
-O(1) dict operations. PEs idle for pe_idle_timeout expire.
+O(1) dict operations. PEs idle for pe_idle_timeout expire; use is recorded
+once per batch (C-level dict updates), not per tuple.
 """
 
 from __future__ import annotations
@@ -36,6 +37,19 @@ class PeManager:
         pe = self._make_pe(key)
         self.pes[key] = pe
         return pe
+
+    def touch(self, keys: list[Any], now: float) -> None:
+        """These keys were used at `now` (once per batch). O(len(keys)), in C."""
+        if self.idle_timeout is None:
+            return
+        try:
+            self.last_used.update(dict.fromkeys(keys, now))
+        except TypeError:  # an unhashable key in the batch: it has no PE, the others do
+            for key in keys:
+                try:
+                    self.last_used[key] = now
+                except TypeError:
+                    pass
 
     def idle(self, now: float) -> list[tuple[Any, Any]]:
         """Remove and return PEs unused for idle_timeout. O(number of PEs)."""

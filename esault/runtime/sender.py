@@ -16,6 +16,7 @@ from esault.routing.output_router import OutputRouter
 from esault.runtime.context import JobContext
 from esault.runtime.messages import Drain, EpochMarker, InstallRoutes, SpuConfig
 from esault.transport.codec import check_serialisable
+from esault.transport.frames import EncodedFrame
 
 log = logging.getLogger("esault.spu")
 
@@ -30,7 +31,7 @@ class SenderActor(pykka.ThreadingActor):
         self.job = job
         self.spu_id = cfg.spu_id
         self.unit_name = spec.name
-        self.router = OutputRouter(cfg.spu_id, cfg.downstream)
+        self.router = OutputRouter(cfg.spu_id, spec.name, cfg.downstream)
         self.stats = SpuStats(job.name, spec.name, cfg.spu_id)
         self.acking = job.config.acking
         self.acker = job.acker
@@ -47,6 +48,10 @@ class SenderActor(pykka.ThreadingActor):
         )
 
     def on_receive(self, message: Any) -> Any:
+        if type(message) is EncodedFrame:  # data decoded here, on this thread, not on the I/O thread
+            message = message.open()
+            if message is None:
+                return None
         handler = self._handlers.get(type(message))
         if handler is None:
             metrics.count_unknown_message(type(self).__name__)
@@ -72,7 +77,8 @@ class SenderActor(pykka.ThreadingActor):
                 ) from None
 
     def flush(self) -> None:
-        self.stats.emitted += self.router.flush()
+        """Send what was emitted outside any tracked batch (open(), ticks, control messages)."""
+        self.stats.emitted += self.router.flush()[0]
 
     def _on_install_routes(self, msg: InstallRoutes) -> None:
         # Everything routed by the old table leaves before the marker (channels are FIFO).

@@ -110,14 +110,14 @@ class BoltHarness:
         self.opened = True
 
     def feed(self, key: Any, value: Any, source: str | None = None) -> list[HarnessAnchor]:
-        """Call process() with Tuple(key, value, source, 0, 0) on this thread.
+        """Call process() with Tuple(key, value, source) on this thread.
 
         Returns the anchors the bolt deferred during this call. An exception
         from process() propagates (the runtime would fail the tuple).
         """
         if not self.opened or self.closed:
             raise RuntimeError("BoltHarness.feed(): the bolt is not open (construct with open=True, or close()d)")
-        tup = Tuple(key, value, source or self.source, 0, 0)
+        tup = Tuple(key, value, source or self.source)
         self._current = tup
         self._fed = []
         self.bolt._esault_defer = self._defer

@@ -45,6 +45,7 @@ import zmq
 from esault.errors import ConfigError, FrameError, SerializationError
 from esault.metrics.registry import count_dropped_frame
 from esault.transport.address import MAX_PROCESS_NAME_BYTES, Address
+from esault.transport.frames import DATA_FRAME_PREFIX, EncodedFrame
 from esault.transport.wire import WireCodec, frame_error_reason
 
 __all__ = ["ENDPOINT_DROP_REASONS", "Endpoint", "RemoteMailbox"]
@@ -95,12 +96,13 @@ class RemoteMailbox:
 class _Peer:
     """One connection lifetime to one process; `queued` is guarded by the endpoint's lock."""
 
-    __slots__ = ("address", "closed", "error", "name", "queued", "space")
+    __slots__ = ("address", "closed", "error", "name", "queued", "queued_bytes", "space")
 
     def __init__(self, name: str, address: str, lock: threading.Lock) -> None:
         self.name = name
         self.address = address
         self.queued = 0  # frames accepted by send() and not yet handed to zmq
+        self.queued_bytes = 0  # their size
         self.space = threading.Condition(lock)
         self.closed = False
         self.error: str | None = None
@@ -127,6 +129,7 @@ class Endpoint:
         bind: str = "tcp://127.0.0.1:0",
         codec: WireCodec | None = None,
         queue_size: int = 1024,
+        queue_bytes: int = 64 * 2**20,
         hwm: int = 1000,
         socket_buffer: int | None = None,
         max_frame_bytes: int = 256 * 2**20,
@@ -135,7 +138,8 @@ class Endpoint:
         _check_name(process_name)
         if not callable(deliver):
             raise ConfigError(f"Endpoint({process_name!r}): deliver must be callable(actor_name, message), got {deliver!r}")
-        for name, value, low in (("queue_size", queue_size, 1), ("hwm", hwm, 1), ("max_frame_bytes", max_frame_bytes, 1)):
+        for name, value, low in (("queue_size", queue_size, 1), ("queue_bytes", queue_bytes, 1), ("hwm", hwm, 1),
+                                 ("max_frame_bytes", max_frame_bytes, 1)):
             if type(value) is not int or value < low:
                 raise ConfigError(f"Endpoint({process_name!r}): {name} must be an int >= {low}, got {value!r}")
         if socket_buffer is not None and (type(socket_buffer) is not int or socket_buffer < 1024):
@@ -147,6 +151,7 @@ class Endpoint:
         self._deliver = deliver
         self._codec = codec or WireCodec()
         self._queue_size = queue_size
+        self._queue_bytes = queue_bytes
         self._hwm = hwm
         self._socket_buffer = socket_buffer
         self._linger = float(linger)
@@ -259,9 +264,10 @@ class Endpoint:
                     f"Endpoint({self.process!r}) has no connection to process {to.process!r} (for {to}); call "
                     f"connect({to.process!r}, 'tcp://host:port') first (connected: {known})"
                 )
-            if peer.queued >= self._queue_size:
+            if peer.queued >= self._queue_size or peer.queued_bytes >= self._queue_bytes:
                 self._wait_for_space(peer, to, timeout)
             peer.queued += 1
+            peer.queued_bytes += len(frame)
             self._outbox.append((peer, actor, frame))
             self._signal()
 
@@ -329,7 +335,7 @@ class Endpoint:
     def _wait_for_space(self, peer: _Peer, to: Address, timeout: float | None) -> None:
         in_io_thread = threading.get_ident() == self._io_ident
         deadline = None if timeout is None else time.monotonic() + max(timeout, 0.0)
-        while peer.queued >= self._queue_size:
+        while peer.queued >= self._queue_size or peer.queued_bytes >= self._queue_bytes:
             if self._closing:
                 raise RuntimeError(f"Endpoint({self.process!r}) closed while send() to {to} waited for queue space")
             if peer.closed:
@@ -338,9 +344,10 @@ class Endpoint:
             if in_io_thread or (remaining is not None and remaining <= 0):
                 waited = "at once (inside deliver(), send never blocks)" if in_io_thread else f"after {timeout} s"
                 raise TimeoutError(
-                    f"Endpoint({self.process!r}): send to {to} timed out {waited}: {peer.queued} frames are already "
-                    f"queued for process {to.process!r} (queue_size={self._queue_size}) and its zmq queues are "
-                    "full - the receiver is slower than its senders. Retry later, shed load, or raise queue_size"
+                    f"Endpoint({self.process!r}): send to {to} timed out {waited}: {peer.queued} frames "
+                    f"({peer.queued_bytes} bytes) are already queued for process {to.process!r} (queue_size="
+                    f"{self._queue_size}, queue_bytes={self._queue_bytes}) and its zmq queues are full - the "
+                    "receiver is slower than its senders. Retry later, shed load, or raise queue_size/queue_bytes"
                 )
             peer.space.wait(remaining)
         if self._closing:
@@ -400,10 +407,11 @@ class Endpoint:
 
     def _requeue(self, items: list, dealers: dict[_Peer, zmq.Socket], pending: dict[_Peer, deque]) -> None:
         """Move frames from the outbox to their peer's queue; apply disconnects."""
-        dropped: dict[_Peer, int] = {}
+        dropped: dict[_Peer, list[int]] = {}
         for peer, actor, frame in items:
             if actor is None:  # disconnect
-                lost = len(pending.pop(peer, ()))
+                gone = pending.pop(peer, ())
+                lost = len(gone)
                 sock = dealers.pop(peer, None)
                 if sock is not None:
                     if peer in self._watching:
@@ -411,14 +419,13 @@ class Endpoint:
                         self._watching.discard(peer)
                     sock.close(linger=0)
                 if lost:
-                    self._release({peer: lost})
+                    self._release({peer: [lost, sum(len(f) for _, f in gone)]})
                     self._drop("disconnected", f"{lost} frame(s) queued for {peer.name!r} at disconnect", lost)
                 continue
-            if peer.closed:
-                dropped[peer] = dropped.get(peer, 0) + 1
-                continue
-            if peer not in dealers and not self._open_dealer(peer, dealers):
-                dropped[peer] = dropped.get(peer, 0) + 1
+            if peer.closed or (peer not in dealers and not self._open_dealer(peer, dealers)):
+                counts = dropped.setdefault(peer, [0, 0])
+                counts[0] += 1
+                counts[1] += len(frame)
                 continue
             queue = pending.get(peer)
             if queue is None:
@@ -426,7 +433,7 @@ class Endpoint:
             queue.append((actor, frame))
         if dropped:
             self._release(dropped)
-            for peer, n in dropped.items():
+            for peer, (n, _) in dropped.items():
                 reason = "connect_failed" if peer.error and "disconnected" not in peer.error else "disconnected"
                 self._drop(reason, f"{n} frame(s) for {peer.name!r}: {peer.error}", n)
 
@@ -454,28 +461,30 @@ class Endpoint:
 
     def _flush(self, dealers: dict[_Peer, zmq.Socket], pending: dict[_Peer, deque]) -> None:
         """Hand queued frames to zmq until each peer's queue is empty or its HWM is reached."""
-        sent: dict[_Peer, int] = {}
+        sent: dict[_Peer, list[int]] = {}
         for peer, queue in pending.items():
             if not queue:
                 continue
             sock = dealers[peer]
-            n = 0
+            n = size = 0
             while queue:
                 try:
-                    sock.send_multipart(queue[0], zmq.NOBLOCK)
+                    sock.send_multipart(queue[0], zmq.NOBLOCK, copy=False)
                 except zmq.Again:
                     break
-                queue.popleft()
+                size += len(queue.popleft()[1])
                 n += 1
             if n:
-                sent[peer] = n
+                sent[peer] = [n, size]
         if sent:
             self._release(sent)
 
-    def _release(self, counts: dict[_Peer, int]) -> None:
+    def _release(self, counts: dict[_Peer, list[int]]) -> None:
+        """Frames (and their bytes) left the endpoint's queue of each peer: wake blocked senders."""
         with self._lock:
-            for peer, n in counts.items():
+            for peer, (n, size) in counts.items():
                 peer.queued -= n
+                peer.queued_bytes -= size
                 peer.space.notify_all()
 
     def _receive(self) -> None:
@@ -498,16 +507,26 @@ class Endpoint:
         if not actor:
             self._drop("envelope", f"from {sender!r}: the actor name {parts[1][:40]!r} is empty or not UTF-8")
             return
-        try:
-            message = self._codec.decode(parts[2])
-        except FrameError as exc:
-            self._drop(frame_error_reason(exc), f"from {sender!r} to {actor!r}: {exc}")
-            return
+        frame = parts[2]
+        if frame[:2] == DATA_FRAME_PREFIX:  # data: decoded by the receiving actor, on its thread
+            message: Any = EncodedFrame(frame, self._codec.decode, self._rejecter(sender, actor))
+        else:
+            try:
+                message = self._codec.decode(frame)
+            except FrameError as exc:
+                self._drop(frame_error_reason(exc), f"from {sender!r} to {actor!r}: {exc}")
+                return
         try:
             self._deliver(actor, message)
         except Exception as exc:  # noqa: BLE001
             self._drop("deliver", f"from {sender!r}: deliver({actor!r}, {type(message).__name__}) raised "
                                   f"{type(exc).__name__}: {exc}")
+
+    def _rejecter(self, sender: str, actor: str) -> Callable[[FrameError], None]:
+        """How an actor reports a data frame it could not decode: dropped and counted like any other."""
+        def reject(exc: FrameError) -> None:
+            self._drop(frame_error_reason(exc), f"from {sender!r} to {actor!r}: {exc}")
+        return reject
 
     def _drop(self, reason: str, detail: str, n: int = 1) -> None:
         with self._lock:

@@ -9,9 +9,10 @@ order, each encoded by what its annotation in `esault.runtime.messages` says:
   back to the declared container type;
 - a nested message dataclass (RouteSpec, PrepareReceive) as the array of its
   fields, without a tag (the annotation says which class it is);
-- a `Tuple` as ``[key, value, source, root, edge]``; user keys and values
-  (and every other ``Any``) through `esault.transport.codec`'s packer, so
-  tuples, sets and frozensets keep their types (msgpack ext 1, 2, 3);
+- user keys and values (every ``Any``, and the ``list[Any]`` columns of a
+  DataBatch, packed and unpacked by msgpack in C with no per-item Python)
+  through `esault.transport.codec`'s packer, so tuples, sets and frozensets
+  keep their types (msgpack ext 1, 2, 3);
 - a mailbox field (an ``Any`` holding an ActorRef today, listed in
   `FIELD_TYPES`, or any field annotated `Mailbox`) as ``[process, actor]``,
   through the codec's `to_address` / `from_address` hooks;
@@ -27,8 +28,9 @@ another exception type; `frame_error_reason(err)` is one of
 `FRAME_ERROR_REASONS`, a fixed word fit for a metric label.
 
 Cost: one msgpack pack/unpack per frame plus one validation pass over the
-result, O(size of the message); a DataBatch costs well under 2 us per tuple
-each way (measured in docs/TRANSPORT.md).
+result, O(size of the message) for control messages; a DataBatch's columns
+skip the validation pass, so a tuple costs tens of nanoseconds each way
+(measured in docs/TRANSPORT.md).
 """
 
 from __future__ import annotations
@@ -43,7 +45,6 @@ from typing import Any
 
 import msgpack
 
-from esault.dsl.tuple import Tuple
 from esault.errors import FrameError, SerializationError
 from esault.runtime import messages as _messages
 from esault.transport import codec as _codec
@@ -429,63 +430,24 @@ def _dict(key: _Field, val: _Field) -> _Field:
     return _Field(enc, dec, f"dict[{key.desc}, {val.desc}]")
 
 
-def _tuple_record() -> _Field:
-    """A stream Tuple as [key, value, source, root, edge]; key and value are user values."""
+def _value_column() -> _Field:
+    """list[Any], a column of user values (DataBatch keys and values): msgpack packs and unpacks it in C.
+
+    No per-item work in Python: the codec's packer already refuses what is not
+    a user value, and everything msgpack decodes is one.
+    """
 
     def enc(value: Any) -> Any:
-        if type(value) is not Tuple:
-            raise _Invalid("field_type", f"expected an esault Tuple, got {_kind(value)}")
-        return list(value)
+        if type(value) is not list:
+            raise _Invalid("field_type", f"expected a list of values, got {_kind(value)}")
+        return value
 
     def dec(raw: Any) -> Any:
-        if type(raw) is not list or len(raw) != 5:
-            raise _Invalid("field_type", f"expected a tuple record [key, value, source, root, edge], got {_kind(raw)}")
-        key, value, source, root, edge = raw
-        if type(source) is not str or type(root) is not int or type(edge) is not int:
-            raise _Invalid(
-                "field_type",
-                f"a tuple record needs source str, root int, edge int; got {_kind(source)}, {_kind(root)}, "
-                f"{_kind(edge)}",
-            )
-        return Tuple(key, value, source, root, edge)
+        if type(raw) is not list:
+            raise _Invalid("field_type", f"expected an array of values, got {_kind(raw)}")
+        return raw
 
-    return _Field(enc, dec, "Tuple")
-
-
-def _tuple_list() -> _Field:
-    """list[Tuple], the DataBatch hot path: one tight loop; errors re-run the per-item checks."""
-    record = _tuple_record()
-    check, enc_one = record.dec, record.enc
-    make = tuple.__new__
-
-    def enc(value: Any) -> Any:
-        if not isinstance(value, (list, tuple)):
-            raise _Invalid("field_type", f"expected a list of Tuple, got {_kind(value)}")
-        try:
-            return [enc_one(t) for t in value]
-        except _Invalid as err:
-            err.path.append(f"[{_failing_index(enc_one, value)}]")
-            raise
-
-    def dec(raw: Any, _T: type = Tuple, _list: type = list, _str: type = str, _int: type = int) -> Any:
-        if type(raw) is not _list:
-            raise _Invalid("field_type", f"expected an array (list of Tuple), got {_kind(raw)}")
-        out: list[Any] = []
-        append = out.append
-        for r in raw:
-            if type(r) is _list and len(r) == 5 and type(r[2]) is _str and type(r[3]) is _int and type(r[4]) is _int:
-                append(make(_T, r))
-                continue
-            err = _Invalid("field_type", "?")
-            try:
-                check(r)
-            except _Invalid as found:
-                err = found
-            err.path.append(f"[{len(out)}]")
-            raise err
-        return out
-
-    return _Field(enc, dec, f"list[{record.desc}]")
+    return _Field(enc, dec, "list[value]")
 
 
 def _default_to_address(mailbox: Any) -> Address:
@@ -606,8 +568,6 @@ class WireCodec:
             return _Field(_identity, _identity, "Future (local only)")
         if hint is type(None):
             return _none_field()
-        if hint is Tuple:
-            return _tuple_record()
         if hint in (int, float, str, bytes, bool):
             return _scalar(hint)
         if isinstance(hint, type) and hint in TAGS:
@@ -617,8 +577,8 @@ class WireCodec:
             rest = [a for a in args if a is not type(None)]
             if len(rest) == 1 and len(args) == 2:
                 return _optional(self._compile(rest[0], where))
-        elif origin is list and args == (Tuple,):
-            return _tuple_list()
+        elif origin is list and args == (Any,):
+            return _value_column()
         elif origin is list and len(args) == 1:
             return _sequence(self._compile(args[0], where), list)
         elif origin is tuple and len(args) == 2 and args[1] is Ellipsis:
@@ -632,7 +592,7 @@ class WireCodec:
         raise ImportError(
             f"esault.transport.wire cannot encode {where}: annotation {hint!r} is not a wire type "
             "(int, float, str, bytes, bool, None, X | None, list/tuple/frozenset/dict of those, a message "
-            "dataclass, Tuple, Mailbox or Any); change the annotation or teach wire._compile the type"
+            "dataclass, Mailbox or Any); change the annotation or teach wire._compile the type"
         )
 
     def _nested(self, cls: type) -> _Field:

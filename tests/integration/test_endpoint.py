@@ -19,12 +19,12 @@ import msgpack
 import pytest
 import zmq
 
-from esault.dsl.tuple import Tuple
 from esault.errors import ConfigError, SerializationError
 from esault.metrics.registry import REGISTRY
 from esault.runtime import messages as m
 from esault.transport.address import Address
 from esault.transport.endpoint import Endpoint, RemoteMailbox
+from esault.transport.frames import EncodedFrame
 from esault.transport.wire import WireCodec, encode_frame
 
 WAIT = 10.0  # seconds; every wait below ends far sooner unless something is broken
@@ -35,9 +35,13 @@ class Inbox:
 
     def __init__(self) -> None:
         self.items: list[tuple[str, Any]] = []
+        self.undecoded = 0  # data frames handed over as EncodedFrame (decoded here, as an SPU would)
         self._cond = threading.Condition()
 
     def __call__(self, actor: str, message: Any) -> None:
+        if type(message) is EncodedFrame:
+            self.undecoded += 1
+            message = message.open()
         with self._cond:
             self.items.append((actor, message))
             self._cond.notify_all()
@@ -71,7 +75,7 @@ def dropped_total(reason: str) -> float:
 ROUTE = m.RouteSpec("count", "key", [1, [[0, 11], [2**30, 12]]], {11: Address("b", "spu-11"),
                                                                    12: Address("c", "spu-12")}, 1)
 CONTROL_AND_DATA = [
-    m.DataBatch(7, [Tuple(f"word{i}", (i, "x"), "split", 2**63 + i, i) for i in range(256)]),
+    m.DataBatch(7, "split", [f"word{i}" for i in range(256)], [(i, "x") for i in range(256)], [2**63], [9]),
     m.InstallRoutes(3, ROUTE, {11: Address("b", "spu-11")}),
     m.PrepareGive(3, 0, 2**30, 12, Address("c", "spu-12"), frozenset({7}), False),
     m.EpochMarker(3, 7),
@@ -81,7 +85,7 @@ CONTROL_AND_DATA = [
     m.Tick(1.25),
     m.Pump(),
     m.Probe(1, 2.5, Address("a", "monitor"), True),
-    m.DataBatch(7, []),
+    m.DataBatch(7, "split", [], [], [], []),
 ]
 
 
@@ -94,6 +98,7 @@ def test_two_endpoints_exchange_data_and_control_messages_in_order(endpoint):
     for msg in CONTROL_AND_DATA:
         a.send(Address("b", "spu-11"), msg)
     assert b_inbox.wait_for(len(CONTROL_AND_DATA)) == [("spu-11", msg) for msg in CONTROL_AND_DATA]
+    assert b_inbox.undecoded == 2  # the I/O thread moved the data frames' bytes; the receiver decoded them
 
     b.connect("a", a.address)
     b.send(Address("a", "acker"), m.AckUpdate({2**63: 5}))
@@ -185,12 +190,12 @@ def test_a_slow_receiver_makes_send_block_and_time_out_instead_of_growing_memory
     payload = b"x" * 65536
 
     def batch(i: int) -> m.DataBatch:
-        return m.DataBatch(1, [Tuple("k", payload, "src", i, 0)])
+        return m.DataBatch(1, "src", ["k"], [payload], [i], [0])
 
     try:
         sent = 0
-        with pytest.raises(TimeoutError, match=r"send to slow/spu-1 timed out after 0\.3 s: 8 frames are already "
-                                               r"queued for process 'slow' \(queue_size=8\)"):
+        with pytest.raises(TimeoutError, match=r"send to slow/spu-1 timed out after 0\.3 s: 8 frames "
+                                               r"\(\d+ bytes\) are already queued for process 'slow' \(queue_size=8"):
             while sent < 10_000:
                 sender.send(to, batch(sent), timeout=0.3)
                 sent += 1
@@ -215,7 +220,7 @@ def test_a_slow_receiver_makes_send_block_and_time_out_instead_of_growing_memory
     assert done.wait(WAIT)
     worker.join(WAIT)
     items = inbox.wait_for(sent + 1)
-    assert [msg.tuples[0].root for _, msg in items] == list(range(sent + 1))
+    assert [msg.roots[0] for _, msg in items] == list(range(sent + 1))
 
 
 def test_a_malformed_frame_is_dropped_counted_and_logged_once_while_later_frames_arrive(endpoint, caplog):
@@ -313,7 +318,7 @@ def test_send_and_connect_errors_say_what_to_do(endpoint):
     small = endpoint("small", max_frame_bytes=1000)
     with pytest.raises(SerializationError, match=r"cannot send DataBatch to small/spu: its frame is \d+ bytes, over "
                                                  r"max_frame_bytes=1000 .*; send smaller batches"):
-        small.send(Address("small", "spu"), m.DataBatch(1, [Tuple("k", b"x" * 2000, "s", 0, 0)]))
+        small.send(Address("small", "spu"), m.DataBatch(1, "s", ["k"], [b"x" * 2000], [], []))
     with pytest.raises(TypeError, match=r"send needs an Address, got 'a/unit'"):
         a.send("a/unit", m.Pump())  # type: ignore[arg-type]
     with pytest.raises(ConfigError, match=r"must be a zmq endpoint such as 'tcp://127.0.0.1:5555'"):
@@ -336,6 +341,7 @@ CHILD = textwrap.dedent("""
     from esault.runtime.messages import Drain
     from esault.transport.address import Address
     from esault.transport.endpoint import Endpoint
+    from esault.transport.frames import EncodedFrame
 
     inbox = queue.Queue()
     ep = Endpoint("child", lambda actor, msg: inbox.put((actor, msg)))
@@ -343,6 +349,8 @@ CHILD = textwrap.dedent("""
     ep.connect("parent", sys.argv[1])
     while True:
         actor, msg = inbox.get(timeout=60)
+        if isinstance(msg, EncodedFrame):
+            msg = msg.open()
         if isinstance(msg, Drain):
             break
         ep.send(Address("parent", "echo-" + actor), msg)  # from a plain thread, as an actor would

@@ -18,7 +18,7 @@ def words(n_good: int, bad: list[str]) -> list[tuple[str, int]]:
     return items
 
 
-def test_a_bolt_raising_on_some_keys_fails_only_those_and_dead_letters_them(cluster, config):
+def test_a_bolt_raising_on_some_keys_retries_only_those_in_place_and_dead_letters_them(cluster, config):
     bad = ["bad1", "bad2", "bad3"]
     items = words(400, bad)
     builder = TopologyBuilder("raising")
@@ -28,20 +28,22 @@ def test_a_bolt_raising_on_some_keys_fails_only_those_and_dead_letters_them(clus
     job = cluster.submit(builder.build(), config.replace(max_retries=2))
     assert job.wait(30), job.status()
     job.stop()
+    # Exactly once: the good tuples sharing a batch with a bad one are not replayed because of it.
     assert sorted(collected("raising")) == sorted((f"w{i}", i) for i in range(400))
     status = job.final_status["units"]
-    assert status["risky"]["user_errors"] == 3 * len(bad)  # first try + 2 retries each
-    assert status["src"]["failed"] == 3 * len(bad)
-    assert status["src"]["replayed"] == 2 * len(bad)
-    assert status["src"]["acked"] == 400
+    assert status["risky"]["user_errors"] == 3 * len(bad)  # first try + 2 retries each, in place
+    assert status["risky"]["dead_letters"] == len(bad)
+    assert status["src"]["failed"] == 0 and status["src"]["replayed"] == 0
+    assert status["src"]["acked"] == len(items)  # a dead-lettered tuple is accounted for, its tree completes
     letters = read_dead_letters(job.dead_letter_path)
     assert sorted(d["key"] for d in letters) == bad
     for letter in letters:
-        assert letter["attempts"] == 3 and letter["unit"] == "src" and letter["topology"] == "raising"
+        assert letter["attempts"] == 3 and letter["unit"] == "risky" and letter["topology"] == "raising"
         assert "bolt 'risky' process() raised ValueError: cannot handle" in letter["error"]
+        assert "topology_parts.py:" in letter["error"]  # where it raised
 
 
-def test_tuples_that_time_out_are_replayed_until_the_result_is_complete(cluster, config):
+def test_batches_that_time_out_are_replayed_until_the_result_is_complete(cluster, config):
     lost = ["w3", "w50", "w99"]
     items = [(f"w{i}", i) for i in range(120)]
     builder = TopologyBuilder("timeouts")
@@ -51,9 +53,13 @@ def test_tuples_that_time_out_are_replayed_until_the_result_is_complete(cluster,
     builder.set_bolt("out", CollectorBolt, params={"name": "timeouts"}).global_grouping("lossy")
     job = cluster.submit(builder.build(), config.replace(message_timeout=0.3))
     assert job.wait(30), job.status()
-    assert sorted(collected("timeouts")) == sorted(items)
+    got = collected("timeouts")
+    assert sorted(set(got)) == sorted(items)  # at least once; a replayed batch repeats its other tuples
     src = job.status()["units"]["src"]
-    assert src["failed"] == len(lost) and src["replayed"] == len(lost) and src["acked"] == len(items)
+    assert src["acked"] == len(items)
+    # Delivery is tracked per batch: a lost tuple fails its whole batch, and each of its tuples is replayed.
+    assert src["failed"] == src["replayed"] >= len(lost)
+    assert len(got) == len(items) + src["replayed"] - len(lost)
 
 
 def test_max_spout_pending_bounds_tuples_in_flight_behind_a_slow_bolt(cluster, config):
@@ -126,5 +132,6 @@ def test_deferred_anchors_ack_from_another_thread_and_their_failures_replay(clus
     job = cluster.submit(builder.build(), config)
     assert job.wait(30), job.status()
     src = job.status()["units"]["src"]
-    assert src["acked"] == len(items) and src["failed"] == 2 and src["replayed"] == 2
-    assert sorted(DONE["deferred"]) == sorted(k for k, _ in items)
+    assert src["acked"] == len(items) and src["failed"] == src["replayed"] >= 2
+    assert sorted(set(DONE["deferred"])) == sorted(k for k, _ in items)
+    assert len(DONE["deferred"]) == len(items) + src["replayed"] - 2  # the failed two were not DONE

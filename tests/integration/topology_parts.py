@@ -144,7 +144,7 @@ class BackgroundAckBolt(Bolt):
     def process(self, tup: Any) -> None:
         anchor = self.defer()
         with self.lock:
-            self.queue.append((tup, anchor))
+            self.queue.append((tup.copy(), anchor))  # the Tuple passed in is valid only during process()
         self.wake.set()
 
     def _run(self) -> None:
