@@ -8,6 +8,7 @@ from typing import Any, Callable
 from esault.dsl.context import TopologyContext
 
 EmitFn = Callable[[Any, Any, Any], None]
+EmitBatchFn = Callable[[list, list, Any], None]
 
 
 class Spout:
@@ -20,6 +21,7 @@ class Spout:
     """
 
     _esault_emit: EmitFn | None = None
+    _esault_emit_batch: EmitBatchFn | None = None
     _esault_finished: bool = False
 
     def open(self, context: TopologyContext) -> None:
@@ -52,6 +54,23 @@ class Spout:
             )
         emit(key, value, msg_id)
 
+    def emit_batch(self, keys: list, values: list, msg_id: Any = None) -> None:
+        """Send many tuples downstream as one tracked unit: acked, failed and replayed together.
+
+        For sources whose natural unit is a chunk (a range of file offsets, a
+        Kafka fetch): one msg_id for all of them costs the bookkeeping of one.
+        """
+        emit = self._esault_emit_batch
+        if emit is None:
+            raise RuntimeError(
+                f"{type(self).__name__}.emit_batch() was called before the runtime opened the spout; "
+                "emit from next_tuple(), ack(), fail() or open()"
+            )
+        if len(keys) != len(values):
+            raise ValueError(f"{type(self).__name__}.emit_batch(): {len(keys)} keys but {len(values)} values; "
+                             "pass one value per key")
+        emit(keys, values, msg_id)
+
     def finish(self) -> None:
         """Declare the source exhausted: next_tuple() is not called again."""
         self._esault_finished = True
@@ -76,8 +95,14 @@ class ReplayingSpout(Spout):
     def emit(self, key: Any, value: Any, msg_id: Any = None) -> None:
         if msg_id is None:
             msg_id = next(self._esault_seq)
-        self._esault_pending[msg_id] = (key, value)
+        self._esault_pending[msg_id] = (key, value, False)
         Spout.emit(self, key, value, msg_id)
+
+    def emit_batch(self, keys: list, values: list, msg_id: Any = None) -> None:
+        if msg_id is None:
+            msg_id = next(self._esault_seq)
+        self._esault_pending[msg_id] = (keys, values, True)
+        Spout.emit_batch(self, keys, values, msg_id)
 
     def ack(self, msg_id: Any) -> None:
         self._esault_pending.pop(msg_id, None)
@@ -86,7 +111,7 @@ class ReplayingSpout(Spout):
         entry = self._esault_pending.get(msg_id)
         if entry is not None:
             self.replayed += 1
-            Spout.emit(self, entry[0], entry[1], msg_id)
+            (Spout.emit_batch if entry[2] else Spout.emit)(self, entry[0], entry[1], msg_id)
 
     def drop(self, msg_id: Any) -> None:
         self._esault_pending.pop(msg_id, None)

@@ -111,7 +111,7 @@ class BoltSpuActor(SenderActor):
     def __init__(self, cfg, spec, job) -> None:
         super().__init__(cfg, spec, job)
         self.unit_ref = cfg.extra.get("unit_ref")
-        self.pes = PeManager(self._make_pe, spec.per_key, job.pe_idle_timeout(spec))
+        self.pes = PeManager(self._make_pe, spec.per_key, job.pe_idle_timeout(spec), job.clock.now())
         self.sampler = HashSampler(capacity=1024, every=_SAMPLE_EVERY)
         self.max_retries = job.config.max_retries
         self._acks: dict[int, int] = {}
@@ -165,7 +165,7 @@ class BoltSpuActor(SenderActor):
         pe._esault_emit = self._emit
         pe._esault_defer = self._defer
         pe.open(self.context(key))
-        self.stats.pes = len(self.pes.pes) + 1 if self.spec.per_key else 1
+        self.stats.pes = len(self.pes) + 1 if self.spec.per_key else 1
         return pe
 
     # --- the hot path -----------------------------------------------------
@@ -221,7 +221,7 @@ class BoltSpuActor(SenderActor):
     def _process_keyed(self, source: str, keys: list[Any], values: list[Any]) -> None:
         view = self._view
         view.source = source
-        pes = self.pes.pes
+        pes = self.pes.active
         for key, value in zip(keys, values):
             try:
                 pe = pes[key]
@@ -239,7 +239,7 @@ class BoltSpuActor(SenderActor):
                 pe.process(view)
             except Exception as exc:
                 self._user_error(pe, key, value, source, exc)
-        self.pes.touch(keys, self.job.clock.now())
+        self.pes.used(self.job.clock.now())
         self.sampler.record_many(keys)
 
     def _process_single(self, source: str, keys: list[Any], values: list[Any]) -> None:
@@ -258,7 +258,7 @@ class BoltSpuActor(SenderActor):
     def _open_pe(self, key: Any, value: Any, source: str) -> Any:
         """The key's first tuple: create its PE; on a failing open() the tuple is given up."""
         try:
-            return self.pes.create(key)
+            return self.pes.wake_or_create(key)
         except Exception as exc:
             self.stats.user_errors += 1
             self._give_up(key, value, source, exc, "open()", 1)
@@ -318,7 +318,7 @@ class BoltSpuActor(SenderActor):
             except Exception as exc:
                 self._error_log("topology %r: bolt %r on_expire() raised %r (key %r)",
                                 self.job.name, self.unit_name, exc, key)
-        self.stats.pes = len(self.pes.pes)
+        self.stats.pes = len(self.pes)
         self.flush()
 
     # --- latency probes (PAPER_NOTES §5) -------------------------------------
@@ -358,7 +358,7 @@ class BoltSpuActor(SenderActor):
         if self.spec.per_key and giving.lo <= giving.hi:
             for key, pe in self.pes.take_range(giving.lo, giving.hi):
                 states.append((key, self._snapshot(key, pe)))
-            self.stats.pes = len(self.pes.pes)
+            self.stats.pes = len(self.pes)
         self._retiring = giving.retire
         self.sampler.clear()
         receiver_id, receiver = self._giving_to
@@ -400,12 +400,12 @@ class BoltSpuActor(SenderActor):
                 log.error("topology %r: bolt %r could not restore state of key %r: %r",
                           self.job.name, self.unit_name, key, exc)
         now = self.job.clock.now()
-        self.pes.touch([key for key, _ in msg.states], now)
+        self.pes.used(now)
         paused = receiving.paused_seconds(now)
         self._receiving = None
         for held in receiving.buffered:
             self._run_batch(held.source, held.keys, held.values, held.roots, held.edges)
-        self.stats.pes = len(self.pes.pes)
+        self.stats.pes = len(self.pes)
         self.flush()
         self.unit_ref.tell(
             HandoffFinished(msg.reconfig_id, self.spu_id, "receiver", len(msg.states), paused)

@@ -65,3 +65,38 @@ def build_emit(router: OutputRouter, check: Callable[[Any, Any], None]) -> Calla
             buf.append(value)
 
     return emit_any
+
+
+def build_emit_many(router: OutputRouter, emit: Callable[[Any, Any], None],
+                    check: Callable[[Any, Any], None]) -> Callable[[list, list], None]:
+    """emit_many(keys, values): like emit() per pair, with the common cases done in C.
+
+    One non-key route: the pairs join its buffer in one list operation; a key
+    route still looks each key up (it picks the SPU); otherwise emit() per pair.
+    """
+    routes = router.routes
+    simple = _SIMPLE
+
+    def checked(keys: list, values: list) -> None:
+        if not simple.issuperset(map(type, keys)) or not simple.issuperset(map(type, values)):
+            for key, value in zip(keys, values):
+                check(key, value)
+
+    if len(routes) == 1 and not routes[0].keyed:
+        extend = routes[0].pending.extend
+
+        def emit_many_flat(keys: list, values: list) -> None:
+            checked(keys, values)
+            flat: list[Any] = [None] * (2 * len(keys))
+            flat[0::2] = keys
+            flat[1::2] = values
+            extend(flat)
+
+        return emit_many_flat
+
+    def emit_many(keys: list, values: list) -> None:
+        checked(keys, values)
+        for key, value in zip(keys, values):
+            emit(key, value)
+
+    return emit_many

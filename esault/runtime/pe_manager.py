@@ -2,8 +2,16 @@
 
 For key-grouped bolts every key gets its own Bolt instance (a processing
 element) whose attributes are that key's state. Lookup, insert and delete are
-O(1) dict operations. PEs idle for pe_idle_timeout expire; use is recorded
-once per batch (C-level dict updates), not per tuple.
+O(1) dict operations.
+
+Idle expiry costs nothing per tuple. PEs live in generations: `active` holds
+the PEs used since the last rotation, older generations those used only
+before. Each generation remembers when its latest batch ran (`used()` once per
+batch). Every `idle_timeout / 4` the active generation retires; a retired
+generation whose latest use is at least idle_timeout old expires whole. A PE
+used again leaves its old generation on its first tuple (a dict pop). So a PE
+expires after between idle_timeout and 1.25 x idle_timeout without a tuple,
+never earlier.
 """
 
 from __future__ import annotations
@@ -12,20 +20,36 @@ from typing import Any, Callable, Iterator
 
 from esault.keyhash import key_hash
 
+_GENERATIONS_PER_TIMEOUT = 4
+
+
+class _Generation:
+    __slots__ = ("pes", "last_used")
+
+    def __init__(self, pes: dict[Any, Any], last_used: float) -> None:
+        self.pes = pes
+        self.last_used = last_used
+
 
 class PeManager:
     """Owns the PEs of one SPU. Not thread-safe: only its SPU actor touches it."""
 
-    def __init__(self, make_pe: Callable[[Any], Any], per_key: bool, idle_timeout: float | None) -> None:
+    def __init__(self, make_pe: Callable[[Any], Any], per_key: bool, idle_timeout: float | None,
+                 now: float = 0.0) -> None:
         self._make_pe = make_pe
         self.per_key = per_key
         self.idle_timeout = idle_timeout if per_key else None
-        self.pes: dict[Any, Any] = {}
-        self.last_used: dict[Any, float] = {}
+        self.active: dict[Any, Any] = {}
+        """PEs used since the last rotation; the hot path looks keys up here first."""
+        self._active_since = now
+        self._active_used = float("-inf")
+        self._retired: list[_Generation] = []  # oldest first
         self._single: Any = None
 
     def __len__(self) -> int:
-        return len(self.pes) if self.per_key else (1 if self._single is not None else 0)
+        if not self.per_key:
+            return 1 if self._single is not None else 0
+        return len(self.active) + sum(len(g.pes) for g in self._retired)
 
     def single(self) -> Any:
         """The one instance of a bolt that is not key-grouped."""
@@ -33,54 +57,76 @@ class PeManager:
             self._single = self._make_pe(None)
         return self._single
 
-    def create(self, key: Any) -> Any:
-        pe = self._make_pe(key)
-        self.pes[key] = pe
+    def get(self, key: Any) -> Any:
+        """The key's PE, or None. Does not count as use."""
+        pe = self.active.get(key)
+        if pe is None:
+            for gen in self._retired:
+                pe = gen.pes.get(key)
+                if pe is not None:
+                    break
         return pe
 
-    def touch(self, keys: list[Any], now: float) -> None:
-        """These keys were used at `now` (once per batch). O(len(keys)), in C."""
-        if self.idle_timeout is None:
-            return
-        try:
-            self.last_used.update(dict.fromkeys(keys, now))
-        except TypeError:  # an unhashable key in the batch: it has no PE, the others do
-            for key in keys:
-                try:
-                    self.last_used[key] = now
-                except TypeError:
-                    pass
+    def wake_or_create(self, key: Any) -> Any:
+        """The PE of a key missing from `active`: moved back from an older generation, or created."""
+        for gen in reversed(self._retired):
+            pe = gen.pes.pop(key, None)
+            if pe is not None:
+                self.active[key] = pe
+                return pe
+        return self.create(key)
+
+    def create(self, key: Any) -> Any:
+        pe = self._make_pe(key)
+        self.active[key] = pe
+        return pe
+
+    def used(self, now: float) -> None:
+        """The active generation's PEs were used up to `now`: call once per batch."""
+        self._active_used = now
 
     def idle(self, now: float) -> list[tuple[Any, Any]]:
-        """Remove and return PEs unused for idle_timeout. O(number of PEs)."""
-        if self.idle_timeout is None:
+        """Retire the active generation when due; remove and return PEs idle for idle_timeout.
+
+        O(1) per rotation plus O(expired PEs).
+        """
+        timeout = self.idle_timeout
+        if timeout is None:
             return []
-        cutoff = now - self.idle_timeout
-        expired = [k for k, t in self.last_used.items() if t <= cutoff]
-        out = []
-        for key in expired:
-            del self.last_used[key]
-            pe = self.pes.pop(key, None)
-            if pe is not None:
-                out.append((key, pe))
+        if now - self._active_since >= timeout / _GENERATIONS_PER_TIMEOUT:
+            if self.active:
+                self._retired.append(_Generation(self.active, self._active_used))
+                self.active = {}
+            self._active_since = now
+        out: list[tuple[Any, Any]] = []
+        cutoff = now - timeout
+        keep = []
+        for gen in self._retired:
+            if gen.last_used <= cutoff:
+                out.extend(gen.pes.items())
+            elif gen.pes:
+                keep.append(gen)
+        self._retired = keep
         return out
 
     def take_range(self, lo: int, hi: int) -> list[tuple[Any, Any]]:
-        """Remove and return the PEs whose key hash lies in [lo, hi] (they move away)."""
-        moved = [k for k in self.pes if lo <= key_hash(k) <= hi]
+        """Remove and return the PEs whose key hash lies in [lo, hi] (they move away). O(PEs)."""
         out = []
-        for key in moved:
-            self.last_used.pop(key, None)
-            out.append((key, self.pes.pop(key)))
+        for pes in [self.active] + [g.pes for g in self._retired]:
+            moved = [k for k in pes if lo <= key_hash(k) <= hi]
+            for key in moved:
+                out.append((key, pes.pop(key)))
         return out
 
     def items(self) -> Iterator[tuple[Any, Any]]:
         if self.per_key:
-            yield from list(self.pes.items())
+            yield from list(self.active.items())
+            for gen in list(self._retired):
+                yield from list(gen.pes.items())
         elif self._single is not None:
             yield None, self._single
 
     def clear(self) -> None:
-        self.pes.clear()
-        self.last_used.clear()
+        self.active.clear()
+        self._retired.clear()
         self._single = None

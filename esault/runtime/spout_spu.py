@@ -17,7 +17,7 @@ from typing import Any
 
 from esault.metrics import registry as metrics
 from esault.runtime.context import RateLimitedLog, log
-from esault.runtime.emitter import build_emit
+from esault.runtime.emitter import build_emit, build_emit_many
 from esault.runtime.messages import AckInit, Pump, RegisterOwner, Tick, TreesDone
 from esault.runtime.sender import SenderActor
 from esault.transport.codec import _SIMPLE
@@ -31,18 +31,21 @@ class SpoutSpuActor(SenderActor):
         self.max_pending = spec.max_pending or conf.max_spout_pending
         self.batch_size = conf.batch_size
         self.max_retries = conf.max_retries
-        # root -> (the batch's tracked (msg_id, key, value), time its round started)
-        self.pending: dict[int, tuple[list[tuple[Any, Any, Any]], float]] = {}
+        # root -> (the batch's tracked (msg_id, key, value, tuples), time its round started); an
+        # emit_batch() entry holds lists of keys and values and counts len(keys) tuples
+        self.pending: dict[int, tuple[list[tuple[Any, Any, Any, int]], float]] = {}
         self.pending_count = 0  # tracked tuples in `pending`
         self.failures: dict[Any, int] = {}  # msg_id -> failed attempts so far
-        self._batch: list[tuple[Any, Any, Any]] = []  # tracked tuples of the round being emitted
+        self._batch: list[tuple[Any, Any, Any, int]] = []  # tracked entries of the round being emitted
+        self._batch_count = 0  # tuples in them
         self._pumping = False
         self._emits = 0
-        self._overflow: deque[tuple[Any, Any, Any]] = deque()
+        self._overflow: deque[tuple[Any, Any, Any, bool]] = deque()  # key(s), value(s), msg_id, many
         self._now = job.clock.now()
         self._error_log = RateLimitedLog()
         self.spout: Any = None
         self._route = build_emit(self.router, self.check_emit)
+        self._route_many = build_emit_many(self.router, self._route, self.check_emit)
         self._latency = metrics.TUPLE_LATENCY.labels(job.name, spec.name)
         self.finished = False
         self._handlers.update({Pump: self._on_pump, Tick: self._on_tick, TreesDone: self._on_trees_done})
@@ -53,6 +56,7 @@ class SpoutSpuActor(SenderActor):
         self.job.ticker.subscribe(self.actor_ref)
         self.spout = self.spec.instantiate()
         self.spout._esault_emit = self._emit
+        self.spout._esault_emit_batch = self._emit_batch
         try:
             self.spout.open(self.context())
         except Exception as exc:
@@ -89,14 +93,34 @@ class SpoutSpuActor(SenderActor):
             replay = msg_id in self.failures
         except TypeError:
             raise TypeError(f"spout {self.unit_name!r}: msg_id {msg_id!r} must be hashable (an int or str)") from None
-        batch = self._batch
-        if self.pending_count + len(batch) >= self.max_pending:
-            self._overflow.append((key, value, msg_id))  # sent when trees complete: the bound is strict
+        if self.pending_count + self._batch_count >= self.max_pending:
+            self._overflow.append((key, value, msg_id, False))  # sent when trees complete: the bound is strict
             return
         self._route(key, value)
-        batch.append((msg_id, key, value))
+        self._batch.append((msg_id, key, value, 1))
+        self._batch_count += 1
         if replay:
             self.stats.replayed += 1
+
+    def _emit_batch(self, keys: list, values: list, msg_id: Any = None) -> None:
+        """Route many tuples; with a msg_id they are one tracked entry of the round's batch."""
+        n = len(keys)
+        self._emits += n
+        if msg_id is None or not self.acking:
+            self._route_many(keys, values)
+            return
+        try:
+            replay = msg_id in self.failures
+        except TypeError:
+            raise TypeError(f"spout {self.unit_name!r}: msg_id {msg_id!r} must be hashable (an int or str)") from None
+        if self.pending_count + self._batch_count >= self.max_pending:
+            self._overflow.append((keys, values, msg_id, True))
+            return
+        self._route_many(keys, values)
+        self._batch.append((msg_id, keys, values, n))
+        self._batch_count += n
+        if replay:
+            self.stats.replayed += n
 
     def flush(self) -> None:
         """The round's buffers leave; its tracked tuples become one tree, registered with the ack server."""
@@ -106,7 +130,8 @@ class SpoutSpuActor(SenderActor):
             root = getrandbits(64) | 1
             sent, xors = self.router.flush([root])
             self.pending[root] = (entries, self._now)
-            self.pending_count += len(entries)
+            self.pending_count += self._batch_count
+            self._batch_count = 0
             self.acker.tell(AckInit(self.spu_id, [(root, xors[0])]))
         else:
             sent = self.router.flush()[0]
@@ -117,12 +142,13 @@ class SpoutSpuActor(SenderActor):
     # --- pumping ----------------------------------------------------------
 
     def _can_emit(self) -> bool:
-        return not self.finished and not self._overflow and self.pending_count + len(self._batch) < self.max_pending
+        return not self.finished and not self._overflow and self.pending_count + self._batch_count < self.max_pending
 
     def _drain_overflow(self) -> None:
         overflow = self._overflow
-        while overflow and self.pending_count + len(self._batch) < self.max_pending:
-            self._emit(*overflow.popleft())
+        while overflow and self.pending_count + self._batch_count < self.max_pending:
+            key, value, msg_id, many = overflow.popleft()
+            (self._emit_batch if many else self._emit)(key, value, msg_id)
 
     def _schedule(self) -> None:
         if not self._pumping and self._can_emit():
@@ -170,18 +196,24 @@ class SpoutSpuActor(SenderActor):
             if entry is None:
                 continue
             entries, emitted_at = entry
-            self.pending_count -= len(entries)
+            tuples = sum(e[3] for e in entries)
+            self.pending_count -= tuples
             if ok:
-                stats.acked += len(entries)
+                stats.acked += tuples
                 observe(now - emitted_at)  # from the spout's emit, one sample per batch
                 failures = self.failures
-                for msg_id, _, _ in entries:
+                ack = spout.ack
+                for entry in entries:
+                    msg_id = entry[0]
                     if failures:
                         failures.pop(msg_id, None)
-                    self._call(spout.ack, msg_id)
+                    try:
+                        ack(msg_id)
+                    except Exception as exc:
+                        self._call_failed(ack, msg_id, exc)
                 continue
-            stats.failed += len(entries)
-            for msg_id, key, value in entries:
+            stats.failed += tuples
+            for msg_id, key, value, _ in entries:
                 attempts = self.failures.get(msg_id, 0) + 1
                 if attempts > self.max_retries:
                     self.failures.pop(msg_id, None)
@@ -199,9 +231,12 @@ class SpoutSpuActor(SenderActor):
         try:
             fn(msg_id)
         except Exception as exc:
-            self._error_log("topology %r: spout %r %s(%r) raised %r", self.job.name, self.unit_name,
-                            fn.__name__, msg_id, exc)
-            self.stats.user_errors += 1
+            self._call_failed(fn, msg_id, exc)
+
+    def _call_failed(self, fn: Any, msg_id: Any, exc: Exception) -> None:
+        self._error_log("topology %r: spout %r %s(%r) raised %r", self.job.name, self.unit_name,
+                        fn.__name__, msg_id, exc)
+        self.stats.user_errors += 1
 
     def _dead_letter(self, msg_id: Any, key: Any, value: Any, reason: str | None, attempts: int) -> None:
         log.warning("topology %r: spout %r gave up on msg_id %r after %d failures: %s",

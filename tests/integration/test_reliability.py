@@ -135,3 +135,24 @@ def test_deferred_anchors_ack_from_another_thread_and_their_failures_replay(clus
     assert src["acked"] == len(items) and src["failed"] == src["replayed"] >= 2
     assert sorted(set(DONE["deferred"])) == sorted(k for k, _ in items)
     assert len(DONE["deferred"]) == len(items) + src["replayed"] - 2  # the failed two were not DONE
+
+
+def test_chunks_emitted_with_emit_batch_are_tracked_with_their_round_and_replayed_with_it(cluster, config):
+    from topology_parts import ChunkListSpout
+
+    lost = ["w7"]
+    items = [(f"w{i}", i) for i in range(100)]
+    builder = TopologyBuilder("chunks")
+    builder.set_spout("src", ChunkListSpout, params={"items": items, "per_call": 10})
+    builder.set_bolt("lossy", LoseFirstAttemptBolt, params={"lose": lost, "seen": "chunks"}).key_grouping("src")
+    builder.set_bolt("out", CollectorBolt, params={"name": "chunks"}).global_grouping("lossy")
+    job = cluster.submit(builder.build(), config.replace(message_timeout=0.3, batch_size=30))
+    assert job.wait(30), job.status()
+    got = collected("chunks")
+    src = job.status()["units"]["src"]
+    assert sorted(set(got)) == sorted(items) and src["acked"] == len(items)
+    # A round of batch_size=30 tuples (three chunks) is one tree: the lost tuple fails its round, whose
+    # three chunks (30 tuples, w0..w29) are replayed; the other rounds are not.
+    assert src["failed"] == src["replayed"] == 30
+    replayed = [(f"w{i}", i) for i in range(30) if f"w{i}" not in lost]
+    assert sorted(got) == sorted(items + replayed)

@@ -184,3 +184,16 @@ class SlowIncrementBolt(Bolt):
     def process(self, tup: Any) -> None:
         _WORK.wait(self.seconds)
         self.emit(tup.key, 1)
+
+
+class ChunkListSpout(ListSpout):
+    """ListSpout that emits `per_call` items at a time with emit_batch (one msg_id per chunk)."""
+
+    def next_tuple(self) -> None:
+        end = min(self.position + self.per_call, self.limit())
+        chunk = self.items[self.position:end]
+        if chunk:
+            self.emit_batch([k for k, _ in chunk], [v for _, v in chunk], msg_id=self.position)
+        self.position = end
+        if self.position >= len(self.items):
+            self.finish()

@@ -94,7 +94,7 @@ def test_killing_a_worker_mid_run_still_counts_every_word_at_least_once(tmp_path
         job = cluster.submit(builder.build(), config.replace(message_timeout=2.0, data_dir=tmp_path))
         wait_until(lambda: len(collected("kill")) >= 200, 30, message="the first tuples counted")
         GATES["kill"].set()
-        wait_until(lambda: job.status()["pending_trees"] >= 50, 30, message="tuples in flight")
+        wait_until(lambda: job.status()["units"]["src"]["inflight"] >= 50, 30, message="tuples in flight")
         victim = max(cluster.registry.workers, key=lambda w: len(cluster.registry.spus_on[w]))
         lost = set(cluster.registry.spus_on[victim])
         cluster.pool.processes[int(victim[1:]) - 1].kill()

@@ -55,6 +55,19 @@ def test_sampler_snapshot_is_the_tail_of_every_nth_hash(capacity, every, hashes)
     assert sampler.capacity == capacity and sampler.every == every
 
 
+@settings(max_examples=150, deadline=None)
+@given(capacity=st.integers(1, 20), every=st.integers(1, 5),
+       batches=st.lists(st.lists(st.integers(0, 1000), max_size=30), max_size=12))
+def test_recording_a_batch_at_once_equals_recording_its_items_one_by_one(capacity, every, batches) -> None:
+    one_by_one = HashSampler(capacity=capacity, every=every)
+    batched = HashSampler(capacity=capacity, every=every)
+    for batch in batches:
+        for h in batch:
+            one_by_one.record(h)
+        batched.record_many(batch)
+        assert batched.snapshot() == one_by_one.snapshot() and len(batched) == len(one_by_one)
+
+
 def test_sampler_rejects_bad_sizes() -> None:
     with pytest.raises(ConfigError, match=r"HashSampler capacity must be a whole number >= 1, got 0"):
         HashSampler(capacity=0)

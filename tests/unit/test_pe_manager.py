@@ -1,0 +1,104 @@
+"""PeManager: per-key PEs in generations; idle expiry is never early and at most a quarter late."""
+
+from __future__ import annotations
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from esault.runtime.pe_manager import PeManager
+
+TIMEOUT = 8.0
+
+
+class Pe:
+    def __init__(self, key):
+        self.key = key
+
+
+def manager(now: float = 0.0, timeout: float | None = TIMEOUT) -> PeManager:
+    return PeManager(Pe, per_key=True, idle_timeout=timeout, now=now)
+
+
+def use(pes: PeManager, key, now: float):
+    """What the SPU's hot path does for one batch of one key."""
+    pe = pes.active.get(key) or pes.wake_or_create(key)
+    pes.used(now)
+    return pe
+
+
+def test_a_key_used_again_keeps_its_pe_across_generations():
+    pes = manager()
+    first = use(pes, "a", 0.0)
+    for t in range(1, 40):  # many rotations, one use per second: never idle for the timeout
+        assert pes.idle(float(t)) == []
+        assert use(pes, "a", float(t)) is first
+    assert len(pes) == 1
+
+
+def test_an_idle_pe_expires_once_between_the_timeout_and_a_quarter_more():
+    pes = manager()
+    use(pes, "a", 0.0)
+    expired_at = None
+    t = 0.0
+    while expired_at is None and t < 3 * TIMEOUT:
+        t += 0.25
+        out = pes.idle(t)
+        if out:
+            assert [k for k, _ in out] == ["a"]
+            expired_at = t
+    assert expired_at is not None and TIMEOUT <= expired_at <= 1.25 * TIMEOUT + 0.25
+    assert len(pes) == 0 and pes.get("a") is None
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.tuples(st.floats(0.0, 3.0), st.sampled_from(["a", "b", "c", "d"]), st.booleans()),
+                min_size=1, max_size=80))
+def test_expiry_is_never_early_and_late_by_at_most_a_quarter_timeout_and_two_scan_gaps(steps):
+    """Random uses and idle scans against a model that knows every key's last use.
+
+    A generation retires at the first scan a quarter timeout after it began, and expires at the first
+    scan a timeout after its last use: so lateness <= timeout / 4 + 2 x the longest gap between scans.
+    """
+    pes = manager()
+    now = last_scan = gap = 0.0
+    last_use: dict[str, float] = {}
+
+    def scan() -> None:
+        nonlocal last_scan, gap
+        gap = max(gap, now - last_scan)
+        last_scan = now
+        for k, _ in pes.idle(now):
+            idle = now - last_use.pop(k)
+            assert idle >= TIMEOUT, f"{k} expired {idle:.2f}s after its last use"
+            assert idle <= 1.25 * TIMEOUT + 2 * gap, f"{k} expired {idle:.2f}s after its last use (gap {gap})"
+
+    for dt, key, is_scan in steps:
+        now += dt
+        if is_scan:
+            scan()
+        else:
+            use(pes, key, now)
+            last_use[key] = now
+    end = now + 3 * TIMEOUT
+    while now < end:
+        now += 0.5
+        scan()
+    assert not last_use and len(pes) == 0
+
+
+def test_take_range_finds_pes_in_every_generation():
+    from esault.keyhash import key_hash
+
+    pes = manager()
+    for i, key in enumerate(["x", "y", "z"]):
+        use(pes, key, float(i * 3))
+        pes.idle(float(i * 3))  # rotates: the keys end up in different generations
+    lo = min(key_hash(k) for k in "xyz")
+    hi = max(key_hash(k) for k in "xyz")
+    assert sorted(k for k, _ in pes.take_range(lo, hi)) == ["x", "y", "z"] and len(pes) == 0
+
+
+def test_without_a_timeout_nothing_ever_expires():
+    pes = manager(timeout=None)
+    use(pes, "a", 0.0)
+    assert pes.idle(1e9) == [] and len(pes) == 1
