@@ -114,13 +114,15 @@ JOB_DEFAULTS = {"message_timeout": 120.0}
 
 
 def build_topology(total: int = 20000, seed: int = 42, rate: float | None = None,
-                   split_parallelism: int = 1, count_parallelism: int = 2, sink: str | None = "spark"):
+                   split_parallelism: int = 1, count_parallelism: int = 2, sink: str | None = "spark",
+                   chain: bool = True):
     """sink: "spark" (the default: rows into a Spark table), "pyarrow" (same table, no JVM) or None."""
     builder = TopologyBuilder("wordcount")
     # Sink acks wait for commits, so let enough sentences be in flight to fill a batch.
     builder.set_spout("sentences", SentenceSpout, params={"total": total, "seed": seed, "rate": rate},
                       max_pending=20000)
-    builder.set_bolt("split", SplitBolt, split_parallelism).shuffle_grouping("sentences")
+    # With the spout's parallelism, split runs chained into the spout's SPUs (no hop); chain=False parts them.
+    builder.set_bolt("split", SplitBolt, split_parallelism, chain=chain).shuffle_grouping("sentences")
     builder.set_bolt("count", CountBolt, count_parallelism).key_grouping("split")
     builder.set_bolt("latest", LatestCountsBolt).global_grouping("count")
     if sink is not None:

@@ -25,7 +25,7 @@ class Grouping(enum.Enum):
 
 
 _ELASTIC_FIELDS = {f.name for f in dataclasses.fields(ElasticityConfig)}
-_BOLT_OPTIONS = {"params", "pe_idle_timeout"} | _ELASTIC_FIELDS
+_BOLT_OPTIONS = {"params", "pe_idle_timeout", "chain"} | _ELASTIC_FIELDS
 _SPOUT_OPTIONS = {"params", "max_pending"}
 
 
@@ -48,6 +48,10 @@ class UnitSpec:
     pe_idle_timeout: float | None | str = "job"  # "job" = use the job's setting
     max_pending: int | None = None
     elasticity: ElasticityConfig = field(default_factory=ElasticityConfig)
+    chain: bool = True
+    """May run fused into its upstream's SPUs (see Topology.chained); False keeps it a unit of its own."""
+    stages: tuple[UnitSpec, ...] = ()
+    """Bolts fused into this unit's SPUs, in order: each one's output feeds the next (set by build())."""
 
     @property
     def per_key(self) -> bool:
@@ -89,6 +93,38 @@ class Topology:
 
     def upstream(self, name: str) -> list[str]:
         return [i.source for i in self.unit(name).inputs]
+
+    # --- operator chaining (as in Flink): a physical plan decided once, at build() ---
+
+    def chained(self, name: str) -> bool:
+        """True if bolt `name` runs fused into its upstream's SPUs instead of SPUs of its own.
+
+        A bolt is chained when it has one input, shuffle-grouped, from a unit
+        with the same parallelism whose only reader it is, it does not ask for
+        a placement (esault_placement), and it was not declared chain=False.
+        It then costs a function call per tuple instead of a batch, a message
+        and (across processes) encoding; it scales with its upstream.
+        """
+        spec = self.unit(name)
+        if spec.is_spout or not spec.chain or len(spec.inputs) != 1:
+            return False
+        (edge,) = spec.inputs
+        if edge.grouping is not Grouping.SHUFFLE or getattr(spec.cls, "esault_placement", None) is not None:
+            return False
+        upstream = self.unit(edge.source)
+        readers = self.downstream(upstream.name)
+        return upstream.parallelism == spec.parallelism and len(readers) == 1
+
+    def host_of(self, name: str) -> str:
+        """The unit whose SPUs run `name`: itself, or the head of the chain it is fused into."""
+        while self.chained(name):
+            name = self.unit(name).inputs[0].source
+        return name
+
+    def output_unit(self, name: str) -> str:
+        """The last unit fused into `name`'s SPUs: its downstream routes are theirs."""
+        spec = self.unit(self.host_of(name))
+        return spec.stages[-1].name if spec.stages else spec.name
 
 
 class BoltDeclarer:
@@ -220,8 +256,27 @@ class TopologyBuilder:
                 pe_idle_timeout=idle,
                 max_pending=max_pending,
                 elasticity=elasticity,
+                chain=bool(options.get("chain", True)),
             )
-        return Topology(self.name, tuple(units[n] for n in _topological_order(units)))
+        plain = Topology(self.name, tuple(units[n] for n in _topological_order(units)))
+        return _with_stages(plain)
+
+
+def _with_stages(plain: Topology) -> Topology:
+    """Give every chain head the specs of the bolts fused into it, so its SPUs need nothing else."""
+    out = []
+    for spec in plain.units:
+        stages: list[UnitSpec] = []
+        if not plain.chained(spec.name):
+            tail = spec.name
+            while True:
+                readers = plain.downstream(tail)
+                if len(readers) != 1 or not plain.chained(readers[0][0].name):
+                    break
+                stages.append(readers[0][0])
+                tail = readers[0][0].name
+        out.append(dataclasses.replace(spec, stages=tuple(stages)) if stages else spec)
+    return Topology(plain.name, tuple(out))
 
 
 def _topological_order(units: Mapping[str, UnitSpec]) -> list[str]:

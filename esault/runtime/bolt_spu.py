@@ -8,8 +8,6 @@ batch's acks (one XOR value per tree, not per tuple) as one AckUpdate.
 
 from __future__ import annotations
 
-import threading
-import traceback
 from random import getrandbits
 from typing import Any
 
@@ -17,10 +15,10 @@ from esault.dsl.tuple import Tuple
 from esault.elasticity.planner import HashSampler
 from esault.keyhash import key_hash
 from esault.migration.handoff import EarlyMessages, GiverHandoff, HeldBatch, ReceiverHandoff
+from esault.runtime.anchors import BatchHold, DeferredAnchor
 from esault.runtime.context import RateLimitedLog, log
-from esault.runtime.emitter import build_emit
 from esault.runtime.messages import (
-    AckFail, AckUpdate, DataBatch, DeadLettered, EpochMarker, HandoffFinished, Prepared, PrepareGive,
+    AckUpdate, DataBatch, EpochMarker, HandoffFinished, Prepared, PrepareGive,
     PrepareReceive, Probe, ProbeReturned, StateHandoff, Tick,
 )
 from esault.runtime.pe_manager import PeManager
@@ -31,94 +29,18 @@ _SAMPLE_EVERY = 16
 """Every 16th key goes to the hash sampler that picks load-aware split points."""
 
 
-class BatchHold:
-    """The acks of one input batch, withheld until every anchor deferred while processing it settles.
-
-    Thread-safe: anchors settle from any thread (a sink's commit thread).
-    One fail() fails the batch's trees (they are replayed from the spout);
-    otherwise the acks leave once the batch is sealed and every anchor acked.
-    """
-
-    __slots__ = ("_acker", "_roots", "_lock", "_open", "_deltas", "_done")
-
-    def __init__(self, acker: Any, roots: list[int]) -> None:
-        self._acker = acker
-        self._roots = roots
-        self._lock = threading.Lock()
-        self._open = 0
-        self._deltas: dict[int, int] | None = None
-        self._done = False
-
-    def anchor(self) -> DeferredAnchor:
-        with self._lock:
-            self._open += 1
-        return DeferredAnchor(self)
-
-    def seal(self, deltas: dict[int, int]) -> None:
-        """The batch is processed: these acks leave once no anchor is open."""
-        with self._lock:
-            self._deltas = deltas
-            ready = self._open == 0 and not self._done
-            self._done = self._done or ready
-        if ready:
-            self._send_acks()
-
-    def settle(self, ok: bool, reason: str) -> None:
-        with self._lock:
-            if self._done:
-                return
-            if ok:
-                self._open -= 1
-                if self._open or self._deltas is None:
-                    return
-            self._done = True
-        if ok:
-            self._send_acks()
-        elif self._acker is not None:
-            for root in self._roots:
-                self._acker.tell(AckFail(root, reason or "failed by a deferred anchor"))
-
-    def _send_acks(self) -> None:
-        if self._deltas and self._acker is not None:
-            self._acker.tell(AckUpdate(self._deltas))
-
-
-class DeferredAnchor:
-    """Returned by Bolt.defer(): its input is acked when this is (from any thread), once."""
-
-    __slots__ = ("_hold", "_settled")
-
-    def __init__(self, hold: BatchHold) -> None:
-        self._hold = hold
-        self._settled = False
-
-    def ack(self) -> None:
-        self._settle(True, "")
-
-    def fail(self, reason: str) -> None:
-        self._settle(False, reason)
-
-    def _settle(self, ok: bool, reason: str) -> None:
-        if self._settled:
-            return
-        self._settled = True
-        self._hold.settle(ok, reason)
-
-
 class BoltSpuActor(SenderActor):
     """Runs the PEs of one SPU. All user code of this SPU runs on this actor's thread."""
 
     def __init__(self, cfg, spec, job) -> None:
+        self._roots: list[int] = []  # the trees of the batch being processed
+        self._hold: BatchHold | None = None
         super().__init__(cfg, spec, job)
         self.unit_ref = cfg.extra.get("unit_ref")
         self.pes = PeManager(self._make_pe, spec.per_key, job.pe_idle_timeout(spec), job.clock.now())
         self.sampler = HashSampler(capacity=1024, every=_SAMPLE_EVERY)
-        self.max_retries = job.config.max_retries
         self._acks: dict[int, int] = {}
         self._view = Tuple()
-        self._emit = build_emit(self.router, self.check_emit)
-        self._roots: list[int] = []  # the trees of the batch being processed
-        self._hold: BatchHold | None = None
         self._giving: GiverHandoff | None = None
         self._giving_to: tuple[int, Any] = (0, None)
         self._receiving: ReceiverHandoff | None = None
@@ -142,6 +64,7 @@ class BoltSpuActor(SenderActor):
     def on_start(self) -> None:
         self.job.stats.register(self.stats)
         self.job.ticker.subscribe(self.actor_ref)
+        self.open_stages()
         if not self.spec.per_key:
             self.pes.single()
         if self.cfg.receive is not None:
@@ -154,6 +77,7 @@ class BoltSpuActor(SenderActor):
                 pe.close()
             except Exception as exc:
                 log.error("bolt %r close() raised %r (key %r)", self.unit_name, exc, key)
+        self.close_stages(self._retiring)
         self.flush()
         if self._retiring:
             self.job.stats.retire(self.stats)
@@ -161,8 +85,8 @@ class BoltSpuActor(SenderActor):
     def _make_pe(self, key: Any) -> Any:
         pe = self.spec.instantiate()
         pe.key = key
-        pe.emit = self._emit  # an instance attribute: user emits call the router directly
-        pe._esault_emit = self._emit
+        pe.emit = self.emit_path  # an instance attribute: user emits call the router directly
+        pe._esault_emit = self.emit_path
         pe._esault_defer = self._defer
         pe.open(self.context(key))
         self.stats.pes = len(self.pes) + 1 if self.spec.per_key else 1
@@ -204,7 +128,7 @@ class BoltSpuActor(SenderActor):
             self.stats.processed += n
             self.processed_since_probe += n
         sent, xors = self.router.flush(roots)
-        self.stats.emitted += sent
+        self.count_sent(sent)
         hold, self._hold = self._hold, None
         self._roots = []
         if not roots:
@@ -230,15 +154,14 @@ class BoltSpuActor(SenderActor):
                 if pe is None:
                     continue
             except TypeError:  # an unhashable key (a list, say): it has no PE
-                self._give_up(key, value, source, TypeError(f"unhashable key type {type(key).__name__}"),
-                              "routing", 1)
+                self.faults.give_up(key, value, TypeError(f"unhashable key type {type(key).__name__}"), "routing", 1)
                 continue
             view.key = key
             view.value = value
             try:
                 pe.process(view)
             except Exception as exc:
-                self._user_error(pe, key, value, source, exc)
+                self.faults.retry(pe, view, key, value, source, exc)
         self.pes.used(self.job.clock.now())
         self.sampler.record_many(keys)
 
@@ -253,7 +176,7 @@ class BoltSpuActor(SenderActor):
             try:
                 process(view)
             except Exception as exc:
-                self._user_error(pe, key, value, source, exc)
+                self.faults.retry(pe, view, key, value, source, exc)
 
     def _open_pe(self, key: Any, value: Any, source: str) -> Any:
         """The key's first tuple: create its PE; on a failing open() the tuple is given up."""
@@ -261,37 +184,8 @@ class BoltSpuActor(SenderActor):
             return self.pes.wake_or_create(key)
         except Exception as exc:
             self.stats.user_errors += 1
-            self._give_up(key, value, source, exc, "open()", 1)
+            self.faults.give_up(key, value, exc, "open()", 1)
             return None
-
-    def _user_error(self, pe: Any, key: Any, value: Any, source: str, exc: Exception) -> None:
-        """process() raised: retry it in place up to max_retries times, then dead-letter the tuple.
-
-        Only this tuple is affected: its batch's trees still complete, so no
-        other tuple is replayed because of it.
-        """
-        self.stats.user_errors += 1
-        view = self._view
-        attempts = 1
-        while attempts <= self.max_retries:
-            attempts += 1
-            view.key, view.value, view.source = key, value, source
-            try:
-                pe.process(view)
-                return
-            except Exception as again:
-                self.stats.user_errors += 1
-                exc = again
-        self._give_up(key, value, source, exc, "process()", attempts)
-
-    def _give_up(self, key: Any, value: Any, source: str, exc: BaseException, where: str, attempts: int) -> None:
-        frame = traceback.extract_tb(exc.__traceback__)[-1] if exc.__traceback__ else None
-        at = f" at {frame.filename}:{frame.lineno}" if frame else ""
-        reason = f"bolt {self.unit_name!r} {where} raised {type(exc).__name__}: {exc}{at} (key {key!r})"
-        self.stats.failed += 1
-        self.stats.dead_letters += 1
-        self._error_log("topology %r: %s; gave up after %d attempt(s), dead-lettered", self.job.name, reason, attempts)
-        self.acker.tell(DeadLettered(self.unit_name, self.spu_id, key, value, reason, attempts))
 
     def _send_acks(self) -> None:
         if self._acks:

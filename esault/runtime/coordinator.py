@@ -49,6 +49,13 @@ class ReconfigurationCoordinator:
                 f"no unit {request.unit!r} in topology {self.topology.name!r}; units: {', '.join(self.units)}"
             ))
             return future
+        if self.topology.chained(request.unit):
+            host = self.topology.host_of(request.unit)
+            future.set_exception(ScalingError(
+                f"bolt {request.unit!r} runs chained into the SPUs of {host!r} and scales with them; "
+                f"{request.action} {host!r} instead, or declare it with set_bolt({request.unit!r}, ..., chain=False)"
+            ))
+            return future
         self._queue.put((request, future))
         return future
 
@@ -80,12 +87,14 @@ class ReconfigurationCoordinator:
     def _execute(self, request: ScaleRequest) -> ScaleResult:
         upstream: dict[int, tuple[Any, str]] = {}
         for spec_input in self.topology.unit(request.unit).inputs:
-            spus = self.units[spec_input.source].ask(GetSpus(), timeout=self.op_timeout)
+            # The SPUs that emit this input: those of its source, or of the head that source is chained into.
+            sender = self.topology.host_of(spec_input.source)
+            spus = self.units[sender].ask(GetSpus(), timeout=self.op_timeout)
             for spu_id, mailbox in spus.items():
                 upstream[spu_id] = (mailbox, spec_input.grouping.value)
         downstream = tuple(
             self.units[d.name].ask(GetRoutes(g.value), timeout=self.op_timeout)
-            for d, g in self.topology.downstream(request.unit)
+            for d, g in self.topology.downstream(self.topology.output_unit(request.unit))
         )
         reply: Future = Future()
         self.units[request.unit].tell(ScaleCommand(

@@ -67,14 +67,15 @@ def build_emit(router: OutputRouter, check: Callable[[Any, Any], None]) -> Calla
     return emit_any
 
 
-def build_emit_many(router: OutputRouter, emit: Callable[[Any, Any], None],
+def build_emit_many(router: OutputRouter | None, emit: Callable[[Any, Any], None],
                     check: Callable[[Any, Any], None]) -> Callable[[list, list], None]:
     """emit_many(keys, values): like emit() per pair, with the common cases done in C.
 
     One non-key route: the pairs join its buffer in one list operation; a key
-    route still looks each key up (it picks the SPU); otherwise emit() per pair.
+    route still looks each key up (it picks the SPU); otherwise (or with no
+    router: `emit` feeds a chained stage) emit() per pair.
     """
-    routes = router.routes
+    routes = router.routes if router is not None else []
     simple = _SIMPLE
 
     def checked(keys: list, values: list) -> None:
@@ -82,7 +83,7 @@ def build_emit_many(router: OutputRouter, emit: Callable[[Any, Any], None],
             for key, value in zip(keys, values):
                 check(key, value)
 
-    if len(routes) == 1 and not routes[0].keyed:
+    if router is not None and len(routes) == 1 and not routes[0].keyed:
         extend = routes[0].pending.extend
 
         def emit_many_flat(keys: list, values: list) -> None:

@@ -53,14 +53,18 @@ class Job:
         self._lock = threading.Lock()
         self.final_status: dict[str, Any] | None = None
         try:
-            # Downstream units first, so every SPU starts knowing its output routes.
+            # Downstream units first, so every SPU starts knowing its output routes. A chained bolt
+            # has no SPUs of its own: its head's SPUs run it and send to its downstream units.
             for spec in reversed(topology.units):
-                downstream = tuple(
-                    self.units[d.name].ask(GetRoutes(g.value)) for d, g in topology.downstream(spec.name)
+                chained = topology.chained(spec.name)
+                downstream = () if chained else tuple(
+                    self.units[d.name].ask(GetRoutes(g.value))
+                    for d, g in topology.downstream(topology.output_unit(spec.name))
                 )
                 unit = self._start_named(f"unit-{spec.name}",
                                          lambda: UnitActor.start(spec, self.ctx, launcher, downstream))
-                unit.ask(LaunchSpus())
+                if not chained:
+                    unit.ask(LaunchSpus())
                 self.units[spec.name] = unit
             self.coordinator = ReconfigurationCoordinator(topology, self.units)
             self.monitors = self._start_monitors() if config.elasticity else {}
@@ -86,7 +90,7 @@ class Job:
         """A latency monitor per elastic bolt that can scale (not global-grouped)."""
         monitors: dict[str, Any] = {}
         for spec in self.topology.units:
-            if spec.is_spout or not spec.elasticity.elastic:
+            if spec.is_spout or not spec.elasticity.elastic or self.topology.chained(spec.name):
                 continue
             if any(i.grouping is Grouping.GLOBAL for i in spec.inputs):
                 continue
@@ -147,7 +151,7 @@ class Job:
 
     def spus(self, unit: str) -> list[int]:
         """The live SPU ids of `unit`, in key order for key-grouped bolts."""
-        layout = self.units[unit].ask(GetLayout())
+        layout = self.units[self.topology.host_of(unit)].ask(GetLayout())
         return sorted(layout, key=lambda s: (layout[s] or (s, s))[0]) if layout else []
 
     def status(self) -> dict[str, Any]:
@@ -158,7 +162,7 @@ class Job:
         stats = {(s.unit, s.spu): s for s in all_stats}
         units: dict[str, Any] = {}
         for spec in self.topology.units:
-            layout = self.units[spec.name].ask(GetLayout())
+            layout = self.units[self.topology.host_of(spec.name)].ask(GetLayout())
             spus = {}
             for spu_id, interval in layout.items():
                 st = stats.get((spec.name, spu_id))
@@ -169,6 +173,8 @@ class Job:
                       for k in ("emitted", "processed", "acked", "failed", "replayed", "user_errors", "dead_letters")}
             totals.update({k: sum(s.get(k, 0) for s in spus.values()) for k in ("pes", "inflight")})
             units[spec.name] = {"kind": "spout" if spec.is_spout else "bolt", "spus": spus, **totals}
+            if self.topology.chained(spec.name):
+                units[spec.name]["chained_into"] = self.topology.host_of(spec.name)
         return {
             "topology": self.name,
             "units": units,
@@ -202,7 +208,19 @@ class Job:
         emitted, processed, inflight = self._totals()
         if inflight:
             return False
-        return emitted == processed or (self.config.acking and bool(self.lost_spus))
+        if self.config.acking and self.lost_spus:
+            return True
+        return emitted == processed and self._every_spu_reported()
+
+    def _every_spu_reported(self) -> bool:
+        """Counts of SPUs in worker processes arrive with heartbeats: until each live SPU's have,
+        matching totals prove nothing."""
+        reported = {(s.unit, s.spu) for s in self._all_stats()}
+        for spec in self.topology.units:
+            for spu in self.units[self.topology.host_of(spec.name)].ask(GetLayout()):
+                if (spec.name, spu) not in reported:
+                    return False
+        return True
 
     def wait(self, timeout: float | None = None) -> bool:
         """Block until the spouts are exhausted and every tuple is processed; False on timeout."""

@@ -1,4 +1,4 @@
-"""Shared by spout and bolt SPUs: emitting through the output router, route switches."""
+"""Shared by spout and bolt SPUs: the emit path (chained stages, output router), route switches."""
 
 from __future__ import annotations
 
@@ -13,7 +13,10 @@ from esault.errors import SerializationError
 from esault.metrics import registry as metrics
 from esault.metrics.stats import SpuStats
 from esault.routing.output_router import OutputRouter
+from esault.runtime.chain import Stage, sync_emitted
 from esault.runtime.context import JobContext
+from esault.runtime.emitter import build_emit
+from esault.runtime.faults import UserFaults
 from esault.runtime.messages import Drain, EpochMarker, InstallRoutes, SpuConfig
 from esault.transport.codec import check_serialisable
 from esault.transport.frames import EncodedFrame
@@ -31,14 +34,67 @@ class SenderActor(pykka.ThreadingActor):
         self.job = job
         self.spu_id = cfg.spu_id
         self.unit_name = spec.name
-        self.router = OutputRouter(cfg.spu_id, spec.name, cfg.downstream)
         self.stats = SpuStats(job.name, spec.name, cfg.spu_id)
         self.acking = job.config.acking
         self.acker = job.acker
+        self.faults = UserFaults(job.name, spec.name, cfg.spu_id, self.stats, job.acker, job.config.max_retries)
+        out = spec.stages[-1].name if spec.stages else spec.name
+        self.router = OutputRouter(cfg.spu_id, out, cfg.downstream)
+        self.stages: list[Stage] = []
+        self.emit_path = self._build_emit_path()
+        """emit(key, value) for this SPU's user code: into the first chained stage, or the router."""
         self._handlers: dict[type, Any] = {
             InstallRoutes: self._on_install_routes,
             Drain: self._on_drain,
         }
+
+    def _build_emit_path(self) -> Any:
+        emit = build_emit(self.router, self.check_emit)
+        chain = self.spec.stages
+        defer = self._defer  # each SPU kind holds deferred acks its own way
+        for i in reversed(range(len(chain))):
+            stage_spec = chain[i]
+            stats = SpuStats(self.job.name, stage_spec.name, self.spu_id)
+            faults = UserFaults(self.job.name, stage_spec.name, self.spu_id, stats, self.acker,
+                                self.job.config.max_retries)
+            source = chain[i - 1].name if i else self.spec.name
+            stage = Stage(stage_spec, source, emit, stats, faults, defer)
+            self.stages.insert(0, stage)
+            emit = stage.feed
+        return emit
+
+    def _defer(self) -> Any:
+        raise NotImplementedError
+
+    def open_stages(self) -> None:
+        """Register the chained stages' stats and open their bolts (on this actor's thread)."""
+        for stage in self.stages:
+            self.job.stats.register(stage.stats)
+            stage.pe.open(self.context_of(stage.spec.name))
+
+    def close_stages(self, retire: bool) -> None:
+        for stage in self.stages:
+            try:
+                stage.pe.close()
+            except Exception as exc:
+                log.error("bolt %r close() raised %r", stage.spec.name, exc)
+            if retire:
+                self.job.stats.retire(stage.stats)
+
+    def count_sent(self, sent: int) -> None:
+        """Tuples the router sent were emitted by the last unit of this SPU's chain."""
+        if self.stages:
+            sync_emitted(self.stats, self.stages, sent)
+        else:
+            self.stats.emitted += sent
+
+    def context_of(self, unit: str, key: Any = None) -> TopologyContext:
+        spec = self.spec if unit == self.spec.name else next(s.spec for s in self.stages if s.spec.name == unit)
+        return TopologyContext(
+            topology=self.job.name, unit=unit, spu_id=self.spu_id,
+            data_dir=self.job.data_dir, params=dict(spec.params), key=key,
+            per_key=spec.per_key,
+        )
 
     def context(self, key: Any = None) -> TopologyContext:
         return TopologyContext(
@@ -72,13 +128,13 @@ class SenderActor(pykka.ThreadingActor):
                 check_serialisable(v)
             except TypeError as exc:
                 raise SerializationError(
-                    f"{self.unit_name!r} emitted a {what} that cannot be serialised ({exc}); "
+                    f"{self.router.source!r} emitted a {what} that cannot be serialised ({exc}); "
                     f"key={key!r}. Emit str, bytes, int, float, bool, None, or lists/tuples/dicts of those"
                 ) from None
 
     def flush(self) -> None:
         """Send what was emitted outside any tracked batch (open(), ticks, control messages)."""
-        self.stats.emitted += self.router.flush()[0]
+        self.count_sent(self.router.flush()[0])
 
     def _on_install_routes(self, msg: InstallRoutes) -> None:
         # Everything routed by the old table leaves before the marker (channels are FIFO).

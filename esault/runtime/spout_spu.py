@@ -16,8 +16,9 @@ from random import getrandbits
 from typing import Any
 
 from esault.metrics import registry as metrics
+from esault.runtime.anchors import EdgeAnchor, NoAnchor
 from esault.runtime.context import RateLimitedLog, log
-from esault.runtime.emitter import build_emit, build_emit_many
+from esault.runtime.emitter import build_emit_many
 from esault.runtime.messages import AckInit, Pump, RegisterOwner, Tick, TreesDone
 from esault.runtime.sender import SenderActor
 from esault.transport.codec import _SIMPLE
@@ -38,14 +39,17 @@ class SpoutSpuActor(SenderActor):
         self.failures: dict[Any, int] = {}  # msg_id -> failed attempts so far
         self._batch: list[tuple[Any, Any, Any, int]] = []  # tracked entries of the round being emitted
         self._batch_count = 0  # tuples in them
+        self._root = 0  # the round's tree, made on first need (a chained stage's defer(), or flush)
+        self._extra_xor = 0  # edges of anchors deferred in this round, acked by their anchors
         self._pumping = False
         self._emits = 0
         self._overflow: deque[tuple[Any, Any, Any, bool]] = deque()  # key(s), value(s), msg_id, many
         self._now = job.clock.now()
         self._error_log = RateLimitedLog()
         self.spout: Any = None
-        self._route = build_emit(self.router, self.check_emit)
-        self._route_many = build_emit_many(self.router, self._route, self.check_emit)
+        self._route = self.emit_path
+        self._route_many = (build_emit_many(self.router, self._route, self.check_emit) if not self.stages
+                            else build_emit_many(None, self._route, self.check_emit))
         self._latency = metrics.TUPLE_LATENCY.labels(job.name, spec.name)
         self.finished = False
         self._handlers.update({Pump: self._on_pump, Tick: self._on_tick, TreesDone: self._on_trees_done})
@@ -54,6 +58,7 @@ class SpoutSpuActor(SenderActor):
         self.job.stats.register(self.stats)
         self.acker.tell(RegisterOwner(self.spu_id, self.actor_ref))
         self.job.ticker.subscribe(self.actor_ref)
+        self.open_stages()
         self.spout = self.spec.instantiate()
         self.spout._esault_emit = self._emit
         self.spout._esault_emit_batch = self._emit_batch
@@ -78,6 +83,7 @@ class SpoutSpuActor(SenderActor):
                 self.spout.close()
         except Exception as exc:
             log.error("spout %r close() raised %r", self.unit_name, exc)
+        self.close_stages(retire=False)
 
     # --- emitting ---------------------------------------------------------
 
@@ -102,6 +108,16 @@ class SpoutSpuActor(SenderActor):
         if replay:
             self.stats.replayed += 1
 
+    def _defer(self) -> Any:
+        """defer() in a bolt chained into this spout: an extra edge of the round's tree."""
+        if not self.acking:
+            return NoAnchor()
+        if not self._root:
+            self._root = getrandbits(64) | 1
+        edge = getrandbits(64) | 1
+        self._extra_xor ^= edge
+        return EdgeAnchor(self.acker, self._root, edge)
+
     def _emit_batch(self, keys: list, values: list, msg_id: Any = None) -> None:
         """Route many tuples; with a msg_id they are one tracked entry of the round's batch."""
         n = len(keys)
@@ -125,17 +141,18 @@ class SpoutSpuActor(SenderActor):
     def flush(self) -> None:
         """The round's buffers leave; its tracked tuples become one tree, registered with the ack server."""
         entries = self._batch
-        if entries:
+        if entries or self._root:
             self._batch = []
-            root = getrandbits(64) | 1
+            root = self._root or getrandbits(64) | 1
             sent, xors = self.router.flush([root])
             self.pending[root] = (entries, self._now)
             self.pending_count += self._batch_count
             self._batch_count = 0
-            self.acker.tell(AckInit(self.spu_id, [(root, xors[0])]))
+            self.acker.tell(AckInit(self.spu_id, [(root, xors[0] ^ self._extra_xor)]))
+            self._root = self._extra_xor = 0
         else:
             sent = self.router.flush()[0]
-        self.stats.emitted += sent
+        self.count_sent(sent)
         self.stats.inflight = self.pending_count
         self.stats.queue_depth = len(self._overflow)  # emitted by the spout, held back by max_pending
 

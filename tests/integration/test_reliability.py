@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import threading
 
+import pytest
+
 from esault import TopologyBuilder
 from esault.clock import ManualClock
 from esault.reliability.dead_letters import read_dead_letters
@@ -122,19 +124,22 @@ def test_idle_pes_expire_and_may_emit_on_the_way_out(cluster, config):
     wait_until(lambda: job.status()["units"]["count"]["pes"] == 0, 10, message="PEs gone")
 
 
-def test_deferred_anchors_ack_from_another_thread_and_their_failures_replay(cluster, config):
+@pytest.mark.parametrize("chain", [False, True])
+def test_deferred_anchors_ack_from_another_thread_and_their_failures_replay(cluster, config, chain):
     from topology_parts import DONE, BackgroundAckBolt
 
     items = [(f"k{i}", i) for i in range(200)] + [("retry1", 1), ("retry2", 2)]
     builder = TopologyBuilder("deferred")
     builder.set_spout("src", ListSpout, params={"items": items})
-    builder.set_bolt("sink", BackgroundAckBolt, params={"name": "deferred"}).shuffle_grouping("src")
+    # chained: the bolt runs in the spout's SPU and its anchors are edges of the spout round's tree
+    name = f"deferred-{chain}"  # SEEN and DONE are per name
+    builder.set_bolt("sink", BackgroundAckBolt, params={"name": name}, chain=chain).shuffle_grouping("src")
     job = cluster.submit(builder.build(), config)
     assert job.wait(30), job.status()
     src = job.status()["units"]["src"]
     assert src["acked"] == len(items) and src["failed"] == src["replayed"] >= 2
-    assert sorted(set(DONE["deferred"])) == sorted(k for k, _ in items)
-    assert len(DONE["deferred"]) == len(items) + src["replayed"] - 2  # the failed two were not DONE
+    assert sorted(set(DONE[name])) == sorted(k for k, _ in items)
+    assert len(DONE[name]) == len(items) + src["replayed"] - 2  # the failed two were not DONE
 
 
 def test_chunks_emitted_with_emit_batch_are_tracked_with_their_round_and_replayed_with_it(cluster, config):

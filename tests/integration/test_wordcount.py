@@ -23,9 +23,10 @@ def final_counts(pairs):
     return latest
 
 
-@pytest.mark.parametrize("acking", [True, False])
-def test_wordcount_equals_a_plain_counter_over_the_same_sentences(cluster, config, acking):
-    topology = wordcount.build_topology(total=3000, seed=7, count_parallelism=3, sink=None)
+@pytest.mark.parametrize(("acking", "chain"), [(True, True), (False, True), (True, False)])
+def test_wordcount_equals_a_plain_counter_over_the_same_sentences(cluster, config, acking, chain):
+    topology = wordcount.build_topology(total=3000, seed=7, count_parallelism=3, sink=None, chain=chain)
+    assert topology.chained("split") is chain
     job = cluster.submit(topology, config.replace(acking=acking))
     assert job.wait(60), job.status()
     job.stop()
@@ -33,6 +34,9 @@ def test_wordcount_equals_a_plain_counter_over_the_same_sentences(cluster, confi
     assert counts == dict(wordcount.oracle(3000, seed=7))
     status = job.final_status
     assert status["units"]["count"]["processed"] == sum(counts.values())
+    split = status["units"]["split"]
+    assert split["processed"] == 3000 and split["emitted"] == sum(counts.values())
+    assert split.get("chained_into") == ("sentences" if chain else None)
     if acking:
         assert status["units"]["sentences"]["acked"] == 3000
         assert status["pending_trees"] == 0
@@ -64,3 +68,29 @@ def test_a_job_raises_the_gc_threshold_while_it_runs_and_restores_it(cluster, co
     assert job.wait(30)
     job.stop()
     assert gc.get_threshold() == before
+
+
+def test_a_chained_bolt_fails_alone_and_cannot_be_scaled_on_its_own(cluster, config):
+    from esault.errors import ScalingError
+    from esault.reliability.dead_letters import read_dead_letters
+    from topology_parts import RaiseOnBadBolt
+
+    from esault.testing import ListSpout
+
+    items = [(f"w{i}", i) for i in range(50)] + [("bad1", 0)]
+    builder = TopologyBuilder("chained-fault")
+    builder.set_spout("src", ListSpout, params={"items": items})
+    builder.set_bolt("risky", RaiseOnBadBolt).shuffle_grouping("src")  # chained into src's SPU
+    builder.set_bolt("out", CollectorBolt, params={"name": "chained-fault"}).global_grouping("risky")
+    job = cluster.submit(builder.build(), config.replace(max_retries=1))
+    with pytest.raises(ScalingError, match=r"bolt 'risky' runs chained into the SPUs of 'src' and scales with "
+                                           r"them; split 'src' instead, or declare it with set_bolt\('risky', \.\.\., "
+                                           r"chain=False\)"):
+        job.split("risky", job.spus("risky")[0])
+    assert job.wait(30), job.status()
+    job.stop()
+    assert sorted(collected("chained-fault")) == sorted(items[:-1])
+    (letter,) = read_dead_letters(job.dead_letter_path)
+    assert letter["unit"] == "risky" and letter["attempts"] == 2 and "cannot handle bad1" in letter["error"]
+    risky = job.final_status["units"]["risky"]
+    assert risky["user_errors"] == 2 and risky["dead_letters"] == 1 and risky["chained_into"] == "src"

@@ -110,3 +110,28 @@ def test_killing_a_worker_mid_run_still_counts_every_word_at_least_once(tmp_path
         assert src["acked"] == len(items) and src["replayed"] >= 1
         print(f"\n[worker kill] {src['replayed']} tuples replayed, {duplicates} duplicate counts")
         assert list(cluster.registry.workers) == [w for w in ("w1", "w2") if w != victim]
+
+
+def test_a_bolt_chained_into_a_worker_hosted_bolt_follows_its_splits_and_merges(workers, config):
+    from topology_parts import RaiseOnBadBolt
+
+    keys, per_key = 120, 20
+    items = sequenced_items(keys, per_key, seed=5)
+    GATES["mp-chain"] = threading.Event()
+    builder = TopologyBuilder("mp-chain")
+    builder.set_spout("src", GatedListSpout, params={"items": items, "gate": "mp-chain", "hold_at": len(items) // 3})
+    builder.set_bolt("check", SequenceCheckBolt, 2, pe_idle_timeout=None).key_grouping("src")
+    builder.set_bolt("relay", RaiseOnBadBolt, 2).shuffle_grouping("check")  # fused into check's SPUs
+    builder.set_bolt("out", DriverCollectorBolt, params={"name": "mp-chain"}).global_grouping("relay")
+    topology = builder.build()
+    assert topology.host_of("relay") == "check"
+    job = workers.submit(topology, config)
+    wait_until(lambda: len(collected("mp-chain")) >= len(items) // 4, 30, message="a quarter collected")
+    split = job.split("check", job.spus("check")[0])
+    GATES["mp-chain"].set()
+    job.merge("check", split.receiver)
+    assert job.wait(60), job.status()
+    assert_exact("mp-chain", keys, per_key)
+    relay = job.status()["units"]["relay"]
+    assert relay["chained_into"] == "check" and relay["processed"] == len(items) == relay["emitted"]
+    assert set(relay["spus"]) == set(job.spus("check"))

@@ -246,3 +246,60 @@ def test_pe_idle_timeout_defaults_to_the_job_setting_and_accepts_none() -> None:
     b.set_bolt("c", Count, pe_idle_timeout=2.5).key_grouping("words")
     topo = b.build()
     assert [topo.unit(n).pe_idle_timeout for n in "abc"] == ["job", None, 2.5]
+
+
+# --- operator chaining ------------------------------------------------------------
+
+def _chain_topology(**split_options):
+    from esault.testing import CollectorBolt, ListSpout
+
+    b = TopologyBuilder("chain")
+    b.set_spout("src", ListSpout, params={"items": []})
+    b.set_bolt("split", CollectorBolt, **split_options).shuffle_grouping("src")
+    b.set_bolt("count", CollectorBolt, 2).key_grouping("split")
+    b.set_bolt("format", CollectorBolt, 2).shuffle_grouping("count")
+    b.set_bolt("out", CollectorBolt).global_grouping("format")
+    return b.build()
+
+
+def test_a_shuffle_grouped_bolt_of_equal_parallelism_that_is_its_sources_only_reader_is_chained():
+    t = _chain_topology()
+    assert t.chained("split") and t.chained("format")
+    assert not any(t.chained(n) for n in ("src", "count", "out"))  # a spout, key grouping, global grouping
+    assert t.host_of("split") == "src" and t.output_unit("src") == "split"
+    assert t.host_of("format") == "count" and t.output_unit("count") == "format"
+    assert [s.name for s in t.unit("src").stages] == ["split"]
+    assert [s.name for s in t.unit("count").stages] == ["format"]
+
+
+def test_chaining_is_off_for_chain_false_other_parallelism_a_second_reader_or_a_placement():
+    assert not _chain_topology(chain=False).chained("split")
+    assert not _chain_topology(parallelism=2).chained("split")
+
+    from esault.testing import CollectorBolt, ListSpout
+
+    class DriverOnly(CollectorBolt):
+        esault_placement = "driver"
+
+    b = TopologyBuilder("two-readers")
+    b.set_spout("src", ListSpout, params={"items": []})
+    b.set_bolt("a", CollectorBolt).shuffle_grouping("src")
+    b.set_bolt("b", DriverOnly).shuffle_grouping("a")
+    b.set_bolt("c", CollectorBolt).shuffle_grouping("src")
+    t = b.build()
+    assert not t.chained("a") and not t.chained("c")  # src has two readers
+    assert not t.chained("b")  # asks for a placement
+    assert t.unit("src").stages == ()
+
+
+def test_a_chain_of_chains_fuses_every_stage_into_the_head():
+    from esault.testing import CollectorBolt, ListSpout
+
+    b = TopologyBuilder("long")
+    b.set_spout("src", ListSpout, params={"items": []})
+    b.set_bolt("a", CollectorBolt).shuffle_grouping("src")
+    b.set_bolt("b", CollectorBolt).shuffle_grouping("a")
+    b.set_bolt("c", CollectorBolt, 3).key_grouping("b")
+    t = b.build()
+    assert [s.name for s in t.unit("src").stages] == ["a", "b"]
+    assert t.host_of("b") == "src" and t.output_unit("a") == "b"
