@@ -88,7 +88,7 @@ class JobConfig:
     message_timeout: float = 30.0
     max_spout_pending: int = 5000
     max_retries: int = 3
-    batch_size: int = 256
+    batch_size: int = 1024
     tick_interval: float = 0.01
     pe_idle_timeout: float | None = 60.0
     data_dir: Path = field(default_factory=lambda: Path("esault-data"))

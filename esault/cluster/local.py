@@ -70,6 +70,8 @@ class LocalCluster:
         running = self.jobs.get(topology.name)
         if running is not None and not running._stopped:
             raise TopologyError(f"a job named {topology.name!r} is already running here; stop it first")
+        if running is not None and self.registry is not None:
+            self.registry.forget(topology.name)  # the stopped job's worker counts are not this job's
         if self.postman is None:
             job = Job(topology, config or JobConfig.load(), InProcessLauncher(), self.clock)
         else:

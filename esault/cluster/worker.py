@@ -41,6 +41,7 @@ class HostActor(pykka.ThreadingActor):
         self.done = done
         self.jobs: dict[str, JobContext] = {}
         self.spus: dict[int, Any] = {}
+        self.topology_of: dict[int, str] = {}
         self.ticker = Ticker(SystemClock(), 0.01)
         self.ticker.start()
 
@@ -81,6 +82,7 @@ class HostActor(pykka.ThreadingActor):
         spec = unit_from_wire(message.unit)
         job = self._job(message)
         spu_id = message.spu.spu_id
+        self.topology_of[spu_id] = message.topology
         self.spus[spu_id] = self.postman.start_and_register(
             f"spu-{spu_id}", lambda: BoltSpuActor.start(message.spu, spec, job)
         )
@@ -93,6 +95,12 @@ class HostActor(pykka.ThreadingActor):
             except pykka.ActorDeadError:
                 pass
             self.postman.unregister(f"spu-{message.spu_id}")
+        topology = self.topology_of.pop(message.spu_id, None)
+        if topology is not None and topology not in self.topology_of.values():
+            # The job's last SPU here stopped: its counts and settings go, before the driver hears
+            # SpuStopped, so no later heartbeat carries them into a next job of the same name.
+            STATS.forget_topology(topology)
+            self.jobs.pop(topology, None)
         if reply:
             self.postman.send(DRIVER, "cluster", SpuStopped(message.spu_id, message.request_id))
 

@@ -14,7 +14,7 @@ class SpuStats:
 
     __slots__ = (
         "topology", "unit", "spu", "emitted", "processed", "acked", "failed",
-        "replayed", "user_errors", "dead_letters", "pes", "queue_depth", "inflight",
+        "replayed", "user_errors", "dead_letters", "pes", "queue_depth", "inflight", "untracked",
     )
 
     def __init__(self, topology: str, unit: str, spu: int) -> None:
@@ -31,6 +31,7 @@ class SpuStats:
         self.pes = 0
         self.queue_depth = 0
         self.inflight = 0
+        self.untracked = 0  # spouts: tuples emitted outside any tracked tree (no msg_id, or acking off)
 
     def as_dict(self) -> dict[str, int]:
         return {

@@ -18,7 +18,7 @@ from esault.keyhash import key_hash
 from esault.routing.interval_table import IntervalTable
 from esault.runtime.messages import DataBatch, RouteSpec
 
-_CACHE_LIMIT = 1 << 16
+_CACHE_LIMIT = 1 << 18
 NO_ROOTS: list[int] = []
 """The trees of an untracked batch (acking off, or emits outside process()); never mutated."""
 log = logging.getLogger("esault.routing")

@@ -205,6 +205,12 @@ class Job:
         """
         if not self._spouts_finished():
             return False
+        if self.config.acking:
+            spouts = [s for s in self._all_stats() if self.topology.unit(s.unit).is_spout]
+            if not any(s.untracked for s in spouts):
+                # Every tuple is in a tracked tree: a spout with none in flight is done, without
+                # waiting for the workers' counts to arrive with their heartbeats.
+                return not any(s.inflight or s.queue_depth for s in spouts)
         emitted, processed, inflight = self._totals()
         if inflight:
             return False
@@ -221,6 +227,18 @@ class Job:
                 if (spec.name, spu) not in reported:
                     return False
         return True
+
+    def _let_counts_settle(self, timeout: float = 1.0) -> None:
+        """Counts of worker-hosted SPUs lag by a heartbeat: give a finished job's a moment to agree."""
+        if self.remote_stats is None or not self._spouts_finished():
+            return
+        deadline = time.monotonic() + timeout
+        poll = threading.Event()
+        while time.monotonic() < deadline:
+            emitted, processed, _ = self._totals()
+            if emitted == processed and self._every_spu_reported():
+                return
+            poll.wait(0.01)
 
     def wait(self, timeout: float | None = None) -> bool:
         """Block until the spouts are exhausted and every tuple is processed; False on timeout."""
@@ -253,6 +271,7 @@ class Job:
             if self._stopped:
                 return
             try:
+                self._let_counts_settle()
                 self.final_status = self.status()
             except Exception as exc:  # status is best effort at shutdown
                 log.warning("could not take final status of %r: %r", self.name, exc)

@@ -68,13 +68,14 @@ class SpoutSpuActor(SenderActor):
             log.error("topology %r: spout %r open() raised %r; it emits nothing", self.job.name,
                       self.unit_name, exc)
             self._finish()
+            self.flush()
             return
         self.flush()
         self._schedule()
 
     def _finish(self) -> None:
+        """No more next_tuple(); the job hears of it at the next flush, once the last round has left."""
         self.finished = True
-        self.job.finished_spouts.add(self.spu_id)
 
     def on_stop(self) -> None:
         self.job.ticker.unsubscribe(self.actor_ref)
@@ -91,6 +92,7 @@ class SpoutSpuActor(SenderActor):
         """Route one spout tuple; with a msg_id (acking on) it joins the round's tracked batch."""
         self._emits += 1
         if msg_id is None or not self.acking:
+            self.stats.untracked += 1
             self._route(key, value)
             return
         if type(key) not in _SIMPLE or type(value) not in _SIMPLE:
@@ -123,6 +125,7 @@ class SpoutSpuActor(SenderActor):
         n = len(keys)
         self._emits += n
         if msg_id is None or not self.acking:
+            self.stats.untracked += n
             self._route_many(keys, values)
             return
         try:
@@ -155,6 +158,8 @@ class SpoutSpuActor(SenderActor):
         self.count_sent(sent)
         self.stats.inflight = self.pending_count
         self.stats.queue_depth = len(self._overflow)  # emitted by the spout, held back by max_pending
+        if self.finished:
+            self.job.finished_spouts.add(self.spu_id)
 
     # --- pumping ----------------------------------------------------------
 

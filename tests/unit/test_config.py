@@ -85,7 +85,7 @@ def test_job_config_accepts_none_where_it_means_never_and_converts_paths() -> No
 
 def test_replace_validates_the_new_values() -> None:
     cfg = JobConfig().replace(batch_size=16)
-    assert cfg.batch_size == 16 and JobConfig().batch_size == 256
+    assert cfg.batch_size == 16 and JobConfig().batch_size == 1024
     with pytest.raises(ConfigError, match=r"JobConfig\.batch_size must be a whole number >= 1, got 0"):
         cfg.replace(batch_size=0)
 
@@ -141,7 +141,7 @@ def test_bad_environment_values_name_the_variable(var: str, raw: str, message: s
 def test_environ_argument_replaces_the_process_environment(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("ESAULT_BATCH_SIZE", "7")
     assert JobConfig.load().batch_size == 7
-    assert JobConfig.load(environ={}).batch_size == 256
+    assert JobConfig.load(environ={}).batch_size == 1024
 
 
 def test_unknown_keyword_arguments_list_the_valid_settings() -> None:
