@@ -5,7 +5,9 @@ Write spouts and bolts, wire them with TopologyBuilder, submit to a cluster.
 
 from esault.cluster.local import LocalCluster
 from esault.config import ElasticityConfig, JobConfig
-from esault.dsl import Anchor, Bolt, Grouping, ReplayingSpout, Spout, Topology, TopologyBuilder, TopologyContext, Tuple
+from esault.dsl import (
+    Anchor, Bolt, Grouping, ReplayingSpout, Spout, TextFileSpout, Topology, TopologyBuilder, TopologyContext, Tuple,
+)
 from esault.errors import (
     ConfigError, EsaultError, FrameError, ResourceError, RoutingError, ScalingError, SerializationError,
     SinkError, TopologyError,
@@ -17,6 +19,7 @@ from esault.runtime.messages import ScaleResult
 __all__ = [
     "KEY_SPACE_MAX", "Anchor", "Bolt", "ConfigError", "ElasticityConfig", "EsaultError", "FrameError",
     "Grouping", "Job", "JobConfig", "LocalCluster", "ReplayingSpout", "ResourceError", "RoutingError",
-    "ScaleResult", "ScalingError", "SerializationError", "SinkError", "Spout", "Topology", "TopologyBuilder",
+    "ScaleResult", "ScalingError", "SerializationError", "SinkError", "Spout", "TextFileSpout", "Topology",
+    "TopologyBuilder",
     "TopologyContext", "TopologyError", "Tuple", "key_hash",
 ]

@@ -1,9 +1,10 @@
 """The driver's side of worker processes: who is there, what they report, where SPUs go.
 
-Spouts run in the driver (their replay state must outlive any worker); a bolt
-runs in a worker unless its class sets `esault_placement = "driver"` (the
-Spark sink: one JVM, next to the driver's Spark SQL). Workers are chosen by
-fewest SPUs.
+Spouts run in the driver by default (their replay state then outlives any
+worker); a bolt runs in a worker. A unit's `placement` (or its class's
+`esault_placement`) says otherwise: the Spark sink stays in the driver (one
+JVM, next to the driver's Spark SQL), a spout with placement="worker" reads
+its partition next to the bolts it feeds. Workers are chosen by fewest SPUs.
 """
 
 from __future__ import annotations
@@ -190,7 +191,7 @@ class ClusterActor(pykka.ThreadingActor):
 
 
 class ProcessLauncher:
-    """SpuLauncher that places bolt SPUs in worker processes and spouts in the driver."""
+    """SpuLauncher that places each unit's SPUs where UnitSpec.where says: the driver or a worker."""
 
     def __init__(self, postman: Postman, registry: WorkerRegistry, stop_timeout: float = 60.0) -> None:
         self.postman = postman
@@ -201,7 +202,7 @@ class ProcessLauncher:
         self._where: dict[int, str] = {}
 
     def start_spu(self, spec: UnitSpec, cfg: SpuConfig, job: JobContext) -> Any:
-        if spec.is_spout or getattr(spec.cls, "esault_placement", None) == "driver":
+        if spec.where == "driver":
             return self.postman.start_and_register(
                 f"spu-{cfg.spu_id}", lambda: self.local.start_spu(spec, cfg, job))
         worker = self.registry.pick()

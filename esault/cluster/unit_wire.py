@@ -26,6 +26,7 @@ def unit_to_wire(spec: UnitSpec) -> dict[str, Any]:
         "pe_idle_timeout": spec.pe_idle_timeout, "max_pending": spec.max_pending,
         "elasticity": dataclasses.asdict(spec.elasticity),
         "chain": spec.chain, "stages": [unit_to_wire(stage) for stage in spec.stages],
+        "placement": spec.placement,
     }
 
 
@@ -49,6 +50,7 @@ def unit_from_wire(data: dict[str, Any]) -> UnitSpec:
         pe_idle_timeout=data["pe_idle_timeout"], max_pending=data["max_pending"],
         elasticity=ElasticityConfig(**data["elasticity"]),
         chain=bool(data.get("chain", True)), stages=tuple(unit_from_wire(stage) for stage in data.get("stages", ())),
+        placement=data.get("placement"),
     )
 
 

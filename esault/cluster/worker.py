@@ -20,6 +20,7 @@ from esault.cluster.unit_wire import config_from_wire, unit_from_wire
 from esault.dsl.topology import Topology
 from esault.metrics.stats import STATS
 from esault.runtime.bolt_spu import BoltSpuActor
+from esault.runtime.spout_spu import SpoutSpuActor
 from esault.runtime.context import JobContext
 from esault.runtime.messages import (
     PeerAddresses, Shutdown, SpuStopped, StartSpu, StopSpu, WorkerHeartbeat, WorkerHello,
@@ -74,7 +75,8 @@ class HostActor(pykka.ThreadingActor):
             data_dir = config.data_dir / message.topology
             data_dir.mkdir(parents=True, exist_ok=True)
             job = JobContext(Topology(message.topology, ()), config, SystemClock(), data_dir,
-                             acker=self.postman.remote(DRIVER, "acker"), ticker=self.ticker)
+                             acker=self.postman.remote(DRIVER, "acker"), ticker=self.ticker,
+                             process=self.postman.process)
             self.jobs[message.topology] = job
         return job
 
@@ -84,7 +86,7 @@ class HostActor(pykka.ThreadingActor):
         spu_id = message.spu.spu_id
         self.topology_of[spu_id] = message.topology
         self.spus[spu_id] = self.postman.start_and_register(
-            f"spu-{spu_id}", lambda: BoltSpuActor.start(message.spu, spec, job)
+            f"spu-{spu_id}", lambda: (SpoutSpuActor if spec.is_spout else BoltSpuActor).start(message.spu, spec, job)
         )
 
     def _stop_spu(self, message: StopSpu, reply: bool = True) -> None:

@@ -18,3 +18,6 @@ class TopologyContext:
     params: dict[str, Any] = field(default_factory=dict)
     key: Any = None
     per_key: bool = False
+    instance: int = 0
+    """Which of the unit's parallel instances this is, 0 .. instances - 1 (a spout reads partition `instance`)."""
+    instances: int = 1

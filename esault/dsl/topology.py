@@ -25,8 +25,9 @@ class Grouping(enum.Enum):
 
 
 _ELASTIC_FIELDS = {f.name for f in dataclasses.fields(ElasticityConfig)}
-_BOLT_OPTIONS = {"params", "pe_idle_timeout", "chain"} | _ELASTIC_FIELDS
-_SPOUT_OPTIONS = {"params", "max_pending"}
+_BOLT_OPTIONS = {"params", "pe_idle_timeout", "chain", "placement"} | _ELASTIC_FIELDS
+_SPOUT_OPTIONS = {"params", "max_pending", "placement"}
+PLACEMENTS = ("driver", "worker")
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,6 +53,15 @@ class UnitSpec:
     """May run fused into its upstream's SPUs (see Topology.chained); False keeps it a unit of its own."""
     stages: tuple[UnitSpec, ...] = ()
     """Bolts fused into this unit's SPUs, in order: each one's output feeds the next (set by build())."""
+    placement: str | None = None
+    """Where its SPUs run with worker processes: "driver", "worker", or None for the class's
+    `esault_placement`, else the default (spouts in the driver, bolts in workers)."""
+
+    @property
+    def where(self) -> str:
+        """"driver" or "worker": where this unit's SPUs start when the job has worker processes."""
+        chosen = self.placement or getattr(self.cls, "esault_placement", None)
+        return chosen or ("driver" if self.is_spout else "worker")
 
     @property
     def per_key(self) -> bool:
@@ -109,7 +119,7 @@ class Topology:
         if spec.is_spout or not spec.chain or len(spec.inputs) != 1:
             return False
         (edge,) = spec.inputs
-        if edge.grouping is not Grouping.SHUFFLE or getattr(spec.cls, "esault_placement", None) is not None:
+        if edge.grouping is not Grouping.SHUFFLE or spec.placement or getattr(spec.cls, "esault_placement", None):
             return False
         upstream = self.unit(edge.source)
         readers = self.downstream(upstream.name)
@@ -205,6 +215,10 @@ class TopologyBuilder:
                     f"{kind} {name!r}: unknown option {opt!r}{hint}Valid options: {', '.join(sorted(allowed))}. "
                     "Constructor arguments go in params={...}"
                 )
+        placement = options.get("placement")
+        if placement is not None and placement not in PLACEMENTS:
+            raise TopologyError(f"{kind} {name!r}: placement must be one of {', '.join(map(repr, PLACEMENTS))} "
+                                f"or None, got {placement!r}")
         params = options.get("params", {})
         if not isinstance(params, Mapping):
             raise TopologyError(f"{kind} {name!r}: params must be a dict of constructor arguments, got {params!r}")
@@ -243,6 +257,7 @@ class TopologyBuilder:
             idle = options.get("pe_idle_timeout", "job")
             if idle not in ("job", None) and (not isinstance(idle, (int, float)) or idle <= 0):
                 raise TopologyError(f"bolt {name!r}: pe_idle_timeout must be seconds > 0 or None, got {idle!r}")
+            placement = options.get("placement")
             max_pending = options.get("max_pending")
             if max_pending is not None and (not isinstance(max_pending, int) or max_pending < 1):
                 raise TopologyError(f"spout {name!r}: max_pending must be a whole number >= 1, got {max_pending!r}")
@@ -257,6 +272,7 @@ class TopologyBuilder:
                 max_pending=max_pending,
                 elasticity=elasticity,
                 chain=bool(options.get("chain", True)),
+                placement=placement,
             )
         plain = Topology(self.name, tuple(units[n] for n in _topological_order(units)))
         return _with_stages(plain)

@@ -15,7 +15,7 @@ from esault.metrics import registry as metrics
 from esault.reliability.ack_tracker import AckTracker, TreeOutcome
 from esault.runtime.context import JobContext, log
 from esault.runtime.messages import (
-    AckFail, AckInit, AckUpdate, DeadLettered, GetPending, RegisterOwner, Tick, TreesDone,
+    AckFail, AckInit, AckUpdate, DeadLettered, GetPending, RegisterOwner, SpoutProgress, Tick, TreesDone,
 )
 
 
@@ -46,6 +46,8 @@ class AckServerActor(pykka.ThreadingActor):
                 self._send(self.tracker.expire())
             elif kind is DeadLettered:
                 self._dead_letter(message)
+            elif kind is SpoutProgress:
+                self.job.spout_progress[message.spu_id] = message
             elif kind is RegisterOwner:
                 self.owners[message.owner] = message.mailbox
             elif kind is GetPending:
@@ -59,7 +61,7 @@ class AckServerActor(pykka.ThreadingActor):
     def _dead_letter(self, msg: DeadLettered) -> None:
         """A bolt gave a tuple up: the job's dead-letter file (in the driver) records it."""
         if self.job.dead_letters is not None:
-            self.job.dead_letters.write(topology=self.job.name, unit=msg.unit, msg_id=None, key=msg.key,
+            self.job.dead_letters.write(topology=self.job.name, unit=msg.unit, msg_id=msg.msg_id, key=msg.key,
                                         value=msg.value, error=msg.error, attempts=msg.attempts)
 
     def _send(self, outcomes: list[TreeOutcome]) -> None:

@@ -27,8 +27,11 @@ class JobContext:
     data_dir: Path
     acker: Any = None
     ticker: Any = None
-    finished_spouts: set[int] = field(default_factory=set)
+    spout_progress: dict[int, Any] = field(default_factory=dict)
+    """spout SPU id -> its latest SpoutProgress (kept by the ack server, read by the driver)."""
     dead_letters: DeadLetterWriter | None = None
+    process: str | None = None
+    """This process's name when its SPUs are reached by name (a worker): Address(process, "spu-<id>")."""
     stats: StatsRegistry = STATS
     _ids: Any = field(default_factory=lambda: itertools.count(1))
 

@@ -183,11 +183,14 @@ class Job:
             "scaling_events": len(self.coordinator.history),
         }
 
-    def _spout_spu_count(self) -> int:
-        return sum(len(self.units[s.name].ask(GetSpus())) for s in self.topology.units if s.is_spout)
+    def _spout_states(self) -> list[Any]:
+        """The latest SpoutProgress of every live spout SPU (None before its first report)."""
+        progress = self.ctx.spout_progress
+        return [progress.get(spu) for s in self.topology.units if s.is_spout
+                for spu in self.units[s.name].ask(GetSpus())]
 
     def _spouts_finished(self) -> bool:
-        return len(self.ctx.finished_spouts) >= self._spout_spu_count()
+        return all(p is not None and p.finished for p in self._spout_states())
 
     def _totals(self) -> tuple[int, int, int]:
         emitted = processed = inflight = 0
@@ -203,14 +206,13 @@ class Job:
         After a worker died, tuples it held never count as processed; with acking
         on, completed trees (they were replayed) are then the whole truth.
         """
-        if not self._spouts_finished():
+        states = self._spout_states()
+        if not all(p is not None and p.finished for p in states):
             return False
-        if self.config.acking:
-            spouts = [s for s in self._all_stats() if self.topology.unit(s.unit).is_spout]
-            if not any(s.untracked for s in spouts):
-                # Every tuple is in a tracked tree: a spout with none in flight is done, without
-                # waiting for the workers' counts to arrive with their heartbeats.
-                return not any(s.inflight or s.queue_depth for s in spouts)
+        if self.config.acking and not any(p.untracked for p in states):
+            # Every tuple is in a tracked tree, so spouts with none in flight are done: known at once,
+            # from the spouts' own word, without waiting for the workers' counts (heartbeats).
+            return all(p.drained for p in states)
         emitted, processed, inflight = self._totals()
         if inflight:
             return False

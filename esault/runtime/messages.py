@@ -238,6 +238,8 @@ class SpuConfig:
     downstream: tuple[RouteSpec, ...]
     receive: PrepareReceive | None = None
     extra: dict[str, Any] = field(default_factory=dict)
+    instance: int = 0  # which of the unit's `instances` parallel instances this is (a spout's partition)
+    instances: int = 1
 
 
 # --- elasticity -----------------------------------------------------------
@@ -358,7 +360,7 @@ class StatusReply:
 
 @dataclass(frozen=True, slots=True)
 class DeadLettered:
-    """bolt SPU -> ack server (driver): a tuple whose process() kept raising was given up after `attempts` tries."""
+    """SPU -> ack server (driver): a tuple was given up after `attempts` tries (a spout's msg_id, or a bolt's input)."""
 
     unit: str
     spu_id: int
@@ -366,3 +368,17 @@ class DeadLettered:
     value: Any
     error: str
     attempts: int
+    msg_id: Any = None
+
+
+@dataclass(frozen=True, slots=True)
+class SpoutProgress:
+    """spout SPU -> ack server (driver): it is `finished` (no more next_tuple), `drained` (nothing in flight).
+
+    Sent when either changes; `untracked` counts tuples it emitted outside any tree so far.
+    """
+
+    spu_id: int
+    finished: bool
+    drained: bool
+    untracked: int

@@ -93,15 +93,11 @@ class SenderActor(pykka.ThreadingActor):
         return TopologyContext(
             topology=self.job.name, unit=unit, spu_id=self.spu_id,
             data_dir=self.job.data_dir, params=dict(spec.params), key=key,
-            per_key=spec.per_key,
+            per_key=spec.per_key, instance=self.cfg.instance, instances=self.cfg.instances,
         )
 
     def context(self, key: Any = None) -> TopologyContext:
-        return TopologyContext(
-            topology=self.job.name, unit=self.unit_name, spu_id=self.spu_id,
-            data_dir=self.job.data_dir, params=dict(self.spec.params), key=key,
-            per_key=self.spec.per_key,
-        )
+        return self.context_of(self.unit_name, key)
 
     def on_receive(self, message: Any) -> Any:
         if type(message) is EncodedFrame:  # data decoded here, on this thread, not on the I/O thread

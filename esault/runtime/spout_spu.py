@@ -19,8 +19,9 @@ from esault.metrics import registry as metrics
 from esault.runtime.anchors import EdgeAnchor, NoAnchor
 from esault.runtime.context import RateLimitedLog, log
 from esault.runtime.emitter import build_emit_many
-from esault.runtime.messages import AckInit, Pump, RegisterOwner, Tick, TreesDone
+from esault.runtime.messages import AckInit, DeadLettered, Pump, RegisterOwner, SpoutProgress, Tick, TreesDone
 from esault.runtime.sender import SenderActor
+from esault.transport.address import Address
 from esault.transport.codec import _SIMPLE
 
 class SpoutSpuActor(SenderActor):
@@ -52,11 +53,14 @@ class SpoutSpuActor(SenderActor):
                             else build_emit_many(None, self._route, self.check_emit))
         self._latency = metrics.TUPLE_LATENCY.labels(job.name, spec.name)
         self.finished = False
+        self._reported = (False, False)  # (finished, drained) as last told to the ack server
         self._handlers.update({Pump: self._on_pump, Tick: self._on_tick, TreesDone: self._on_trees_done})
 
     def on_start(self) -> None:
         self.job.stats.register(self.stats)
-        self.acker.tell(RegisterOwner(self.spu_id, self.actor_ref))
+        # In a worker, named by address: this actor may start before the postman has registered it.
+        me = Address(self.job.process, f"spu-{self.spu_id}") if self.job.process else self.actor_ref
+        self.acker.tell(RegisterOwner(self.spu_id, me))
         self.job.ticker.subscribe(self.actor_ref)
         self.open_stages()
         self.spout = self.spec.instantiate()
@@ -76,6 +80,14 @@ class SpoutSpuActor(SenderActor):
     def _finish(self) -> None:
         """No more next_tuple(); the job hears of it at the next flush, once the last round has left."""
         self.finished = True
+
+    def _report_progress(self) -> None:
+        """Tell the driver (through the ack server, wherever this SPU runs) when finished or drained change."""
+        drained = not self.pending and not self._overflow and not self._batch
+        state = (self.finished, drained)
+        if state != self._reported:
+            self._reported = state
+            self.acker.tell(SpoutProgress(self.spu_id, self.finished, drained, self.stats.untracked))
 
     def on_stop(self) -> None:
         self.job.ticker.unsubscribe(self.actor_ref)
@@ -159,7 +171,7 @@ class SpoutSpuActor(SenderActor):
         self.stats.inflight = self.pending_count
         self.stats.queue_depth = len(self._overflow)  # emitted by the spout, held back by max_pending
         if self.finished:
-            self.job.finished_spouts.add(self.spu_id)
+            self._report_progress()
 
     # --- pumping ----------------------------------------------------------
 
@@ -263,8 +275,4 @@ class SpoutSpuActor(SenderActor):
     def _dead_letter(self, msg_id: Any, key: Any, value: Any, reason: str | None, attempts: int) -> None:
         log.warning("topology %r: spout %r gave up on msg_id %r after %d failures: %s",
                     self.job.name, self.unit_name, msg_id, attempts, reason)
-        if self.job.dead_letters is not None:
-            self.job.dead_letters.write(
-                topology=self.job.name, unit=self.unit_name, msg_id=msg_id, key=key,
-                value=value, error=reason or "unknown", attempts=attempts,
-            )
+        self.acker.tell(DeadLettered(self.unit_name, self.spu_id, key, value, reason or "unknown", attempts, msg_id))

@@ -73,6 +73,7 @@ class UnitActor(pykka.ThreadingActor):
         self.launcher = launcher
         self.downstream = downstream
         self.spus: dict[int, Any] = {}
+        self.instance_of: dict[int, int] = {}
         self.table: IntervalTable | None = None
         self.version = 0
         self._op: _Reconfiguration | None = None
@@ -83,7 +84,8 @@ class UnitActor(pykka.ThreadingActor):
         ids = [self.job.next_id() for _ in range(self.spec.parallelism)]
         if self.spec.per_key:
             self.table = even_table(ids)
-        for spu_id in ids:
+        for instance, spu_id in enumerate(ids):
+            self.instance_of[spu_id] = instance
             self.spus[spu_id] = self._launch(spu_id, self.downstream, None)
 
     def on_stop(self) -> None:
@@ -93,7 +95,8 @@ class UnitActor(pykka.ThreadingActor):
     def _launch(self, spu_id: int, downstream: tuple[RouteSpec, ...], receive: PrepareReceive | None) -> Any:
         interval = self.table.interval_of(spu_id) if self.table is not None and spu_id in self.table else None
         cfg = SpuConfig(self.job.name, self.spec.name, spu_id, interval, downstream, receive,
-                        extra={"unit_ref": self.actor_ref})
+                        extra={"unit_ref": self.actor_ref}, instance=self.instance_of.get(spu_id, 0),
+                        instances=self.spec.parallelism)
         return self.launcher.start_spu(self.spec, cfg, self.job)
 
     def on_receive(self, message: Any) -> Any:
@@ -223,6 +226,7 @@ class UnitActor(pykka.ThreadingActor):
         the ack server's timeouts replay the tuples it held)."""
         lost = cmd.spu_id
         new = self.job.next_id()
+        self.instance_of[new] = self.instance_of.pop(lost, 0)  # a spout's replacement reads its partition
         if self.table is not None:
             self.table = IntervalTable.from_intervals(
                 [(start, new if spu == lost else spu) for start, _end, spu in self.table.intervals()],

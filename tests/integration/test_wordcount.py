@@ -94,3 +94,29 @@ def test_a_chained_bolt_fails_alone_and_cannot_be_scaled_on_its_own(cluster, con
     assert letter["unit"] == "risky" and letter["attempts"] == 2 and "cannot handle bad1" in letter["error"]
     risky = job.final_status["units"]["risky"]
     assert risky["user_errors"] == 2 and risky["dead_letters"] == 1 and risky["chained_into"] == "src"
+
+
+@pytest.mark.parametrize("instances", [1, 3])
+def test_a_text_file_spout_reads_every_line_once_across_its_instances(cluster, config, tmp_path, instances):
+    from esault import TextFileSpout
+    from topology_parts import LoseFirstAttemptBolt
+
+    lines = [f"line {i} " + "x" * (i % 7) for i in range(997)]  # uneven lengths: ranges cut mid-line
+    path = tmp_path / "input.txt"
+    path.write_text("\n".join(lines) + "\n")
+    builder = TopologyBuilder("file")
+    builder.set_spout("lines", TextFileSpout, instances, params={"path": str(path), "chunk_lines": 10})
+    # key-grouped on the line: one line is lost once, its chunk fails and is re-read from the file
+    builder.set_bolt("keyed", wordcount.SplitBolt).shuffle_grouping("lines")
+    builder.set_bolt("lossy", LoseFirstAttemptBolt, params={"lose": ["500"], "seen": f"file-{instances}"}) \
+        .key_grouping("keyed")
+    builder.set_bolt("out", CollectorBolt, params={"name": f"file-{instances}"}).global_grouping("lossy")
+    job = cluster.submit(builder.build(), config.replace(message_timeout=0.5))
+    assert job.wait(30), job.status()
+    got = collected(f"file-{instances}")
+    numbers = sorted({int(word) for word, _ in got if word.isdigit()})
+    assert numbers == list(range(997))  # every line, from whichever instance read it
+    src = job.status()["units"]["lines"]
+    assert src["acked"] == 997 and src["failed"] == src["replayed"] > 0
+    # and no line twice, but for the replayed chunks: the instances' byte ranges do not overlap
+    assert sum(1 for word, _ in got if word == "line") == 997 + src["replayed"]

@@ -137,3 +137,22 @@ def test_a_bolt_chained_into_a_worker_hosted_bolt_follows_its_splits_and_merges(
     relay = job.final_status["units"]["relay"]
     assert relay["chained_into"] == "check" and relay["processed"] == len(items) == relay["emitted"]
     assert set(relay["spus"]) == check_spus
+
+
+def test_spouts_placed_in_workers_read_their_partitions_and_the_job_completes_exactly(workers, config, tmp_path):
+    sys.path.insert(0, str(ROOT / "bench"))
+    import esault_wordcount
+    import wordcount_input
+
+    path = wordcount_input.make_input(tmp_path / "words.txt", words=60_000, vocabulary=3_000)
+    topology = esault_wordcount.build(str(path), count_spus=2, spout_placement="worker")
+    assert topology.unit("lines").where == "worker" and topology.host_of("split") == "lines"
+    job = workers.submit(topology, config.replace(data_dir=tmp_path / "data"))
+    assert job.wait(60), job.status()
+    spout_spus = set(job.spus("lines"))
+    hosted = set().union(*workers.registry.spus_on.values())
+    assert spout_spus <= hosted, "the spout SPUs ran in the workers"
+    job.stop()
+    assert esault_wordcount.final_counts(tmp_path / "data") == dict(wordcount_input.oracle(path))
+    lines = job.final_status["units"]["lines"]
+    assert lines["acked"] == 6_000 and len(lines["spus"]) == 2

@@ -209,8 +209,9 @@ def test_an_unknown_option_suggests_the_closest_one() -> None:
 
 
 def test_an_unknown_option_lists_the_valid_ones() -> None:
-    # Elasticity settings belong to bolts; a spout takes only max_pending and params.
-    with pytest.raises(TopologyError, match=r"spout 'words': unknown option 'max_latency'.*Valid options: max_pending, params\."):
+    # Elasticity settings belong to bolts; a spout takes only max_pending, params and placement.
+    with pytest.raises(TopologyError, match=r"spout 'words': unknown option 'max_latency'.*Valid options: max_pending, "
+                                            r"params, placement\."):
         TopologyBuilder("wc").set_spout("words", Words, max_latency=0.2)
     with pytest.raises(TopologyError, match=r"bolt 'count': unknown option 'start'.*Constructor arguments go in params"):
         TopologyBuilder("wc").set_bolt("count", Count, start=5)
@@ -303,3 +304,17 @@ def test_a_chain_of_chains_fuses_every_stage_into_the_head():
     t = b.build()
     assert [s.name for s in t.unit("src").stages] == ["a", "b"]
     assert t.host_of("b") == "src" and t.output_unit("a") == "b"
+
+
+def test_placement_is_driver_or_worker_and_defaults_by_kind():
+    from esault.testing import CollectorBolt, ListSpout
+
+    b = TopologyBuilder("places")
+    b.set_spout("src", ListSpout, params={"items": []}, placement="worker")
+    b.set_bolt("a", CollectorBolt, 2).key_grouping("src")
+    b.set_bolt("b", CollectorBolt, placement="driver").global_grouping("a")
+    t = b.build()
+    assert [t.unit(n).where for n in ("src", "a", "b")] == ["worker", "worker", "driver"]
+    with pytest.raises(TopologyError, match=r"bolt 'c': placement must be one of 'driver', 'worker' or None, "
+                                            r"got 'gpu'"):
+        TopologyBuilder("bad").set_bolt("c", CollectorBolt, placement="gpu").shuffle_grouping("x")

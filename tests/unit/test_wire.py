@@ -65,7 +65,7 @@ PINNED_SCHEMA = {
     23: ("Drain", ()),
     24: ("SpuConfig", ("topology: str", "unit: str", "spu_id: int", "interval: tuple[int, int] | None",
                        "downstream: tuple[RouteSpec, ...]", "receive: PrepareReceive | None",
-                       "extra: dict[str, value+mailboxes]")),
+                       "extra: dict[str, value+mailboxes]", "instance: int", "instances: int")),
     25: ("Probe", ("probe_id: int", "sent_at: float", "reply_to: Mailbox", "want_hashes: bool")),
     26: ("ProbeReturned", ("spu_id: int", "probe_id: int", "sent_at: float", "processed: int",
                            "hashes: tuple[int, ...]")),
@@ -81,7 +81,9 @@ PINNED_SCHEMA = {
     35: ("Shutdown", ()),
     36: ("StatusRequest", ("request_id: int", "reply_to: Mailbox", "address: str")),
     37: ("StatusReply", ("request_id: int", "jobs: dict[str, value]", "workers: dict[str, str]")),
-    38: ("DeadLettered", ("unit: str", "spu_id: int", "key: value", "value: value", "error: str", "attempts: int")),
+    38: ("DeadLettered", ("unit: str", "spu_id: int", "key: value", "value: value", "error: str", "attempts: int",
+                          "msg_id: value")),
+    39: ("SpoutProgress", ("spu_id: int", "finished: bool", "drained: bool", "untracked: int")),
 }
 
 
@@ -101,7 +103,7 @@ def test_message_tags_and_field_layouts_are_pinned_so_the_wire_cannot_change_sil
     (m.PrepareGive(9, 0, 100, 4, Address("w2", "spu-4"), frozenset({1}), False),
      "980b0900640492a27732a57370752d349101c2"),
     (m.SpuConfig("t", "count", 5, (0, 10), (), None, {"unit_ref": Address("driver", "unit-count")}),
-     "9818a174a5636f756e740592000a90c081a8756e69745f726566c416c7131092a6647269766572aa756e69742d636f756e74"),
+     "9a18a174a5636f756e740592000a90c081a8756e69745f726566c416c7131092a6647269766572aa756e69742d636f756e740001"),
 ])
 def test_golden_frames_are_byte_for_byte_stable(message, frame_hex):
     assert encode_frame(message).hex() == frame_hex
@@ -121,7 +123,8 @@ def test_every_any_field_is_either_a_mailbox_override_or_a_known_user_value():
     # A new `Any` field must be classified: a mailbox (FIELD_TYPES) or plain codec data (this list).
     assert _any_fields() == {("RouteSpec", "table"), ("StateHandoff", "states"), ("StartSpu", "unit"),
                              ("StartSpu", "config"), ("StatusReply", "jobs"), ("DataBatch", "keys"),
-                             ("DataBatch", "values"), ("DeadLettered", "key"), ("DeadLettered", "value")}
+                             ("DataBatch", "values"), ("DeadLettered", "key"), ("DeadLettered", "value"),
+                             ("DeadLettered", "msg_id")}
 
 
 def test_a_decode_reports_only_the_documented_reasons():
@@ -176,7 +179,8 @@ EXAMPLES: dict[type, Any] = {
     m.StatusRequest: m.StatusRequest(3, Address("status-1", "status"), "tcp://127.0.0.1:5609"),
     m.StatusReply: m.StatusReply(3, {"wc": {"units": {"count": {"spus": {5: {"interval": (0, 9)}}}}}},
                                  {"w1": "tcp://127.0.0.1:5601"}),
-    m.DeadLettered: m.DeadLettered("risky", 4, ("k", 1), {"v": [1, 2]}, "ValueError: bad at x.py:3", 4),
+    m.DeadLettered: m.DeadLettered("risky", 4, ("k", 1), {"v": [1, 2]}, "ValueError: bad at x.py:3", 4, None),
+    m.SpoutProgress: m.SpoutProgress(3, True, False, 0),
 }
 
 
@@ -343,7 +347,7 @@ GOOD_FRAMES = [encode_frame(msg) for msg in EXAMPLES.values()]
     (msgpack.packb({"tag": 1}), "not_a_frame", r"expected \[tag, fields\.\.\.\], got dict"),
     (msgpack.packb([]), "not_a_frame", r"got list \[\]"),
     (msgpack.packb(["DataBatch", 1, []]), "not_a_frame", r"not a message frame"),
-    (msgpack.packb([99, 1]), "unknown_tag", r"unknown message tag 99 \(known: 1\.\.38\)"),
+    (msgpack.packb([99, 1]), "unknown_tag", r"unknown message tag 99 \(known: 1\.\.39\)"),
     (msgpack.packb([10, 1]), "field_count", r"EpochMarker: expected 2 fields \(reconfig_id, sender\), got 1"),
     (msgpack.packb([2, "soon"]), "field_type", r"Tick\.now: expected float, got str 'soon'"),
     (msgpack.packb([10, True, 1]), "field_type", r"EpochMarker\.reconfig_id: expected int, got bool True"),
@@ -363,7 +367,7 @@ GOOD_FRAMES = [encode_frame(msg) for msg in EXAMPLES.values()]
     (msgpack.packb([1, 1, "s", [msgpack.ExtType(2, msgpack.packb([[1]]))], [1], [], []]), "field_type",
      r"a set holds an unhashable item"),
     (msgpack.packb([11, 1, 0, 5, 2, None, [[1]], True]), "field_type", r"PrepareGive\.upstream\[0\]: expected int"),
-    (msgpack.packb([24, "t", "u", 1, None, [], None, {"unit_ref": "not packed"}]), "field_type",
+    (msgpack.packb([24, "t", "u", 1, None, [], None, {"unit_ref": "not packed"}, 0, 1]), "field_type",
      r"SpuConfig\.extra\['unit_ref'\]: expected a packed value \(bin\)"),
 ])
 def test_each_malformed_frame_raises_frame_error_with_a_precise_reason(frame, reason, error):
