@@ -25,12 +25,12 @@ from esault.cluster.inprocess import InProcessLauncher
 from esault.cluster.postman import Postman
 from esault.cluster.unit_wire import config_to_wire, unit_to_wire
 from esault.dsl.topology import UnitSpec
-from esault.errors import ResourceError
+from esault.errors import ResourceError, TopologyError
 from esault.metrics import registry as metrics
 from esault.metrics.stats import SpuStats
 from esault.runtime.context import JobContext
 from esault.runtime.messages import (
-    PeerAddresses, Shutdown, SpuConfig, Tick, SpuStopped, StartSpu, StatusReply, StatusRequest, StopSpu,
+    PeerAddresses, Shutdown, SpuConfig, SpuStarted, SpuStopped, StartSpu, StatusReply, StatusRequest, StopSpu, Tick,
     WorkerHeartbeat, WorkerHello,
 )
 from esault.cluster.worker import HEARTBEAT_INTERVAL
@@ -51,6 +51,8 @@ class WorkerRegistry:
         self.last_beat: dict[str, float] = {}
         self.stats: dict[tuple[str, str, int], SpuStats] = {}
         self._stopped: dict[int, threading.Event] = {}
+        self._started: dict[int, SpuStarted | None] = {}  # spu id -> the worker's answer, None until it came
+        self.pids: dict[str, int] = {}
 
     def joined(self, process: str, address: str) -> None:
         with self._lock:
@@ -103,6 +105,22 @@ class WorkerRegistry:
     def removed(self, process: str, spu: int) -> None:
         with self._lock:
             self.spus_on.get(process, set()).discard(spu)
+
+    def expect_start(self, spu_id: int) -> None:
+        with self._lock:
+            self._started[spu_id] = None
+
+    def started(self, answer: SpuStarted) -> None:
+        with self._lock:
+            if answer.spu_id in self._started:
+                self._started[answer.spu_id] = answer
+                self._lock.notify_all()
+
+    def wait_started(self, spu_id: int, timeout: float) -> SpuStarted | None:
+        """The worker's answer for `spu_id`, or None if it did not come within `timeout` seconds."""
+        with self._lock:
+            self._lock.wait_for(lambda: self._started.get(spu_id) is not None, timeout)
+            return self._started.pop(spu_id, None)
 
     def expect_stop(self, request_id: int) -> threading.Event:
         with self._lock:
@@ -170,12 +188,15 @@ class ClusterActor(pykka.ThreadingActor):
             elif kind is WorkerHello:
                 self.postman.connect(message.process, message.address)
                 self.registry.joined(message.process, message.address)
+                self.registry.pids[message.process] = message.pid
                 self.hearts.beat(message.process)
                 metrics.set_workers(len(self.registry.workers))
                 peers = {"driver": self.postman.address, **self.registry.workers}
                 for worker in self.registry.workers:
                     self.postman.send(worker, "host", PeerAddresses(peers))
                 log.info("worker %s (pid %d) joined from %s", message.process, message.pid, message.address)
+            elif kind is SpuStarted:
+                self.registry.started(message)
             elif kind is SpuStopped:
                 self.registry.stopped(message.request_id)
             elif kind is StatusRequest:
@@ -193,7 +214,9 @@ class ClusterActor(pykka.ThreadingActor):
 class ProcessLauncher:
     """SpuLauncher that places each unit's SPUs where UnitSpec.where says: the driver or a worker."""
 
-    def __init__(self, postman: Postman, registry: WorkerRegistry, stop_timeout: float = 60.0) -> None:
+    def __init__(self, postman: Postman, registry: WorkerRegistry, stop_timeout: float = 60.0,
+                 start_timeout: float = 30.0) -> None:
+        self.start_timeout = start_timeout
         self.postman = postman
         self.registry = registry
         self.local = InProcessLauncher()
@@ -208,7 +231,14 @@ class ProcessLauncher:
         worker = self.registry.pick()
         self.registry.placed(worker, cfg.spu_id)
         self._where[cfg.spu_id] = worker
+        self.registry.expect_start(cfg.spu_id)
         self.postman.send(worker, "host", StartSpu(job.name, unit_to_wire(spec), config_to_wire(job.config), cfg))
+        answer = self.registry.wait_started(cfg.spu_id, self.start_timeout)
+        if answer is None or answer.error:
+            self.registry.removed(worker, cfg.spu_id)
+            self._where.pop(cfg.spu_id, None)
+            why = answer.error if answer else f"no answer within {self.start_timeout}s (is the worker alive?)"
+            raise TopologyError(f"unit {spec.name!r} cannot start on worker {worker}: {why}")
         return self.postman.remote(worker, f"spu-{cfg.spu_id}")
 
     def stop_spu(self, mailbox: Any, block: bool) -> None:
@@ -229,6 +259,13 @@ class ProcessLauncher:
 
     def worker_of(self, spu_id: int) -> str | None:
         return self._where.get(spu_id)
+
+    def host_of(self, spu_id: int) -> dict[str, Any]:
+        """Where SPU `spu_id` runs: {"worker": process name, "pid", "address"} (the driver for local SPUs)."""
+        worker = self._where.get(spu_id)
+        if worker is None:
+            return {"worker": "driver", "pid": os.getpid(), "address": self.postman.address}
+        return {"worker": worker, "pid": self.registry.pids.get(worker), "address": self.registry.workers.get(worker)}
 
 
 class LocalProcessPool:

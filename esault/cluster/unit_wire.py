@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import importlib
+import importlib.util
 import inspect
 import sys
 from pathlib import Path
@@ -14,12 +15,24 @@ from esault.dsl.topology import Grouping, InputSpec, UnitSpec
 from esault.errors import TopologyError
 
 
+_MAIN_ALIAS = "__esault_main__"
+"""The name a worker loads the driver's main script under (multiprocessing's __mp_main__), so the
+script's `if __name__ == "__main__":` block does not run there."""
+
+
+def _main_file() -> str:
+    main = sys.modules.get("__main__")
+    path = getattr(main, "__file__", None)
+    return str(Path(path).resolve()) if path else ""
+
+
 def unit_to_wire(spec: UnitSpec) -> dict[str, Any]:
     try:
         folder = str(Path(inspect.getfile(spec.cls)).resolve().parent)
     except (TypeError, OSError):
         folder = ""
     return {
+        "main_file": _main_file() if spec.cls.__module__ in ("__main__", _MAIN_ALIAS) else "",
         "name": spec.name, "module": spec.cls.__module__, "qualname": spec.cls.__qualname__, "folder": folder,
         "parallelism": spec.parallelism, "is_spout": spec.is_spout, "params": dict(spec.params),
         "inputs": [[i.source, i.grouping.value] for i in spec.inputs],
@@ -36,7 +49,10 @@ def unit_from_wire(data: dict[str, Any]) -> UnitSpec:
     if folder and folder not in sys.path:
         sys.path.insert(0, folder)
     try:
-        obj: Any = importlib.import_module(data["module"])
+        if data["module"] in ("__main__", _MAIN_ALIAS) and data.get("main_file"):
+            obj: Any = _load_main(data["main_file"])
+        else:
+            obj = importlib.import_module(data["module"])
         for part in data["qualname"].split("."):
             obj = getattr(obj, part)
     except (ImportError, AttributeError) as exc:
@@ -52,6 +68,24 @@ def unit_from_wire(data: dict[str, Any]) -> UnitSpec:
         chain=bool(data.get("chain", True)), stages=tuple(unit_from_wire(stage) for stage in data.get("stages", ())),
         placement=data.get("placement"),
     )
+
+
+def _load_main(path: str) -> Any:
+    """The driver's main script, loaded once under _MAIN_ALIAS (its main block does not run)."""
+    module = sys.modules.get(_MAIN_ALIAS)
+    if module is not None and getattr(module, "__file__", None) == path:
+        return module
+    spec = importlib.util.spec_from_file_location(_MAIN_ALIAS, path)
+    if spec is None or spec.loader is None:
+        raise ImportError(f"cannot load the driver's script {path!r}")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[_MAIN_ALIAS] = module
+    try:
+        spec.loader.exec_module(module)
+    except BaseException:
+        del sys.modules[_MAIN_ALIAS]
+        raise
+    return module
 
 
 def config_to_wire(config: JobConfig) -> dict[str, Any]:

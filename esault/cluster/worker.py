@@ -23,7 +23,7 @@ from esault.runtime.bolt_spu import BoltSpuActor
 from esault.runtime.spout_spu import SpoutSpuActor
 from esault.runtime.context import JobContext
 from esault.runtime.messages import (
-    PeerAddresses, Shutdown, SpuStopped, StartSpu, StopSpu, WorkerHeartbeat, WorkerHello,
+    PeerAddresses, Shutdown, SpuStarted, SpuStopped, StartSpu, StopSpu, WorkerHeartbeat, WorkerHello,
 )
 from esault.runtime.ticker import Ticker
 
@@ -81,13 +81,21 @@ class HostActor(pykka.ThreadingActor):
         return job
 
     def _start(self, message: StartSpu) -> None:
-        spec = unit_from_wire(message.unit)
-        job = self._job(message)
+        """Start the SPU and tell the driver whether it runs: a unit that cannot start fails the job at once."""
         spu_id = message.spu.spu_id
-        self.topology_of[spu_id] = message.topology
-        self.spus[spu_id] = self.postman.start_and_register(
-            f"spu-{spu_id}", lambda: (SpoutSpuActor if spec.is_spout else BoltSpuActor).start(message.spu, spec, job)
-        )
+        try:
+            spec = unit_from_wire(message.unit)
+            job = self._job(message)
+            self.topology_of[spu_id] = message.topology
+            self.spus[spu_id] = self.postman.start_and_register(
+                f"spu-{spu_id}",
+                lambda: (SpoutSpuActor if spec.is_spout else BoltSpuActor).start(message.spu, spec, job))
+        except Exception as exc:
+            log.error("worker %s cannot start SPU %d of %r: %s", self.postman.process, spu_id,
+                      message.unit.get("name"), exc)
+            self.postman.send(DRIVER, "cluster", SpuStarted(spu_id, os.getpid(), f"{type(exc).__name__}: {exc}"))
+            return
+        self.postman.send(DRIVER, "cluster", SpuStarted(spu_id, os.getpid(), ""))
 
     def _stop_spu(self, message: StopSpu, reply: bool = True) -> None:
         ref = self.spus.pop(message.spu_id, None)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import os
 import threading
 import time
 from concurrent.futures import Future
@@ -44,6 +45,7 @@ class Job:
         gc_policy.enter(config.gc_gen0_threshold)
         self.ctx.ticker = Ticker(self.clock, config.tick_interval)
         self.postman = postman
+        self.launcher = launcher
         self.remote_stats = remote_stats
         self.lost_spus: set[int] = set()
         self.ctx.acker = self._start_named("acker", lambda: AckServerActor.start(self.ctx))
@@ -64,7 +66,9 @@ class Job:
                 unit = self._start_named(f"unit-{spec.name}",
                                          lambda: UnitActor.start(spec, self.ctx, launcher, downstream))
                 if not chained:
-                    unit.ask(LaunchSpus())
+                    failed = unit.ask(LaunchSpus())
+                    if isinstance(failed, Exception):
+                        raise failed
                 self.units[spec.name] = unit
             self.coordinator = ReconfigurationCoordinator(topology, self.units)
             self.monitors = self._start_monitors() if config.elasticity else {}
@@ -166,7 +170,7 @@ class Job:
             spus = {}
             for spu_id, interval in layout.items():
                 st = stats.get((spec.name, spu_id))
-                spus[spu_id] = {"interval": interval, **(st.as_dict() if st else {})}
+                spus[spu_id] = {"interval": interval, **self._host_of(spu_id), **(st.as_dict() if st else {})}
             # Counts include SPUs merged away (their last counts are kept); gauges only live ones.
             mine = [s.as_dict() for s in all_stats if s.unit == spec.name]
             totals = {k: sum(s.get(k, 0) for s in mine)
@@ -182,6 +186,13 @@ class Job:
             "spouts_finished": self._spouts_finished(),
             "scaling_events": len(self.coordinator.history),
         }
+
+    def _host_of(self, spu_id: int) -> dict[str, Any]:
+        """Which process runs an SPU: {"worker", "pid", "address"}."""
+        host_of = getattr(self.launcher, "host_of", None)
+        if host_of is not None:
+            return host_of(spu_id)
+        return {"worker": "driver", "pid": os.getpid(), "address": None}
 
     def _spout_states(self) -> list[Any]:
         """The latest SpoutProgress of every live spout SPU (None before its first report)."""

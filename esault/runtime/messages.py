@@ -382,3 +382,12 @@ class SpoutProgress:
     finished: bool
     drained: bool
     untracked: int
+
+
+@dataclass(frozen=True, slots=True)
+class SpuStarted:
+    """worker host -> driver cluster: SPU `spu_id` is running (`error` empty), or why it could not start."""
+
+    spu_id: int
+    pid: int
+    error: str

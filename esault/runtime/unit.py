@@ -103,7 +103,10 @@ class UnitActor(pykka.ThreadingActor):
         try:
             kind = type(message)
             if kind is LaunchSpus:
-                return self.launch_initial_spus()
+                try:
+                    return self.launch_initial_spus()
+                except Exception as exc:  # the asker (Job) fails the job with it
+                    return exc
             if kind is GetRoutes:
                 return self.route_spec(message.grouping)
             if kind is GetSpus:

@@ -156,3 +156,87 @@ def test_spouts_placed_in_workers_read_their_partitions_and_the_job_completes_ex
     assert esault_wordcount.final_counts(tmp_path / "data") == dict(wordcount_input.oracle(path))
     lines = job.final_status["units"]["lines"]
     assert lines["acked"] == 6_000 and len(lines["spus"]) == 2
+
+
+SCRIPT = '''
+import json, sys, tempfile
+from esault import Bolt, JobConfig, LocalCluster, TopologyBuilder
+from esault.testing import ListSpout
+
+
+class Count(Bolt):  # defined in the script: workers load this file under another name
+    def open(self, context):
+        self.n = 0
+
+    def process(self, tup):
+        self.n += 1
+
+    def close(self):
+        self.emit(self.key, self.n)
+
+
+class Gather(Bolt):
+    esault_placement = "driver"
+    seen = {}
+
+    def process(self, tup):
+        Gather.seen[tup.key] = tup.value
+
+
+if __name__ == "__main__":  # must not run in the workers
+    words = [("a", 1), ("b", 1), ("a", 1), ("c", 1), ("a", 1)] * 40
+    b = TopologyBuilder("script")
+    b.set_spout("src", ListSpout, params={"items": words})
+    b.set_bolt("count", Count, 2).key_grouping("src")
+    b.set_bolt("out", Gather).global_grouping("count")
+    with LocalCluster(workers=2) as cluster:
+        job = cluster.submit(b.build(), JobConfig(data_dir=tempfile.mkdtemp()))
+        assert job.wait(60)
+        job.stop()
+    print(json.dumps(Gather.seen, sort_keys=True))
+'''
+
+
+def test_bolts_defined_in_the_script_being_run_work_in_worker_processes(tmp_path):
+    import subprocess
+
+    script = tmp_path / "my_job.py"
+    script.write_text(SCRIPT)
+    env = {**__import__("os").environ, "PYTHONPATH": str(ROOT)}
+    done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=120, env=env)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert json.loads(done.stdout.strip().splitlines()[-1]) == {"a": 120, "b": 40, "c": 40}
+
+
+def test_a_unit_no_worker_can_load_fails_the_submit_at_once_naming_it(workers, config):
+    import types
+
+    from esault import Bolt
+    from esault.errors import TopologyError
+
+    module = types.ModuleType("only_in_the_driver")  # importable here, nowhere else
+    exec("from esault import Bolt\nclass Ghost(Bolt):\n    def process(self, tup):\n        pass\n", module.__dict__)
+    sys.modules["only_in_the_driver"] = module
+    try:
+        builder = TopologyBuilder("ghost")
+        builder.set_spout("src", GatedListSpout, params={"items": [("k", 1)], "gate": "none", "hold_at": 1})
+        builder.set_bolt("ghost", module.Ghost, 2).key_grouping("src")
+        started = __import__("time").monotonic()
+        with pytest.raises(TopologyError, match=r"unit 'ghost' cannot start on worker w\d: TopologyError: worker "
+                                                r"cannot import only_in_the_driver:Ghost"):
+            workers.submit(builder.build(), config)
+        assert __import__("time").monotonic() - started < 20
+    finally:
+        del sys.modules["only_in_the_driver"]
+    assert issubclass(module.Ghost, Bolt)
+
+
+def test_status_names_the_process_of_every_spu(workers, config):
+    job = workers.submit(wordcount.build_topology(total=200, seed=2, count_parallelism=2, sink=None), config)
+    assert job.wait(60)
+    pids = {p.pid for p in workers.pool.processes}
+    for unit, expected in (("count", pids), ("sentences", {__import__("os").getpid()})):
+        spus = job.status()["units"][unit]["spus"]
+        assert spus and {s["pid"] for s in spus.values()} <= expected, spus
+        assert all(s["worker"] and s["address"].startswith("tcp://") for s in spus.values())
+    assert {s["worker"] for s in job.status()["units"]["count"]["spus"].values()} == {"w1", "w2"}

@@ -84,6 +84,7 @@ PINNED_SCHEMA = {
     38: ("DeadLettered", ("unit: str", "spu_id: int", "key: value", "value: value", "error: str", "attempts: int",
                           "msg_id: value")),
     39: ("SpoutProgress", ("spu_id: int", "finished: bool", "drained: bool", "untracked: int")),
+    40: ("SpuStarted", ("spu_id: int", "pid: int", "error: str")),
 }
 
 
@@ -181,6 +182,7 @@ EXAMPLES: dict[type, Any] = {
                                  {"w1": "tcp://127.0.0.1:5601"}),
     m.DeadLettered: m.DeadLettered("risky", 4, ("k", 1), {"v": [1, 2]}, "ValueError: bad at x.py:3", 4, None),
     m.SpoutProgress: m.SpoutProgress(3, True, False, 0),
+    m.SpuStarted: m.SpuStarted(7, 4242, "TopologyError: worker cannot import x:Y"),
 }
 
 
@@ -347,7 +349,7 @@ GOOD_FRAMES = [encode_frame(msg) for msg in EXAMPLES.values()]
     (msgpack.packb({"tag": 1}), "not_a_frame", r"expected \[tag, fields\.\.\.\], got dict"),
     (msgpack.packb([]), "not_a_frame", r"got list \[\]"),
     (msgpack.packb(["DataBatch", 1, []]), "not_a_frame", r"not a message frame"),
-    (msgpack.packb([99, 1]), "unknown_tag", r"unknown message tag 99 \(known: 1\.\.39\)"),
+    (msgpack.packb([99, 1]), "unknown_tag", r"unknown message tag 99 \(known: 1\.\.40\)"),
     (msgpack.packb([10, 1]), "field_count", r"EpochMarker: expected 2 fields \(reconfig_id, sender\), got 1"),
     (msgpack.packb([2, "soon"]), "field_type", r"Tick\.now: expected float, got str 'soon'"),
     (msgpack.packb([10, True, 1]), "field_type", r"EpochMarker\.reconfig_id: expected int, got bool True"),
