@@ -83,28 +83,28 @@ class TimedLines(TextFileSpout):
 
 
 class SplitTimed(Bolt):
-    """[emit time, line] -> (word, [emit time, 1]) per word."""
+    """[emit time, line] -> (word, emit time) per word (a float: a scalar value costs the least to emit)."""
 
     def process(self, tup: Any) -> None:
         stamp, line = tup.value
         emit = self.emit
         for word in line.split():
-            emit(word, [stamp, 1])
+            emit(word, stamp)
 
 
 class LatencyProbeCount(CountWord):
     """CountWord that samples the latency from the spout's emit of every 50th tuple it processes."""
 
     _seen = 0
-    _samples: list[float] = []  # per process: the first PE to close hands them on
+    _samples: list[tuple[float, float]] = []  # (emit time, latency); per process: the first PE to close hands them on
 
     def process(self, tup: Any) -> None:
-        stamp, n = tup.value
-        self.count += n
+        stamp = tup.value
+        self.count += 1
         cls = LatencyProbeCount
         cls._seen += 1
         if cls._seen % 50 == 0:
-            cls._samples.append(time.time() - stamp)
+            cls._samples.append((stamp, time.time() - stamp))
 
     def close(self) -> None:
         samples, LatencyProbeCount._samples = LatencyProbeCount._samples, []
@@ -116,7 +116,7 @@ class LatencySamples(FinalCounts):
 
     def open(self, context: Any) -> None:
         super().open(context)
-        self.samples: list[float] = []
+        self.samples: list[tuple[float, float]] = []
 
     def process(self, tup: Any) -> None:
         count, samples = tup.value
@@ -141,17 +141,25 @@ def build(path: str, count_spus: int = 2, chunk_lines: int = 64, spout_placement
     return builder.build()
 
 
-def build_timed(path: str, rate_lines: float, count_spus: int = 2) -> Any:
+def build_timed(path: str, rate_lines: float, count_spus: int = 2, spout_placement: str | None = "worker") -> Any:
+    """The latency topology: `rate_lines` lines per second in all (split over the spout instances)."""
+    spouts = count_spus if spout_placement == "worker" else 1
     builder = TopologyBuilder("wc_bench")
-    builder.set_spout("lines", TimedLines, params={"path": path, "rate": rate_lines}, max_pending=20_000)
-    builder.set_bolt("split", SplitTimed).shuffle_grouping("lines")
+    builder.set_spout("lines", TimedLines, spouts, params={"path": path, "rate": rate_lines / spouts},
+                      max_pending=20_000, placement=spout_placement)
+    builder.set_bolt("split", SplitTimed, spouts).shuffle_grouping("lines")
     builder.set_bolt("count", LatencyProbeCount, count_spus, elastic=False).key_grouping("split")
     builder.set_bolt("final", LatencySamples, elastic=False).global_grouping("count")
     return builder.build()
 
 
-def latency_samples(data_dir: Path) -> list[float]:
-    return json.loads((Path(data_dir) / "wc_bench" / "latency.json").read_text())
+def latency_samples(data_dir: Path, warmup: float = 0.0) -> list[float]:
+    """Latencies (s) of the sampled tuples emitted at least `warmup` seconds after the first one."""
+    pairs = json.loads((Path(data_dir) / "wc_bench" / "latency.json").read_text())
+    if not pairs:
+        return []
+    start = min(stamp for stamp, _ in pairs)
+    return [latency for stamp, latency in pairs if stamp - start >= warmup]
 
 
 def final_counts(data_dir: Path) -> dict[str, int]:

@@ -89,6 +89,9 @@ class JobConfig:
     max_spout_pending: int = 5000
     max_retries: int = 3
     batch_size: int = 1024
+    batch_delay: float = 0.005
+    """A spout round (one batch) ends after batch_size tuples or batch_delay seconds, whichever first:
+    big batches under load, a bounded wait for the first tuple of a batch."""
     tick_interval: float = 0.01
     pe_idle_timeout: float | None = 60.0
     data_dir: Path = field(default_factory=lambda: Path("esault-data"))
@@ -105,6 +108,7 @@ class JobConfig:
             _whole(o, "gc_gen0_threshold", self.gc_gen0_threshold, 1)
         _positive(o, "message_timeout", self.message_timeout)
         _positive(o, "tick_interval", self.tick_interval)
+        _positive(o, "batch_delay", self.batch_delay)
         _positive(o, "pe_idle_timeout", self.pe_idle_timeout, allow_none=True)
         for name in ("max_spout_pending", "batch_size", "max_workers"):
             value = getattr(self, name)

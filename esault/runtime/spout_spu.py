@@ -32,6 +32,7 @@ class SpoutSpuActor(SenderActor):
         conf = job.config
         self.max_pending = spec.max_pending or conf.max_spout_pending
         self.batch_size = conf.batch_size
+        self.batch_delay = conf.batch_delay
         self.max_retries = conf.max_retries
         # root -> (the batch's tracked (msg_id, key, value, tuples), time its round started); an
         # emit_batch() entry holds lists of keys and values and counts len(keys) tuples
@@ -191,12 +192,14 @@ class SpoutSpuActor(SenderActor):
 
     def _on_pump(self, msg: Pump) -> None:
         self._pumping = False
-        self._now = self.job.clock.now()
+        now = self.job.clock.now
+        started = self._now = now()
+        deadline = started + self.batch_delay
         spout = self.spout
         start = self._emits
         end = start + self.batch_size
         produced = False
-        while self._emits < end and self._can_emit():
+        while self._emits < end and self._can_emit() and (not produced or now() < deadline):
             before = self._emits
             try:
                 spout.next_tuple()

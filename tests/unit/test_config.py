@@ -145,7 +145,7 @@ def test_environ_argument_replaces_the_process_environment(monkeypatch: pytest.M
 
 
 def test_unknown_keyword_arguments_list_the_valid_settings() -> None:
-    with pytest.raises(ConfigError, match=r"arguments: unknown setting\(s\) batchsize; valid settings are: acking, batch_size"):
+    with pytest.raises(ConfigError, match=r"arguments: unknown setting\(s\) batchsize; valid settings are: acking, batch_delay, batch_size"):
         JobConfig.load(environ={}, batchsize=5)
 
 
