@@ -6,7 +6,7 @@
 The bolt does pure-Python work per tuple (no sleep, no I/O: it holds the GIL),
 so its SPUs scale only across processes. Fixed runs (elasticity off) give the
 throughput per SPU count; the elastic run starts at one SPU, offers a load of
-1.5x what one SPU sustains, and records the SPUs the latency monitor ends with
+1.3x what one SPU sustains, and records the SPUs the latency monitor ends with
 and where they run. throughput.py calls these functions and writes the figures.
 """
 

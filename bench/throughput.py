@@ -27,7 +27,7 @@ includes writing their output); the peers from "go" to their run returning
 (bench/peers.py). CPU is per process over the timed span.
 
 Then, on 2 worker processes: a CPU-bound key-grouped bolt (pure Python, no
-sleep) on 1, 2 and 4 SPUs, and one elastic SPU offered 1.5x what one SPU
+sleep) on 1, 2 and 4 SPUs, and one elastic SPU offered 1.3x what one SPU
 carries (bench/scaleout.py); end-to-end latency (spout emit to count) at 70%
 of the measured sustainable rate; memory of every process while a source
 far faster than its bolt runs for a while.
@@ -298,7 +298,7 @@ def report(path: Path, expected: collections.Counter, rounds: list[dict[str, Run
                   "| SPUs | tuples/s | vs 1 SPU |", "| ---: | ---: | ---: |"]
         lines += [f"| {n} | {v:,.0f} | {v / r[1]:.2f} |" for n, v in r.items()]
         e = scale["elastic"]
-        lines += ["", f"Elastic (monitor on, starting at 1 SPU, offered {e.offered:,.0f} tuples/s = 1.5x one SPU): "
+        lines += ["", f"Elastic (monitor on, starting at 1 SPU, offered {e.offered:,.0f} tuples/s = 1.3x one SPU): "
                       f"SPUs over time (s, SPUs) {e.timeline}; at the peak the bolt's SPUs sat on "
                       f"{scale['peak_workers']} worker process(es)."]
     if latency:
