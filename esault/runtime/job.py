@@ -65,11 +65,11 @@ class Job:
                 )
                 unit = self._start_named(f"unit-{spec.name}",
                                          lambda: UnitActor.start(spec, self.ctx, launcher, downstream))
+                self.units[spec.name] = unit  # before launching: a failed launch must stop it too
                 if not chained:
                     failed = unit.ask(LaunchSpus())
                     if isinstance(failed, Exception):
                         raise failed
-                self.units[spec.name] = unit
             self.coordinator = ReconfigurationCoordinator(topology, self.units)
             self.monitors = self._start_monitors() if config.elasticity else {}
         except Exception:
