@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import logging
 import sys
 import threading
@@ -37,15 +38,44 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--min-workers", type=int, default=1,
                      help="static cluster: start the topology once this many workers joined")
     run.add_argument("--timeout", type=float, default=None, help="give up waiting for completion after S seconds")
+    run.add_argument("--secret-key", default=os.environ.get("ESAULT_SECRET_KEY"),
+                     help="static cluster: the driver's driver.key_secret (from `esault keys generate`; "
+                          "env ESAULT_SECRET_KEY). Local clusters make fresh keys per run")
+    run.add_argument("--worker-keys", default=os.environ.get("ESAULT_WORKER_KEYS"),
+                     help="static cluster: the workers' public keys: a .key file or a folder of them "
+                          "(env ESAULT_WORKER_KEYS); only these may join")
+    run.add_argument("--client-keys", default=os.environ.get("ESAULT_CLIENT_KEYS"),
+                     help="public keys of `esault status` clients allowed to read status (env ESAULT_CLIENT_KEYS)")
+
+    status = sub.add_parser("status", help="print units, SPUs and rates of a running driver")
+    status.add_argument("address", help="the driver's HOST:PORT")
 
     worker = sub.add_parser("worker", help="start a worker process that hosts SPUs for a driver")
     worker.add_argument("--driver", required=True, help="the driver's HOST:PORT")
     worker.add_argument("--name", default=None, help="this worker's process name (default w<pid>)")
     worker.add_argument("--metrics-port", type=int, default=None, help="serve this worker's /metrics here")
     worker.add_argument("--metrics-host", default="127.0.0.1", help="address for /metrics (default 127.0.0.1)")
+    worker.add_argument("--bind-host", default="127.0.0.1",
+                        help="interface to listen on for peers (default 127.0.0.1; 0.0.0.0 for other machines)")
+    worker.add_argument("--secret-key", default=os.environ.get("ESAULT_SECRET_KEY"),
+                        help="this worker's worker-N.key_secret (env ESAULT_SECRET_KEY)")
+    worker.add_argument("--driver-key", default=os.environ.get("ESAULT_DRIVER_KEY"),
+                        help="the driver's public driver.key (env ESAULT_DRIVER_KEY)")
+    worker.add_argument("--keys-stdin", action="store_true",
+                        help="read this worker's keys from stdin (how a local driver hands out fresh ones)")
 
-    status = sub.add_parser("status", help="print units, SPUs and rates of a running driver")
-    status.add_argument("address", help="the driver's HOST:PORT")
+    status.add_argument("--secret-key", default=os.environ.get("ESAULT_CLIENT_SECRET_KEY"),
+                        help="a status client's client-N.key_secret (default: the key a local driver left for "
+                             "this user)")
+    status.add_argument("--driver-key", default=os.environ.get("ESAULT_DRIVER_KEY"), help="the driver's public driver.key")
+
+    keys = sub.add_parser("keys", help="make CurveZMQ keys for a static cluster")
+    keys_sub = keys.add_subparsers(dest="keys_command", required=True)
+    generate = keys_sub.add_parser("generate", help="write driver, worker-N and client-N key files into DIR")
+    generate.add_argument("directory", help="where to write them (created if missing; existing keys are kept)")
+    generate.add_argument("--workers", type=int, required=True, help="how many worker key pairs")
+    generate.add_argument("--clients", type=int, default=1, help="how many status client key pairs (default 1)")
+
     return parser
 
 
@@ -59,6 +89,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return _run(args)
         if args.command == "worker":
             return _worker(args)
+        if args.command == "keys":
+            return _keys(args)
         return _status(args)
     except EsaultError as exc:
         print(f"esault: error: {exc}", file=sys.stderr)
@@ -87,14 +119,13 @@ def _run(args: argparse.Namespace) -> int:
         server = start_metrics_server(config.metrics_host, config.metrics_port)
         print(f"metrics: {server.url}", file=sys.stderr)
     started = time.monotonic()
-    if args.cluster == "threads":
-        cluster_args: dict[str, Any] = {"listen": args.listen}
-    elif args.cluster == "processes":
-        cluster_args = {"workers": args.workers or config.max_workers, "listen": args.listen}
-    else:
-        if not args.listen:
-            raise ConfigError("--cluster static needs --listen HOST:PORT for the workers to join")
-        cluster_args = {"listen": args.listen}
+    if args.cluster == "static" and not args.listen:
+        raise ConfigError("--cluster static needs --listen HOST:PORT for the workers to join")
+    cluster_args: dict[str, Any] = {"listen": args.listen}
+    if args.cluster == "processes":
+        cluster_args["workers"] = args.workers or config.max_workers
+    if args.cluster == "static" or args.secret_key or args.worker_keys:
+        cluster_args["keys"] = _cluster_keys(args)
     with LocalCluster(**cluster_args) as cluster:
         if cluster.address:
             print(f"driver listening on {cluster.address}", file=sys.stderr, flush=True)
@@ -125,8 +156,37 @@ def _run(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cluster_keys(args: argparse.Namespace) -> Any:
+    """The driver's keys from files; a static cluster without them cannot let any worker in."""
+    from esault.cluster.credentials import ClusterKeys
+
+    if not (args.secret_key and args.worker_keys):
+        raise ConfigError("a static cluster needs --secret-key DIR/driver.key_secret and --worker-keys DIR "
+                          "(make them with `esault keys generate DIR --workers N`): without keys no worker "
+                          "can join")
+    return ClusterKeys.from_files(args.secret_key, args.worker_keys, args.client_keys)
+
+
+def _keys(args: argparse.Namespace) -> int:
+    from esault.transport.keys import generate_key_files
+
+    written = generate_key_files(args.directory, args.workers, args.clients)
+    print(f"wrote {len(written)} key files to {args.directory}: give driver.key_secret to the driver only, "
+          "worker-N.key_secret to worker N only, driver.key to every worker; *.key files are public")
+    return 0
+
+
 def _worker(args: argparse.Namespace) -> int:
+    from esault.cluster.credentials import WorkerKeys
     from esault.cluster.worker import run_worker
+
+    if args.keys_stdin:
+        keys = WorkerKeys.read(sys.stdin)
+    elif args.secret_key and args.driver_key:
+        keys = WorkerKeys.from_files(args.secret_key, args.driver_key)
+    else:
+        raise ConfigError("a worker needs its keys: --secret-key worker-N.key_secret and --driver-key driver.key "
+                          "(from `esault keys generate`), or --keys-stdin when a local driver spawns it")
 
     server = None
     if args.metrics_port is not None:
@@ -134,7 +194,7 @@ def _worker(args: argparse.Namespace) -> int:
 
         server = start_metrics_server(args.metrics_host, args.metrics_port)
     try:
-        return run_worker(args.driver, args.name)
+        return run_worker(args.driver, keys, args.name, args.bind_host)
     finally:
         if server is not None:
             server.stop()
@@ -143,9 +203,16 @@ def _worker(args: argparse.Namespace) -> int:
 def _status(args: argparse.Namespace) -> int:
     from esault.cluster.status import fetch_status
 
-    first = fetch_status(args.address)
+    from esault.cluster.credentials import WorkerKeys
+
+    keys = None
+    if args.secret_key or args.driver_key:
+        if not (args.secret_key and args.driver_key):
+            raise ConfigError("esault status needs both --secret-key (a client key) and --driver-key, or neither")
+        keys = WorkerKeys.from_files(args.secret_key, args.driver_key)
+    first = fetch_status(args.address, keys=keys)
     threading.Event().wait(1.0)  # two snapshots a second apart give the rates
-    reply = fetch_status(args.address)
+    reply = fetch_status(args.address, keys=keys)
     print(f"driver {args.address}: {len(reply.workers)} worker(s): {', '.join(sorted(reply.workers)) or '-'}")
     if not reply.jobs:
         print("no job running")

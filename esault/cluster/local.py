@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from esault.clock import Clock
+from esault.cluster.credentials import ClusterKeys, remove_status_keys, write_status_keys
 from esault.cluster.inprocess import InProcessLauncher
 from esault.config import JobConfig
 from esault.dsl.topology import Topology
@@ -19,19 +20,30 @@ class LocalCluster:
     N `esault worker` processes are spawned; bolt SPUs run in them, linked by pyzmq.
     A worker silent for heartbeat_timeout seconds is declared dead and its SPUs
     are replaced (then, if it was only slow, it is told to shut down).
+
+    Every socket is CurveZMQ: `keys` (default: fresh per cluster) is the
+    driver's key pair and the worker and status-client keys it admits; spawned
+    workers get fresh pairs. `esault status` finds this cluster's client key in
+    a file only this user can read (esault.cluster.credentials).
     """
 
     def __init__(self, clock: Clock | None = None, workers: int = 0, listen: str | None = None,
-                 min_workers: int = 0, join_timeout: float = 120.0, heartbeat_timeout: float = 10.0) -> None:
+                 min_workers: int = 0, join_timeout: float = 120.0, heartbeat_timeout: float = 10.0,
+                 keys: ClusterKeys | None = None, max_frame_bytes: int | None = None) -> None:
         self.clock = clock
         self.jobs: dict[str, Job] = {}
         self.postman = self.registry = self.pool = None
+        self.keys: ClusterKeys | None = None
         if workers or listen:
             from esault.cluster.postman import Postman
             from esault.cluster.processes import ClusterActor, LocalProcessPool, WorkerRegistry
 
             bind = listen if (listen or "").startswith("tcp://") else f"tcp://{listen or '127.0.0.1:0'}"
-            self.postman = Postman("driver", bind=bind)
+            self.keys = keys or ClusterKeys.fresh()
+            extra = {} if max_frame_bytes is None else {"max_frame_bytes": max_frame_bytes}
+            self.postman = Postman("driver", bind=bind, keys=self.keys.ring(), **extra)
+            if self.keys.local_client is not None:
+                write_status_keys(self.address, self.keys.local_client, self.keys.driver.public)
             self.registry = WorkerRegistry()
             self._cluster_actor = self.postman.start_and_register(
                 "cluster", lambda: ClusterActor.start(self.postman, self.registry, lambda: dict(self.jobs),
@@ -102,6 +114,8 @@ class LocalCluster:
 
     def _close_transport(self) -> None:
         if self.postman is not None:
+            if self.keys.local_client is not None:
+                remove_status_keys(self.address)
             self._cluster_actor.stop()
             self.postman.close()
             self.postman = None

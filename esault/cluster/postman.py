@@ -4,7 +4,13 @@ Local actors (Pykka refs) are registered under a name ("acker", "unit-count",
 "spu-17"); the wire codec turns a registered ref into Address(process, name)
 and an incoming Address back into a local ref or a RemoteMailbox. A message
 for a name that is still being started is held and handed over, in order,
-when the actor is registered, so nothing overtakes it.
+when the actor is registered, so nothing overtakes it; what is held is capped
+in bytes (then dropped and counted), so frames for names that never start
+cannot grow the process.
+
+Every received message passes esault.cluster.authority first: the sender is
+the identity its Curve key proves, and a message it may not send is dropped,
+counted (esault_auth_rejected_total{reason="not_permitted"}) and logged.
 """
 
 from __future__ import annotations
@@ -12,31 +18,53 @@ from __future__ import annotations
 import logging
 import socket
 import threading
-from collections import defaultdict
+import time
 from typing import Any, Callable
 
+from esault.cluster.authority import refusal
 from esault.errors import SerializationError
+from esault.metrics.registry import count_auth_rejected, count_dropped_frame
+from esault.runtime.messages import StatusRequest, WorkerHello
 from esault.transport.address import Address
-from esault.transport.endpoint import Endpoint, RemoteMailbox
+from esault.transport.endpoint import DEFAULT_MAX_FRAME_BYTES, Endpoint, RemoteMailbox
+from esault.transport.trust import Identity, KeyRing, Role
 from esault.transport.wire import WireCodec
 
 log = logging.getLogger("esault.cluster")
 
-_MAX_HELD = 100_000
+DEFAULT_HELD_BYTES = 4 * 2**20
+"""Bytes of frames held, in all, for actors not (yet) registered here."""
+HELD_MAX_AGE = 30.0
+"""Seconds after which frames held for a name that never registered may be evicted for newer ones."""
+
+
+class _Held:
+    __slots__ = ("messages", "size", "since")
+
+    def __init__(self, since: float) -> None:
+        self.messages: list[Any] = []
+        self.size = 0
+        self.since = since
 
 
 class Postman:
     """Endpoint + the registry of this process's named actors."""
 
-    def __init__(self, process: str, bind: str = "tcp://127.0.0.1:0") -> None:
+    def __init__(self, process: str, bind: str = "tcp://127.0.0.1:0", keys: KeyRing | None = None,
+                 max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES, held_bytes: int = DEFAULT_HELD_BYTES) -> None:
         self.process = process
+        self.keys = keys or KeyRing.solo(process)
         self._lock = threading.Lock()
         self._refs: dict[str, Any] = {}
         self._names: dict[str, str] = {}  # actor_urn -> name
-        self._held: dict[str, list[Any]] = defaultdict(list)
-        self.fallback: Callable[[str, Any], None] | None = None
-        codec = WireCodec(to_address=self.address_of, from_address=self.mailbox_for)
-        self.endpoint = Endpoint(process, self._deliver, bind=bind, codec=codec)
+        self._held: dict[str, _Held] = {}
+        self._held_bytes = 0
+        self._held_cap = held_bytes
+        self.refused: dict[str, int] = {}
+        """Messages dropped here, by reason ('not_permitted', 'held_full')."""
+        codec = WireCodec(to_address=self.address_of, from_address=self.mailbox_for, max_frame_bytes=max_frame_bytes)
+        self.endpoint = Endpoint(process, self._deliver, bind=bind, keys=self.keys, codec=codec,
+                                 max_frame_bytes=max_frame_bytes)
 
     @property
     def address(self) -> str:
@@ -51,8 +79,7 @@ class Postman:
     def register(self, name: str, ref: Any) -> None:
         """Name a local actor; messages held for it are told first, in arrival order."""
         with self._lock:
-            for message in self._held.pop(name, ()):
-                ref.tell(message)
+            self._release_held(name, ref)
             self._refs[name] = ref
             self._names[ref.actor_urn] = name
 
@@ -60,11 +87,28 @@ class Postman:
         """Start an actor and register it atomically with deliveries (no message can overtake)."""
         with self._lock:
             ref = start()
-            for message in self._held.pop(name, ()):
-                ref.tell(message)
+            self._release_held(name, ref)
             self._refs[name] = ref
             self._names[ref.actor_urn] = name
             return ref
+
+    def admit_peer(self, process: str, address: str, public_key: str | bytes, role: Role = Role.WORKER) -> None:
+        """Let `process` (Curve key `public_key`) in and connect to it at `address`."""
+        self.keys.admit(public_key, role, process)
+        self.connect(process, address)
+
+    @property
+    def held_bytes(self) -> int:
+        """Bytes of frames held now for actors not registered here (at most the cap)."""
+        with self._lock:
+            return self._held_bytes
+
+    def _release_held(self, name: str, ref: Any) -> None:
+        held = self._held.pop(name, None)
+        if held is not None:
+            self._held_bytes -= held.size
+            for message in held.messages:
+                ref.tell(message)
 
     def unregister(self, name: str) -> None:
         with self._lock:
@@ -105,25 +149,78 @@ class Postman:
             return _LocalName(self, address.actor)
         return self.endpoint.mailbox(address)
 
-    def _deliver(self, actor: str, message: Any) -> None:
-        """Runs on the endpoint's I/O thread: hand over, never block."""
+    def _deliver(self, actor: str, message: Any, sender: Identity | None = None, size: int = 0) -> None:
+        """Runs on the endpoint's I/O thread: check the sender's authority, hand over, never block.
+
+        `sender` is None only for a message of this process (a _LocalName's tell).
+        """
+        if sender is not None:
+            why = refusal(sender, actor, message)
+            if why is None and sender.role is not Role.DRIVER:
+                claimed = _claimed_name(message)  # a hello or status request names its sender: bind it to the key
+                if claimed is not None and claimed != sender.name:
+                    why = self.keys.bind(claimed, sender.key)
+            if why is not None:
+                self._refuse("not_permitted", f"{type(message).__name__} to {actor!r} from "
+                                              f"{sender.name or sender.role.value} ({sender.key[:8]}...): {why}")
+                return
         with self._lock:
             ref = self._refs.get(actor)
             if ref is None:
-                held = self._held[actor]
-                if len(held) >= _MAX_HELD:
-                    log.error("process %r: dropping a %s for unknown actor %r (%d held)", self.process,
-                              type(message).__name__, actor, len(held))
-                    return
-                held.append(message)
+                self._hold(actor, message, size)
                 return
         try:
             ref.tell(message)
         except Exception as exc:  # the actor stopped meanwhile
             log.warning("process %r: %s for %r not delivered: %r", self.process, type(message).__name__, actor, exc)
 
+    def _hold(self, actor: str, message: Any, size: int) -> None:
+        """Keep `message` until `actor` registers, within the byte cap (lock held)."""
+        size = max(size, 64)  # a held message costs at least its bookkeeping
+        if self._held_bytes + size > self._held_cap:
+            self._evict_stale(time.monotonic() - HELD_MAX_AGE)
+        if self._held_bytes + size > self._held_cap:
+            self.refused["held_full"] = self.refused.get("held_full", 0) + 1
+            count_dropped_frame("held_full")
+            if self.refused["held_full"] == 1:
+                log.warning("process %r: dropping a %s for actor %r, not registered here: %d bytes are held for "
+                            "such actors (the cap); further drops are only counted", self.process,
+                            type(message).__name__, actor, self._held_bytes)
+            return
+        held = self._held.get(actor)
+        if held is None:
+            held = self._held[actor] = _Held(time.monotonic())
+        held.messages.append(message)
+        held.size += size
+        self._held_bytes += size
+
+    def _evict_stale(self, before: float) -> None:
+        for name in [n for n, h in self._held.items() if h.since < before]:
+            held = self._held.pop(name)
+            self._held_bytes -= held.size
+            self.refused["held_full"] = self.refused.get("held_full", 0) + len(held.messages)
+            for _ in held.messages:
+                count_dropped_frame("held_full")
+
+    def _refuse(self, reason: str, detail: str) -> None:
+        with self._lock:
+            self.refused[reason] = self.refused.get(reason, 0) + 1
+            first = self.refused[reason] == 1
+        count_auth_rejected(reason)
+        (log.warning if first else log.debug)("process %r refused %s", self.process, detail)
+
     def close(self) -> None:
         self.endpoint.close()
+
+
+def _claimed_name(message: Any) -> str | None:
+    """The process name a joining message claims for its sender (its key gets bound to it)."""
+    kind = type(message)
+    if kind is WorkerHello:
+        return message.process
+    if kind is StatusRequest:
+        return getattr(getattr(message.reply_to, "address", None), "process", None)
+    return None
 
 
 class _LocalName:
@@ -137,7 +234,7 @@ class _LocalName:
         self.address = Address(postman.process, name)
 
     def tell(self, message: Any) -> None:
-        self._postman._deliver(self.name, message)
+        self._postman._deliver(self.name, message, None, 0)
 
     @property
     def actor_urn(self) -> str:

@@ -30,9 +30,12 @@ from esault.metrics import registry as metrics
 from esault.metrics.stats import SpuStats
 from esault.runtime.context import JobContext
 from esault.runtime.messages import (
-    PeerAddresses, Shutdown, SpuConfig, SpuStarted, SpuStopped, StartSpu, StatusReply, StatusRequest, StopSpu, Tick,
-    WorkerHeartbeat, WorkerHello,
+    PeerAddresses, Shutdown, SpuConfig, SpuStarted, SpuStopped, StartSpu, StatusReply, StatusRequest, StopSpu,
+    SubmitJob, Tick, WorkerHeartbeat, WorkerHello,
 )
+from esault.cluster.credentials import WorkerKeys
+from esault.transport.keys import KeyPair
+from esault.transport.trust import Role
 from esault.cluster.worker import HEARTBEAT_INTERVAL
 from esault.runtime.ticker import Ticker
 from esault.transport.endpoint import RemoteMailbox
@@ -191,7 +194,10 @@ class ClusterActor(pykka.ThreadingActor):
                 self.registry.pids[message.process] = message.pid
                 self.hearts.beat(message.process)
                 metrics.set_workers(len(self.registry.workers))
-                peers = {"driver": self.postman.address, **self.registry.workers}
+                # Every process's address and key: a worker admits exactly these keys besides the driver's.
+                keys = self.postman.keys
+                peers = {name: (address, (keys.key_of(name) or b"").decode())
+                         for name, address in {"driver": self.postman.address, **self.registry.workers}.items()}
                 for worker in self.registry.workers:
                     self.postman.send(worker, "host", PeerAddresses(peers))
                 log.info("worker %s (pid %d) joined from %s", message.process, message.pid, message.address)
@@ -223,6 +229,7 @@ class ProcessLauncher:
         self.stop_timeout = stop_timeout
         self._requests = itertools.count(1)
         self._where: dict[int, str] = {}
+        self._submitted: set[str] = set()  # workers that got this job's SubmitJob
 
     def start_spu(self, spec: UnitSpec, cfg: SpuConfig, job: JobContext) -> Any:
         if spec.where == "driver":
@@ -232,7 +239,10 @@ class ProcessLauncher:
         self.registry.placed(worker, cfg.spu_id)
         self._where[cfg.spu_id] = worker
         self.registry.expect_start(cfg.spu_id)
-        self.postman.send(worker, "host", StartSpu(job.name, unit_to_wire(spec), config_to_wire(job.config), cfg))
+        if worker not in self._submitted:  # the job's units, once per worker, before its first StartSpu
+            self.postman.send(worker, "host", self._submission(spec, job))
+            self._submitted.add(worker)
+        self.postman.send(worker, "host", StartSpu(job.name, spec.name, cfg))
         answer = self.registry.wait_started(cfg.spu_id, self.start_timeout)
         if answer is None or answer.error:
             self.registry.removed(worker, cfg.spu_id)
@@ -240,6 +250,14 @@ class ProcessLauncher:
             why = answer.error if answer else f"no answer within {self.start_timeout}s (is the worker alive?)"
             raise TopologyError(f"unit {spec.name!r} cannot start on worker {worker}: {why}")
         return self.postman.remote(worker, f"spu-{cfg.spu_id}")
+
+    @staticmethod
+    def _submission(spec: UnitSpec, job: JobContext) -> SubmitJob:
+        """Every unit of the job that has SPUs of its own (chained ones travel inside their head)."""
+        topology = job.topology
+        units = {u.name: u for u in topology.units if not topology.chained(u.name)}
+        units[spec.name] = spec
+        return SubmitJob(job.name, [unit_to_wire(u) for u in units.values()], config_to_wire(job.config))
 
     def stop_spu(self, mailbox: Any, block: bool) -> None:
         if not isinstance(mailbox, RemoteMailbox):
@@ -276,11 +294,21 @@ class LocalProcessPool:
         self.registry = registry
         driver = self.postman.address.replace("tcp://", "")
         env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}
-        self.processes = [
-            subprocess.Popen([sys.executable, "-m", "esault.cli", "worker", "--driver", driver,
-                              "--name", f"w{i + 1}"], env=env)
-            for i in range(count)
-        ]
+        driver_key = postman.keys.own.public
+        self.processes = []
+        for i in range(count):
+            # A fresh key pair per worker, handed over on its stdin: only this driver knows it.
+            pair = KeyPair.generate()
+            postman.keys.admit(pair.public, Role.WORKER)
+            process = subprocess.Popen([sys.executable, "-m", "esault.cli", "worker", "--driver", driver,
+                                        "--name", f"w{i + 1}", "--keys-stdin"], env=env, stdin=subprocess.PIPE,
+                                       text=True)
+            try:
+                process.stdin.write(WorkerKeys(pair, driver_key).to_json() + "\n")
+                process.stdin.close()
+            except OSError:  # it died at once; the join wait below reports it
+                pass
+            self.processes.append(process)
         if not registry.wait_for(count, join_timeout):
             self.shutdown()
             raise ResourceError(

@@ -6,7 +6,9 @@ import itertools
 import os
 import threading
 
+from esault.cluster.credentials import WorkerKeys, read_status_keys, status_key_file
 from esault.cluster.postman import Postman
+from esault.transport.trust import KeyRing, Role
 from esault.errors import ConfigError
 from esault.runtime.messages import StatusReply, StatusRequest
 
@@ -28,11 +30,23 @@ class _Inbox:
             self.arrived.set()
 
 
-def fetch_status(address: str, timeout: float = 10.0) -> StatusReply:
-    """The driver's StatusReply, or ConfigError saying that nothing answered at `address`."""
+def fetch_status(address: str, timeout: float = 10.0, keys: WorkerKeys | None = None) -> StatusReply:
+    """The driver's StatusReply, or ConfigError saying that nothing answered at `address`.
+
+    `keys`: a status client's key pair (as `own`) and the driver's public key;
+    default: the ones a local driver at `address` left for this user.
+    """
     if ":" not in address:
         raise ConfigError(f"esault status needs the driver's HOST:PORT, got {address!r}")
-    postman = Postman(f"status-{os.getpid()}-{next(_calls)}")
+    keys = keys or read_status_keys(address)
+    if keys is None:
+        raise ConfigError(f"no status key for the driver at {address}: a driver started by this user on this "
+                          f"machine leaves one in {status_key_file(address)}; for a static cluster pass "
+                          "--secret-key client-N.key_secret --driver-key driver.key (from `esault keys generate`)")
+    name = f"status-{os.getpid()}-{next(_calls)}"
+    ring = KeyRing(keys.own, name, Role.CLIENT)
+    ring.admit(keys.driver, Role.DRIVER, "driver")
+    postman = Postman(name, keys=ring)
     inbox = _Inbox()
     postman.register("status", inbox)
     try:
@@ -40,7 +54,7 @@ def fetch_status(address: str, timeout: float = 10.0) -> StatusReply:
         postman.send("driver", "cluster", StatusRequest(1, inbox, postman.address), timeout=timeout)
         if not inbox.arrived.wait(timeout):
             raise ConfigError(f"no esault driver answered at {address} within {timeout}s; is `esault run` running "
-                              "there with --listen?")
+                              "there with --listen, and does it admit this client's key?")
         return inbox.reply
     except TimeoutError:
         raise ConfigError(f"could not reach an esault driver at {address}") from None

@@ -1,4 +1,9 @@
-"""A UnitSpec and JobConfig as plain data, so a worker can rebuild them (classes by import path)."""
+"""A UnitSpec and JobConfig as plain data, so a worker can rebuild them (classes by import path).
+
+Only a worker's host calls unit_from_wire, and only for a SubmitJob of the
+authenticated driver (esault.cluster.authority); the class it resolves must be
+a Spout or Bolt subclass, so no frame can make a worker call anything else.
+"""
 
 from __future__ import annotations
 
@@ -11,6 +16,8 @@ from pathlib import Path
 from typing import Any
 
 from esault.config import ElasticityConfig, JobConfig
+from esault.dsl.bolt import Bolt
+from esault.dsl.spout import Spout
 from esault.dsl.topology import Grouping, InputSpec, UnitSpec
 from esault.errors import TopologyError
 
@@ -60,6 +67,13 @@ def unit_from_wire(data: dict[str, Any]) -> UnitSpec:
             f"worker cannot import {data['module']}:{data['qualname']} for unit {data['name']!r} ({exc}); "
             "the topology's modules must be importable on every worker (same files or package installed)"
         ) from None
+    base = Spout if data["is_spout"] else Bolt
+    if not (inspect.isclass(obj) and issubclass(obj, base)):
+        raise TopologyError(
+            f"worker resolved {data['module']}:{data['qualname']} for unit {data['name']!r}, but it is "
+            f"{obj!r}, not a subclass of esault.{base.__name__}; the worker's copy of the module differs "
+            "from the driver's: install the same version everywhere"
+        )
     return UnitSpec(
         name=data["name"], cls=obj, parallelism=data["parallelism"], is_spout=data["is_spout"],
         params=dict(data["params"]), inputs=tuple(InputSpec(s, Grouping(g)) for s, g in data["inputs"]),

@@ -22,15 +22,21 @@ from esault.metrics.stats import STATS
 from esault.runtime.bolt_spu import BoltSpuActor
 from esault.runtime.spout_spu import SpoutSpuActor
 from esault.runtime.context import JobContext
+from esault.dsl.topology import UnitSpec
 from esault.runtime.messages import (
-    PeerAddresses, Shutdown, SpuStarted, SpuStopped, StartSpu, StopSpu, WorkerHeartbeat, WorkerHello,
+    PeerAddresses, Shutdown, SpuStarted, SpuStopped, StartSpu, StopSpu, SubmitJob, WorkerHeartbeat, WorkerHello,
 )
+from esault.cluster.credentials import WorkerKeys
 from esault.runtime.ticker import Ticker
 
 log = logging.getLogger("esault.worker")
 
 HEARTBEAT_INTERVAL = 0.2
 DRIVER = "driver"
+
+
+class _Unbuildable(Exception):
+    """A unit of a submitted job that this worker could not build; the message is the cause."""
 
 
 class HostActor(pykka.ThreadingActor):
@@ -43,19 +49,24 @@ class HostActor(pykka.ThreadingActor):
         self.jobs: dict[str, JobContext] = {}
         self.spus: dict[int, Any] = {}
         self.topology_of: dict[int, str] = {}
+        self.submitted: dict[str, tuple[dict[str, UnitSpec | str], dict[str, Any]]] = {}
+        """topology -> (unit name -> its spec, or why it cannot be built here; the job's config)."""
         self.ticker = Ticker(SystemClock(), 0.01)
         self.ticker.start()
 
     def on_receive(self, message: Any) -> Any:
         try:
             kind = type(message)
-            if kind is StartSpu:
+            if kind is SubmitJob:
+                self._submit(message)
+            elif kind is StartSpu:
                 self._start(message)
             elif kind is StopSpu:
                 self._stop_spu(message)
             elif kind is PeerAddresses:
-                for process, address in message.peers.items():
-                    self.postman.connect(process, address)
+                for process, (address, public_key) in message.peers.items():
+                    if process not in (self.postman.process, DRIVER):  # the driver's key came with our own
+                        self.postman.admit_peer(process, address, public_key)
             elif kind is Shutdown:
                 for spu_id in list(self.spus):
                     self._stop_spu(StopSpu(spu_id, 0), reply=False)
@@ -68,10 +79,21 @@ class HostActor(pykka.ThreadingActor):
     def on_stop(self) -> None:
         self.ticker.stop()
 
-    def _job(self, message: StartSpu) -> JobContext:
+    def _submit(self, message: SubmitJob) -> None:
+        """Resolve the job's unit classes once; a unit that cannot be built keeps its reason for StartSpu."""
+        units: dict[str, UnitSpec | str] = {}
+        for data in message.units:
+            name = str(data.get("name"))
+            try:
+                units[name] = unit_from_wire(data)
+            except Exception as exc:  # noqa: BLE001 - reported when an SPU of it is to start
+                units[name] = f"{type(exc).__name__}: {exc}"
+        self.submitted[message.topology] = (units, message.config)
+
+    def _job(self, message: StartSpu, config_data: dict[str, Any]) -> JobContext:
         job = self.jobs.get(message.topology)
         if job is None:
-            config = config_from_wire(message.config)
+            config = config_from_wire(config_data)
             data_dir = config.data_dir / message.topology
             data_dir.mkdir(parents=True, exist_ok=True)
             job = JobContext(Topology(message.topology, ()), config, SystemClock(), data_dir,
@@ -84,16 +106,21 @@ class HostActor(pykka.ThreadingActor):
         """Start the SPU and tell the driver whether it runs: a unit that cannot start fails the job at once."""
         spu_id = message.spu.spu_id
         try:
-            spec = unit_from_wire(message.unit)
-            job = self._job(message)
+            units, config = self.submitted.get(message.topology, ({}, {}))
+            spec = units.get(message.unit)
+            if spec is None:
+                raise LookupError(f"no unit {message.unit!r} of a submitted job {message.topology!r} here")
+            if isinstance(spec, str):
+                raise _Unbuildable(spec)
+            job = self._job(message, config)
             self.topology_of[spu_id] = message.topology
             self.spus[spu_id] = self.postman.start_and_register(
                 f"spu-{spu_id}",
                 lambda: (SpoutSpuActor if spec.is_spout else BoltSpuActor).start(message.spu, spec, job))
         except Exception as exc:
-            log.error("worker %s cannot start SPU %d of %r: %s", self.postman.process, spu_id,
-                      message.unit.get("name"), exc)
-            self.postman.send(DRIVER, "cluster", SpuStarted(spu_id, os.getpid(), f"{type(exc).__name__}: {exc}"))
+            log.error("worker %s cannot start SPU %d of %r: %s", self.postman.process, spu_id, message.unit, exc)
+            why = str(exc) if isinstance(exc, _Unbuildable) else f"{type(exc).__name__}: {exc}"
+            self.postman.send(DRIVER, "cluster", SpuStarted(spu_id, os.getpid(), why))
             return
         self.postman.send(DRIVER, "cluster", SpuStarted(spu_id, os.getpid(), ""))
 
@@ -115,17 +142,18 @@ class HostActor(pykka.ThreadingActor):
             self.postman.send(DRIVER, "cluster", SpuStopped(message.spu_id, message.request_id))
 
 
-def run_worker(driver: str, name: str | None = None, bind_host: str | None = None) -> int:
+def run_worker(driver: str, keys: WorkerKeys, name: str | None = None, bind_host: str = "127.0.0.1",
+               max_frame_bytes: int | None = None) -> int:
     """Join the driver at HOST:PORT and host SPUs until it says Shutdown (or the process is killed).
 
-    A worker of a driver on this machine listens on loopback; otherwise on every
-    interface, advertised under this host's name.
+    Listens on `bind_host` (loopback unless told otherwise; 0.0.0.0 is
+    advertised under this host's name). Accepts connections only from the
+    driver's key and the peers' keys the driver announces, and commands only
+    from the driver.
     """
     name = name or f"w{os.getpid()}"
-    if bind_host is None:
-        host = driver.replace("tcp://", "").rsplit(":", 1)[0]
-        bind_host = "127.0.0.1" if host in ("127.0.0.1", "localhost") else "0.0.0.0"
-    postman = Postman(name, bind=f"tcp://{bind_host}:0")
+    extra = {} if max_frame_bytes is None else {"max_frame_bytes": max_frame_bytes}
+    postman = Postman(name, bind=f"tcp://{bind_host}:0", keys=keys.ring(name), **extra)
     done = threading.Event()
     host = postman.start_and_register("host", lambda: HostActor.start(postman, done))
     postman.connect(DRIVER, driver if driver.startswith("tcp://") else f"tcp://{driver}")

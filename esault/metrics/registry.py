@@ -68,7 +68,8 @@ SPU_COUNTERS: Final = (
     SpuMetric("esault_dead_letters_total", "dead_letters",
               "Tuples given up on after max_retries and written to the dead-letter store."),
 )
-"""Counters, labelled topology/unit/spu. Retired SPUs keep their final counts."""
+"""Counters, labelled topology/unit/spu, for live SPUs only: a retired SPU's series end when it
+stops (its counts live on in its unit's retired total, esault.metrics.stats.StatsRegistry.totals)."""
 
 SPU_GAUGES: Final = (
     SpuMetric("esault_pes", "pes", "Processing elements (one per live key group) in the SPU."),
@@ -112,6 +113,13 @@ WORKERS: Final = Gauge(
 FRAMES_DROPPED: Final = Counter(
     "esault_frames_dropped_total",
     "Malformed or undeliverable frames dropped by the transport, by reason.",
+    labelnames=("reason",),
+    registry=REGISTRY,
+)
+AUTH_REJECTED: Final = Counter(
+    "esault_auth_rejected_total",
+    "Connections or messages refused for their key, by reason (no_curve, unknown_key, handshake, "
+    "not_permitted).",
     labelnames=("reason",),
     registry=REGISTRY,
 )
@@ -162,7 +170,7 @@ def exposed_sample_names() -> frozenset[str]:
     """
     names: set[str] = set()
     for metric in (PROBE_LATENCY, TUPLE_LATENCY, SCALING_EVENTS, WORKERS,
-                   FRAMES_DROPPED, UNKNOWN_MESSAGES):
+                   FRAMES_DROPPED, AUTH_REJECTED, UNKNOWN_MESSAGES):
         for family in metric.describe():
             names.update(_sample_names(family.name, family.type))
     for spu_metric in SPU_COUNTERS:
@@ -185,6 +193,18 @@ def _seconds(value: float) -> float:
 def observe_probe_latency(topology: str, unit: str, spu: int, seconds: float) -> None:
     """Record one probe's round trip through SPU ``spu`` of ``unit`` (monitor actor)."""
     PROBE_LATENCY.labels(topology, unit, str(spu)).observe(_seconds(seconds))
+
+
+def forget_probe_latency(topology: str, unit: str, spu: int) -> None:
+    """Drop the probe histogram of an SPU that left ``unit`` (monitor actor, after a merge or at stop).
+
+    Keeps the ``spu`` label of esault_probe_latency_seconds to live SPUs; a no-op
+    for an SPU that was never probed.
+    """
+    try:
+        PROBE_LATENCY.remove(topology, unit, str(spu))
+    except KeyError:
+        pass
 
 
 def observe_tuple_latency(topology: str, unit: str, seconds: float) -> None:
@@ -222,6 +242,11 @@ def set_workers(n: int) -> None:
 def count_dropped_frame(reason: str) -> None:
     """Count one dropped frame; ``reason`` is a short fixed word (e.g. 'decode', 'unknown_type')."""
     FRAMES_DROPPED.labels(reason).inc()
+
+
+def count_auth_rejected(reason: str) -> None:
+    """Count one connection or message refused for its key; ``reason`` is a short fixed word."""
+    AUTH_REJECTED.labels(reason).inc()
 
 
 def count_unknown_message(actor: str) -> None:

@@ -296,18 +296,18 @@ class WorkerHello:
 
 @dataclass(frozen=True, slots=True)
 class PeerAddresses:
-    """driver cluster -> worker host: how to reach every process of the cluster."""
+    """driver cluster -> worker host: how to reach every process of the cluster, and its Curve
+    public key (the worker admits exactly these keys besides the driver's)."""
 
-    peers: dict[str, str]
+    peers: dict[str, tuple[str, str]]
 
 
 @dataclass(frozen=True, slots=True)
 class StartSpu:
-    """driver launcher -> worker host: start SPU `spu.spu_id` of the described unit."""
+    """driver launcher -> worker host: start SPU `spu.spu_id` of unit `unit` of the submitted job."""
 
     topology: str
-    unit: dict[str, Any]
-    config: dict[str, Any]
+    unit: str
     spu: SpuConfig
 
 
@@ -391,3 +391,16 @@ class SpuStarted:
     spu_id: int
     pid: int
     error: str
+
+
+@dataclass(frozen=True, slots=True)
+class SubmitJob:
+    """driver launcher -> worker host: the job's units and config, sent before its first StartSpu.
+
+    The worker resolves each unit's class once, here, and only from this
+    message of the authenticated driver; StartSpu names units, never classes.
+    """
+
+    topology: str
+    units: list[dict[str, Any]]
+    config: dict[str, Any]

@@ -43,7 +43,8 @@ def _ext_hook(code: int, data: bytes) -> Any:
 
 
 def _unpack(data: bytes) -> Any:
-    return msgpack.unpackb(data, raw=False, use_list=True, ext_hook=_ext_hook, strict_map_key=False)
+    return msgpack.unpackb(data, raw=False, use_list=True, ext_hook=_ext_hook, strict_map_key=False,
+                           **unpack_limits(len(data)))
 
 
 def check_serialisable(value: Any) -> None:
@@ -92,3 +93,14 @@ def decode(data: bytes) -> Any:
         return _unpack(data)
     except (msgpack.UnpackException, ValueError, TypeError) as exc:
         raise FrameError(f"malformed msgpack frame ({len(data)} bytes): {exc}") from None
+
+
+MAX_ARRAY_ITEMS = 1 << 22
+"""Most items one msgpack array (or map) in a received frame may declare: far above a data batch."""
+
+
+def unpack_limits(size: int) -> dict[str, int]:
+    """Explicit msgpack limits for decoding `size` bytes: nothing may declare more than the bytes
+    that carry it, and no array or map more than MAX_ARRAY_ITEMS items."""
+    return {"max_str_len": size, "max_bin_len": size, "max_ext_len": size,
+            "max_array_len": min(size, MAX_ARRAY_ITEMS), "max_map_len": min(size // 2, MAX_ARRAY_ITEMS)}

@@ -12,7 +12,8 @@ Frames. A peer's DEALER sends the multipart message ``[actor, frame]``
 (actor: the destination actor's name in UTF-8; frame: `WireCodec.encode`);
 the DEALER's routing id is the sender's process name. The receiving ROUTER
 sees ``[routing id, actor, frame]``, decodes the frame and calls
-``deliver(actor, message)`` in the I/O thread. Anything malformed is dropped,
+``deliver(actor, message, sender, size)`` in the I/O thread (`sender`: the
+Identity the connection's Curve key proved; `size`: the frame's bytes). Anything malformed is dropped,
 counted (esault_frames_dropped_total{reason}) and logged once per reason.
 
 Guarantees. Per destination process, frames leave in the order `send`
@@ -41,11 +42,14 @@ from collections.abc import Callable
 from typing import Any, Self
 
 import zmq
+from zmq.auth.thread import ThreadAuthenticator
+from zmq.utils.monitor import parse_monitor_message
 
 from esault.errors import ConfigError, FrameError, SerializationError
-from esault.metrics.registry import count_dropped_frame
+from esault.metrics.registry import count_auth_rejected, count_dropped_frame
 from esault.transport.address import MAX_PROCESS_NAME_BYTES, Address
 from esault.transport.frames import DATA_FRAME_PREFIX, EncodedFrame
+from esault.transport.trust import Identity, KeyRing, Role
 from esault.transport.wire import WireCodec, frame_error_reason
 
 __all__ = ["ENDPOINT_DROP_REASONS", "Endpoint", "RemoteMailbox"]
@@ -58,10 +62,19 @@ ENDPOINT_DROP_REASONS: tuple[str, ...] = (
     "disconnected",  # frames still queued for a peer when disconnect() was called
     "connect_failed",  # the DEALER to a peer could not be created or connected
     "closed",  # frames still queued when close()'s linger ran out
+    "unauthenticated",  # the sender's key is no longer admitted (revoked after it connected)
+    "impersonation",  # the sender's routing id is not the process name bound to its key
 )
 """Drop reasons the endpoint adds to the decode reasons of wire.FRAME_ERROR_REASONS."""
 
 _RECV_BATCH = 256  # frames read per poll round before outgoing frames get a turn
+DEFAULT_MAX_FRAME_BYTES = 16 * 2**20
+"""Frames above this are refused by senders and cut off by receivers (zmq MAXMSGSIZE)."""
+_HANDSHAKE_FAILURES = {
+    zmq.EVENT_HANDSHAKE_FAILED_NO_DETAIL: "handshake",
+    zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL: "no_curve",  # e.g. a peer without keys (NULL mechanism)
+    zmq.EVENT_HANDSHAKE_FAILED_AUTH: "unknown_key",  # Curve, but ZAP refused its key (or a wrong server key)
+}
 _WAKE_IDS = itertools.count()
 _TRANSPORTS = ("tcp://", "ipc://", "inproc://")
 
@@ -111,10 +124,15 @@ class _Peer:
 class Endpoint:
     """The transport of one process: bound for incoming frames, connected on demand to peers.
 
-    `deliver(actor_name, message)` runs in the I/O thread for every good frame,
+    `deliver(actor_name, message, sender, size)` runs in the I/O thread for every good frame,
     in arrival order; it should hand the message on (an actor's tell) and not
     block for long, since it holds up all incoming and outgoing traffic of
     this process.
+    `keys` is this process's Curve identity and the keys it admits: the
+    ROUTER is a CurveZMQ server that a ZAP handler asks about every client key,
+    and every DEALER authenticates the peer it connects to by the key bound to
+    its name (default: a fresh key pair admitting only itself). `deliver` gets
+    the sender's `Identity` from the connection's key, never from the frame.
     `codec` maps mailboxes to addresses and back (default: Address in, Address
     out). `queue_size` bounds the frames waiting in the endpoint per peer,
     `hwm` the zmq queues per connection, `socket_buffer` (bytes, optional) the
@@ -124,20 +142,22 @@ class Endpoint:
     def __init__(
         self,
         process_name: str,
-        deliver: Callable[[str, Any], None],
+        deliver: Callable[[str, Any, Identity, int], None],
         *,
         bind: str = "tcp://127.0.0.1:0",
+        keys: KeyRing | None = None,
         codec: WireCodec | None = None,
         queue_size: int = 1024,
         queue_bytes: int = 64 * 2**20,
         hwm: int = 1000,
         socket_buffer: int | None = None,
-        max_frame_bytes: int = 256 * 2**20,
+        max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES,
         linger: float = 1.0,
     ) -> None:
         _check_name(process_name)
         if not callable(deliver):
-            raise ConfigError(f"Endpoint({process_name!r}): deliver must be callable(actor_name, message), got {deliver!r}")
+            raise ConfigError(f"Endpoint({process_name!r}): deliver must be callable(actor_name, message, sender, size), "
+                              f"got {deliver!r}")
         for name, value, low in (("queue_size", queue_size, 1), ("queue_bytes", queue_bytes, 1), ("hwm", hwm, 1),
                                  ("max_frame_bytes", max_frame_bytes, 1)):
             if type(value) is not int or value < low:
@@ -148,8 +168,9 @@ class Endpoint:
         if not isinstance(linger, (int, float)) or linger < 0:
             raise ConfigError(f"Endpoint({process_name!r}): linger must be seconds >= 0, got {linger!r}")
         self.process = process_name
+        self.keys = keys or KeyRing.solo(process_name)
         self._deliver = deliver
-        self._codec = codec or WireCodec()
+        self._codec = codec or WireCodec(max_frame_bytes=max_frame_bytes)
         self._queue_size = queue_size
         self._queue_bytes = queue_bytes
         self._hwm = hwm
@@ -166,8 +187,16 @@ class Endpoint:
         self._logged: set[str] = set()
 
         self._ctx = zmq.Context()
+        self._auth: ThreadAuthenticator | None = None
         try:
+            # ZAP first: a CURVE server with no handler on its context would admit any client key.
+            self._auth = ThreadAuthenticator(self._ctx, log=logging.getLogger("esault.transport.zap"))
+            self._auth.start()
+            self._auth.configure_curve_callback("*", credentials_provider=_ZapCheck(self.keys, process_name))
             self._router = self._ctx.socket(zmq.ROUTER)
+            self._router.curve_server = True
+            self._router.curve_secretkey = self.keys.own.secret
+            self._router.curve_publickey = self.keys.own.public
             self._router.setsockopt(zmq.LINGER, 0)
             self._router.setsockopt(zmq.RCVHWM, hwm)
             self._router.setsockopt(zmq.ROUTER_HANDOVER, 1)
@@ -183,12 +212,17 @@ class Endpoint:
                 ) from None
             self.address: str = self._router.getsockopt(zmq.LAST_ENDPOINT).decode()
             """The address peers connect to, with the real port (e.g. 'tcp://127.0.0.1:41234')."""
+            self._monitor = self._router.get_monitor_socket(
+                zmq.EVENT_HANDSHAKE_FAILED_NO_DETAIL | zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL
+                | zmq.EVENT_HANDSHAKE_FAILED_AUTH)
             wake = f"inproc://esault-endpoint-wake-{next(_WAKE_IDS)}"
             self._wake_in = self._ctx.socket(zmq.PAIR)
             self._wake_in.bind(wake)
             self._wake_out = self._ctx.socket(zmq.PAIR)
             self._wake_out.connect(wake)
         except BaseException:
+            if self._auth is not None:
+                self._auth.stop()
             self._ctx.destroy(linger=0)
             raise
         self._peers[process_name] = _Peer(process_name, self.address, self._lock)
@@ -362,6 +396,7 @@ class Endpoint:
         self._poller = zmq.Poller()
         self._poller.register(self._router, zmq.POLLIN)
         self._poller.register(self._wake_in, zmq.POLLIN)
+        self._poller.register(self._monitor, zmq.POLLIN)
         self._watching: set[_Peer] = set()  # peers whose DEALER is polled for POLLOUT
         dealers: dict[_Peer, zmq.Socket] = {}
         pending: dict[_Peer, deque[tuple[bytes, bytes]]] = {}
@@ -389,6 +424,8 @@ class Endpoint:
                         self._watching.discard(peer)
                 if self._router in events:
                     self._receive()
+                if self._monitor in events:
+                    self._count_handshake_failures()
         except Exception:
             log.exception("endpoint %r: the I/O thread failed; closing the endpoint", self.process)
             with self._lock:
@@ -444,6 +481,14 @@ class Endpoint:
             sock.setsockopt(zmq.SNDHWM, self._hwm)
             sock.setsockopt(zmq.RCVHWM, self._hwm)
             sock.setsockopt(zmq.ROUTING_ID, self.process.encode("utf-8"))
+            server_key = self.keys.key_of(peer.name)
+            if server_key is None:
+                raise zmq.ZMQError(msg=f"no public key is known for process {peer.name!r}, so its identity "
+                                       "cannot be checked (the driver announces its peers' keys)")
+            sock.curve_secretkey = self.keys.own.secret
+            sock.curve_publickey = self.keys.own.public
+            sock.curve_serverkey = server_key
+            sock.setsockopt(zmq.MAXMSGSIZE, self._max_frame_bytes)
             if self._socket_buffer is not None:
                 sock.setsockopt(zmq.SNDBUF, self._socket_buffer)
             sock.connect(peer.address)
@@ -490,13 +535,40 @@ class Endpoint:
     def _receive(self) -> None:
         for _ in range(_RECV_BATCH):
             try:
-                parts = self._router.recv_multipart(zmq.NOBLOCK)
+                frames = self._router.recv_multipart(zmq.NOBLOCK, copy=False)
             except zmq.Again:
                 return
-            self._handle(parts)
+            try:  # the key the connection authenticated with (ZAP's User-Id): the only source of authority
+                user = frames[-1].get("User-Id")
+            except zmq.ZMQError:
+                user = ""
+            self._handle([f.bytes for f in frames], user)
 
-    def _handle(self, parts: list[bytes]) -> None:
+    def _count_handshake_failures(self) -> None:
+        """A peer that failed the Curve handshake (no keys, or a key not admitted): counted and logged."""
+        while True:
+            try:
+                event = parse_monitor_message(self._monitor.recv_multipart(zmq.NOBLOCK))
+            except zmq.Again:
+                return
+            except Exception:  # noqa: BLE001 - a monitor message we cannot parse is not worth the I/O thread
+                return
+            reason = _HANDSHAKE_FAILURES.get(event["event"])
+            if reason is not None:
+                count_auth_rejected(reason)
+                self._drop_log(f"auth:{reason}", f"a connection failed the Curve handshake ({reason}, "
+                                                 f"{event['endpoint'].decode(errors='replace')}): it gets nothing")
+
+    def _handle(self, parts: list[bytes], user: str = "") -> None:
         sender = parts[0].decode("utf-8", "replace") if parts else "?"
+        identity = self.keys.identity(user)
+        if identity is None:
+            self._drop("unauthenticated", f"from {sender!r}: its key {user[:12]!r}... is not admitted (any more)")
+            return
+        if identity.name is not None and identity.name != sender and identity.role is not Role.CLIENT:
+            # (a status client names each call afresh; it may only ask for status anyway)
+            self._drop("impersonation", f"a peer whose key is bound to {identity.name!r} sent as {sender!r}")
+            return
         if len(parts) != 3:
             self._drop("envelope", f"from {sender!r}: expected [actor, frame], got {len(parts) - 1} part(s)")
             return
@@ -517,7 +589,7 @@ class Endpoint:
                 self._drop(frame_error_reason(exc), f"from {sender!r} to {actor!r}: {exc}")
                 return
         try:
-            self._deliver(actor, message)
+            self._deliver(actor, message, identity, len(frame))
         except Exception as exc:  # noqa: BLE001
             self._drop("deliver", f"from {sender!r}: deliver({actor!r}, {type(message).__name__}) raised "
                                   f"{type(exc).__name__}: {exc}")
@@ -540,6 +612,13 @@ class Endpoint:
                         self.process, reason, detail)
         else:
             log.debug("endpoint %r dropped a frame (%s): %s", self.process, reason, detail)
+
+    def _drop_log(self, reason: str, detail: str) -> None:
+        with self._lock:
+            first = reason not in self._logged
+            self._logged.add(reason)
+        if first:
+            log.warning("endpoint %r: %s; further ones are only counted", self.process, detail)
 
     def _shutdown(self, dealers: dict[_Peer, zmq.Socket], pending: dict[_Peer, deque]) -> None:
         """Flush for up to `linger` seconds, then close every socket and the context."""
@@ -564,10 +643,17 @@ class Endpoint:
         linger_ms = max(0, int((deadline - time.monotonic()) * 1000))
         for sock in dealers.values():
             sock.close(linger=linger_ms)
+        try:
+            self._router.disable_monitor()
+        except zmq.ZMQError:
+            pass
+        self._monitor.close(linger=0)
         self._router.close(linger=0)
         self._wake_in.close(linger=0)
         with self._lock:
             self._wake_out.close(linger=0)
+        if self._auth is not None:
+            self._auth.stop()
         self._ctx.term()
 
 
@@ -575,3 +661,15 @@ def _check_name(name: Any) -> None:
     if type(name) is not str or not name or len(name.encode("utf-8", "surrogatepass")) > MAX_PROCESS_NAME_BYTES:
         raise ConfigError(f"a process name must be a non-empty str of at most {MAX_PROCESS_NAME_BYTES} bytes "
                           f"(e.g. 'driver', 'w3'), got {name!r}")
+
+
+class _ZapCheck:
+    """The ZAP handler's question, asked once per new connection: is this client key admitted?"""
+
+    def __init__(self, keys: KeyRing, process: str) -> None:
+        self._keys = keys
+        self._process = process
+
+    def callback(self, domain: str, key: bytes) -> bool:
+        # A refusal is counted by the monitor (EVENT_HANDSHAKE_FAILED_AUTH), once per connection.
+        return self._keys.allows(key)

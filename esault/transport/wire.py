@@ -76,6 +76,7 @@ FRAME_ERROR_REASONS: tuple[str, ...] = (
     "field_count",  # the tag's class has a different number of fields
     "field_type",  # a field (or an item inside it) has the wrong type
     "address",  # from_address could not turn a received address into a mailbox
+    "too_large",  # the frame is over the codec's max_frame_bytes
 )
 """Every reason `WireCodec.decode` reports; small and fixed, for metric labels."""
 
@@ -159,8 +160,10 @@ def _hints(cls: type) -> dict[str, Any]:
 
 LOCAL_ONLY: frozenset[type] = frozenset(
     cls for cls in _CLASSES if any(h is Future for h in _hints(cls).values())
-)
-"""Messages with a Future field: they stay in their process (encode refuses them)."""
+) | {_messages.Tick, _messages.Pump}
+"""Messages that stay in their process (encode refuses them, decode drops them): those with a
+Future field, and the timer messages Tick and Pump - a process's timers run on its own clock,
+never on a `now` someone else sent."""
 
 
 # --- errors ----------------------------------------------------------------
@@ -222,7 +225,8 @@ def _pack(value: Any) -> bytes:
 
 
 def _unpack_with(data: bytes, hook: Callable[[int, bytes], Any]) -> Any:
-    return msgpack.unpackb(data, raw=False, use_list=True, strict_map_key=False, ext_hook=hook)
+    return msgpack.unpackb(data, raw=False, use_list=True, strict_map_key=False, ext_hook=hook,
+                           **_codec.unpack_limits(len(data)))
 
 
 def _build_collection(code: int, items: Any) -> Any:
@@ -479,7 +483,9 @@ class WireCodec:
         self,
         to_address: Callable[[Any], Address] | None = None,
         from_address: Callable[[Address], Any] | None = None,
+        max_frame_bytes: int | None = None,
     ) -> None:
+        self.max_frame_bytes = max_frame_bytes
         self._to_address = to_address or _default_to_address
         self._from_address = from_address or _identity
         self._encoders: dict[type, Callable[[Any], list[Any]]] = {}
@@ -515,6 +521,8 @@ class WireCodec:
         if not isinstance(frame, (bytes, bytearray, memoryview)):
             raise _frame_error("not_bytes", f"a frame must be bytes, got {type(frame).__name__}")
         size = len(frame)
+        if self.max_frame_bytes is not None and size > self.max_frame_bytes:
+            raise _frame_error("too_large", f"a frame of {size} bytes is over max_frame_bytes={self.max_frame_bytes}")
         try:
             raw = _unpack_with(frame, _value_ext_hook)
         except _Invalid as err:
@@ -752,7 +760,10 @@ class WireCodec:
 
     def _why_not_encodable(self, cls: type) -> str:
         if cls in LOCAL_ONLY:
-            future = next(name for name, hint in _hints(cls).items() if hint is Future)
+            future = next((name for name, hint in _hints(cls).items() if hint is Future), None)
+            if future is None:
+                return (f"cannot send {cls.__name__} to another process: timer messages stay in their process "
+                        "(each process's timers run on its own clock)")
             return (
                 f"cannot send {cls.__name__} to another process: field {future!r} is a "
                 "concurrent.futures.Future, and futures never cross processes. "

@@ -46,41 +46,79 @@ def esault(*args: str, **kw) -> subprocess.Popen:
                             stderr=subprocess.PIPE, text=True, env={**os.environ}, **kw)
 
 
+def keys(folder: Path, workers: int = 1) -> Path:
+    """`esault keys generate`, as an operator would run it."""
+    result = subprocess.run([sys.executable, "-m", "esault.cli", "keys", "generate", str(folder), "--workers",
+                             str(workers)], capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0, result.stderr
+    return folder
+
+
 def test_a_static_cluster_runs_with_a_separate_worker_and_answers_status(tmp_path: Path):
     (tmp_path / "paced.py").write_text(TOPOLOGY)
+    k = keys(tmp_path / "keys", workers=1)
+    stranger = keys(tmp_path / "other", workers=1)  # a valid key pair the driver was never told about
+    assert oct((k / "driver.key_secret").stat().st_mode & 0o777) == "0o600"
     driver = esault("run", "paced.py", "--cluster", "static", "--listen", "127.0.0.1:0", "--min-workers", "1",
-                    "--data-dir", str(tmp_path / "data"), cwd=tmp_path)
+                    "--data-dir", str(tmp_path / "data"), "--secret-key", str(k / "driver.key_secret"),
+                    "--worker-keys", str(k), "--client-keys", str(k / "client-1.key"), cwd=tmp_path)
     lines: list[str] = []
     reader = threading.Thread(target=lambda: lines.extend(driver.stderr), daemon=True)
     reader.start()
-    worker = None
+    worker = intruder = None
     try:
         found = wait_until(lambda: next((m for line in lines if (m := re.search(r"listening on (\S+)", line))), None),
                            60, message="the driver's address on stderr")
         address = found.group(1)
-        worker = esault("worker", "--driver", address, "--name", "wx", cwd=tmp_path)
+        intruder = esault("worker", "--driver", address, "--name", "evil", "--secret-key",
+                          str(stranger / "worker-1.key_secret"), "--driver-key", str(k / "driver.key"), cwd=tmp_path)
+        worker = esault("worker", "--driver", address, "--name", "wx", "--secret-key", str(k / "worker-1.key_secret"),
+                        "--driver-key", str(k / "driver.key"), cwd=tmp_path)
 
-        def status() -> str:
-            result = subprocess.run([sys.executable, "-m", "esault.cli", "status", address],
+        def status(*client: str) -> str:
+            result = subprocess.run([sys.executable, "-m", "esault.cli", "status", address, *client],
                                     capture_output=True, text=True, timeout=60)
             return result.stdout if result.returncode == 0 and "job 'paced'" in result.stdout else ""
 
-        report = wait_until(status, 60, message="esault status showing the running job")
-        assert "1 worker(s): wx" in report
+        client = ("--secret-key", str(k / "client-1.key_secret"), "--driver-key", str(k / "driver.key"))
+        report = wait_until(lambda: status(*client), 60, message="esault status showing the running job")
+        assert "1 worker(s): wx" in report, "the worker with an unlisted key must not have joined"
         assert re.search(r"up +2 SPU\(s\), processed \d+ \(\d+/s\)", report)
+        wrong_client = ("--secret-key", str(stranger / "client-1.key_secret"), "--driver-key", str(k / "driver.key"))
+        refused = subprocess.run([sys.executable, "-m", "esault.cli", "status", address, *wrong_client],
+                                 capture_output=True, text=True, timeout=60)
+        assert refused.returncode == 2 and "no esault driver answered" in refused.stderr, refused.stderr
         out, _ = driver.communicate(timeout=120)
         assert driver.returncode == 0, "".join(lines)
         assert "src          1 SPU(s), emitted 1000, acked 1000, failed 0" in out
         assert "up           2 SPU(s), processed 1000" in out
         assert worker.wait(timeout=60) == 0, "the worker exits when the driver shuts down"
+        assert any("failed the Curve handshake (unknown_key" in line for line in lines), "".join(lines)
     finally:
-        for process in (driver, worker):
+        for process in (driver, worker, intruder):
             if process is not None and process.poll() is None:
                 process.kill()
 
 
-def test_status_of_an_address_with_no_driver_says_so():
-    result = subprocess.run([sys.executable, "-m", "esault.cli", "status", "127.0.0.1:1"],
+def test_status_of_an_address_with_no_driver_says_so(tmp_path: Path):
+    k = keys(tmp_path / "keys")
+    result = subprocess.run([sys.executable, "-m", "esault.cli", "status", "127.0.0.1:1", "--secret-key",
+                             str(k / "client-1.key_secret"), "--driver-key", str(k / "driver.key")],
                             capture_output=True, text=True, timeout=60)
     assert result.returncode == 2
     assert "no esault driver answered at 127.0.0.1:1" in result.stderr or "could not reach" in result.stderr
+
+
+def test_status_without_keys_says_where_they_come_from():
+    result = subprocess.run([sys.executable, "-m", "esault.cli", "status", "127.0.0.1:1"],
+                            capture_output=True, text=True, timeout=60, env={**os.environ, "ESAULT_RUNTIME_DIR": "/nonexistent"})
+    assert result.returncode == 2
+    assert "no status key for the driver at 127.0.0.1:1" in result.stderr and "esault keys generate" in result.stderr
+
+
+def test_a_worker_without_keys_is_told_how_to_get_them():
+    result = subprocess.run([sys.executable, "-m", "esault.cli", "worker", "--driver", "127.0.0.1:1"],
+                            capture_output=True, text=True, timeout=60,
+                            env={k: v for k, v in os.environ.items() if not k.startswith("ESAULT_")})
+    assert result.returncode == 2
+    assert "--secret-key worker-N.key_secret and --driver-key driver.key" in result.stderr

@@ -1,0 +1,59 @@
+"""Who may send what to whom: the rules the postman applies to every received message.
+
+The sender is the Identity its connection's Curve key proves (never a name in
+the frame). The driver may send anything. A worker may send data, acks,
+hand-offs and its own reports, never commands: it cannot place or stop SPUs,
+shut a worker down, install routes or ask for status. A status client may
+only ask the driver for status. A worker whose key is admitted but not yet
+bound to a name may only say hello, under a name no other key holds.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from esault.runtime.messages import (
+    Drain, InstallRoutes, PeerAddresses, PrepareGive, PrepareReceive, Probe, Shutdown, SpusChanged, SpuStarted,
+    SpuStopped, StartSpu, StatusReply, StatusRequest, StopSpu, SubmitJob, TreesDone, WorkerHeartbeat, WorkerHello,
+)
+from esault.transport.trust import Identity, Role
+
+__all__ = ["DRIVER_ONLY", "refusal"]
+
+DRIVER_ONLY: frozenset[type] = frozenset({
+    SubmitJob, StartSpu, StopSpu, Shutdown, PeerAddresses,  # a worker's host: placement and lifetime
+    InstallRoutes, PrepareGive, PrepareReceive, SpusChanged, Drain,  # reconfiguration (the unit actors)
+    TreesDone,  # the ack server's verdicts
+    Probe,  # the latency monitor
+    StatusReply,
+})
+"""Commands: only the driver's key may send them, to any actor."""
+
+_WORKER_REPORTS: frozenset[type] = frozenset({WorkerHello, WorkerHeartbeat, SpuStarted, SpuStopped})
+"""What a worker may tell the driver's cluster actor."""
+
+
+def refusal(sender: Identity, actor: str, message: Any) -> str | None:
+    """None if `sender` may deliver `message` to the local actor named `actor`; else why not."""
+    role = sender.role
+    if role is Role.DRIVER:
+        return None
+    kind = type(message)
+    if role is Role.CLIENT:
+        if actor == "cluster" and kind is StatusRequest:
+            return None
+        return "a status client may only send StatusRequest to the driver"
+    if sender.name is None:  # an admitted worker key that has not joined yet
+        if actor == "cluster" and kind is WorkerHello:
+            return None
+        return "a worker's first message must be its WorkerHello"
+    if kind in DRIVER_ONLY:
+        return f"only the driver may send {kind.__name__}"
+    if actor == "host":
+        return "only the driver may command a worker's host"
+    if actor == "cluster":
+        if kind not in _WORKER_REPORTS:
+            return f"a worker may not send {kind.__name__} to the cluster actor"
+        if kind in (WorkerHello, WorkerHeartbeat) and message.process != sender.name:
+            return f"{kind.__name__} names process {message.process!r}, but the key is {sender.name!r}'s"
+    return None
