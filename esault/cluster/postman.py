@@ -103,6 +103,12 @@ class Postman:
         with self._lock:
             return self._held_bytes
 
+    @property
+    def held_messages(self) -> int:
+        """Messages held now for actors not registered here."""
+        with self._lock:
+            return sum(len(h.messages) for h in self._held.values())
+
     def _release_held(self, name: str, ref: Any) -> None:
         held = self._held.pop(name, None)
         if held is not None:

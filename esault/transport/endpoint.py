@@ -10,7 +10,7 @@ wake-up byte is outstanding however many frames wait. The I/O thread blocks in
 
 Frames. A peer's DEALER sends the multipart message ``[actor, frame]``
 (actor: the destination actor's name in UTF-8; frame: `WireCodec.encode`);
-the DEALER's routing id is the sender's process name. The receiving ROUTER
+the receiving ROUTER gives each connection its own routing id (peers cannot pick one). It
 sees ``[routing id, actor, frame]``, decodes the frame and calls
 ``deliver(actor, message, sender, size)`` in the I/O thread (`sender`: the
 Identity the connection's Curve key proved; `size`: the frame's bytes). Anything malformed is dropped,
@@ -49,7 +49,7 @@ from esault.errors import ConfigError, FrameError, SerializationError
 from esault.metrics.registry import count_auth_rejected, count_dropped_frame
 from esault.transport.address import MAX_PROCESS_NAME_BYTES, Address
 from esault.transport.frames import DATA_FRAME_PREFIX, EncodedFrame
-from esault.transport.trust import Identity, KeyRing, Role
+from esault.transport.trust import Identity, KeyRing
 from esault.transport.wire import WireCodec, frame_error_reason
 
 __all__ = ["ENDPOINT_DROP_REASONS", "Endpoint", "RemoteMailbox"]
@@ -63,7 +63,6 @@ ENDPOINT_DROP_REASONS: tuple[str, ...] = (
     "connect_failed",  # the DEALER to a peer could not be created or connected
     "closed",  # frames still queued when close()'s linger ran out
     "unauthenticated",  # the sender's key is no longer admitted (revoked after it connected)
-    "impersonation",  # the sender's routing id is not the process name bound to its key
 )
 """Drop reasons the endpoint adds to the decode reasons of wire.FRAME_ERROR_REASONS."""
 
@@ -199,7 +198,6 @@ class Endpoint:
             self._router.curve_publickey = self.keys.own.public
             self._router.setsockopt(zmq.LINGER, 0)
             self._router.setsockopt(zmq.RCVHWM, hwm)
-            self._router.setsockopt(zmq.ROUTER_HANDOVER, 1)
             self._router.setsockopt(zmq.MAXMSGSIZE, max_frame_bytes)
             if socket_buffer is not None:
                 self._router.setsockopt(zmq.RCVBUF, socket_buffer)
@@ -480,7 +478,8 @@ class Endpoint:
             sock.setsockopt(zmq.LINGER, 0)
             sock.setsockopt(zmq.SNDHWM, self._hwm)
             sock.setsockopt(zmq.RCVHWM, self._hwm)
-            sock.setsockopt(zmq.ROUTING_ID, self.process.encode("utf-8"))
+            # No ROUTING_ID: the receiving ROUTER makes one per connection, so no peer can choose (or take
+            # over) another's; who sent a frame is what its Curve key is bound to.
             server_key = self.keys.key_of(peer.name)
             if server_key is None:
                 raise zmq.ZMQError(msg=f"no public key is known for process {peer.name!r}, so its identity "
@@ -560,15 +559,11 @@ class Endpoint:
                                                  f"{event['endpoint'].decode(errors='replace')}): it gets nothing")
 
     def _handle(self, parts: list[bytes], user: str = "") -> None:
-        sender = parts[0].decode("utf-8", "replace") if parts else "?"
         identity = self.keys.identity(user)
         if identity is None:
-            self._drop("unauthenticated", f"from {sender!r}: its key {user[:12]!r}... is not admitted (any more)")
+            self._drop("unauthenticated", f"a frame from key {user[:12]!r}..., which is not admitted (any more)")
             return
-        if identity.name is not None and identity.name != sender and identity.role is not Role.CLIENT:
-            # (a status client names each call afresh; it may only ask for status anyway)
-            self._drop("impersonation", f"a peer whose key is bound to {identity.name!r} sent as {sender!r}")
-            return
+        sender = identity.name or f"{identity.role.value} {user[:8]}..."
         if len(parts) != 3:
             self._drop("envelope", f"from {sender!r}: expected [actor, frame], got {len(parts) - 1} part(s)")
             return

@@ -1,0 +1,95 @@
+"""An attacker process: well-formed esault frames sent to a cluster's sockets from raw pyzmq.
+
+Usage: python attacker.py '<json plan>'. The plan names the target addresses,
+how to connect ("none": no Curve at all; "wrong": a Curve key nobody admitted;
+"admitted": a given key pair) and the attacks. It prints one JSON line:
+what it sent and whether any reply ever came back.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+
+import zmq
+
+from esault.runtime import messages as m
+from esault.transport.address import Address
+from esault.transport.wire import encode_frame
+
+
+def dealer(ctx: zmq.Context, plan: dict, address: str, server_key: str, name: str) -> zmq.Socket:
+    sock = ctx.socket(zmq.DEALER)
+    sock.setsockopt(zmq.LINGER, 2000)
+    sock.setsockopt(zmq.ROUTING_ID, name.encode())
+    sock.setsockopt(zmq.SNDHWM, 100_000)
+    if plan["auth"] != "none":
+        if plan["auth"] == "wrong":
+            public, secret = zmq.curve_keypair()
+        else:
+            public, secret = plan["public"].encode(), plan["secret"].encode()
+        sock.curve_publickey, sock.curve_secretkey = public, secret
+        sock.curve_serverkey = server_key.encode()
+    sock.connect(address)
+    return sock
+
+
+def attacks(plan: dict, reply_address: str) -> dict[str, list[tuple[str, object]]]:
+    """Per target process: (actor, message) pairs, the attacks of issue #9."""
+    unit = {"name": "pwn", "module": "os", "qualname": "system", "folder": "", "main_file": "",
+            "parallelism": 1, "is_spout": False, "params": {"command": f"touch {plan['canary']}"},
+            "inputs": [], "pe_idle_timeout": 1.0, "max_pending": 1, "elasticity": {}, "chain": False,
+            "stages": [], "placement": "worker"}
+    spu = m.SpuConfig("pwn", "pwn", 999, None, ())
+    worker = [
+        ("host", m.SubmitJob("pwn", [unit], {})),
+        ("host", m.StartSpu("pwn", "pwn", spu)),
+        ("host", m.Shutdown()),
+        *((f"spu-{i}", m.DataBatch(0, plan["source"], [plan["forged_key"]], [1], [], [])) for i in plan["spus"]),
+    ]
+    driver = [
+        ("cluster", m.WorkerHello(plan["name"], reply_address, 1)),
+        ("cluster", m.WorkerHeartbeat(plan["name"], [(plan["topology"], "count", 1, {"processed": 1})])),
+        ("cluster", m.StatusRequest(1, Address(plan["name"], "status"), reply_address)),
+        *((f"spu-{i}", m.DataBatch(0, plan["source"], [plan["forged_key"]], [1], [], [])) for i in plan["spus"]),
+        ("acker", m.AckFail(0, "forged")),
+    ]
+    return {"worker": worker, "driver": [a for a in driver if a is not None]}
+
+
+def main() -> None:
+    plan = json.loads(sys.argv[1])
+    ctx = zmq.Context()
+    inbox = ctx.socket(zmq.ROUTER)  # where replies would come (status, peer lists)
+    if plan["auth"] != "none":
+        inbox.curve_server = True
+        public, secret = zmq.curve_keypair() if plan["auth"] == "wrong" else (plan["public"].encode(),
+                                                                                  plan["secret"].encode())
+        inbox.curve_publickey, inbox.curve_secretkey = public, secret
+    port = inbox.bind_to_random_port("tcp://127.0.0.1")
+    reply_address = f"tcp://127.0.0.1:{port}"
+    sent = 0
+    plans = attacks(plan, reply_address)
+    for target in plan["targets"]:
+        sock = dealer(ctx, plan, target["address"], target["key"], plan["name"])
+        for actor, message in plans[target["kind"]]:
+            sock.send_multipart([actor.encode(), encode_frame(message)])
+            sent += 1
+        for i in range(plan.get("flood", 0)):  # valid-looking frames to actors that do not exist
+            batch = m.DataBatch(0, "x", [f"k{i}"], ["v" * plan.get("flood_bytes", 1024)], [], [])
+            sock.send_multipart([f"spu-{10**6 + i}".encode(), encode_frame(batch)])
+            sent += 1
+        sock.close()  # linger: what was accepted goes out
+    replies = 0
+    poller = zmq.Poller()
+    poller.register(inbox, zmq.POLLIN)
+    while poller.poll(int(plan.get("listen_ms", 1500))):  # a negative check: nothing may arrive in the window
+        inbox.recv_multipart()
+        replies += 1
+    inbox.close(0)
+    ctx.term()
+    print(json.dumps({"sent": sent, "replies": replies}))
+
+
+if __name__ == "__main__":
+    main()
