@@ -9,15 +9,17 @@ from esault.metrics.registry import (
     count_dropped_frame,
     count_unknown_message,
     exposed_sample_names,
+    forget_probe_latency,
     observe_probe_latency,
     observe_tuple_latency,
     record_scaling_event,
     set_workers,
 )
-from esault.metrics.stats import STATS, SpuStats, StatsRegistry
+from esault.metrics.stats import RETIRED_SPU, STATS, SpuStats, StatsRegistry
 
 __all__ = [
     "REGISTRY",
+    "RETIRED_SPU",
     "SCALING_REASONS",
     "STATS",
     "MetricsServer",
@@ -27,6 +29,7 @@ __all__ = [
     "count_dropped_frame",
     "count_unknown_message",
     "exposed_sample_names",
+    "forget_probe_latency",
     "observe_probe_latency",
     "observe_tuple_latency",
     "record_scaling_event",

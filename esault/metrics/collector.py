@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import threading
 import weakref
-from collections import defaultdict
 from collections.abc import Iterator
 
 from prometheus_client import CollectorRegistry
@@ -24,23 +23,24 @@ from esault.metrics.registry import (
     SPUS_METRIC,
     UNIT_LABELS,
 )
-from esault.metrics.stats import STATS, SpuStats, StatsRegistry
+from esault.metrics.stats import RETIRED_SPU, STATS, SpuStats, StatsRegistry
 
 _SpuKey = tuple[str, str, int]
 
 
 class SpuStatsCollector(Collector):
-    """Counters and gauges of every SPU in one StatsRegistry.
+    """Counters and gauges of the live SPUs in one StatsRegistry.
 
     Guarantees:
-    * counters include retired SPUs, so they never go backwards when an SPU is
-      merged away; when a live and a retired SpuStats share an id (an id reused
-      after a merge) their counts are added, again so nothing goes backwards;
-    * gauges (esault_pes, esault_queue_depth, esault_inflight_tuples) cover live
-      SPUs only;
+    * the ``spu`` label takes the ids of live SPUs only: a retired SPU's series
+      (counters and gauges) leave the exposition once it stops, so the number of
+      series follows the live SPUs, not every SPU a long job ever split off.
+      Prometheus sees such a counter series end, which ``rate``/``increase``
+      over ``sum by (unit)`` handle; the unit's all-time totals, retired SPUs
+      included, are in ``esault status`` / ``Job.status()``;
     * esault_spus{topology,unit} counts live SPUs, and is 0 for a unit whose SPUs
-      were all retired.
-    Cost: O(number of live + retired SPUs) per scrape.
+      were all retired (one series per unit, until the topology is forgotten).
+    Cost: O(live SPUs + units) per scrape.
     """
 
     def __init__(self, stats: StatsRegistry = STATS) -> None:
@@ -54,27 +54,18 @@ class SpuStatsCollector(Collector):
         yield spus
 
     def collect(self) -> Iterator[Metric]:
-        live = self.stats.live()
-        every = self.stats.all()
-
+        rows = self.stats.totals()
         counters, gauges, spus = self._empty_families()
-        counter_totals: dict[_SpuKey, list[int]] = defaultdict(lambda: [0] * len(SPU_COUNTERS))
-        for stats in every:
-            totals = counter_totals[_key(stats)]
-            for i, metric in enumerate(SPU_COUNTERS):
-                totals[i] += getattr(stats, metric.attribute)
-        for (topology, unit, spu), totals in sorted(counter_totals.items()):
-            labels = [topology, unit, str(spu)]
-            for family, value in zip(counters, totals, strict=True):
-                family.add_metric(labels, value)
-
-        # Units with only retired SPUs report 0. (`live` is read before `every`,
-        # so a topology forgotten in between may appear in `live` alone.)
-        live_per_unit = dict.fromkeys(((s.topology, s.unit) for s in every), 0)
-        for stats in sorted(live, key=_key):
+        live_per_unit: dict[tuple[str, str], int] = {}
+        for stats in sorted(rows, key=_key):
             unit_key = (stats.topology, stats.unit)
+            if stats.spu == RETIRED_SPU:  # a unit's retired total: no series of its own
+                live_per_unit.setdefault(unit_key, 0)
+                continue
             live_per_unit[unit_key] = live_per_unit.get(unit_key, 0) + 1
             labels = [stats.topology, stats.unit, str(stats.spu)]
+            for family, metric in zip(counters, SPU_COUNTERS, strict=True):
+                family.add_metric(labels, getattr(stats, metric.attribute))
             for gauge, metric in zip(gauges, SPU_GAUGES, strict=True):
                 gauge.add_metric(labels, getattr(stats, metric.attribute))
         for (topology, unit), count in sorted(live_per_unit.items()):

@@ -2,20 +2,43 @@
 
 Incrementing a prometheus_client Counter per tuple costs a lock; these cost an
 attribute add. The metrics collector turns them into Prometheus series.
+
+What this process keeps is bounded by its *live* SPUs, not by every SPU a long
+job ever split off: a retired SPU's counts are folded into one retired total
+per unit, and its own SpuStats is dropped after a short reporting window.
 """
 
 from __future__ import annotations
 
 import threading
+from typing import Final
+
+from esault.clock import Clock, SystemClock
+
+RETIRED_SPU: Final = -1
+"""The ``spu`` of a unit's retired total (see :meth:`StatsRegistry.totals`); no real SPU has it."""
+
+COUNTERS: Final = (
+    "emitted", "processed", "acked", "failed", "replayed", "user_errors", "dead_letters", "untracked",
+)
+"""SpuStats attributes that only grow: a retired SPU's are added to its unit's retired total."""
+
+GAUGES: Final = ("pes", "queue_depth", "inflight")
+"""SpuStats attributes that describe the present: 0 once an SPU is retired."""
+
+RETIRED_REPORT_SECONDS: Final = 30.0
+"""How long :meth:`StatsRegistry.all` still lists a retired SPU with its final counts.
+
+A worker's heartbeat (every 0.2 s) sends ``all()``; the driver keeps each SPU's
+last report, so the final counts need to cross once. 30 s is well past the
+driver's default heartbeat_timeout (10 s), after which a silent worker is gone anyway.
+"""
 
 
 class SpuStats:
     """Counts of one SPU (or spout SPU). Written only by its actor thread."""
 
-    __slots__ = (
-        "topology", "unit", "spu", "emitted", "processed", "acked", "failed",
-        "replayed", "user_errors", "dead_letters", "pes", "queue_depth", "inflight", "untracked",
-    )
+    __slots__ = ("topology", "unit", "spu") + COUNTERS + GAUGES
 
     def __init__(self, topology: str, unit: str, spu: int) -> None:
         self.topology = topology
@@ -28,10 +51,10 @@ class SpuStats:
         self.replayed = 0
         self.user_errors = 0
         self.dead_letters = 0
+        self.untracked = 0  # spouts: tuples emitted outside any tracked tree (no msg_id, or acking off)
         self.pes = 0
         self.queue_depth = 0
         self.inflight = 0
-        self.untracked = 0  # spouts: tuples emitted outside any tracked tree (no msg_id, or acking off)
 
     def as_dict(self) -> dict[str, int]:
         return {
@@ -40,42 +63,116 @@ class SpuStats:
             if name not in ("topology", "unit", "spu")
         }
 
+    def __repr__(self) -> str:
+        return f"SpuStats({self.topology!r}, {self.unit!r}, {self.spu}, processed={self.processed})"
+
+
+_Key = tuple[str, str, int]
+_UnitKey = tuple[str, str]
+
 
 class StatsRegistry:
-    """Every live and retired SpuStats of this process; thread-safe registration."""
+    """The live SpuStats of this process, plus what its retired SPUs counted; thread-safe.
 
-    def __init__(self) -> None:
+    Three views, for three readers:
+
+    * :meth:`live` -- the SPUs running here: the /metrics collector's per-SPU
+      series, so the ``spu`` label takes only live ids;
+    * :meth:`totals` -- live SPUs plus one retired total per unit
+      (``spu == RETIRED_SPU``): sums over it are the unit's all-time counts
+      (``Job.status()``);
+    * :meth:`all` -- live SPUs plus SPUs retired in the last
+      ``report_retired_for`` seconds with their final counts: a worker's
+      heartbeat rows. The driver keeps each SPU's last row, so it ends up with
+      every retired SPU's final counts while the worker forgets them.
+
+    Memory: O(live SPUs + units + SPUs retired in the last ``report_retired_for`` s).
+    Every method is O(that) or better.
+    """
+
+    def __init__(self, clock: Clock | None = None,
+                 report_retired_for: float = RETIRED_REPORT_SECONDS) -> None:
+        if report_retired_for < 0:
+            raise ValueError(f"report_retired_for must be >= 0 seconds, got {report_retired_for!r}")
+        self._clock = clock or SystemClock()
+        self.report_retired_for = report_retired_for
+        """Seconds ``all()`` still lists a retired SPU; 0 drops it at once (nothing then relies on it)."""
         self._lock = threading.Lock()
-        self._live: dict[tuple[str, str, int], SpuStats] = {}
-        self._retired: dict[tuple[str, str, int], SpuStats] = {}
+        self._live: dict[_Key, SpuStats] = {}
+        self._retired: dict[_UnitKey, SpuStats] = {}
+        self._recent: dict[_Key, tuple[float, SpuStats]] = {}  # key -> (report until, final counts)
 
     def register(self, stats: SpuStats) -> None:
         with self._lock:
             self._live[(stats.topology, stats.unit, stats.spu)] = stats
 
     def retire(self, stats: SpuStats) -> None:
-        """Keep a removed SPU's final counts so counters never go backwards."""
+        """The SPU stopped for good (merged away): fold its counts into its unit's retired total.
+
+        Only a registered, live ``stats`` is folded, so retiring twice (or after
+        ``forget_topology``) counts nothing twice. Its gauges drop to 0.
+        """
+        stats.pes = 0
+        stats.queue_depth = 0
+        stats.inflight = 0
+        key = (stats.topology, stats.unit, stats.spu)
         with self._lock:
-            key = (stats.topology, stats.unit, stats.spu)
-            self._live.pop(key, None)
-            stats.pes = 0
-            stats.queue_depth = 0
-            stats.inflight = 0
-            self._retired[key] = stats
+            if self._live.get(key) is not stats:
+                return
+            del self._live[key]
+            total = self._retired.get(key[:2])
+            if total is None:
+                total = self._retired[key[:2]] = SpuStats(stats.topology, stats.unit, RETIRED_SPU)
+            for name in COUNTERS:
+                setattr(total, name, getattr(total, name) + getattr(stats, name))
+            now = self._clock.now()
+            self._prune(now)
+            if self.report_retired_for > 0:
+                self._recent[key] = (now + self.report_retired_for, stats)
 
     def forget_topology(self, topology: str) -> None:
         with self._lock:
-            for table in (self._live, self._retired):
+            for table in (self._live, self._retired, self._recent):
                 for key in [k for k in table if k[0] == topology]:
                     del table[key]
 
-    def all(self) -> list[SpuStats]:
-        with self._lock:
-            return list(self._live.values()) + list(self._retired.values())
-
     def live(self) -> list[SpuStats]:
+        """The SpuStats of the SPUs running in this process."""
         with self._lock:
             return list(self._live.values())
+
+    def totals(self) -> list[SpuStats]:
+        """Live SpuStats plus one retired total per unit (``spu == RETIRED_SPU``, gauges 0).
+
+        Summing a counter over a unit's rows gives everything the unit counted in
+        this process, retired SPUs included. The totals are snapshots: later
+        retirements do not change a list already returned.
+        """
+        with self._lock:
+            retired = [_copy(total) for total in self._retired.values()]
+            return list(self._live.values()) + retired
+
+    def all(self) -> list[SpuStats]:
+        """Live SpuStats plus recently retired ones with their final counts (a heartbeat's rows).
+
+        Not for totals: a retired SPU leaves this list ``report_retired_for``
+        seconds after it stopped. Use :meth:`totals` to sum.
+        """
+        with self._lock:
+            self._prune(self._clock.now())
+            return list(self._live.values()) + [stats for _, stats in self._recent.values()]
+
+    def _prune(self, now: float) -> None:
+        """Drop retired SPUs whose reporting window passed (caller holds the lock)."""
+        for key in [k for k, (until, _) in self._recent.items() if until <= now]:
+            del self._recent[key]
+
+
+def _copy(stats: SpuStats) -> SpuStats:
+    copy = SpuStats(stats.topology, stats.unit, stats.spu)
+    for name in COUNTERS + GAUGES:
+        setattr(copy, name, getattr(stats, name))
+    return copy
 
 
 STATS = StatsRegistry()

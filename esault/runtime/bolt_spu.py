@@ -77,9 +77,11 @@ class BoltSpuActor(SenderActor):
                 pe.close()
             except Exception as exc:
                 log.error("bolt %r close() raised %r (key %r)", self.unit_name, exc, key)
-        self.close_stages(self._retiring)
-        self.flush()
+        self.close_stages(retire=False)
+        self.flush()  # may still count what close() emitted: retire the counts after it
         if self._retiring:
+            for stage in self.stages:
+                self.job.stats.retire(stage.stats)
             self.job.stats.retire(self.stats)
 
     def _make_pe(self, key: Any) -> Any:

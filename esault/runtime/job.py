@@ -87,7 +87,8 @@ class Job:
         return start() if self.postman is None else self.postman.start_and_register(name, start)
 
     def _all_stats(self) -> list[SpuStats]:
-        local = [s for s in self.ctx.stats.all() if s.topology == self.name]
+        # totals(): live SPUs plus each unit's retired total, so merged-away SPUs still count.
+        local = [s for s in self.ctx.stats.totals() if s.topology == self.name]
         return local + (self.remote_stats(self.name) if self.remote_stats else [])
 
     def _start_monitors(self) -> dict[str, Any]:
@@ -171,7 +172,7 @@ class Job:
             for spu_id, interval in layout.items():
                 st = stats.get((spec.name, spu_id))
                 spus[spu_id] = {"interval": interval, **self._host_of(spu_id), **(st.as_dict() if st else {})}
-            # Counts include SPUs merged away (their last counts are kept); gauges only live ones.
+            # Counts include SPUs merged away (retired totals, or a worker's last report); gauges only live ones.
             mine = [s.as_dict() for s in all_stats if s.unit == spec.name]
             totals = {k: sum(s.get(k, 0) for s in mine)
                       for k in ("emitted", "processed", "acked", "failed", "replayed", "user_errors", "dead_letters")}

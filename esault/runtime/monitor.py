@@ -52,6 +52,10 @@ class LatencyMonitorActor(pykka.ThreadingActor):
         self.changing = False
         self.decisions: list[tuple[str, int, str]] = []
 
+    def on_stop(self) -> None:
+        for spu in self.spus:  # the job is over: its probe series go with it
+            metrics.forget_probe_latency(self.job.name, self.spec.name, spu)
+
     def on_receive(self, message: Any) -> Any:
         try:
             kind = type(message)
@@ -146,6 +150,8 @@ class LatencyMonitorActor(pykka.ThreadingActor):
         future.add_done_callback(refused)
 
     def _on_spus_changed(self, msg: SpusChanged) -> None:
+        for gone in set(self.spus) - set(msg.spus):  # its probe series ends with it (bounded labels)
+            metrics.forget_probe_latency(self.job.name, self.spec.name, gone)
         self.spus = dict(msg.spus)
         self.layout = dict(msg.layout)
         # Only the SPUs the change touched start over. Resetting every detector would make

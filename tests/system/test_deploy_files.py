@@ -5,6 +5,10 @@ against the repository and the real `esault` CLI parser; Prometheus's config
 is checked by `promtool`; the dashboard's PromQL names only metrics esault
 (or the Spark sink) defines. tests/system/test_prometheus_server.py runs the
 dashboard queries against a real Prometheus.
+
+The CurveZMQ keys are checked end to end without Docker too: `esault keys
+generate` writes them, each service's secrets are laid out as compose mounts
+them, and the CLI's own key loaders read them at the paths the commands name.
 """
 
 from __future__ import annotations
@@ -29,10 +33,12 @@ DOCKERFILE = REPO / "Dockerfile"
 PROMETHEUS_CONFIG = REPO / "deploy" / "prometheus" / "prometheus.yml"
 GRAFANA = REPO / "deploy" / "grafana"
 DASHBOARD = GRAFANA / "dashboards" / "esault.json"
+KEYS = REPO / "deploy" / "keys"
 
-REQUIRED_SERVICES = {"driver", "worker", "spark-master", "spark-worker", "prometheus", "grafana"}
+REQUIRED_SERVICES = {"driver", "spark-master", "spark-worker", "prometheus", "grafana"}
 ESAULT_SUBCOMMANDS = {"run", "worker", "status"}
 METRICS_PORT = "9100"
+SECRETS_DIR = "/run/secrets"
 
 
 def load_compose() -> dict[str, Any]:
@@ -46,6 +52,44 @@ def services() -> dict[str, dict[str, Any]]:
 def esault_services() -> dict[str, dict[str, Any]]:
     """Services that run the esault image (built from this repo's Dockerfile)."""
     return {name: svc for name, svc in services().items() if "build" in svc}
+
+
+def worker_services() -> dict[str, dict[str, Any]]:
+    """The esault services that run `esault worker` (one per worker: each has its own key)."""
+    return {name: svc for name, svc in esault_services().items() if svc["command"][1] == "worker"}
+
+
+def top_level_secrets() -> dict[str, dict[str, Any]]:
+    return load_compose().get("secrets") or {}
+
+
+def mounted_secrets(service: dict[str, Any]) -> dict[str, str]:
+    """Where each of a service's secrets appears in its container -> the secret's name.
+
+    Short syntax and a long syntax without target mount at /run/secrets/NAME; a
+    relative target at /run/secrets/TARGET; an absolute target where it says.
+    """
+    mounts = {}
+    for entry in service.get("secrets", []):
+        source = entry if isinstance(entry, str) else entry["source"]
+        target = source if isinstance(entry, str) else entry.get("target", source)
+        path = target if target.startswith("/") else f"{SECRETS_DIR}/{target}"
+        assert path not in mounts, f"two secrets mount at {path}"
+        mounts[path] = source
+    return mounts
+
+
+def secret_file(name: str) -> str:
+    """The host file of top-level secret `name`."""
+    secret = top_level_secrets()[name]
+    assert "file" in secret, f"secret {name!r} needs file: (a key file under ./deploy/keys)"
+    return secret["file"]
+
+
+def files_under(service: dict[str, Any], folder: str) -> set[str]:
+    """Host files of the secrets a service mounts inside container folder `folder`."""
+    return {secret_file(name) for path, name in mounted_secrets(service).items()
+            if path.rsplit("/", 1)[0] == folder}
 
 
 def flag_value(command: list[str], flag: str) -> str:
@@ -128,8 +172,9 @@ def test_no_two_services_publish_the_same_host_port():
             seen[host_port] = name
 
 
-def test_driver_and_worker_run_the_esault_image():
-    assert {"driver", "worker"} <= set(esault_services())
+def test_the_driver_and_at_least_two_workers_run_the_esault_image():
+    assert "driver" in esault_services()
+    assert len(worker_services()) >= 2, f"expected 2+ worker services, got {sorted(worker_services())}"
 
 
 def test_esault_commands_start_with_esault_and_a_known_subcommand():
@@ -139,7 +184,7 @@ def test_esault_commands_start_with_esault_and_a_known_subcommand():
         assert command[0] == "esault", f"{name}: command must start with esault, got {command}"
         assert command[1] in ESAULT_SUBCOMMANDS, f"{name}: unknown subcommand {command[1]!r}"
     assert services()["driver"]["command"][1] == "run"
-    assert services()["worker"]["command"][1] == "worker"
+    assert set(esault_services()) == {"driver"} | set(worker_services())
 
 
 def healthcheck_commands() -> dict[str, list[str]]:
@@ -174,16 +219,26 @@ def test_the_driver_runs_a_topology_file_of_the_repository():
 
 def test_workers_connect_to_the_port_the_driver_listens_on():
     driver = services()["driver"]["command"]
-    worker = services()["worker"]["command"]
     listen_host, listen_port = flag_value(driver, "--listen").rsplit(":", 1)
     assert listen_host == "0.0.0.0", "the driver must listen on all interfaces inside its container"
-    assert flag_value(worker, "--driver") == f"driver:{listen_port}"
     assert flag_value(driver, "--cluster") == "static"
+    for name, worker in worker_services().items():
+        assert flag_value(worker["command"], "--driver") == f"driver:{listen_port}", name
+        assert flag_value(worker["command"], "--bind-host") == "0.0.0.0", (
+            f"{name}: peers in other containers reach its SPUs only on a non-loopback bind"
+        )
+
+
+def test_every_worker_has_its_own_process_name_and_hostname():
+    names = [flag_value(w["command"], "--name") for w in worker_services().values()]
+    assert len(names) == len(set(names)), f"worker names must differ, got {names}"
+    for name, worker in worker_services().items():
+        assert worker.get("hostname") == name, f"{name}: set hostname: {name} (the name it advertises)"
 
 
 def test_every_esault_process_serves_metrics_where_prometheus_scrapes():
-    for name in ("driver", "worker"):
-        command = services()[name]["command"]
+    for name, service in esault_services().items():
+        command = service["command"]
         assert flag_value(command, "--metrics-host") == "0.0.0.0", (
             f"{name}: bind metrics to 0.0.0.0 or Prometheus cannot reach them"
         )
@@ -193,14 +248,19 @@ def test_every_esault_process_serves_metrics_where_prometheus_scrapes():
     assert jobs["esault-driver"]["static_configs"][0]["targets"] == [f"driver:{METRICS_PORT}"]
     worker_sd = jobs["esault-worker"]["dns_sd_configs"][0]
     assert worker_sd["names"] == ["worker"] and str(worker_sd["port"]) == METRICS_PORT
+    for name, worker in worker_services().items():  # one DNS name, one A record per worker
+        aliases = worker.get("networks", {}).get("default", {}).get("aliases", [])
+        assert "worker" in aliases, f"{name}: add the network alias 'worker' or Prometheus never scrapes it"
 
 
-def test_workers_are_replicated_and_the_driver_waits_for_them():
-    worker = services()["worker"]
-    replicas = worker["deploy"]["replicas"]
-    assert replicas >= 2
-    assert "ports" not in worker, "replicas cannot share host ports; use expose"
-    assert int(flag_value(services()["driver"]["command"], "--min-workers")) <= replicas
+def test_the_driver_waits_for_no_more_workers_than_there_are():
+    workers = worker_services()
+    for name, worker in workers.items():
+        assert "ports" not in worker, f"{name}: workers publish no host port; use expose"
+        assert worker.get("deploy", {}).get("replicas", 1) == 1, (
+            f"{name}: replicas would share one worker key; add a worker service per key instead"
+        )
+    assert int(flag_value(services()["driver"]["command"], "--min-workers")) <= len(workers)
 
 
 def test_the_driver_knows_the_spark_master():
@@ -228,6 +288,185 @@ def test_prometheus_and_grafana_mount_the_repository_configs():
     assert "./deploy/grafana/provisioning:/etc/grafana/provisioning:ro" in grafana["volumes"]
     assert any(v.startswith("./deploy/grafana/dashboards:") for v in grafana["volumes"])
     assert "127.0.0.1:3000:3000" in grafana["ports"] or "3000:3000" in grafana["ports"]
+
+
+# -- secrets: CurveZMQ keys and the Grafana password ---------------------------
+
+
+def test_grafanas_admin_password_comes_from_the_environment_with_no_default():
+    environment = services()["grafana"]["environment"]
+    password = environment["GF_SECURITY_ADMIN_PASSWORD"]
+    assert re.fullmatch(r"\$\{GRAFANA_ADMIN_PASSWORD:\?[^}]+\}", password), (
+        f"GF_SECURITY_ADMIN_PASSWORD is {password!r}; write "
+        "${GRAFANA_ADMIN_PASSWORD:?set GRAFANA_ADMIN_PASSWORD in .env or the environment} "
+        "(required, no default), not ${GRAFANA_ADMIN_PASSWORD:-admin}"
+    )
+    assert "GF_SECURITY_ADMIN_PASSWORD__FILE" not in environment
+    text = COMPOSE_FILE.read_text()
+    assert not re.search(r"GRAFANA_ADMIN_PASSWORD:?-", text), "no default Grafana password in the file"
+
+
+def test_no_service_has_a_literal_password_or_secret_in_its_environment():
+    for name, service in services().items():
+        environment = service.get("environment") or {}
+        if isinstance(environment, list):
+            environment = dict(item.split("=", 1) for item in environment)
+        for key, value in environment.items():
+            if re.search(r"PASSWORD|SECRET|TOKEN", key) and not key.endswith("__FILE"):
+                assert re.fullmatch(r"\$\{\w+:\?[^}]+\}", str(value)), (
+                    f"{name}: {key} must come from the environment as ${{VAR:?why}}, not {value!r}"
+                )
+
+
+def test_every_services_secrets_are_declared_at_the_top_level_as_files_under_deploy_keys():
+    declared = top_level_secrets()
+    assert declared, "docker-compose.yml declares no top-level secrets:"
+    for name, secret in declared.items():
+        file = secret_file(name)
+        assert file.startswith("./deploy/keys/"), f"secret {name}: {file} is not under ./deploy/keys"
+        assert re.fullmatch(r"[a-z0-9-]+\.key(_secret)?", file.rsplit("/", 1)[1]), (
+            f"secret {name}: {file} is not a file `esault keys generate` writes (NAME.key or NAME.key_secret)"
+        )
+    used = set()
+    for service_name, service in services().items():
+        for name in mounted_secrets(service).values():
+            assert name in declared, f"{service_name} mounts secret {name!r}, which secrets: does not declare"
+            used.add(name)
+    assert not set(declared) - used, f"secrets nobody mounts: {sorted(set(declared) - used)}"
+
+
+def test_only_esault_services_get_keys():
+    for name, service in services().items():
+        if name not in esault_services():
+            assert not service.get("secrets"), f"{name} runs no esault process: give it no keys"
+
+
+def test_the_driver_gets_its_secret_and_the_public_keys_of_the_workers_it_admits():
+    driver = services()["driver"]
+    command = driver["command"]
+    mounts = mounted_secrets(driver)
+    secret = flag_value(command, "--secret-key")
+    assert secret == f"{SECRETS_DIR}/driver_key_secret"
+    assert secret in mounts and secret_file(mounts[secret]) == "./deploy/keys/driver.key_secret"
+
+    worker_keys = flag_value(command, "--worker-keys")
+    assert worker_keys == f"{SECRETS_DIR}/worker_keys"
+    admitted = files_under(driver, worker_keys)
+    assert admitted, f"nothing is mounted in {worker_keys}: the driver would admit no worker"
+    assert all(re.fullmatch(r"\./deploy/keys/worker-\d+\.key", f) for f in admitted), (
+        f"{worker_keys} must hold only workers' public keys, got {sorted(admitted)}"
+    )
+    own = {secret_file(mounted_secrets(w)[f"{SECRETS_DIR}/worker_key_secret"]).removesuffix("_secret")
+           for w in worker_services().values()}
+    assert admitted == own, f"the driver admits {sorted(admitted)} but the workers hold {sorted(own)}"
+
+
+def test_the_driver_gets_no_workers_secret():
+    for path, name in mounted_secrets(services()["driver"]).items():
+        assert not re.search(r"worker-\d+\.key_secret$", secret_file(name)), (
+            f"the driver mounts a worker's secret key ({name} at {path})"
+        )
+
+
+def test_each_worker_gets_its_own_secret_and_the_drivers_public_key_only():
+    seen: dict[str, str] = {}
+    for name, worker in worker_services().items():
+        command = worker["command"]
+        mounts = mounted_secrets(worker)
+        secret = flag_value(command, "--secret-key")
+        assert secret == f"{SECRETS_DIR}/worker_key_secret", name
+        assert secret in mounts, f"{name}: nothing is mounted at {secret}"
+        own = secret_file(mounts[secret])
+        assert re.fullmatch(r"\./deploy/keys/worker-\d+\.key_secret", own), f"{name}: {own} is no worker's secret"
+        assert own not in seen, f"{name} and {seen.get(own)} share {own}: one key pair per worker"
+        seen[own] = name
+
+        driver_key = flag_value(command, "--driver-key")
+        assert driver_key == f"{SECRETS_DIR}/driver_key"
+        assert driver_key in mounts and secret_file(mounts[driver_key]) == "./deploy/keys/driver.key"
+
+        files = {secret_file(n) for n in mounts.values()}
+        assert files == {own, "./deploy/keys/driver.key"}, f"{name} mounts more than it needs: {sorted(files)}"
+        assert "./deploy/keys/driver.key_secret" not in files, f"{name} must never get the driver's secret"
+
+
+def test_the_drivers_healthcheck_has_a_status_client_key_the_driver_admits():
+    driver = services()["driver"]
+    test = healthcheck_commands()["driver"]
+    mounts = mounted_secrets(driver)
+    client_secret = flag_value(test, "--secret-key")
+    assert client_secret in mounts, f"the healthcheck's {client_secret} is not mounted in the driver"
+    client = secret_file(mounts[client_secret])
+    assert re.fullmatch(r"\./deploy/keys/client-\d+\.key_secret", client), client
+    assert secret_file(mounts[flag_value(test, "--driver-key")]) == "./deploy/keys/driver.key"
+    admitted = files_under(driver, flag_value(driver["command"], "--client-keys"))
+    assert client.removesuffix("_secret") in admitted, f"the driver does not admit the healthcheck's key {client}"
+
+
+def lay_out_secrets(service: dict[str, Any], keys: Path, root: Path) -> Path:
+    """Copy a service's secrets from `keys` (a generated deploy/keys) to where compose mounts them under `root`."""
+    for path, name in mounted_secrets(service).items():
+        target = root / path.lstrip("/")
+        target.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(keys / secret_file(name).removeprefix("./deploy/keys/"), target)
+    return root
+
+
+def test_the_keys_esault_generates_let_every_worker_and_the_healthcheck_in(tmp_path: Path):
+    """What each container sees under /run/secrets, read by the loaders `esault run/worker/status` use."""
+    from esault.cluster.credentials import ClusterKeys, WorkerKeys
+    from esault.transport.keys import generate_key_files
+
+    keys = tmp_path / "keys"
+    generate_key_files(keys, workers=len(worker_services()), clients=1)
+    for name in top_level_secrets():
+        assert (keys / secret_file(name).removeprefix("./deploy/keys/")).is_file(), (
+            f"secret {name}: `esault keys generate` writes no {secret_file(name)}"
+        )
+
+    driver = services()["driver"]
+    at = lay_out_secrets(driver, keys, tmp_path / "driver")
+    command = driver["command"]
+    cluster = ClusterKeys.from_files(at / flag_value(command, "--secret-key").lstrip("/"),
+                                     at / flag_value(command, "--worker-keys").lstrip("/"),
+                                     at / flag_value(command, "--client-keys").lstrip("/"))
+    cluster.ring()  # the driver's KeyRing builds from them
+    for name, worker in worker_services().items():
+        mine = lay_out_secrets(worker, keys, tmp_path / name)
+        own = WorkerKeys.from_files(mine / flag_value(worker["command"], "--secret-key").lstrip("/"),
+                                    mine / flag_value(worker["command"], "--driver-key").lstrip("/"))
+        assert own.own.public in cluster.workers, f"the driver does not admit {name}'s key"
+        assert own.driver == cluster.driver.public, f"{name} would not trust the driver"
+    health = healthcheck_commands()["driver"]
+    client = WorkerKeys.from_files(at / flag_value(health, "--secret-key").lstrip("/"),
+                                   at / flag_value(health, "--driver-key").lstrip("/"))
+    assert client.own.public in cluster.clients and client.driver == cluster.driver.public
+
+
+def test_the_keys_folder_is_git_ignored_but_for_its_gitignore():
+    rules = [line.strip() for line in (KEYS / ".gitignore").read_text().splitlines()
+             if line.strip() and not line.startswith("#")]
+    assert rules == ["*", "!.gitignore"], f"deploy/keys/.gitignore should ignore all but itself, has {rules}"
+    git = shutil.which("git")
+    if git and (REPO / ".git").exists():
+        ignored = subprocess.run([git, "check-ignore", "-q", "deploy/keys/driver.key_secret"], cwd=REPO)
+        assert ignored.returncode == 0, "git would commit deploy/keys/driver.key_secret"
+        kept = subprocess.run([git, "check-ignore", "-q", "deploy/keys/.gitignore"], cwd=REPO)
+        assert kept.returncode == 1, "git ignores deploy/keys/.gitignore itself"
+
+
+def test_keys_and_the_env_file_stay_out_of_the_image():
+    ignored = {line.strip().rstrip("/") for line in (REPO / ".dockerignore").read_text().splitlines()
+               if line.strip() and not line.startswith("#")}
+    assert {"deploy", "deploy/keys"} & ignored, ".dockerignore must leave deploy/keys (secret keys) out"
+    assert ".env" in ignored, ".dockerignore must leave .env (the Grafana password) out"
+    assert ".env" in (REPO / ".gitignore").read_text().split(), ".gitignore must ignore .env"
+
+
+def test_the_deploy_readme_says_how_to_make_the_keys_and_the_password():
+    text = (REPO / "deploy" / "README.md").read_text()
+    assert "esault keys generate deploy/keys --workers" in text
+    assert "GRAFANA_ADMIN_PASSWORD" in text
 
 
 # -- Dockerfile ---------------------------------------------------------------

@@ -23,6 +23,7 @@ from esault.metrics import (
     count_dropped_frame,
     count_unknown_message,
     exposed_sample_names,
+    forget_probe_latency,
     observe_probe_latency,
     observe_tuple_latency,
     record_scaling_event,
@@ -142,37 +143,47 @@ def test_counters_follow_the_live_ints_between_scrapes(stats, server):
     assert series(scrape(server), "esault_tuples_processed_total") == {spu_labels("t", "count", 0): 42}
 
 
-def test_a_retired_spu_keeps_its_counts_so_counters_never_go_backwards(stats, server):
+def test_a_retired_spus_series_leave_the_exposition_once_it_stops(stats, server):
     keep = make_stats("t", "count", 0, processed=100, acked=7, pes=3, queue_depth=5)
     merged_away = make_stats("t", "count", 1, processed=60, acked=2, pes=2, queue_depth=1)
     stats.register(keep)
     stats.register(merged_away)
-    before = scrape(server)
+    assert {labels for (_, labels) in scrape(server) if ("spu", "1") in labels}, "SPU 1 is live: it has series"
 
     stats.retire(merged_away)
     after = scrape(server)
 
-    for name in ("esault_tuples_processed_total", "esault_tuples_acked_total"):
-        for labels, value in series(before, name).items():
-            assert series(after, name)[labels] >= value, (name, labels)
-    assert series(after, "esault_tuples_processed_total")[spu_labels("t", "count", 1)] == 60
-    # Gauges describe live SPUs only: the merged-away SPU's series disappear.
+    # Counters and gauges alike: the spu label takes live SPU ids only.
+    assert not [key for key in after if ("spu", "1") in key[1]], "a retired SPU still has series"
+    assert series(after, "esault_tuples_processed_total") == {spu_labels("t", "count", 0): 100}
+    assert series(after, "esault_tuples_acked_total") == {spu_labels("t", "count", 0): 7}
     assert series(after, "esault_pes") == {spu_labels("t", "count", 0): 3}
     assert series(after, "esault_queue_depth") == {spu_labels("t", "count", 0): 5}
+    assert series(after, "esault_spus") == {unit_labels("t", "count"): 1}
+    # What it counted is kept for the unit's totals (Job.status), not as a series.
+    assert sum(s.processed for s in stats.totals()) == 160
 
 
-def test_an_spu_id_reused_after_a_merge_adds_to_the_retired_counts(stats, server):
-    old = make_stats("t", "count", 1, processed=60)
-    stats.register(old)
-    stats.retire(old)
-    reborn = make_stats("t", "count", 1, processed=5, pes=1)
-    stats.register(reborn)
+def test_the_spu_label_takes_only_live_ids_after_many_splits_and_merges(stats, server):
+    """A long job splits and merges often: the exposition's size follows the live SPUs."""
+    live = {spu: make_stats("t", "count", spu, processed=1) for spu in range(4)}
+    for spu_stats in live.values():
+        stats.register(spu_stats)
+    next_id = len(live)
+    for step in range(200):
+        gone = sorted(live)[step % len(live)]  # merge one away, split a new one off
+        stats.retire(live.pop(gone))
+        live[next_id] = make_stats("t", "count", next_id, processed=1)
+        stats.register(live[next_id])
+        next_id += 1
 
     samples = scrape(server)
 
-    assert series(samples, "esault_tuples_processed_total") == {spu_labels("t", "count", 1): 65}
-    assert series(samples, "esault_pes") == {spu_labels("t", "count", 1): 1}
-    assert series(samples, "esault_spus") == {unit_labels("t", "count"): 1}
+    exposed = {dict(labels)["spu"] for (_, labels) in samples if dict(labels).get("topology") == "t"
+               and "spu" in dict(labels)}
+    assert exposed == {str(spu) for spu in live}
+    assert len(samples) == len(live) * (len(SPU_COUNTERS) + len(SPU_GAUGES)) + 1  # + esault_spus
+    assert sum(s.processed for s in stats.totals()) == next_id, "every SPU ever created processed 1"
 
 
 def test_esault_spus_counts_the_live_spus_of_each_unit(stats, server):
@@ -201,7 +212,7 @@ def test_esault_spus_is_zero_for_a_unit_whose_spus_are_all_retired(stats, server
     samples = scrape(server)
 
     assert series(samples, "esault_spus") == {unit_labels("wc", "sink"): 0}
-    assert series(samples, "esault_tuples_processed_total") == {spu_labels("wc", "sink", 0): 8}
+    assert series(samples, "esault_tuples_processed_total") == {}
 
 
 def test_a_forgotten_topology_leaves_the_exposition(stats, server):
@@ -213,13 +224,13 @@ def test_a_forgotten_topology_leaves_the_exposition(stats, server):
     assert series(scrape(server), "esault_tuples_processed_total") == {spu_labels("kept", "count", 0): 2}
 
 
-def test_scrapes_during_concurrent_splits_and_merges_never_fail_or_go_backwards(stats, server):
+def test_scrapes_during_concurrent_splits_and_merges_never_fail_and_show_only_live_spus(stats, server):
     """An actor thread counts and replaces SPUs while the HTTP thread scrapes."""
     stop = threading.Event()
     steps = [0]
+    live = [make_stats("t", "count", i) for i in range(20)]
 
     def actor_thread() -> None:
-        live = [make_stats("t", "count", i) for i in range(20)]
         for spu in live:
             stats.register(spu)
         next_id = len(live)
@@ -236,18 +247,18 @@ def test_scrapes_during_concurrent_splits_and_merges_never_fail_or_go_backwards(
     thread = threading.Thread(target=actor_thread, name="actor")
     thread.start()
     try:
-        previous = 0.0
         for _ in range(5):
             samples = scrape(server)
-            total = sum(series(samples, "esault_tuples_processed_total").values())
-            assert total >= previous
-            previous = total
+            spus = series(samples, "esault_tuples_processed_total")
+            assert len(spus) in (19, 20), f"expected the 20 live SPUs (19 mid-replacement), got {len(spus)}"
             assert series(samples, "esault_spus").get(unit_labels("t", "count"), 20) in (19, 20)
     finally:
         stop.set()
         thread.join(10)
     assert not thread.is_alive()
-    assert sum(series(scrape(server), "esault_tuples_processed_total").values()) == steps[0]
+    exposed = {dict(labels)["spu"] for labels in series(scrape(server), "esault_tuples_processed_total")}
+    assert exposed == {str(spu.spu) for spu in live}
+    assert sum(s.processed for s in stats.totals()) == steps[0]
 
 
 def test_registering_the_stats_collector_twice_is_a_no_op():
@@ -289,6 +300,64 @@ def test_a_wildcard_bind_advertises_a_loopback_url():
     with start_metrics_server("0.0.0.0", 0, registry=CollectorRegistry(), stats=StatsRegistry()) as server:
         assert server.url == f"http://127.0.0.1:{server.port}/metrics"
         scrape(server)
+
+
+def test_metrics_bind_loopback_by_default_in_the_config_the_exporter_and_the_cli():
+    """/metrics shows topology and unit names: only an explicit --metrics-host opens it to a network."""
+    import inspect
+
+    from esault.cli import build_parser
+    from esault.config import JobConfig
+
+    assert JobConfig().metrics_host == "127.0.0.1"
+    assert JobConfig.load(environ={}).metrics_host == "127.0.0.1"
+    assert inspect.signature(start_metrics_server).parameters["host"].default == "127.0.0.1"
+    # `esault run` leaves it to the config (None = no override); `esault worker` has its own default.
+    assert build_parser().parse_args(["run", "topology.py"]).metrics_host is None
+    assert build_parser().parse_args(["worker", "--driver", "127.0.0.1:5555"]).metrics_host == "127.0.0.1"
+
+
+def test_a_default_metrics_server_listens_on_loopback_only():
+    with start_metrics_server(registry=CollectorRegistry(), stats=StatsRegistry()) as server:
+        host, port = server._httpd.socket.getsockname()[:2]
+        assert (host, port) == ("127.0.0.1", server.port)
+
+
+def non_loopback_ipv4() -> str | None:
+    """An IPv4 address of this machine other than 127.x (the one its default route leaves from)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as udp:
+        try:
+            udp.connect(("192.0.2.1", 9))  # TEST-NET-1: no packet is sent, the kernel only picks a route
+        except OSError:
+            return None
+        address = udp.getsockname()[0]
+    return None if address.startswith("127.") or address == "0.0.0.0" else address
+
+
+def can_connect(host: str, port: int) -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as client:
+        client.settimeout(5)
+        try:
+            client.connect((host, port))
+        except OSError:  # ConnectionRefusedError: nothing listens on that address and port
+            return False
+        return True
+
+
+def test_a_default_metrics_server_is_not_reachable_on_a_non_loopback_address():
+    address = non_loopback_ipv4()
+    if address is None:
+        pytest.skip("this machine has no non-loopback IPv4 address (no default route) to try /metrics on")
+    # The control: on a wildcard bind the same address does reach /metrics, so a refusal below
+    # is the loopback bind at work, not an address nothing can reach.
+    with start_metrics_server("0.0.0.0", 0, registry=CollectorRegistry(), stats=StatsRegistry()) as wildcard:
+        assert can_connect(address, wildcard.port), f"control failed: {address}:{wildcard.port} unreachable"
+
+    with start_metrics_server(registry=CollectorRegistry(), stats=StatsRegistry()) as server:
+        assert can_connect("127.0.0.1", server.port)
+        assert not can_connect(address, server.port), (
+            f"a default metrics server answered on {address}:{server.port}; it must bind 127.0.0.1 only"
+        )
 
 
 def test_a_port_in_use_is_reported_with_the_fix():
@@ -341,6 +410,22 @@ def test_observe_probe_latency_lands_in_the_bucket_of_its_latency():
 
     assert value("esault_probe_latency_seconds_bucket", {**labels, "le": "0.005"}) == le_5ms + 1
     assert value("esault_probe_latency_seconds_bucket", {**labels, "le": "0.0025"}) == le_2_5ms
+
+
+def test_forget_probe_latency_removes_the_histogram_of_an_spu_that_left():
+    kept = {"topology": "t-forget", "unit": "count", "spu": "1"}
+    gone = {"topology": "t-forget", "unit": "count", "spu": "2"}
+    observe_probe_latency("t-forget", "count", 1, 0.003)
+    observe_probe_latency("t-forget", "count", 2, 0.003)
+    assert REGISTRY.get_sample_value("esault_probe_latency_seconds_count", gone) == 1
+
+    forget_probe_latency("t-forget", "count", 2)
+    forget_probe_latency("t-forget", "count", 2)  # twice, or never probed: a no-op
+    forget_probe_latency("t-forget", "count", 99)
+
+    assert REGISTRY.get_sample_value("esault_probe_latency_seconds_count", gone) is None
+    assert REGISTRY.get_sample_value("esault_probe_latency_seconds_count", kept) == 1
+    forget_probe_latency("t-forget", "count", 1)
 
 
 def test_probe_buckets_span_one_millisecond_to_ten_seconds():
