@@ -90,15 +90,20 @@ class LatencyMonitorActor(pykka.ThreadingActor):
                 mailbox.tell(Probe(probe_id, now, self.actor_ref))
 
     def _on_probe_returned(self, msg: ProbeReturned) -> None:
-        if self.outstanding.pop(msg.probe_id, None) is None:
-            return  # already counted as timed out, or from an SPU that is gone
+        # Latency from this actor's own record of the send, never from the echoed `sent_at`: no
+        # received clock reading decides anything. A reply must come back for the SPU probed.
+        probe = self.outstanding.get(msg.probe_id)
+        if probe is None or probe[0] != msg.spu_id:
+            return  # already counted as timed out, from an SPU that is gone, or not the one probed
+        del self.outstanding[msg.probe_id]
+        spu, sent_at = probe
         now = self.job.clock.now()
-        latency = now - msg.sent_at
-        metrics.observe_probe_latency(self.job.name, self.spec.name, msg.spu_id, latency)
-        self.load[msg.spu_id] = msg.processed
+        latency = now - sent_at
+        metrics.observe_probe_latency(self.job.name, self.spec.name, spu, latency)
+        self.load[spu] = msg.processed
         if msg.hashes:
-            self.hashes[msg.spu_id] = msg.hashes
-        self._observe(msg.spu_id, ProbeSample(msg.sent_at, latency, msg.processed), now)
+            self.hashes[spu] = msg.hashes
+        self._observe(spu, ProbeSample(sent_at, latency, msg.processed), now)
 
     def _observe(self, spu: int, sample: ProbeSample, now: float) -> None:
         detector = self.detectors.get(spu)
