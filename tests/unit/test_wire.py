@@ -73,8 +73,8 @@ PINNED_SCHEMA = {
                          "result: ScaleResult | None")),
     28: ("ScaleRefused", ("reason: str",)),
     29: ("WorkerHello", ("process: str", "address: str", "pid: int")),
-    30: ("PeerAddresses", ("peers: dict[str, str]",)),
-    31: ("StartSpu", ("topology: str", "unit: dict[str, value]", "config: dict[str, value]", "spu: SpuConfig")),
+    30: ("PeerAddresses", ("peers: dict[str, tuple[str, str]]",)),
+    31: ("StartSpu", ("topology: str", "unit: str", "spu: SpuConfig")),
     32: ("StopSpu", ("spu_id: int", "request_id: int")),
     33: ("SpuStopped", ("spu_id: int", "request_id: int")),
     34: ("WorkerHeartbeat", ("process: str", "stats: list[tuple[str, str, int, dict[str, int]]]")),
@@ -85,6 +85,7 @@ PINNED_SCHEMA = {
                           "msg_id: value")),
     39: ("SpoutProgress", ("spu_id: int", "finished: bool", "drained: bool", "untracked: int")),
     40: ("SpuStarted", ("spu_id: int", "pid: int", "error: str")),
+    41: ("SubmitJob", ("topology: str", "units: list[dict[str, value]]", "config: dict[str, value]")),
 }
 
 
@@ -97,7 +98,7 @@ def test_message_tags_and_field_layouts_are_pinned_so_the_wire_cannot_change_sil
 
 
 @pytest.mark.parametrize(("message", "frame_hex"), [
-    (m.Tick(1.5), "9202cb3ff8000000000000"),
+    (m.StopSpu(7, 3), "93200703"),
     (m.EpochMarker(7, 3), "930a0703"),
     (m.DataBatch(3, "split", ["w"], [(1, "a")], [2**64 - 1], [5]),
      "970103a573706c697491a17791d6019201a16191cfffffffffffffffff9105"),
@@ -122,8 +123,8 @@ def _any_fields() -> set[tuple[str, str]]:
 
 def test_every_any_field_is_either_a_mailbox_override_or_a_known_user_value():
     # A new `Any` field must be classified: a mailbox (FIELD_TYPES) or plain codec data (this list).
-    assert _any_fields() == {("RouteSpec", "table"), ("StateHandoff", "states"), ("StartSpu", "unit"),
-                             ("StartSpu", "config"), ("StatusReply", "jobs"), ("DataBatch", "keys"),
+    assert _any_fields() == {("RouteSpec", "table"), ("StateHandoff", "states"), ("SubmitJob", "units"),
+                             ("SubmitJob", "config"), ("StatusReply", "jobs"), ("DataBatch", "keys"),
                              ("DataBatch", "values"), ("DeadLettered", "key"), ("DeadLettered", "value"),
                              ("DeadLettered", "msg_id")}
 
@@ -131,7 +132,7 @@ def test_every_any_field_is_either_a_mailbox_override_or_a_known_user_value():
 def test_a_decode_reports_only_the_documented_reasons():
     assert set(wire.FRAME_ERROR_REASONS) == {
         "not_bytes", "truncated", "trailing_bytes", "malformed", "too_deep", "not_a_frame", "unknown_tag",
-        "local_only", "field_count", "field_type", "address",
+        "local_only", "field_count", "field_type", "address", "too_large",
     }
 
 
@@ -142,8 +143,6 @@ ROUTE = m.RouteSpec("count", "key", [3, [[0, 11], [2**30, 12]]], {11: Address("w
 RESULT = m.ScaleResult("split", "count", 11, 13, 0, 2**29, 42, 0.01, 0.2, "overload")
 EXAMPLES: dict[type, Any] = {
     m.DataBatch: m.DataBatch(7, "split", ["apple", ("k", 2)], [1, {"n": [1.5, None]}], [2**63], [12345]),
-    m.Tick: m.Tick(12.25),
-    m.Pump: m.Pump(),
     m.AckInit: m.AckInit(3, [(1, 2), (2**64 - 1, 0)]),
     m.AckUpdate: m.AckUpdate({1: 5, 2**63: 0}),
     m.AckFail: m.AckFail(99, "ValueError: bad word"),
@@ -170,8 +169,9 @@ EXAMPLES: dict[type, Any] = {
     m.SpusChanged: m.SpusChanged({11: Address("w1", "spu-11")}, {11: (0, 9), 12: None}, RESULT),
     m.ScaleRefused: m.ScaleRefused("unit count is at max_parallelism 8"),
     m.WorkerHello: m.WorkerHello("w1", "tcp://127.0.0.1:5601", 4242),
-    m.PeerAddresses: m.PeerAddresses({"driver": "tcp://127.0.0.1:5600", "w1": "tcp://127.0.0.1:5601"}),
-    m.StartSpu: m.StartSpu("wc", {"name": "count", "params": {"k": (1, "a")}}, {"acking": True, "data_dir": "d"},
+    m.PeerAddresses: m.PeerAddresses({"driver": ("tcp://127.0.0.1:5600", "k" * 40),
+                                      "w1": ("tcp://127.0.0.1:5601", "j" * 40)}),
+    m.StartSpu: m.StartSpu("wc", "count",
                            m.SpuConfig("wc", "count", 5, (0, 10), (), None, {"unit_ref": Address("driver", "unit-count")})),
     m.StopSpu: m.StopSpu(5, 9),
     m.SpuStopped: m.SpuStopped(5, 9),
@@ -183,6 +183,7 @@ EXAMPLES: dict[type, Any] = {
     m.DeadLettered: m.DeadLettered("risky", 4, ("k", 1), {"v": [1, 2]}, "ValueError: bad at x.py:3", 4, None),
     m.SpoutProgress: m.SpoutProgress(3, True, False, 0),
     m.SpuStarted: m.SpuStarted(7, 4242, "TopologyError: worker cannot import x:Y"),
+    m.SubmitJob: m.SubmitJob("wc", [{"name": "count", "params": {"k": (1, "a")}}], {"acking": True, "data_dir": "d"}),
 }
 
 
@@ -217,7 +218,8 @@ def test_decode_builds_the_declared_containers_from_lists_the_runtime_passes():
     assert decoded.roots == [(1, 2)] and type(decoded.roots[0]) is tuple
     spu = decode_frame(encode_frame(m.SpuConfig("t", "u", 1, [0, 5], [], None)))
     assert spu.interval == (0, 5) and spu.downstream == () and spu.extra == {}
-    assert decode_frame(encode_frame(m.Tick(5))).now == 5.0 and type(decode_frame(encode_frame(m.Tick(5))).now) is float
+    assert decode_frame(encode_frame(m.Probe(1, 5, Address("d", "m")))).sent_at == 5.0
+    assert type(decode_frame(encode_frame(m.Probe(1, 5, Address("d", "m")))).sent_at) is float
 
 
 hashables = st.recursive(
@@ -304,12 +306,41 @@ def test_a_failing_from_address_drops_the_frame_with_reason_address():
 # --- refusals on encode --------------------------------------------------------------
 
 
+@pytest.mark.parametrize("timer", [m.Tick(1e12), m.Pump()], ids=["Tick", "Pump"])
+def test_timer_messages_never_cross_processes_so_no_frame_can_set_a_clock(timer):
+    with pytest.raises(SerializationError, match=r"timer messages stay in their process"):
+        encode_frame(timer)
+    tag = tag_of(type(timer))
+    forged = msgpack.packb([tag, 1e12] if type(timer) is m.Tick else [tag])
+    with pytest.raises(FrameError, match=rf"tag {tag} \({type(timer).__name__}\) never crosses processes") as err:
+        decode_frame(forged)
+    assert frame_error_reason(err.value) == "local_only"
+
+
+def test_a_frame_over_the_codec_cap_is_refused_before_decoding():
+    codec = wire.WireCodec(max_frame_bytes=100)
+    big = encode_frame(m.DataBatch(1, "s", ["k" * 200], [1], [], []))
+    with pytest.raises(FrameError, match=r"over max_frame_bytes=100") as err:
+        codec.decode(big)
+    assert frame_error_reason(err.value) == "too_large"
+    assert codec.decode(encode_frame(m.StopSpu(1, 2))) == m.StopSpu(1, 2)
+
+
+@pytest.mark.parametrize("header", [b"\xdd\x40\x00\x00\x00", b"\xdf\x40\x00\x00\x00", b"\xdb\x40\x00\x00\x00"],
+                         ids=["array32", "map32", "str32"])
+def test_a_frame_declaring_more_items_than_it_carries_is_refused_without_allocating_them(header):
+    # 2**30 items (or bytes) announced by a 5-byte header: msgpack's explicit limits refuse it at once.
+    with pytest.raises(FrameError) as err:
+        decode_frame(b"\x92\x01" + header + b"\x00" * 16)
+    assert frame_error_reason(err.value) in ("truncated", "malformed")
+
+
 def test_a_future_never_crosses_processes():
     cmd = m.ScaleCommand("split", 11, {}, (), Future())
     with pytest.raises(SerializationError, match=r"cannot send ScaleCommand to another process: field 'reply' is a "
                                                  r"concurrent.futures.Future, and futures never cross processes"):
         encode_frame(cmd)
-    assert wire.LOCAL_ONLY == {m.ScaleCommand}
+    assert wire.LOCAL_ONLY == {m.ScaleCommand, m.Tick, m.Pump}
     with pytest.raises(FrameError, match=r"tag 16 \(ScaleCommand\) never crosses processes") as err:
         decode_frame(msgpack.packb([16, "split", 11, {}, [], None, None, None, "manual"]))
     assert frame_error_reason(err.value) == "local_only"
@@ -343,15 +374,15 @@ GOOD_FRAMES = [encode_frame(msg) for msg in EXAMPLES.values()]
 @pytest.mark.parametrize(("frame", "reason", "error"), [
     (b"", "truncated", r"malformed frame \(0 bytes\): truncated"),
     (GOOD_FRAMES[0][:-3], "truncated", r"truncated"),
-    (encode_frame(m.Tick(1.0)) + b"\x00", "trailing_bytes", r"bytes after the message"),
+    (encode_frame(m.StopSpu(1, 2)) + b"\x00", "trailing_bytes", r"bytes after the message"),
     (b"\xc1", "malformed", r"malformed frame \(1 bytes\)"),
     (b"\x91" * 5000 + b"\x01", "too_deep", r"nested too deeply"),
     (msgpack.packb({"tag": 1}), "not_a_frame", r"expected \[tag, fields\.\.\.\], got dict"),
     (msgpack.packb([]), "not_a_frame", r"got list \[\]"),
     (msgpack.packb(["DataBatch", 1, []]), "not_a_frame", r"not a message frame"),
-    (msgpack.packb([99, 1]), "unknown_tag", r"unknown message tag 99 \(known: 1\.\.40\)"),
+    (msgpack.packb([99, 1]), "unknown_tag", r"unknown message tag 99 \(known: 1\.\.41\)"),
     (msgpack.packb([10, 1]), "field_count", r"EpochMarker: expected 2 fields \(reconfig_id, sender\), got 1"),
-    (msgpack.packb([2, "soon"]), "field_type", r"Tick\.now: expected float, got str 'soon'"),
+    (msgpack.packb([25, 1, "soon", ["d", "m"], True]), "field_type", r"Probe\.sent_at: expected float, got str 'soon'"),
     (msgpack.packb([10, True, 1]), "field_type", r"EpochMarker\.reconfig_id: expected int, got bool True"),
     (msgpack.packb([1, 1, "s", ["k"], [1], [0, "root"], [0, 0]]), "field_type",
      r"DataBatch\.roots\[1\]: expected int, got str 'root'"),
