@@ -24,7 +24,10 @@ from esault.metrics.registry import REGISTRY
 from esault.runtime import messages as m
 from esault.transport.address import Address
 from esault.transport.endpoint import Endpoint, RemoteMailbox
+from esault.testing import wait_until
 from esault.transport.frames import EncodedFrame
+from esault.transport.keys import KeyPair
+from esault.transport.trust import Identity, Role
 from esault.transport.wire import WireCodec, encode_frame
 
 WAIT = 10.0  # seconds; every wait below ends far sooner unless something is broken
@@ -38,7 +41,7 @@ class Inbox:
         self.undecoded = 0  # data frames handed over as EncodedFrame (decoded here, as an SPU would)
         self._cond = threading.Condition()
 
-    def __call__(self, actor: str, message: Any) -> None:
+    def __call__(self, actor: str, message: Any, sender: Identity | None = None, size: int = 0) -> None:
         if type(message) is EncodedFrame:
             self.undecoded += 1
             message = message.open()
@@ -58,14 +61,22 @@ def endpoint() -> Iterator[Callable[..., Endpoint]]:
     """Makes endpoints and closes every one of them after the test."""
     made: list[Endpoint] = []
 
-    def make(name: str, deliver: Callable[[str, Any], None] | None = None, **kwargs: Any) -> Endpoint:
+    def make(name: str, deliver: Callable[..., None] | None = None, **kwargs: Any) -> Endpoint:
         ep = Endpoint(name, deliver or Inbox(), **kwargs)
+        for other in made:  # the endpoints of one test trust each other (as a cluster's processes do)
+            trust(ep, other)
         made.append(ep)
         return ep
 
     yield make
     for ep in reversed(made):
         ep.close()
+
+
+def trust(a: Endpoint, b: Endpoint) -> None:
+    """Let a and b in to each other, each under its process name."""
+    a.keys.admit(b.keys.own.public, Role.WORKER, b.process)
+    b.keys.admit(a.keys.own.public, Role.WORKER, a.process)
 
 
 def dropped_total(reason: str) -> float:
@@ -82,8 +93,8 @@ CONTROL_AND_DATA = [
     m.StateHandoff(3, 11, [("word1", b"\x05"), (("composite", 2), b"")]),
     m.SpuConfig("wc", "count", 12, (0, 2**30), (ROUTE,), m.PrepareReceive(3, 0, 2**30, 11),
                 {"unit_ref": Address("a", "unit-count")}),
-    m.Tick(1.25),
-    m.Pump(),
+    m.StopSpu(125, 0),
+    m.GetSpus(),
     m.Probe(1, 2.5, Address("a", "monitor"), True),
     m.DataBatch(7, "split", [], [], [], []),
 ]
@@ -110,8 +121,8 @@ def test_two_endpoints_exchange_data_and_control_messages_in_order(endpoint):
 def test_an_endpoint_reaches_its_own_process_without_connecting(endpoint):
     inbox = Inbox()
     a = endpoint("a", inbox)
-    a.mailbox(Address("a", "self")).tell(m.Tick(3.0))
-    assert inbox.wait_for(1) == [("self", m.Tick(3.0))]
+    a.mailbox(Address("a", "self")).tell(m.StopSpu(3, 0))
+    assert inbox.wait_for(1) == [("self", m.StopSpu(3, 0))]
 
 
 def test_mailboxes_map_to_local_refs_and_remote_mailboxes_across_processes(endpoint):
@@ -135,7 +146,8 @@ def test_mailboxes_map_to_local_refs_and_remote_mailboxes_across_processes(endpo
     acker_inbox: queue.Queue = queue.Queue()
     a_inbox = Inbox()
     a = endpoints["a"] = endpoint("a", a_inbox, codec=codec_for("a"))
-    b = endpoints["b"] = endpoint("b", lambda actor, msg: acker_inbox.put((actor, msg)), codec=codec_for("b"))
+    b = endpoints["b"] = endpoint("b", lambda actor, msg, sender, size: acker_inbox.put((actor, msg)),
+                                  codec=codec_for("b"))
     a.connect("b", b.address)
     b.connect("a", a.address)
 
@@ -178,7 +190,7 @@ def test_a_slow_receiver_makes_send_block_and_time_out_instead_of_growing_memory
     gate, entered = threading.Event(), threading.Event()
     inbox = Inbox()
 
-    def slow(actor: str, message: Any) -> None:
+    def slow(actor: str, message: Any, sender: Identity, size: int) -> None:
         entered.set()
         gate.wait(WAIT * 3)  # holds the receiver's I/O thread: nothing more is read
         inbox(actor, message)
@@ -231,18 +243,21 @@ def test_a_malformed_frame_is_dropped_counted_and_logged_once_while_later_frames
     ctx = zmq.Context()
     raw = ctx.socket(zmq.DEALER)
     raw.setsockopt(zmq.LINGER, 0)
+    pair = KeyPair.generate()  # a peer the receiver admits: the fuzz runs under encryption
+    receiver.keys.admit(pair.public, Role.WORKER, "raw")
+    raw.curve_publickey, raw.curve_secretkey, raw.curve_serverkey = pair.public, pair.secret, receiver.keys.own.public
     try:
         raw.connect(receiver.address)
-        good = encode_frame(m.Tick(1.0))
+        good = encode_frame(m.StopSpu(1, 0))
         raw.send_multipart([b"only-one-part"])
         raw.send_multipart([b"spu-1", b"\xc1"])
         raw.send_multipart([b"spu-1", msgpack.packb([99, 1])])
         raw.send_multipart([b"\xff\xfe", good])
         raw.send_multipart([b"spu-1", good[:-2]])
-        raw.send_multipart([b"spu-1", msgpack.packb([2, "soon"])])
+        raw.send_multipart([b"spu-1", msgpack.packb([32, "soon", 1])])
         raw.send_multipart([b"spu-1", b"\xc1\xc1"])
         raw.send_multipart([b"spu-1", good])
-        assert inbox.wait_for(1) == [("spu-1", m.Tick(1.0))]  # FIFO: every bad frame was handled before it
+        assert inbox.wait_for(1) == [("spu-1", m.StopSpu(1, 0))]  # FIFO: every bad frame was handled before it
     finally:
         raw.close()
         ctx.term()
@@ -257,22 +272,23 @@ def test_a_malformed_frame_is_dropped_counted_and_logged_once_while_later_frames
 def test_a_deliver_handler_that_raises_costs_one_frame_not_the_io_thread(endpoint):
     inbox = Inbox()
 
-    def picky(actor: str, message: Any) -> None:
-        if message == m.Pump():
+    def picky(actor: str, message: Any, sender: Identity, size: int) -> None:
+        if message == m.Drain():
             raise RuntimeError("bug in a handler")
         inbox(actor, message)
 
     receiver = endpoint("r", picky)
     sender = endpoint("s")
     sender.connect("r", receiver.address)
-    for msg in (m.Tick(1.0), m.Pump(), m.Tick(2.0)):
+    for msg in (m.StopSpu(1, 0), m.Drain(), m.StopSpu(2, 0)):
         sender.send(Address("r", "x"), msg)
-    assert inbox.wait_for(2) == [("x", m.Tick(1.0)), ("x", m.Tick(2.0))]
+    assert inbox.wait_for(2) == [("x", m.StopSpu(1, 0)), ("x", m.StopSpu(2, 0))]
     assert receiver.dropped() == {"deliver": 1}
 
 
 def test_disconnect_drops_queued_frames_and_wakes_blocked_senders(endpoint):
     sender = endpoint("s", queue_size=4, hwm=1)
+    sender.keys.admit(KeyPair.generate().public, Role.WORKER, "gone")
     sender.connect("gone", "tcp://127.0.0.1:1")  # nothing listens: zmq queues, then backpressure
     to = Address("gone", "spu-1")
     with pytest.raises(TimeoutError):
@@ -294,20 +310,21 @@ def test_disconnect_drops_queued_frames_and_wakes_blocked_senders(endpoint):
     worker.join(WAIT)
     assert sender.queued("gone") == 0
     with pytest.raises(LookupError, match=r"no connection to process 'gone'.*call connect\('gone', "):
-        sender.send(to, m.Tick(0.0))
+        sender.send(to, m.StopSpu(0, 0))
 
 
 def test_close_sends_what_is_queued_within_its_linger(endpoint):
     inbox = Inbox()
     receiver = endpoint("r", inbox)
     sender = Endpoint("s", Inbox(), linger=5.0)
+    trust(sender, receiver)
     sender.connect("r", receiver.address)
     for i in range(500):
         sender.send(Address("r", "x"), m.EpochMarker(i, 1))
     sender.close()
     assert [msg.reconfig_id for _, msg in inbox.wait_for(500)] == list(range(500))
     with pytest.raises(RuntimeError, match=r"Endpoint\('s'\) is closed; cannot send"):
-        sender.send(Address("r", "x"), m.Tick(0.0))
+        sender.send(Address("r", "x"), m.StopSpu(0, 0))
     sender.close()  # idempotent
 
 
@@ -342,9 +359,14 @@ CHILD = textwrap.dedent("""
     from esault.transport.address import Address
     from esault.transport.endpoint import Endpoint
     from esault.transport.frames import EncodedFrame
+    from esault.transport.keys import KeyPair
+    from esault.transport.trust import KeyRing, Role
 
     inbox = queue.Queue()
-    ep = Endpoint("child", lambda actor, msg: inbox.put((actor, msg)))
+    public, secret, parent_key = (part.strip().encode() for part in sys.stdin.readline().split(","))
+    keys = KeyRing(KeyPair(public, secret), "child", Role.WORKER)
+    keys.admit(parent_key, Role.DRIVER, "parent")
+    ep = Endpoint("child", lambda actor, msg, sender, size: inbox.put((actor, msg)), keys=keys)
     print(ep.address, flush=True)
     ep.connect("parent", sys.argv[1])
     while True:
@@ -361,7 +383,12 @@ CHILD = textwrap.dedent("""
 def test_a_second_process_echoes_data_and_control_messages_in_order(endpoint):
     inbox = Inbox()
     parent = endpoint("parent", inbox)
-    child = subprocess.Popen([sys.executable, "-c", CHILD, parent.address], stdout=subprocess.PIPE, text=True)
+    child = subprocess.Popen([sys.executable, "-c", CHILD, parent.address], stdout=subprocess.PIPE,
+                             stdin=subprocess.PIPE, text=True)
+    pair = KeyPair.generate()  # the child's keys, on its stdin as a local driver hands them out
+    parent.keys.admit(pair.public, Role.WORKER, "child")
+    child.stdin.write(f"{pair.public.decode()},{pair.secret.decode()},{parent.keys.own.public.decode()}\n")
+    child.stdin.close()
     try:
         child_address = child.stdout.readline().strip()
         assert child_address.startswith("tcp://"), f"the child did not start (said {child_address!r})"
@@ -377,3 +404,54 @@ def test_a_second_process_echoes_data_and_control_messages_in_order(endpoint):
             child.kill()
             child.wait()
         child.stdout.close()
+
+
+def _raw_dealer(ctx: zmq.Context, receiver: Endpoint, pair: KeyPair | None) -> zmq.Socket:
+    """A hand-made peer: no Curve at all (pair None), or Curve with `pair` against the receiver's key."""
+    raw = ctx.socket(zmq.DEALER)
+    raw.setsockopt(zmq.LINGER, 0)
+    if pair is not None:
+        raw.curve_publickey, raw.curve_secretkey, raw.curve_serverkey = pair.public, pair.secret, receiver.keys.own.public
+    raw.connect(receiver.address)
+    return raw
+
+
+def _rejected(reason: str) -> float:
+    return REGISTRY.get_sample_value("esault_auth_rejected_total", {"reason": reason}) or 0.0
+
+
+@pytest.mark.parametrize("peer", ["no keys", "a key not admitted"])
+def test_a_peer_without_an_admitted_key_gets_nothing_delivered_and_is_counted(endpoint, peer):
+    inbox = Inbox()
+    receiver = endpoint("r", inbox)
+    failed = ("no_curve", "unknown_key", "handshake")
+    before = sum(_rejected(r) for r in failed)
+    ctx = zmq.Context()
+    raw = _raw_dealer(ctx, receiver, None if peer == "no keys" else KeyPair.generate())
+    try:
+        raw.send_multipart([b"spu-1", encode_frame(m.StopSpu(1, 0))])
+        wait_until(lambda: sum(_rejected(r) for r in failed) > before, WAIT, message="the refused handshake counted")
+        # And a trusted peer's frame, sent after, arrives alone: nothing of the stranger's was delivered.
+        friend = endpoint("friend")
+        friend.connect("r", receiver.address)
+        friend.send(Address("r", "spu-1"), m.StopSpu(2, 0))
+        assert inbox.wait_for(1) == [("spu-1", m.StopSpu(2, 0))]
+        assert inbox.items == [("spu-1", m.StopSpu(2, 0))]
+    finally:
+        raw.close()
+        ctx.term()
+
+
+def test_a_revoked_key_is_dropped_even_on_its_open_connection(endpoint):
+    inbox = Inbox()
+    receiver = endpoint("r", inbox)
+    sender = endpoint("s")
+    sender.connect("r", receiver.address)
+    sender.send(Address("r", "x"), m.StopSpu(1, 0))
+    assert inbox.wait_for(1) == [("x", m.StopSpu(1, 0))]
+    receiver.keys.revoke(sender.keys.own.public)
+    before = receiver.dropped().get("unauthenticated", 0)
+    sender.send(Address("r", "x"), m.StopSpu(2, 0))
+    wait_until(lambda: receiver.dropped().get("unauthenticated", 0) > before, WAIT, message="the frame dropped")
+    assert receiver.dropped().get("unauthenticated", 0) == before + 1
+    assert inbox.items == [("x", m.StopSpu(1, 0))]
