@@ -90,7 +90,8 @@ class LocalCluster:
             from esault.cluster.processes import ProcessLauncher
 
             job = Job(topology, config or JobConfig.load(), ProcessLauncher(self.postman, self.registry),
-                      self.clock, postman=self.postman, remote_stats=self.registry.stats_of)
+                      self.clock, postman=self.postman, remote_stats=self.registry.stats_of,
+                      fresh_reports=self.registry.await_fresh_reports)
         self.jobs[topology.name] = job
         return job
 

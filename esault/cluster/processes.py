@@ -52,6 +52,7 @@ class WorkerRegistry:
         self.workers: dict[str, str] = {}
         self.spus_on: dict[str, set[int]] = {}
         self.last_beat: dict[str, float] = {}
+        self.beats: dict[str, int] = {}  # heartbeats received per worker
         self.stats: dict[tuple[str, str, int], SpuStats] = {}
         self._stopped: dict[int, threading.Event] = {}
         self._started: dict[int, SpuStarted | None] = {}  # spu id -> the worker's answer, None until it came
@@ -71,12 +72,23 @@ class WorkerRegistry:
     def heartbeat(self, beat: WorkerHeartbeat) -> None:
         with self._lock:
             self.last_beat[beat.process] = time.monotonic()
+            self.beats[beat.process] = self.beats.get(beat.process, 0) + 1
             for topology, unit, spu, counts in beat.stats:
                 stats = self.stats.get((topology, unit, spu))
                 if stats is None:
                     stats = self.stats[(topology, unit, spu)] = SpuStats(topology, unit, spu)
                 for name, value in counts.items():
                     setattr(stats, name, value)
+            self._lock.notify_all()
+
+    def await_fresh_reports(self, timeout: float) -> bool:
+        """Block until every worker sent two heartbeats after this call (the first may have been on its way
+        already): counts then include everything its SPUs did before the call. False on timeout."""
+        with self._lock:
+            since = {w: self.beats.get(w, 0) for w in self.workers}
+            self._lock.notify_all()
+            return self._lock.wait_for(
+                lambda: all(self.beats.get(w, 0) >= n + 2 for w, n in since.items() if w in self.workers), timeout)
 
     def stats_of(self, topology: str) -> list[SpuStats]:
         with self._lock:

@@ -135,7 +135,13 @@ class HostActor(pykka.ThreadingActor):
         topology = self.topology_of.pop(message.spu_id, None)
         if topology is not None and topology not in self.topology_of.values():
             # The job's last SPU here stopped: its counts and settings go, before the driver hears
-            # SpuStopped, so no later heartbeat carries them into a next job of the same name.
+            # SpuStopped, so no later heartbeat carries them into a next job of the same name. Their
+            # final values go to the driver first: a heartbeat may not have carried them yet.
+            final = [(s.topology, s.unit, s.spu, s.as_dict()) for s in STATS.all() if s.topology == topology]
+            try:
+                self.postman.send(DRIVER, "cluster", WorkerHeartbeat(self.postman.process, final), timeout=5.0)
+            except Exception as exc:  # noqa: BLE001 - the driver may be gone at shutdown
+                log.debug("worker %s: final counts of %r not sent: %r", self.postman.process, topology, exc)
             STATS.forget_topology(topology)
             self.jobs.pop(topology, None)
         if reply:

@@ -32,7 +32,8 @@ class Job:
 
     def __init__(self, topology: Topology, config: JobConfig, launcher: SpuLauncher,
                  clock: Clock | None = None, postman: Any = None,
-                 remote_stats: Callable[[str], list[SpuStats]] | None = None) -> None:
+                 remote_stats: Callable[[str], list[SpuStats]] | None = None,
+                 fresh_reports: Callable[[float], bool] | None = None) -> None:
         self.topology = topology
         self.config = config
         self.clock = clock or SystemClock()
@@ -47,6 +48,7 @@ class Job:
         self.postman = postman
         self.launcher = launcher
         self.remote_stats = remote_stats
+        self.fresh_reports = fresh_reports
         self.lost_spus: set[int] = set()
         self.ctx.acker = self._start_named("acker", lambda: AckServerActor.start(self.ctx))
         self.ctx.ticker.subscribe(self.ctx.acker)
@@ -246,6 +248,10 @@ class Job:
         """Counts of worker-hosted SPUs lag by a heartbeat: give a finished job's a moment to agree."""
         if self.remote_stats is None or not self._spouts_finished():
             return
+        if self.fresh_reports is not None:
+            # Totals that merely agree can be one consistent but stale snapshot: first take reports
+            # every worker made after the job was complete.
+            self.fresh_reports(max(timeout, 2.0))
         deadline = time.monotonic() + timeout
         poll = threading.Event()
         while time.monotonic() < deadline:
