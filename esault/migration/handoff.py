@@ -61,6 +61,7 @@ class ReceiverHandoff:
         self.started_at = started_at
         self.buffered: list[HeldBatch] = []
         self.first_buffered_at: float | None = None
+        self.moved = 0  # keys restored so far (a hand-off may come in chunks)
 
     def holds(self, h: int) -> bool:
         return self.lo <= h <= self.hi
@@ -92,12 +93,33 @@ class ReceiverHandoff:
         return 0.0 if self.first_buffered_at is None else now - self.first_buffered_at
 
 
+HANDOFF_CHUNK_BYTES = 4 * 2**20
+"""Bytes of encoded state per StateHandoff message: far under the transport's frame cap (16 MiB)."""
+
+
+def chunk_states(states: list[tuple[Any, bytes]], budget: int = HANDOFF_CHUNK_BYTES,
+                 size_of_key: Callable[[Any], int] = lambda key: 64) -> list[list[tuple[Any, bytes]]]:
+    """Cut (key, state) pairs into consecutive chunks of at most `budget` bytes each (estimated: the
+    state's bytes plus `size_of_key`), in order; a state larger than `budget` gets a chunk of its own.
+    Always at least one chunk, so an empty hand-off still says it is done."""
+    chunks: list[list[tuple[Any, bytes]]] = [[]]
+    used = 0
+    for key, blob in states:
+        cost = len(blob) + size_of_key(key)
+        if chunks[-1] and used + cost > budget:
+            chunks.append([])
+            used = 0
+        chunks[-1].append((key, blob))
+        used += cost
+    return chunks
+
+
 class EarlyMessages:
     """Markers and hand-offs that overtook their reconfiguration's setup message."""
 
     def __init__(self) -> None:
         self.markers: dict[int, set[int]] = {}
-        self.handoffs: dict[int, Any] = {}
+        self.handoffs: dict[int, list[Any]] = {}  # reconfig id -> StateHandoff chunks, in arrival order
 
     def take_markers(self, reconfig_id: int) -> set[int]:
         return self.markers.pop(reconfig_id, set())

@@ -14,7 +14,9 @@ from typing import Any
 from esault.dsl.tuple import Tuple
 from esault.elasticity.planner import HashSampler
 from esault.keyhash import key_hash
-from esault.migration.handoff import EarlyMessages, GiverHandoff, HeldBatch, ReceiverHandoff
+from esault.errors import SerializationError
+from esault.migration import handoff
+from esault.migration.handoff import EarlyMessages, GiverHandoff, HeldBatch, ReceiverHandoff, chunk_states
 from esault.runtime.anchors import BatchHold, DeferredAnchor
 from esault.runtime.context import RateLimitedLog, log
 from esault.runtime.messages import (
@@ -259,8 +261,22 @@ class BoltSpuActor(SenderActor):
         self.sampler.clear()
         receiver_id, receiver = self._giving_to
         if receiver is not None:
-            receiver.tell(StateHandoff(giving.reconfig_id, self.spu_id, states))
+            self._send_states(receiver, giving.reconfig_id, states)
         self.unit_ref.tell(HandoffFinished(giving.reconfig_id, self.spu_id, "giver", len(states), 0.0))
+
+    def _send_states(self, receiver: Any, reconfig_id: int, states: list[tuple[Any, bytes]]) -> None:
+        """The moved keys' states in chunks under the frame cap; the last chunk says the hand-off is done."""
+        chunks = chunk_states(states, handoff.HANDOFF_CHUNK_BYTES)
+        for i, chunk in enumerate(chunks):
+            message = StateHandoff(reconfig_id, self.spu_id, chunk, i == len(chunks) - 1)
+            try:
+                receiver.tell(message)
+            except SerializationError as exc:  # one key's state alone is over the frame cap
+                log.error("topology %r: bolt %r cannot move the state of %d key(s) (%s); they restart empty on "
+                          "their new SPU. Keep a key's state under the transport's max_frame_bytes",
+                          self.job.name, self.unit_name, len(chunk), exc)
+                receiver.tell(StateHandoff(reconfig_id, self.spu_id, [(k, encode(None)) for k, _ in chunk],
+                                           message.last))
 
     def _snapshot(self, key: Any, pe: Any) -> bytes:
         try:
@@ -278,13 +294,13 @@ class BoltSpuActor(SenderActor):
         if self.unit_ref is not None:
             self.unit_ref.tell(Prepared(msg.reconfig_id, self.spu_id))
         early = self._early.handoffs.pop(msg.reconfig_id, None)
-        if early is not None:
-            self._on_state(early)
+        for chunk in early or ():
+            self._on_state(chunk)
 
     def _on_state(self, msg: StateHandoff) -> None:
         receiving = self._receiving
         if receiving is None or receiving.reconfig_id != msg.reconfig_id:
-            self._early.handoffs[msg.reconfig_id] = msg
+            self._early.handoffs.setdefault(msg.reconfig_id, []).append(msg)
             return
         for key, blob in msg.states:
             try:
@@ -295,8 +311,11 @@ class BoltSpuActor(SenderActor):
             except Exception as exc:
                 log.error("topology %r: bolt %r could not restore state of key %r: %r",
                           self.job.name, self.unit_name, key, exc)
+        receiving.moved += len(msg.states)
         now = self.job.clock.now()
         self.pes.used(now)
+        if not msg.last:
+            return  # more state to come: moved keys stay held until the last chunk
         paused = receiving.paused_seconds(now)
         self._receiving = None
         for held in receiving.buffered:
@@ -304,5 +323,5 @@ class BoltSpuActor(SenderActor):
         self.stats.pes = len(self.pes)
         self.flush()
         self.unit_ref.tell(
-            HandoffFinished(msg.reconfig_id, self.spu_id, "receiver", len(msg.states), paused)
+            HandoffFinished(msg.reconfig_id, self.spu_id, "receiver", receiving.moved, paused)
         )

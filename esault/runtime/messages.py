@@ -144,11 +144,15 @@ class Prepared:
 
 @dataclass(frozen=True, slots=True)
 class StateHandoff:
-    """giver SPU -> receiver SPU: encoded PE states of the moved keys; the giver is done with them."""
+    """giver SPU -> receiver SPU: encoded PE states of the moved keys; the giver is done with them.
+
+    Large hand-offs travel in chunks (each well under the frame cap); `last` marks the final one.
+    """
 
     reconfig_id: int
     giver_id: int
     states: list[tuple[Any, bytes]]
+    last: bool = True
 
 
 @dataclass(frozen=True, slots=True)

@@ -126,3 +126,30 @@ def test_unit_totals_keep_the_counts_of_spus_merged_away(cluster, config):
     status = job.status()["units"]["check"]
     assert len(status["spus"]) == 1
     assert status["processed"] == len(items)
+
+
+def test_state_too_large_for_one_frame_moves_in_chunks_and_stays_exact(cluster, config, monkeypatch):
+    from esault.migration import handoff
+
+    sent: list[tuple[int, bool]] = []
+    real = handoff.chunk_states
+
+    def recording(states, budget=handoff.HANDOFF_CHUNK_BYTES, **kw):
+        chunks = real(states, budget, **kw)
+        sent.extend((len(c), i == len(chunks) - 1) for i, c in enumerate(chunks))
+        return chunks
+
+    monkeypatch.setattr(handoff, "HANDOFF_CHUNK_BYTES", 300)  # a few keys per StateHandoff
+    monkeypatch.setattr("esault.runtime.bolt_spu.chunk_states", recording)
+    keys, per_key = 200, 20
+    items = sequenced_items(keys, per_key, seed=3)
+    job = cluster.submit(build("chunks", items, "chunks", hold_at=len(items) // 2), config)
+    wait_until(lambda: job.status()["units"]["check"]["processed"] >= len(items) // 4, 30, message="a quarter")
+    split = job.split("check", job.spus("check")[0])
+    merge = job.merge("check", split.receiver)
+    GATES["chunks"].set()
+    assert job.wait(60), job.status()
+    assert_exact("chunks", keys, per_key)
+    assert split.moved_keys > 0 and merge.moved_keys > 0
+    assert sum(n for n, _ in sent) == split.moved_keys + merge.moved_keys
+    assert len(sent) > 4 and [last for _, last in sent].count(True) == 2, sent  # chunked, one last per hand-off

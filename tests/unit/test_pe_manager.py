@@ -102,3 +102,4 @@ def test_without_a_timeout_nothing_ever_expires():
     pes = manager(timeout=None)
     use(pes, "a", 0.0)
     assert pes.idle(1e9) == [] and len(pes) == 1
+

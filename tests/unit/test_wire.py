@@ -48,7 +48,7 @@ PINNED_SCHEMA = {
                          "upstream: frozenset[int]", "retire: bool")),
     12: ("PrepareReceive", ("reconfig_id: int", "lo: int", "hi: int", "giver_id: int")),
     13: ("Prepared", ("reconfig_id: int", "spu_id: int")),
-    14: ("StateHandoff", ("reconfig_id: int", "giver_id: int", "states: list[tuple[value, bytes]]")),
+    14: ("StateHandoff", ("reconfig_id: int", "giver_id: int", "states: list[tuple[value, bytes]]", "last: bool")),
     15: ("HandoffFinished", ("reconfig_id: int", "spu_id: int", "role: str", "moved_keys: int",
                              "paused_seconds: float")),
     16: ("ScaleCommand", ("action: str", "spu_id: int", "upstream: dict[int, tuple[Mailbox, str]]",
