@@ -61,6 +61,8 @@ def build_parser() -> argparse.ArgumentParser:
                         help="this worker's worker-N.key_secret (env ESAULT_SECRET_KEY)")
     worker.add_argument("--driver-key", default=os.environ.get("ESAULT_DRIVER_KEY"),
                         help="the driver's public driver.key (env ESAULT_DRIVER_KEY)")
+    worker.add_argument("--driver-timeout", type=float, default=30.0,
+                        help="exit after this many seconds without word from the driver (default 30)")
     worker.add_argument("--keys-stdin", action="store_true",
                         help="read this worker's keys from stdin (how a local driver hands out fresh ones)")
 
@@ -194,7 +196,7 @@ def _worker(args: argparse.Namespace) -> int:
 
         server = start_metrics_server(args.metrics_host, args.metrics_port)
     try:
-        return run_worker(args.driver, keys, args.name, args.bind_host)
+        return run_worker(args.driver, keys, args.name, args.bind_host, driver_timeout=args.driver_timeout)
     finally:
         if server is not None:
             server.stop()

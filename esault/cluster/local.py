@@ -50,7 +50,8 @@ class LocalCluster:
                                                       heartbeat_timeout))
             try:
                 if workers:
-                    self.pool = LocalProcessPool(self.postman, self.registry, workers, join_timeout)
+                    self.pool = LocalProcessPool(self.postman, self.registry, workers, join_timeout,
+                                                 driver_timeout=heartbeat_timeout)
                 if min_workers:
                     self.wait_for_workers(min_workers, join_timeout)
             except Exception:

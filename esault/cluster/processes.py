@@ -31,7 +31,7 @@ from esault.metrics.stats import SpuStats
 from esault.runtime.context import JobContext
 from esault.runtime.messages import (
     PeerAddresses, Shutdown, SpuConfig, SpuStarted, SpuStopped, StartSpu, StatusReply, StatusRequest, StopSpu,
-    SubmitJob, Tick, WorkerHeartbeat, WorkerHello,
+    SubmitJob, Tick, WorkerHeartbeat, WorkerHello, DriverBeat,
 )
 from esault.cluster.credentials import WorkerKeys
 from esault.transport.keys import KeyPair
@@ -162,6 +162,7 @@ class ClusterActor(pykka.ThreadingActor):
         self.hearts = HeartbeatMonitor(SystemClock(), HEARTBEAT_INTERVAL, misses)
         self.ticker = Ticker(SystemClock(), HEARTBEAT_INTERVAL / 2)
         self.lost: list[str] = []
+        self._next_beat = 0.0
         self._status_clients: list[str] = []
 
     def on_start(self) -> None:
@@ -170,6 +171,18 @@ class ClusterActor(pykka.ThreadingActor):
 
     def on_stop(self) -> None:
         self.ticker.stop()
+
+    def _beat_workers(self) -> None:
+        """Tell every worker the driver lives (each exits after its driver timeout without one)."""
+        now = time.monotonic()
+        if now < self._next_beat:
+            return
+        self._next_beat = now + HEARTBEAT_INTERVAL
+        for worker in list(self.registry.workers):
+            try:
+                self.postman.send(worker, "host", DriverBeat(), timeout=0.0)
+            except Exception:  # noqa: BLE001 - a full or gone peer: its own heartbeats tell
+                pass
 
     def _check_hearts(self) -> None:
         for worker in self.hearts.dead():
@@ -192,6 +205,7 @@ class ClusterActor(pykka.ThreadingActor):
         try:
             if kind is Tick:
                 self._check_hearts()
+                self._beat_workers()
             elif kind is WorkerHeartbeat:
                 if message.process in self.lost:
                     # Declared dead but alive (it was only slow): its SPUs were replaced, so fence it.
@@ -301,7 +315,8 @@ class ProcessLauncher:
 class LocalProcessPool:
     """Spawns `esault worker` processes on this machine and waits until they joined."""
 
-    def __init__(self, postman: Postman, registry: WorkerRegistry, count: int, join_timeout: float = 60.0) -> None:
+    def __init__(self, postman: Postman, registry: WorkerRegistry, count: int, join_timeout: float = 60.0,
+                 driver_timeout: float = 10.0) -> None:
         self.postman = postman
         self.registry = registry
         driver = self.postman.address.replace("tcp://", "")
@@ -313,7 +328,8 @@ class LocalProcessPool:
             pair = KeyPair.generate()
             postman.keys.admit(pair.public, Role.WORKER)
             process = subprocess.Popen([sys.executable, "-m", "esault.cli", "worker", "--driver", driver,
-                                        "--name", f"w{i + 1}", "--keys-stdin"], env=env, stdin=subprocess.PIPE,
+                                        "--name", f"w{i + 1}", "--keys-stdin",
+                                        "--driver-timeout", str(driver_timeout)], env=env, stdin=subprocess.PIPE,
                                        text=True)
             try:
                 process.stdin.write(WorkerKeys(pair, driver_key).to_json() + "\n")

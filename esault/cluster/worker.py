@@ -10,6 +10,7 @@ from __future__ import annotations
 import logging
 import os
 import threading
+import time
 from typing import Any
 
 import pykka
@@ -24,7 +25,7 @@ from esault.runtime.spout_spu import SpoutSpuActor
 from esault.runtime.context import JobContext
 from esault.dsl.topology import UnitSpec
 from esault.runtime.messages import (
-    PeerAddresses, Shutdown, SpuStarted, SpuStopped, StartSpu, StopSpu, SubmitJob, WorkerHeartbeat, WorkerHello,
+    DriverBeat, PeerAddresses, Shutdown, SpuStarted, SpuStopped, StartSpu, StopSpu, SubmitJob, WorkerHeartbeat, WorkerHello,
 )
 from esault.cluster.credentials import WorkerKeys
 from esault.runtime.ticker import Ticker
@@ -39,16 +40,24 @@ class _Unbuildable(Exception):
     """A unit of a submitted job that this worker could not build; the message is the cause."""
 
 
+class DriverLiveness:
+    """When the driver last said it lives (DriverBeat): written by the host actor, read by run_worker."""
+
+    def __init__(self) -> None:
+        self.driver_seen = time.monotonic()
+
+
 class HostActor(pykka.ThreadingActor):
     """Starts and stops this worker's SPUs; one JobContext per topology."""
 
-    def __init__(self, postman: Postman, done: threading.Event) -> None:
+    def __init__(self, postman: Postman, done: threading.Event, liveness: DriverLiveness | None = None) -> None:
         super().__init__()
         self.postman = postman
         self.done = done
         self.jobs: dict[str, JobContext] = {}
         self.spus: dict[int, Any] = {}
         self.topology_of: dict[int, str] = {}
+        self.liveness = liveness or DriverLiveness()
         self.submitted: dict[str, tuple[dict[str, UnitSpec | str], dict[str, Any]]] = {}
         """topology -> (unit name -> its spec, or why it cannot be built here; the job's config)."""
         self.ticker = Ticker(SystemClock(), 0.01)
@@ -57,7 +66,9 @@ class HostActor(pykka.ThreadingActor):
     def on_receive(self, message: Any) -> Any:
         try:
             kind = type(message)
-            if kind is SubmitJob:
+            if kind is DriverBeat:
+                self.liveness.driver_seen = time.monotonic()
+            elif kind is SubmitJob:
                 self._submit(message)
             elif kind is StartSpu:
                 self._start(message)
@@ -149,24 +160,31 @@ class HostActor(pykka.ThreadingActor):
 
 
 def run_worker(driver: str, keys: WorkerKeys, name: str | None = None, bind_host: str = "127.0.0.1",
-               max_frame_bytes: int | None = None) -> int:
+               max_frame_bytes: int | None = None, driver_timeout: float = 30.0) -> int:
     """Join the driver at HOST:PORT and host SPUs until it says Shutdown (or the process is killed).
 
     Listens on `bind_host` (loopback unless told otherwise; 0.0.0.0 is
     advertised under this host's name). Accepts connections only from the
     driver's key and the peers' keys the driver announces, and commands only
-    from the driver.
+    from the driver. Exits when no DriverBeat came for `driver_timeout` seconds
+    (the driver was killed or cut off): no orphans.
     """
     name = name or f"w{os.getpid()}"
     extra = {} if max_frame_bytes is None else {"max_frame_bytes": max_frame_bytes}
     postman = Postman(name, bind=f"tcp://{bind_host}:0", keys=keys.ring(name), **extra)
     done = threading.Event()
-    host = postman.start_and_register("host", lambda: HostActor.start(postman, done))
+    hosting = DriverLiveness()
+    host = postman.start_and_register("host", lambda: HostActor.start(postman, done, hosting))
     postman.connect(DRIVER, driver if driver.startswith("tcp://") else f"tcp://{driver}")
     postman.send(DRIVER, "cluster", WorkerHello(name, postman.address, os.getpid()))
     log.info("worker %s joined driver %s from %s", name, driver, postman.address)
     try:
         while not done.wait(HEARTBEAT_INTERVAL):
+            silent = time.monotonic() - hosting.driver_seen
+            if silent > driver_timeout:
+                log.error("worker %s: no word from the driver for %.1f s (driver timeout %.1f s): exiting",
+                          name, silent, driver_timeout)
+                return 3
             stats = [(s.topology, s.unit, s.spu, s.as_dict()) for s in STATS.all()]
             try:
                 postman.send(DRIVER, "cluster", WorkerHeartbeat(name, stats), timeout=5.0)

@@ -408,3 +408,9 @@ class SubmitJob:
     topology: str
     units: list[dict[str, Any]]
     config: dict[str, Any]
+
+
+@dataclass(frozen=True, slots=True)
+class DriverBeat:
+    """driver cluster -> worker host: the driver is alive. A worker that hears none for its
+    driver timeout exits, so a killed driver leaves no orphan workers behind."""

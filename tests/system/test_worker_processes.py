@@ -240,3 +240,40 @@ def test_status_names_the_process_of_every_spu(workers, config):
         assert spus and {s["pid"] for s in spus.values()} <= expected, spus
         assert all(s["worker"] and s["address"].startswith("tcp://") for s in spus.values())
     assert {s["worker"] for s in job.status()["units"]["count"]["spus"].values()} == {"w1", "w2"}
+
+
+DRIVER_SCRIPT = """
+import sys, threading
+from esault import LocalCluster
+with LocalCluster(workers=2, heartbeat_timeout=2.0) as cluster:
+    print(" ".join(str(p.pid) for p in cluster.pool.processes), flush=True)
+    threading.Event().wait()  # until killed
+"""
+
+
+def test_workers_exit_when_their_driver_is_killed():
+    import os
+    import signal
+    import subprocess
+
+    driver = subprocess.Popen([sys.executable, "-c", DRIVER_SCRIPT], stdout=subprocess.PIPE, text=True)
+    try:
+        pids = [int(p) for p in driver.stdout.readline().split()]
+        assert len(pids) == 2, "the driver did not start its workers"
+
+        def alive(pid: int) -> bool:
+            try:
+                os.kill(pid, 0)
+            except ProcessLookupError:
+                return False
+            with open(f"/proc/{pid}/stat") as stat:  # a zombie (exited, not yet reaped) is gone too
+                return stat.read().split(")")[-1].split()[0] != "Z"
+
+        assert all(alive(pid) for pid in pids)
+        driver.send_signal(signal.SIGKILL)
+        driver.wait(10)
+        wait_until(lambda: not any(alive(pid) for pid in pids), 30, message="both workers gone after the driver")
+    finally:
+        if driver.poll() is None:
+            driver.kill()
+        driver.stdout.close()
