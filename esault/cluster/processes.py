@@ -31,7 +31,7 @@ from esault.metrics.stats import SpuStats
 from esault.runtime.context import JobContext
 from esault.runtime.messages import (
     PeerAddresses, Shutdown, SpuConfig, SpuStarted, SpuStopped, StartSpu, StatusReply, StatusRequest, StopSpu,
-    SubmitJob, Tick, WorkerHeartbeat, WorkerHello, DriverBeat,
+    SubmitJob, Tick, WorkerHeartbeat, WorkerHello, DriverBeat, PeerGone,
 )
 from esault.cluster.credentials import WorkerKeys
 from esault.transport.keys import KeyPair
@@ -196,6 +196,11 @@ class ClusterActor(pykka.ThreadingActor):
                 self.postman.endpoint.disconnect(worker)
             except Exception:
                 pass
+            for survivor in list(self.registry.workers):  # no survivor may stay blocked sending to it
+                try:
+                    self.postman.send(survivor, "host", PeerGone(worker), timeout=1.0)
+                except Exception:  # noqa: BLE001 - that one's own heartbeats tell
+                    pass
             for job in self.jobs().values():
                 if not job._stopped:
                     job.replace_lost(lost)

@@ -25,7 +25,7 @@ from esault.runtime.spout_spu import SpoutSpuActor
 from esault.runtime.context import JobContext
 from esault.dsl.topology import UnitSpec
 from esault.runtime.messages import (
-    DriverBeat, PeerAddresses, Shutdown, SpuStarted, SpuStopped, StartSpu, StopSpu, SubmitJob, WorkerHeartbeat, WorkerHello,
+    DriverBeat, PeerAddresses, PeerGone, Shutdown, SpuStarted, SpuStopped, StartSpu, StopSpu, SubmitJob, WorkerHeartbeat, WorkerHello,
 )
 from esault.cluster.credentials import WorkerKeys
 from esault.runtime.ticker import Ticker
@@ -74,6 +74,8 @@ class HostActor(pykka.ThreadingActor):
                 self._start(message)
             elif kind is StopSpu:
                 self._stop_spu(message)
+            elif kind is PeerGone:
+                self._forget_peer(message.process)
             elif kind is PeerAddresses:
                 for process, (address, public_key) in message.peers.items():
                     if process not in (self.postman.process, DRIVER):  # the driver's key came with our own
@@ -89,6 +91,17 @@ class HostActor(pykka.ThreadingActor):
 
     def on_stop(self) -> None:
         self.ticker.stop()
+
+    def _forget_peer(self, process: str) -> None:
+        """A dead peer: drop what is queued for it, release senders blocked on it (ConnectionError, which
+        the output router turns into a dropped batch that acking replays), and refuse its key."""
+        if process in (self.postman.process, DRIVER):
+            return
+        key = self.postman.keys.key_of(process)
+        self.postman.endpoint.disconnect(process)
+        if key is not None:
+            self.postman.keys.revoke(key)
+        log.warning("worker %s: peer %s was declared dead; disconnected", self.postman.process, process)
 
     def _submit(self, message: SubmitJob) -> None:
         """Resolve the job's unit classes once; a unit that cannot be built keeps its reason for StartSpu."""

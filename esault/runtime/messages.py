@@ -414,3 +414,11 @@ class SubmitJob:
 class DriverBeat:
     """driver cluster -> worker host: the driver is alive. A worker that hears none for its
     driver timeout exits, so a killed driver leaves no orphan workers behind."""
+
+
+@dataclass(frozen=True, slots=True)
+class PeerGone:
+    """driver cluster -> worker host: `process` was declared dead. The host disconnects it (queued
+    frames dropped, senders blocked on it released) and stops admitting its key."""
+
+    process: str

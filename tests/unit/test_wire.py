@@ -87,6 +87,7 @@ PINNED_SCHEMA = {
     40: ("SpuStarted", ("spu_id: int", "pid: int", "error: str")),
     41: ("SubmitJob", ("topology: str", "units: list[dict[str, value]]", "config: dict[str, value]")),
     42: ("DriverBeat", ()),
+    43: ("PeerGone", ("process: str",)),
 }
 
 
@@ -185,6 +186,7 @@ EXAMPLES: dict[type, Any] = {
     m.SpoutProgress: m.SpoutProgress(3, True, False, 0),
     m.SpuStarted: m.SpuStarted(7, 4242, "TopologyError: worker cannot import x:Y"),
     m.DriverBeat: m.DriverBeat(),
+    m.PeerGone: m.PeerGone("w2"),
     m.SubmitJob: m.SubmitJob("wc", [{"name": "count", "params": {"k": (1, "a")}}], {"acking": True, "data_dir": "d"}),
 }
 
@@ -382,7 +384,7 @@ GOOD_FRAMES = [encode_frame(msg) for msg in EXAMPLES.values()]
     (msgpack.packb({"tag": 1}), "not_a_frame", r"expected \[tag, fields\.\.\.\], got dict"),
     (msgpack.packb([]), "not_a_frame", r"got list \[\]"),
     (msgpack.packb(["DataBatch", 1, []]), "not_a_frame", r"not a message frame"),
-    (msgpack.packb([99, 1]), "unknown_tag", r"unknown message tag 99 \(known: 1\.\.42\)"),
+    (msgpack.packb([99, 1]), "unknown_tag", r"unknown message tag 99 \(known: 1\.\.43\)"),
     (msgpack.packb([10, 1]), "field_count", r"EpochMarker: expected 2 fields \(reconfig_id, sender\), got 1"),
     (msgpack.packb([25, 1, "soon", ["d", "m"], True]), "field_type", r"Probe\.sent_at: expected float, got str 'soon'"),
     (msgpack.packb([10, True, 1]), "field_type", r"EpochMarker\.reconfig_id: expected int, got bool True"),

@@ -1,0 +1,72 @@
+"""A peer declared dead must not block anyone: PeerGone, told to a real host actor over its postman."""
+
+from __future__ import annotations
+
+import queue
+import threading
+
+import pytest
+
+from esault.cluster.postman import Postman
+from esault.cluster.worker import HostActor
+from esault.runtime import messages as m
+from esault.testing import wait_until
+from esault.transport.address import Address
+from esault.transport.keys import KeyPair
+from esault.transport.trust import Identity, KeyRing, Role
+
+
+@pytest.fixture
+def host():
+    driver = KeyPair.generate()
+    keys = KeyRing(KeyPair.generate(), "w1", Role.WORKER)
+    keys.admit(driver.public, Role.DRIVER, "driver")
+    postman = Postman("w1", keys=keys)
+    done = threading.Event()
+    ref = postman.start_and_register("host", lambda: HostActor.start(postman, done))
+    yield postman, Identity(driver.public.decode(), Role.DRIVER, "driver")
+    ref.stop()
+    postman.close()
+
+
+def fill_until_blocked(postman: Postman, to: Address) -> queue.Queue:
+    """Queue frames for a peer nobody serves until send blocks; a thread then waits in send."""
+    with pytest.raises(TimeoutError):  # zmq's queue, then the endpoint's, fill up: send would block
+        for i in range(100_000):
+            postman.endpoint.send(to, m.EpochMarker(i, 1), timeout=0.2)
+    outcome: queue.Queue = queue.Queue()
+
+    def blocked() -> None:
+        try:
+            postman.endpoint.send(to, m.EpochMarker(-1, 1))
+            outcome.put("sent")
+        except Exception as exc:  # noqa: BLE001 - what releases it is the point
+            outcome.put(exc)
+
+    threading.Thread(target=blocked, daemon=True).start()
+    return outcome
+
+
+def test_peer_gone_from_the_driver_releases_a_sender_blocked_on_the_dead_peer_and_revokes_it(host):
+    postman, driver = host
+    dead = KeyPair.generate()
+    postman.admit_peer("w9", "tcp://127.0.0.1:1", dead.public)  # nothing listens: frames pile up
+    outcome = fill_until_blocked(postman, Address("w9", "spu-3"))
+    assert outcome.empty()
+    postman._deliver("host", m.PeerGone("w9"), driver, 16)  # as the endpoint hands it over
+    assert isinstance(outcome.get(timeout=10), ConnectionError)
+    wait_until(lambda: postman.keys.identity(dead.public.decode()) is None, 10, message="its key revoked")
+    with pytest.raises(LookupError):
+        postman.endpoint.send(Address("w9", "spu-3"), m.EpochMarker(0, 1))
+
+
+def test_peer_gone_from_a_worker_is_refused(host):
+    postman, _ = host
+    other = KeyPair.generate()
+    postman.admit_peer("w2", "tcp://127.0.0.1:1", other.public)
+    victim = KeyPair.generate()
+    postman.admit_peer("w9", "tcp://127.0.0.1:1", victim.public)
+    postman._deliver("host", m.PeerGone("w9"), Identity(other.public.decode(), Role.WORKER, "w2"), 16)
+    assert postman.refused.get("not_permitted") == 1
+    postman.endpoint.send(Address("w9", "spu-3"), m.EpochMarker(0, 1), timeout=5.0)  # still connected
+    assert postman.keys.identity(victim.public.decode()) is not None
