@@ -43,7 +43,12 @@ class Bolt:
         )
 
     def on_expire(self) -> None:
-        """A PE idle for pe_idle_timeout is about to exit; it may emit (unanchored)."""
+        """A PE idle for pe_idle_timeout is about to leave memory; it may emit (unanchored).
+
+        Its state (snapshot_state(), taken after this returns) is kept in the
+        unit's state store and restored when the key's next tuple arrives, so
+        expiry never loses state: reset attributes here to start the key afresh.
+        """
 
     def close(self) -> None:
         """Called once when the job stops (not when a PE expires or migrates)."""

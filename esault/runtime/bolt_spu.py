@@ -25,6 +25,7 @@ from esault.runtime.messages import (
 )
 from esault.runtime.pe_manager import PeManager
 from esault.runtime.sender import SenderActor
+from esault.state.store import StateStore
 from esault.transport.codec import decode, encode
 
 _SAMPLE_EVERY = 16
@@ -51,6 +52,8 @@ class BoltSpuActor(SenderActor):
         self._last_expiry_scan = job.clock.now()
         self._error_log = RateLimitedLog()
         self.processed_since_probe = 0
+        self._parked: set[Any] = set()  # keys whose PE expired; their state waits in the unit's store
+        self._store: StateStore | None = None
         self._handlers.update({
             DataBatch: self._on_data,
             Tick: self._on_tick,
@@ -74,6 +77,11 @@ class BoltSpuActor(SenderActor):
 
     def on_stop(self) -> None:
         self.job.ticker.unsubscribe(self.actor_ref)
+        for key in list(self._parked):  # parked keys close like every other: wake them first
+            try:
+                self.pes.create(key)
+            except Exception as exc:
+                log.error("bolt %r could not wake parked key %r to close it: %r", self.unit_name, key, exc)
         for key, pe in self.pes.items():
             try:
                 pe.close()
@@ -85,6 +93,8 @@ class BoltSpuActor(SenderActor):
             for stage in self.stages:
                 self.job.stats.retire(stage.stats)
             self.job.stats.retire(self.stats)
+        if self._store is not None:
+            self._store.close()
 
     def _make_pe(self, key: Any) -> Any:
         pe = self.spec.instantiate()
@@ -93,8 +103,56 @@ class BoltSpuActor(SenderActor):
         pe._esault_emit = self.emit_path
         pe._esault_defer = self._defer
         pe.open(self.context(key))
+        if self._parked and key in self._parked:
+            self._unpark(key, pe)
         self.stats.pes = len(self.pes) + 1 if self.spec.per_key else 1
         return pe
+
+    # --- idle PEs park their state (never lost to expiry) ---------------------
+
+    def _state_store(self) -> StateStore:
+        if self._store is None:
+            self._store = StateStore(self.job.data_dir / "state" / f"{self.unit_name}.sqlite")
+        return self._store
+
+    def _park(self, expired: list[tuple[Any, Any]]) -> None:
+        """Keep the state of expired PEs (after their on_expire()) in the store, to restore on the key's return."""
+        rows, keys = [], []
+        for key, pe in expired:
+            try:
+                state = pe.snapshot_state()
+                if state:
+                    rows.append((key_hash(key), encode(key), encode(state)))
+                    keys.append(key)
+            except Exception as exc:
+                log.error("topology %r: bolt %r cannot keep the state of idle key %r (%s); it restarts empty. "
+                          "Keep PE attributes msgpack-serialisable or override snapshot_state()/restore_state()",
+                          self.job.name, self.unit_name, key, exc)
+        if not rows:
+            return
+        try:
+            self._state_store().put_many(rows)
+        except Exception as exc:
+            log.error("topology %r: bolt %r cannot write %d idle keys' state to %s (%r); they restart empty",
+                      self.job.name, self.unit_name, len(rows), self._state_store().path, exc)
+            return
+        self._parked.update(keys)
+
+    def _unpark(self, key: Any, pe: Any) -> None:
+        self._parked.discard(key)
+        blob = self._state_store().take_many([encode(key)])[0]
+        state = None if blob is None else decode(blob)
+        if state is not None:
+            pe.restore_state(dict(state))
+
+    def _take_parked(self, lo: int, hi: int) -> list[tuple[Any, bytes]]:
+        """(key, state) of the parked keys hashing into [lo, hi], removed from the store: they move away."""
+        moving = [key for key in self._parked if lo <= key_hash(key) <= hi]
+        if not moving:
+            return []
+        self._parked.difference_update(moving)
+        blobs = self._state_store().take_many([encode(key) for key in moving])
+        return [(key, blob) for key, blob in zip(moving, blobs) if blob is not None]
 
     # --- the hot path -----------------------------------------------------
 
@@ -216,6 +274,7 @@ class BoltSpuActor(SenderActor):
             except Exception as exc:
                 self._error_log("topology %r: bolt %r on_expire() raised %r (key %r)",
                                 self.job.name, self.unit_name, exc, key)
+        self._park(expired)
         self.stats.pes = len(self.pes)
         self.flush()
 
@@ -256,6 +315,7 @@ class BoltSpuActor(SenderActor):
         if self.spec.per_key and giving.lo <= giving.hi:
             for key, pe in self.pes.take_range(giving.lo, giving.hi):
                 states.append((key, self._snapshot(key, pe)))
+            states.extend(self._take_parked(giving.lo, giving.hi))
             self.stats.pes = len(self.pes)
         self._retiring = giving.retire
         self.sampler.clear()

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import os
+import shutil
 import threading
 import time
 from concurrent.futures import Future
@@ -39,6 +40,7 @@ class Job:
         self.clock = clock or SystemClock()
         data_dir = config.data_dir / topology.name
         data_dir.mkdir(parents=True, exist_ok=True)
+        shutil.rmtree(data_dir / "state", ignore_errors=True)  # parked PE state of an earlier run is not this job's
         self.dead_letter_path = data_dir / "dead_letters.jsonl"
         self.ctx = JobContext(topology, config, self.clock, data_dir,
                               dead_letters=DeadLetterWriter(self.dead_letter_path))

@@ -161,3 +161,34 @@ def test_chunks_emitted_with_emit_batch_are_tracked_with_their_round_and_replaye
     assert src["failed"] == src["replayed"] == 30
     replayed = [(f"w{i}", i) for i in range(30) if f"w{i}" not in lost]
     assert sorted(got) == sorted(items + replayed)
+
+
+@pytest.mark.parametrize("move", ["stay", "split while parked"])
+def test_a_key_idle_longer_than_pe_idle_timeout_keeps_its_state(cluster, config, move):
+    """Stateful PEs that expire park their state in the unit's store; the key's next tuple gets it back,
+    also when a split moved the key's range to another SPU meanwhile. Sequence numbers per key prove it."""
+    from test_split_merge import assert_exact, sequenced_items
+    from topology_parts import GATES, GatedListSpout, SequenceCheckBolt
+
+    clock = ManualClock(start=100.0)
+    cluster.clock = clock
+    name = f"parked-{move.split()[0]}"
+    keys, per_key = 40, 6
+    items = sequenced_items(keys, per_key, seed=8)
+    GATES[name] = threading.Event()
+    builder = TopologyBuilder(name)
+    builder.set_spout("src", GatedListSpout, params={"items": items, "gate": name, "hold_at": len(items) // 2})
+    builder.set_bolt("check", SequenceCheckBolt, 2, pe_idle_timeout=10.0).key_grouping("src")
+    builder.set_bolt("out", CollectorBolt, params={"name": name}).global_grouping("check")
+    job = cluster.submit(builder.build(), config)
+    wait_until(lambda: job.status()["units"]["check"]["processed"] == len(items) // 2, 10, message="first half")
+    assert job.status()["units"]["check"]["pes"] > 0
+    clock.advance(11.0)
+    wait_until(lambda: job.status()["units"]["check"]["pes"] == 0, 10, message="every PE expired")
+    if move != "stay":
+        result = job.split("check", job.spus("check")[0])
+        assert result.moved_keys > 0, "parked keys move with their range"
+    GATES[name].set()
+    assert job.wait(30), job.status()
+    job.stop()
+    assert_exact(name, keys, per_key)

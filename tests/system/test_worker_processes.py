@@ -277,3 +277,23 @@ def test_workers_exit_when_their_driver_is_killed():
         if driver.poll() is None:
             driver.kill()
         driver.stdout.close()
+
+
+def test_idle_keys_keep_their_state_in_worker_processes(workers, config):
+    """Parked state lives in the unit's SQLite file under the data_dir, written from worker processes."""
+    keys, per_key = 30, 6
+    items = sequenced_items(keys, per_key, seed=12)
+    GATES["mp-park"] = threading.Event()
+    builder = TopologyBuilder("mp-park")
+    builder.set_spout("src", GatedListSpout, params={"items": items, "gate": "mp-park", "hold_at": len(items) // 2})
+    builder.set_bolt("check", SequenceCheckBolt, 2, pe_idle_timeout=0.5).key_grouping("src")
+    builder.set_bolt("out", DriverCollectorBolt, params={"name": "mp-park"}).global_grouping("check")
+    job = workers.submit(builder.build(), config)
+    wait_until(lambda: len(collected("mp-park")) == len(items) // 2, 30, message="first half collected")
+    parked = job.data_dir / "state" / "check.sqlite"  # (counts lag a heartbeat: wait for the file too)
+    wait_until(lambda: parked.exists() and job.status()["units"]["check"]["pes"] == 0, 30,
+               message="every PE expired and parked")
+    GATES["mp-park"].set()
+    assert job.wait(60), job.status()
+    job.stop()
+    assert_exact("mp-park", keys, per_key)
