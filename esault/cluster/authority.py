@@ -13,7 +13,7 @@ from __future__ import annotations
 from typing import Any
 
 from esault.runtime.messages import (
-    Drain, DriverBeat, InstallRoutes, PeerGone, PeerAddresses, PrepareGive, PrepareReceive, Probe, Shutdown, SpusChanged, SpuStarted,
+    Drain, DriverBeat, FailPending, InstallRoutes, PeerGone, PeerAddresses, PrepareGive, PrepareReceive, Probe, Shutdown, SpusChanged, SpuStarted,
     SpuStopped, StartSpu, StatusReply, StatusRequest, StopSpu, SubmitJob, TreesDone, WorkerHeartbeat, WorkerHello,
 )
 from esault.transport.trust import Identity, Role
@@ -23,7 +23,7 @@ __all__ = ["DRIVER_ONLY", "refusal"]
 DRIVER_ONLY: frozenset[type] = frozenset({
     SubmitJob, StartSpu, StopSpu, Shutdown, PeerAddresses, DriverBeat, PeerGone,  # a worker's host: placement, lifetime
     InstallRoutes, PrepareGive, PrepareReceive, SpusChanged, Drain,  # reconfiguration (the unit actors)
-    TreesDone,  # the ack server's verdicts
+    TreesDone, FailPending,  # the ack server's verdicts, and the job's order to fail what is in flight
     Probe,  # the latency monitor
     StatusReply,
 })

@@ -191,6 +191,16 @@ class AckTracker:
         self.ignored += 1
         return None
 
+    def fail_all(self, reason: str) -> list[TreeOutcome]:
+        """Fail every started tree at once (a worker holding some of them died). O(trees held)."""
+        out = []
+        for root, tree in list(self._trees.items()):
+            if tree.state == _STARTED:
+                outcome = self.fail(root, reason)
+                if outcome is not None:
+                    out.append(outcome)
+        return out
+
     def expire(self) -> list[TreeOutcome]:
         """Fail started trees older than timeout; forget stale entries. O(expired).
 

@@ -15,7 +15,8 @@ from esault.metrics import registry as metrics
 from esault.reliability.ack_tracker import AckTracker, TreeOutcome
 from esault.runtime.context import JobContext, log
 from esault.runtime.messages import (
-    AckFail, AckInit, AckUpdate, DeadLettered, GetPending, RegisterOwner, SpoutProgress, Tick, TreesDone,
+    AckFail, AckInit, AckUpdate, DeadLettered, FailPending, GetPending, RegisterOwner, SpoutProgress, Tick,
+    TreesDone,
 )
 
 
@@ -44,6 +45,8 @@ class AckServerActor(pykka.ThreadingActor):
                     self._send([outcome])
             elif kind is Tick:
                 self._send(self.tracker.expire())
+            elif kind is FailPending:
+                self._send(self.tracker.fail_all(message.reason))
             elif kind is DeadLettered:
                 self._dead_letter(message)
             elif kind is SpoutProgress:

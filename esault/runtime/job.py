@@ -19,7 +19,9 @@ from esault.runtime.acker import AckServerActor
 from esault.runtime.context import JobContext
 from esault.runtime.coordinator import ReconfigurationCoordinator, ScaleRequest
 from esault.dsl.topology import Grouping
-from esault.runtime.messages import Drain, GetLayout, GetPending, GetRoutes, GetSpus, ScaleResult, SpusChanged
+from esault.runtime.messages import (
+    Drain, FailPending, GetLayout, GetPending, GetRoutes, GetSpus, ScaleResult, SpusChanged,
+)
 from esault.runtime.monitor import LatencyMonitorActor
 from esault.runtime.ticker import Ticker
 from esault.metrics.stats import SpuStats
@@ -150,6 +152,24 @@ class Job:
             for spu in sorted(set(self.units[spec.name].ask(GetSpus())) & set(lost_spus)):
                 futures.append(self.coordinator.submit(
                     ScaleRequest("replace", spec.name, spu, None, None, "worker lost")))
+        if futures and self.config.acking:
+            # Once every lost SPU has its replacement (routes switched), fail the trees in flight: some
+            # died with the worker, and waiting message_timeout for them would stall every spout slot.
+            remaining = [len(futures)]
+            lock = threading.Lock()
+
+            def replaced(_: Future) -> None:
+                with lock:
+                    remaining[0] -= 1
+                    if remaining[0]:
+                        return
+                try:
+                    self.ctx.acker.tell(FailPending(f"a worker died holding SPUs {sorted(lost_spus)}"))
+                except Exception:  # noqa: BLE001 - the job is stopping
+                    pass
+
+            for future in futures:
+                future.add_done_callback(replaced)
         return futures
 
     @property

@@ -422,3 +422,11 @@ class PeerGone:
     frames dropped, senders blocked on it released) and stops admitting its key."""
 
     process: str
+
+
+@dataclass(frozen=True, slots=True)
+class FailPending:
+    """job -> ack server: fail every tree in flight now (a worker died and its SPUs were replaced), so
+    spouts replay at once instead of after message_timeout."""
+
+    reason: str

@@ -295,3 +295,17 @@ def test_completed_trees_do_not_pile_up_in_the_deadline_queue() -> None:
             tracker.expire()
     assert tracker.pending == 0
     assert len(tracker._deadlines) < 10_000, "the queue holds only what might still expire"
+
+
+def test_fail_all_fails_every_started_tree_once_and_nothing_else():
+    clock = ManualClock(start=0.0)
+    tracker = AckTracker(clock, timeout=300.0)
+    assert tracker.start(1, "s", 0b101) is None
+    assert tracker.start(2, "s", 0b011) is None
+    done = tracker.update(2, 0b011)  # completed before the failure
+    assert done is not None and done.ok
+    tracker.fail(3, "early")  # failed before start: reported when it starts, not by fail_all
+    outcomes = tracker.fail_all("worker died")
+    assert [(o.root, o.ok, o.reason) for o in outcomes] == [(1, False, "worker died")]
+    assert tracker.pending == 0
+    assert tracker.fail_all("again") == [] and tracker.update(1, 0b101) is None  # late acks are ignored

@@ -88,6 +88,7 @@ PINNED_SCHEMA = {
     41: ("SubmitJob", ("topology: str", "units: list[dict[str, value]]", "config: dict[str, value]")),
     42: ("DriverBeat", ()),
     43: ("PeerGone", ("process: str",)),
+    44: ("FailPending", ("reason: str",)),
 }
 
 
@@ -187,6 +188,7 @@ EXAMPLES: dict[type, Any] = {
     m.SpuStarted: m.SpuStarted(7, 4242, "TopologyError: worker cannot import x:Y"),
     m.DriverBeat: m.DriverBeat(),
     m.PeerGone: m.PeerGone("w2"),
+    m.FailPending: m.FailPending("a worker died"),
     m.SubmitJob: m.SubmitJob("wc", [{"name": "count", "params": {"k": (1, "a")}}], {"acking": True, "data_dir": "d"}),
 }
 
@@ -384,7 +386,7 @@ GOOD_FRAMES = [encode_frame(msg) for msg in EXAMPLES.values()]
     (msgpack.packb({"tag": 1}), "not_a_frame", r"expected \[tag, fields\.\.\.\], got dict"),
     (msgpack.packb([]), "not_a_frame", r"got list \[\]"),
     (msgpack.packb(["DataBatch", 1, []]), "not_a_frame", r"not a message frame"),
-    (msgpack.packb([99, 1]), "unknown_tag", r"unknown message tag 99 \(known: 1\.\.43\)"),
+    (msgpack.packb([99, 1]), "unknown_tag", r"unknown message tag 99 \(known: 1\.\.44\)"),
     (msgpack.packb([10, 1]), "field_count", r"EpochMarker: expected 2 fields \(reconfig_id, sender\), got 1"),
     (msgpack.packb([25, 1, "soon", ["d", "m"], True]), "field_type", r"Probe\.sent_at: expected float, got str 'soon'"),
     (msgpack.packb([10, True, 1]), "field_type", r"EpochMarker\.reconfig_id: expected int, got bool True"),
