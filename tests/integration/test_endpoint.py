@@ -38,6 +38,7 @@ class Inbox:
 
     def __init__(self) -> None:
         self.items: list[tuple[str, Any]] = []
+        self.senders: list[tuple[Identity | None, int]] = []  # (sender, size) of each item, in order
         self.undecoded = 0  # data frames handed over as EncodedFrame (decoded here, as an SPU would)
         self._cond = threading.Condition()
 
@@ -47,6 +48,7 @@ class Inbox:
             message = message.open()
         with self._cond:
             self.items.append((actor, message))
+            self.senders.append((sender, size))
             self._cond.notify_all()
 
     def wait_for(self, n: int, timeout: float = WAIT) -> list[tuple[str, Any]]:
@@ -397,6 +399,7 @@ def test_a_second_process_echoes_data_and_control_messages_in_order(endpoint):
         for msg in messages:
             parent.send(Address("child", "spu-3"), msg)
         assert inbox.wait_for(len(messages), timeout=30) == [("echo-spu-3", msg) for msg in messages]
+        assert {sender for sender, _ in inbox.senders} == {Identity(pair.public.decode(), Role.WORKER, "child")}
         parent.send(Address("child", "spu-3"), m.Drain())
         assert child.wait(timeout=WAIT) == 0
     finally:
@@ -406,10 +409,13 @@ def test_a_second_process_echoes_data_and_control_messages_in_order(endpoint):
         child.stdout.close()
 
 
-def _raw_dealer(ctx: zmq.Context, receiver: Endpoint, pair: KeyPair | None) -> zmq.Socket:
+def _raw_dealer(ctx: zmq.Context, receiver: Endpoint, pair: KeyPair | None,
+                routing_id: bytes | None = None) -> zmq.Socket:
     """A hand-made peer: no Curve at all (pair None), or Curve with `pair` against the receiver's key."""
     raw = ctx.socket(zmq.DEALER)
     raw.setsockopt(zmq.LINGER, 0)
+    if routing_id is not None:
+        raw.setsockopt(zmq.ROUTING_ID, routing_id)
     if pair is not None:
         raw.curve_publickey, raw.curve_secretkey, raw.curve_serverkey = pair.public, pair.secret, receiver.keys.own.public
     raw.connect(receiver.address)
@@ -420,23 +426,29 @@ def _rejected(reason: str) -> float:
     return REGISTRY.get_sample_value("esault_auth_rejected_total", {"reason": reason}) or 0.0
 
 
-@pytest.mark.parametrize("peer", ["no keys", "a key not admitted"])
-def test_a_peer_without_an_admitted_key_gets_nothing_delivered_and_is_counted(endpoint, peer):
+# A peer without keys speaks the NULL mechanism: libzmq reports a protocol failure (no_curve), though now
+# and then without detail (handshake, ~1 in 15 runs here). A Curve key the ZAP handler refuses is unknown_key.
+@pytest.mark.parametrize(("peer", "reasons"), [("no keys", ("no_curve", "handshake")),
+                                               ("a key not admitted", ("unknown_key",))])
+def test_a_peer_without_an_admitted_key_gets_nothing_delivered_and_is_counted(endpoint, peer, reasons):
     inbox = Inbox()
     receiver = endpoint("r", inbox)
-    failed = ("no_curve", "unknown_key", "handshake")
-    before = sum(_rejected(r) for r in failed)
+    before = {r: _rejected(r) for r in ("no_curve", "unknown_key", "handshake")}
     ctx = zmq.Context()
     raw = _raw_dealer(ctx, receiver, None if peer == "no keys" else KeyPair.generate())
     try:
         raw.send_multipart([b"spu-1", encode_frame(m.StopSpu(1, 0))])
-        wait_until(lambda: sum(_rejected(r) for r in failed) > before, WAIT, message="the refused handshake counted")
+        wait_until(lambda: sum(_rejected(r) - before[r] for r in reasons) > 0, WAIT,
+                   message=f"the refused handshake counted as {' or '.join(reasons)}")
+        if peer == "a key not admitted":
+            assert _rejected("no_curve") == before["no_curve"], "a Curve peer was counted as speaking no Curve"
         # And a trusted peer's frame, sent after, arrives alone: nothing of the stranger's was delivered.
         friend = endpoint("friend")
         friend.connect("r", receiver.address)
         friend.send(Address("r", "spu-1"), m.StopSpu(2, 0))
         assert inbox.wait_for(1) == [("spu-1", m.StopSpu(2, 0))]
         assert inbox.items == [("spu-1", m.StopSpu(2, 0))]
+        assert receiver.dropped() == {}, "the stranger's frame reached the endpoint's decoder"
     finally:
         raw.close()
         ctx.term()
@@ -455,3 +467,68 @@ def test_a_revoked_key_is_dropped_even_on_its_open_connection(endpoint):
     wait_until(lambda: receiver.dropped().get("unauthenticated", 0) > before, WAIT, message="the frame dropped")
     assert receiver.dropped().get("unauthenticated", 0) == before + 1
     assert inbox.items == [("x", m.StopSpu(1, 0))]
+
+
+def test_deliver_gets_the_sender_its_key_proves_and_the_frame_size(endpoint):
+    inbox = Inbox()
+    b = endpoint("b", inbox)
+    a = endpoint("a")
+    a.connect("b", b.address)
+    messages = [m.StopSpu(1, 0), CONTROL_AND_DATA[0], m.InstallRoutes(3, ROUTE, {})]  # control, data, control
+    for msg in messages:
+        a.send(Address("b", "spu-1"), msg)
+    assert inbox.wait_for(len(messages)) == [("spu-1", msg) for msg in messages]
+    assert inbox.senders == [(Identity(a.keys.own.public.decode(), Role.WORKER, "a"), len(encode_frame(msg)))
+                             for msg in messages]
+
+
+def test_endpoints_with_their_default_keys_cannot_reach_each_other_until_keys_are_exchanged():
+    a_inbox, b_inbox = Inbox(), Inbox()
+    a, b = Endpoint("a", a_inbox), Endpoint("b", b_inbox)  # KeyRing.solo: each admits only itself
+    try:
+        assert a.keys.own.public != b.keys.own.public
+        assert a.keys.key_of("a") == a.keys.own.public and a.keys.key_of("b") is None
+        # a has no key for b, so it cannot check whom it would talk to: it does not connect at all.
+        a.connect("b", b.address)
+        a.send(Address("b", "x"), m.StopSpu(1, 0))
+        wait_until(lambda: a.dropped().get("connect_failed", 0) == 1, WAIT, message="the frame dropped by a")
+        with pytest.raises(LookupError, match=r"no connection to process 'b'"):
+            a.send(Address("b", "x"), m.StopSpu(1, 0))
+        # a knows b's key now, but b does not admit a's: b's ZAP handler refuses the handshake.
+        before = _rejected("unknown_key")
+        a.keys.admit(b.keys.own.public, Role.WORKER, "b")
+        a.connect("b", b.address)
+        a.send(Address("b", "x"), m.StopSpu(2, 0))
+        wait_until(lambda: _rejected("unknown_key") > before, WAIT, message="b refused a's key")
+        assert b_inbox.items == [] and b.dropped() == {}
+    finally:
+        a.close()
+        b.close()
+
+
+def test_a_peer_choosing_another_processs_routing_id_still_speaks_only_as_its_own_key(endpoint):
+    # Authority comes from the Curve key, never from the envelope: the ROUTER gives each connection its
+    # own routing id, so an admitted peer claiming "friend" as its routing id neither takes over friend's
+    # connection nor gets its frames attributed to friend.
+    inbox = Inbox()
+    receiver = endpoint("r", inbox)
+    friend = endpoint("friend")
+    friend.connect("r", receiver.address)
+    friend.send(Address("r", "spu-1"), m.StopSpu(1, 0))
+    inbox.wait_for(1)
+    pair = KeyPair.generate()
+    receiver.keys.admit(pair.public, Role.WORKER, "raw")
+    ctx = zmq.Context()
+    raw = _raw_dealer(ctx, receiver, pair, routing_id=b"friend")
+    try:
+        raw.send_multipart([b"spu-1", encode_frame(m.StopSpu(2, 0))])
+        inbox.wait_for(2)
+        friend.send(Address("r", "spu-1"), m.StopSpu(3, 0))  # friend's own connection is untouched
+        items = inbox.wait_for(3)
+    finally:
+        raw.close()
+        ctx.term()
+    assert [(msg, sender.name) for (_, msg), (sender, _) in zip(items, inbox.senders)] == [
+        (m.StopSpu(1, 0), "friend"), (m.StopSpu(2, 0), "raw"), (m.StopSpu(3, 0), "friend")]
+    assert inbox.senders[1][0].key == pair.public.decode()
+    assert receiver.keys.key_of("friend") == friend.keys.own.public

@@ -336,8 +336,23 @@ def test_a_frame_over_the_codec_cap_is_refused_before_decoding():
                          ids=["array32", "map32", "str32"])
 def test_a_frame_declaring_more_items_than_it_carries_is_refused_without_allocating_them(header):
     # 2**30 items (or bytes) announced by a 5-byte header: msgpack's explicit limits refuse it at once.
-    with pytest.raises(FrameError) as err:
+    started = time.monotonic()
+    with pytest.raises(FrameError) as err:  # not MemoryError: nothing of the announced size is allocated
         decode_frame(b"\x92\x01" + header + b"\x00" * 16)
+    assert time.monotonic() - started < 1.0, "the announced size was allocated or walked before refusing"
+    assert frame_error_reason(err.value) in ("truncated", "malformed")
+
+
+def test_an_array_over_max_array_items_is_refused_even_when_the_frame_carries_every_item():
+    from esault.transport.codec import MAX_ARRAY_ITEMS, unpack_limits
+
+    assert MAX_ARRAY_ITEMS == 2**22
+    assert unpack_limits(100)["max_array_len"] == 100 and unpack_limits(2**30)["max_array_len"] == MAX_ARRAY_ITEMS
+    at_cap = msgpack.packb([1, 1, "s", [0] * MAX_ARRAY_ITEMS, [0] * MAX_ARRAY_ITEMS, [], []])
+    assert len(decode_frame(at_cap).keys) == MAX_ARRAY_ITEMS
+    over = msgpack.packb([1, 1, "s", [0] * (MAX_ARRAY_ITEMS + 1), [0] * (MAX_ARRAY_ITEMS + 1), [], []])
+    with pytest.raises(FrameError, match=rf"exceeds max_array_len\({MAX_ARRAY_ITEMS}\)") as err:
+        decode_frame(over)  # ~8 MiB of bytes would allow more: the item cap is what refuses it
     assert frame_error_reason(err.value) in ("truncated", "malformed")
 
 
