@@ -533,7 +533,9 @@ class WireCodec:
             raise _frame_error("too_deep", f"malformed frame ({size} bytes): nested too deeply") from None
         except ValueError as exc:
             text = str(exc)
-            reason = "truncated" if ("incomplete" in text or "exceeds max_" in text) else "malformed"
+            # More items than the cap allows is too_large; a length beyond the bytes left is a truncated frame.
+            reason = ("too_large" if f"({_codec.MAX_ARRAY_ITEMS})" in text
+                      else "truncated" if ("incomplete" in text or "exceeds max_" in text) else "malformed")
             raise _frame_error(reason, f"malformed frame ({size} bytes): {reason}: {text[:120]}") from None
         except Exception as exc:  # noqa: BLE001 - msgpack raises TypeError for an unhashable map key...
             raise _frame_error("malformed", f"malformed frame ({size} bytes): {type(exc).__name__}: {exc}"[:200]) from None
