@@ -162,7 +162,6 @@ class ClusterActor(pykka.ThreadingActor):
         self.hearts = HeartbeatMonitor(SystemClock(), HEARTBEAT_INTERVAL, misses)
         self.ticker = Ticker(SystemClock(), HEARTBEAT_INTERVAL / 2)
         self.lost: list[str] = []
-        self._next_beat = 0.0
         self._status_clients: list[str] = []
 
     def on_start(self) -> None:
@@ -173,11 +172,7 @@ class ClusterActor(pykka.ThreadingActor):
         self.ticker.stop()
 
     def _beat_workers(self) -> None:
-        """Tell every worker the driver lives (each exits after its driver timeout without one)."""
-        now = time.monotonic()
-        if now < self._next_beat:
-            return
-        self._next_beat = now + HEARTBEAT_INTERVAL
+        """Tell every worker the driver lives, every tick (each exits after its driver timeout without one)."""
         for worker in list(self.registry.workers):
             try:
                 self.postman.send(worker, "host", DriverBeat(), timeout=0.0)
@@ -260,7 +255,7 @@ class ProcessLauncher:
         self.stop_timeout = stop_timeout
         self._requests = itertools.count(1)
         self._where: dict[int, str] = {}
-        self._submitted: set[str] = set()  # workers that got this job's SubmitJob
+        self._submitted: set[tuple[str, str | None]] = set()  # (worker, its address) that got this job's units
 
     def start_spu(self, spec: UnitSpec, cfg: SpuConfig, job: JobContext) -> Any:
         if spec.where == "driver":
@@ -270,9 +265,12 @@ class ProcessLauncher:
         self.registry.placed(worker, cfg.spu_id)
         self._where[cfg.spu_id] = worker
         self.registry.expect_start(cfg.spu_id)
-        if worker not in self._submitted:  # the job's units, once per worker, before its first StartSpu
+        # The job's units, once per worker process, before its first StartSpu. Keyed by address too: a
+        # worker restarted under the same name (a new process, a new port) has none of them.
+        incarnation = (worker, self.registry.workers.get(worker))
+        if incarnation not in self._submitted:
             self.postman.send(worker, "host", self._submission(spec, job))
-            self._submitted.add(worker)
+            self._submitted.add(incarnation)
         self.postman.send(worker, "host", StartSpu(job.name, spec.name, cfg))
         answer = self.registry.wait_started(cfg.spu_id, self.start_timeout)
         if answer is None or answer.error:

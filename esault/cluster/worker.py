@@ -25,7 +25,8 @@ from esault.runtime.spout_spu import SpoutSpuActor
 from esault.runtime.context import JobContext
 from esault.dsl.topology import UnitSpec
 from esault.runtime.messages import (
-    DriverBeat, PeerAddresses, PeerGone, Shutdown, SpuStarted, SpuStopped, StartSpu, StopSpu, SubmitJob, WorkerHeartbeat, WorkerHello,
+    DriverBeat, PeerAddresses, PeerGone, Shutdown, SpuStarted, SpuStopped, StartSpu, StopSpu, SubmitJob,
+    WorkerHeartbeat, WorkerHello,
 )
 from esault.cluster.credentials import WorkerKeys
 from esault.runtime.ticker import Ticker
@@ -34,6 +35,11 @@ log = logging.getLogger("esault.worker")
 
 HEARTBEAT_INTERVAL = 0.2
 DRIVER = "driver"
+
+
+def stats_rows(topology: str | None = None) -> list[tuple[str, str, int, dict[str, int]]]:
+    """This process's SPU counts as a heartbeat carries them: all jobs', or one topology's."""
+    return [(s.topology, s.unit, s.spu, s.as_dict()) for s in STATS.all() if topology in (None, s.topology)]
 
 
 class _Unbuildable(Exception):
@@ -161,9 +167,9 @@ class HostActor(pykka.ThreadingActor):
             # The job's last SPU here stopped: its counts and settings go, before the driver hears
             # SpuStopped, so no later heartbeat carries them into a next job of the same name. Their
             # final values go to the driver first: a heartbeat may not have carried them yet.
-            final = [(s.topology, s.unit, s.spu, s.as_dict()) for s in STATS.all() if s.topology == topology]
             try:
-                self.postman.send(DRIVER, "cluster", WorkerHeartbeat(self.postman.process, final), timeout=5.0)
+                self.postman.send(DRIVER, "cluster", WorkerHeartbeat(self.postman.process, stats_rows(topology)),
+                                  timeout=5.0)
             except Exception as exc:  # noqa: BLE001 - the driver may be gone at shutdown
                 log.debug("worker %s: final counts of %r not sent: %r", self.postman.process, topology, exc)
             STATS.forget_topology(topology)
@@ -198,9 +204,8 @@ def run_worker(driver: str, keys: WorkerKeys, name: str | None = None, bind_host
                 log.error("worker %s: no word from the driver for %.1f s (driver timeout %.1f s): exiting",
                           name, silent, driver_timeout)
                 return 3
-            stats = [(s.topology, s.unit, s.spu, s.as_dict()) for s in STATS.all()]
             try:
-                postman.send(DRIVER, "cluster", WorkerHeartbeat(name, stats), timeout=5.0)
+                postman.send(DRIVER, "cluster", WorkerHeartbeat(name, stats_rows()), timeout=5.0)
             except TimeoutError:
                 log.warning("worker %s: driver not reading heartbeats", name)
     finally:
