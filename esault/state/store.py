@@ -11,7 +11,13 @@ docs/CHECKPOINTS.md builds checkpoints on the same rows.
 from __future__ import annotations
 
 import sqlite3
+import threading
+import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import TypeVar
+
+T = TypeVar("T")
 
 __all__ = ["StateStore"]
 
@@ -31,13 +37,33 @@ class StateStore:
     def __init__(self, path: str | Path, busy_timeout: float = 30.0) -> None:
         self.path = Path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._busy_timeout = busy_timeout
         self._db = sqlite3.connect(self.path, timeout=busy_timeout, isolation_level=None, check_same_thread=False)
-        self._db.execute("PRAGMA journal_mode=WAL")
         self._db.execute("PRAGMA synchronous=NORMAL")
-        self._db.executescript(_SCHEMA)
+        # Switching to WAL and creating the schema take locks SQLite's busy handler does not wait for:
+        # SPUs opening the file at the same moment retry instead of failing.
+        self._retrying(lambda: (self._db.execute("PRAGMA journal_mode=WAL"), self._db.executescript(_SCHEMA)))
+
+    def _retrying(self, operation: Callable[[], T]) -> T:
+        """Run `operation`, again while the file is locked by another connection, up to busy_timeout."""
+        deadline = time.monotonic() + self._busy_timeout
+        pause = threading.Event()
+        while True:
+            try:
+                return operation()
+            except sqlite3.OperationalError as exc:
+                if "locked" not in str(exc) or time.monotonic() >= deadline:
+                    raise
+                if self._db.in_transaction:
+                    self._db.rollback()
+                pause.wait(0.005)
 
     def put_many(self, rows: list[tuple[int, bytes, bytes]]) -> None:
         """Store (key_hash, key, state) rows, replacing a key's older row; one transaction."""
+        if rows:
+            self._retrying(lambda: self._put(rows))
+
+    def _put(self, rows: list[tuple[int, bytes, bytes]]) -> None:
         if rows:
             with self._db:
                 self._db.execute("BEGIN IMMEDIATE")
@@ -55,6 +81,9 @@ class StateStore:
 
     def take_many(self, keys: list[bytes]) -> list[bytes | None]:
         """Remove and return the states of `keys` (None where a key has none), in order; one transaction."""
+        return self._retrying(lambda: self._take(keys))
+
+    def _take(self, keys: list[bytes]) -> list[bytes | None]:
         out: list[bytes | None] = []
         with self._db:
             self._db.execute("BEGIN IMMEDIATE")

@@ -30,3 +30,28 @@ def test_a_hash_outside_the_key_space_is_refused(tmp_path):
     with pytest.raises(ValueError, match="outside"):
         store.put_many([(2**63, b"k", b"s")])
     store.close()
+
+
+def test_many_handles_opening_and_writing_one_file_at_once_all_succeed(tmp_path):
+    """SPUs of a unit open the store at the same moment (their PEs expire on the same tick)."""
+    import threading
+
+    path = tmp_path / "u.sqlite"
+    start, errors = threading.Barrier(8), []
+
+    def spu(i: int) -> None:
+        try:
+            start.wait(10)
+            store = StateStore(path)
+            store.put_many([(i, f"k{i}-{j}".encode(), b"s") for j in range(50)])
+            store.close()
+        except Exception as exc:  # noqa: BLE001 - collected and asserted below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=spu, args=(i,)) for i in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(30)
+    assert errors == []
+    assert len(StateStore(path)) == 8 * 50
