@@ -80,11 +80,25 @@ class ElasticityConfig:
             raise ConfigError(f"{o}.cooldown must be a number >= 0 seconds, got {self.cooldown!r}")
 
 
+GUARANTEES = ("exactly_once", "at_least_once", "none")
+
+
 @dataclass(frozen=True, slots=True)
 class JobConfig:
     """Job-wide settings. Build with JobConfig.load() to apply ESAULT_* overrides."""
 
     acking: bool = True
+    guarantee: str = "exactly_once"
+    """"exactly_once": aligned checkpoints, rollback recovery, two-phase-commit sinks (every spout must
+    rewind); "at_least_once": XOR acking and replay; "none": no tracking (docs/GUARANTEES.md)."""
+    checkpoint_interval: float = 2.0
+    """Seconds between checkpoints under exactly_once."""
+    checkpoint_timeout: float = 60.0
+    """A checkpoint not complete after this many seconds is abandoned (the next one retries)."""
+    restore_from: int | None = None
+    """Start from this completed checkpoint or savepoint (its epoch) instead of the latest one."""
+    fresh_start: bool = False
+    """Ignore (and delete) the checkpoints an earlier run of this job left in data_dir, instead of resuming."""
     message_timeout: float = 30.0
     max_spout_pending: int = 5000
     max_retries: int = 3
@@ -107,6 +121,12 @@ class JobConfig:
         if self.gc_gen0_threshold is not None:
             _whole(o, "gc_gen0_threshold", self.gc_gen0_threshold, 1)
         _positive(o, "message_timeout", self.message_timeout)
+        if self.guarantee not in GUARANTEES:
+            raise ConfigError(f"{o}.guarantee must be one of {', '.join(GUARANTEES)}, got {self.guarantee!r}")
+        _positive(o, "checkpoint_interval", self.checkpoint_interval)
+        _positive(o, "checkpoint_timeout", self.checkpoint_timeout)
+        if not isinstance(self.fresh_start, bool):
+            raise ConfigError(f"{o}.fresh_start must be true or false, got {self.fresh_start!r}")
         _positive(o, "tick_interval", self.tick_interval)
         _positive(o, "batch_delay", self.batch_delay)
         _positive(o, "pe_idle_timeout", self.pe_idle_timeout, allow_none=True)
@@ -119,6 +139,8 @@ class JobConfig:
             raise ConfigError(f"{o}.elasticity must be true or false, got {self.elasticity!r}")
         if not isinstance(self.acking, bool):
             raise ConfigError(f"{o}.acking must be true or false, got {self.acking!r}")
+        if self.guarantee == "none":
+            object.__setattr__(self, "acking", False)
         if not isinstance(self.metrics_host, str) or not self.metrics_host:
             raise ConfigError(f"{o}.metrics_host must be a host name or address, got {self.metrics_host!r}")
         if self.metrics_port is not None and not (

@@ -71,6 +71,18 @@ class SentenceSpout(ReplayingSpout):
         if self.position >= self.total:
             self.finish()
 
+    def snapshot_position(self) -> int:
+        """Sentences emitted so far: the stream is deterministic, so this is all a restart needs."""
+        return self.position
+
+    def restore_position(self, position: int) -> None:
+        self.position = int(position)
+        self.stream = sentence_stream(self.seed)
+        for _ in range(self.position):
+            next(self.stream)
+        if self.rate is not None:  # the rate limit goes on from here, not from zero
+            self.started = time.monotonic() - self.position / self.rate
+
 
 class SplitBolt(Bolt):
     """Sentence -> (word, 1) per word."""
@@ -97,15 +109,16 @@ class LatestCountsBolt(Bolt):
 
     def open(self, context: Any) -> None:
         self.counts: dict[str, int] = {}
-        self.path = Path(context.data_dir) / "wordcount.json"
+        self.path = str(Path(context.data_dir) / "wordcount.json")  # a str: checkpointed with the counts
 
     def process(self, tup: Any) -> None:
         if tup.value > self.counts.get(tup.key, 0):
             self.counts[tup.key] = tup.value
 
     def close(self) -> None:
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        self.path.write_text(json.dumps(self.counts, sort_keys=True))
+        path = Path(self.path)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(self.counts, sort_keys=True))
 
 
 SPARK_TABLE = "word_counts"

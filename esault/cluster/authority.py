@@ -13,7 +13,7 @@ from __future__ import annotations
 from typing import Any
 
 from esault.runtime.messages import (
-    Drain, DriverBeat, FailPending, InstallRoutes, PeerGone, PeerAddresses, PrepareGive, PrepareReceive, Probe, Shutdown, SpusChanged, SpuStarted,
+    Abandon, CheckpointComplete, CheckpointStart, Drain, DriverBeat, FailPending, TriggerCheckpoint, InstallRoutes, PeerGone, PeerAddresses, PrepareGive, PrepareReceive, Probe, Shutdown, SpusChanged, SpuStarted,
     SpuStopped, StartSpu, StatusReply, StatusRequest, StopSpu, SubmitJob, TreesDone, WorkerHeartbeat, WorkerHello,
 )
 from esault.transport.trust import Identity, Role
@@ -25,6 +25,7 @@ DRIVER_ONLY: frozenset[type] = frozenset({
     InstallRoutes, PrepareGive, PrepareReceive, SpusChanged, Drain,  # reconfiguration (the unit actors)
     TreesDone, FailPending,  # the ack server's verdicts, and the job's order to fail what is in flight
     Probe,  # the latency monitor
+    TriggerCheckpoint, CheckpointStart, CheckpointComplete, Abandon,  # the checkpoint coordinator
     StatusReply,
 })
 """Commands: only the driver's key may send them, to any actor."""

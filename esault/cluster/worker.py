@@ -128,6 +128,7 @@ class HostActor(pykka.ThreadingActor):
             data_dir.mkdir(parents=True, exist_ok=True)
             job = JobContext(Topology(message.topology, ()), config, SystemClock(), data_dir,
                              acker=self.postman.remote(DRIVER, "acker"), ticker=self.ticker,
+                             checkpoints=self.postman.remote(DRIVER, "checkpoints"),
                              process=self.postman.process)
             self.jobs[message.topology] = job
         return job

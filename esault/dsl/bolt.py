@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from concurrent.futures import Future
 from typing import Any, Callable, Protocol
 
 from esault.dsl.context import TopologyContext
@@ -52,6 +53,21 @@ class Bolt:
 
     def close(self) -> None:
         """Called once when the job stops (not when a PE expires or migrates)."""
+
+    def on_checkpoint(self, epoch: int) -> "Future[None] | None":
+        """Checkpoint `epoch`'s barrier passed this instance: every input before it was processed.
+
+        Called on the SPU's thread (for non-key-grouped bolts and chained
+        stages). A sink pre-commits the epoch's output here; return a Future
+        that completes once it is durable (the checkpoint waits for it), or None.
+        """
+        return None
+
+    def on_checkpoint_complete(self, epoch: int) -> None:
+        """Checkpoint `epoch` is recorded durably for the whole job: a sink publishes what it staged."""
+
+    def abandon(self) -> None:
+        """The runtime discards this instance without close() (a rollback): release resources, publish nothing."""
 
     def emit(self, key: Any, value: Any) -> None:
         """Send one tuple downstream, anchored to the input being processed."""

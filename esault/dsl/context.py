@@ -21,3 +21,7 @@ class TopologyContext:
     instance: int = 0
     """Which of the unit's parallel instances this is, 0 .. instances - 1 (a spout reads partition `instance`)."""
     instances: int = 1
+    guarantee: str = "exactly_once"
+    """The job's delivery guarantee: "exactly_once", "at_least_once" or "none" (docs/GUARANTEES.md)."""
+    restored_epoch: int | None = None
+    """The checkpoint this instance was restored from (after a failure or a restart), None on a fresh start."""

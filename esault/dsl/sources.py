@@ -86,6 +86,14 @@ class TextFileSpout(Spout):
         self.replayed += 1
         self.emit_batch([None] * len(lines), lines, msg_id=msg_id)
 
+    def snapshot_position(self) -> int:
+        """The byte offset of the next line to read."""
+        return self._file.tell()
+
+    def restore_position(self, position: int) -> None:
+        self._file.seek(int(position))
+        self._pending.clear()
+
     def close(self) -> None:
         if self._file is not None:
             self._file.close()

@@ -44,6 +44,26 @@ class Spout:
     def close(self) -> None:
         """Called once when the job stops."""
 
+    def snapshot_position(self) -> Any:
+        """Where this source is, for a checkpoint: everything emitted so far lies before it.
+
+        Called on the SPU's thread between next_tuple() calls. Return a
+        msgpack-serialisable value (an offset, an index, a dict). A spout that
+        implements this and restore_position() can rewind, so its job may run
+        with guarantee="exactly_once" (the default).
+        """
+        raise NotImplementedError
+
+    def restore_position(self, position: Any) -> None:
+        """Resume after `position` (from snapshot_position()): called after open(), before next_tuple()."""
+        raise NotImplementedError
+
+    @classmethod
+    def can_rewind(cls) -> bool:
+        """True if the class implements snapshot_position() and restore_position()."""
+        return (cls.snapshot_position is not Spout.snapshot_position
+                and cls.restore_position is not Spout.restore_position)
+
     def emit(self, key: Any, value: Any, msg_id: Any = None) -> None:
         """Send one tuple downstream; with a msg_id its tree is tracked and acked."""
         emit = self._esault_emit

@@ -161,6 +161,21 @@ class OutputRouter:
                                 route.unit, spu, len(flat) // 2, exc)
         return sent, xors
 
+    def broadcast(self, message: Any) -> None:
+        """Tell `message` to every downstream SPU, behind the data already sent (call flush() first).
+
+        For in-band control (checkpoint barriers): channels are FIFO, so it
+        arrives after every batch this SPU sent before. An unreachable SPU is
+        skipped: its process died and a rollback follows.
+        """
+        for route in self.routes:
+            for spu in route._order:
+                try:
+                    route.mailbox(spu).tell(message)
+                except Exception as exc:  # noqa: BLE001 - see docstring
+                    log.warning("unit %r SPU %d unreachable for %s: %r", route.unit, spu,
+                                type(message).__name__, exc)
+
     def version_of(self, unit: str) -> int | None:
         for route in self.routes:
             if route.unit == unit:

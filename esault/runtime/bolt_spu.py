@@ -19,9 +19,10 @@ from esault.migration import handoff
 from esault.migration.handoff import EarlyMessages, GiverHandoff, HeldBatch, ReceiverHandoff, chunk_states
 from esault.runtime.anchors import BatchHold, DeferredAnchor
 from esault.runtime.context import RateLimitedLog, log
+from esault.checkpoint.alignment import Alignment
 from esault.runtime.messages import (
-    AckUpdate, DataBatch, EpochMarker, HandoffFinished, Prepared, PrepareGive,
-    PrepareReceive, Probe, ProbeReturned, StateHandoff, Tick,
+    AckUpdate, Barrier, CheckpointComplete, CheckpointStart, DataBatch, EpochMarker, HandoffFinished, Prepared,
+    PrepareGive, PrepareReceive, Probe, ProbeReturned, StateHandoff, Tick,
 )
 from esault.runtime.pe_manager import PeManager
 from esault.runtime.sender import SenderActor
@@ -53,7 +54,11 @@ class BoltSpuActor(SenderActor):
         self._error_log = RateLimitedLog()
         self.processed_since_probe = 0
         self._parked: set[Any] = set()  # keys whose PE expired; their state waits in the unit's store
-        self._store: StateStore | None = None
+        self._park_store: StateStore | None = None
+        # exactly_once: parked states not yet in a completed checkpoint: key -> (state, epoch written or None)
+        self._park_unsaved: dict[Any, tuple[bytes, int | None]] = {}
+        self._align: Alignment | None = None
+        self._expect: dict[int, frozenset[int]] = {}  # CheckpointStart that came before its epoch's alignment
         self._handlers.update({
             DataBatch: self._on_data,
             Tick: self._on_tick,
@@ -62,6 +67,8 @@ class BoltSpuActor(SenderActor):
             EpochMarker: self._on_marker,
             StateHandoff: self._on_state,
             Probe: self._on_probe,
+            Barrier: self._on_barrier,
+            CheckpointStart: self._on_checkpoint_start,
         })
 
     # --- lifecycle --------------------------------------------------------
@@ -72,11 +79,26 @@ class BoltSpuActor(SenderActor):
         self.open_stages()
         if not self.spec.per_key:
             self.pes.single()
+        if self.cfg.restore_epoch is not None:
+            self._restore(self.cfg.restore_epoch)
         if self.cfg.receive is not None:
             self._on_prepare_receive(self.cfg.receive)
 
     def on_stop(self) -> None:
         self.job.ticker.unsubscribe(self.actor_ref)
+        if self._abandoned:  # a rollback: no close(), nothing published; a restored SPU takes over
+            for _, pe in self.pes.items():
+                if not self.spec.per_key:
+                    try:
+                        pe.abandon()
+                    except Exception as exc:
+                        log.error("bolt %r abandon() raised %r", self.unit_name, exc)
+            self.abandon_stages()
+            self.close_checkpointing()
+            self.job.stats.retire(self.stats)
+            if self._park_store is not None:
+                self._park_store.close()
+            return
         for key in list(self._parked):  # parked keys close like every other: wake them first
             try:
                 self.pes.create(key)
@@ -93,8 +115,9 @@ class BoltSpuActor(SenderActor):
             for stage in self.stages:
                 self.job.stats.retire(stage.stats)
             self.job.stats.retire(self.stats)
-        if self._store is not None:
-            self._store.close()
+        if self._park_store is not None:
+            self._park_store.close()
+        self.close_checkpointing()
 
     def _make_pe(self, key: Any) -> Any:
         pe = self.spec.instantiate()
@@ -111,12 +134,22 @@ class BoltSpuActor(SenderActor):
     # --- idle PEs park their state (never lost to expiry) ---------------------
 
     def _state_store(self) -> StateStore:
-        if self._store is None:
-            self._store = StateStore(self.job.data_dir / "state" / f"{self.unit_name}.sqlite")
-        return self._store
+        if self._park_store is None:
+            self._park_store = StateStore(self.job.data_dir / "state" / f"{self.unit_name}.sqlite")
+        return self._park_store
 
     def _park(self, expired: list[tuple[Any, Any]]) -> None:
-        """Keep the state of expired PEs (after their on_expire()) in the store, to restore on the key's return."""
+        """Keep the state of expired PEs (after their on_expire()) in the store, to restore on the key's return.
+
+        Under exactly_once the state waits in memory until the next checkpoint
+        writes it (then it is in the checkpoint store, where a restore finds it too).
+        """
+        if self.exactly_once:
+            for key, pe in expired:
+                blob = self._snapshot(key, pe)
+                self._park_unsaved[key] = (blob, None)
+                self._parked.add(key)
+            return
         rows, keys = [], []
         for key, pe in expired:
             try:
@@ -140,7 +173,11 @@ class BoltSpuActor(SenderActor):
 
     def _unpark(self, key: Any, pe: Any) -> None:
         self._parked.discard(key)
-        blob = self._state_store().take_many([encode(key)])[0]
+        if self.exactly_once:
+            blob = self._parked_state(key)
+            self._park_unsaved.pop(key, None)
+        else:
+            blob = self._state_store().take_many([encode(key)])[0]
         state = None if blob is None else decode(blob)
         if state is not None:
             pe.restore_state(dict(state))
@@ -151,8 +188,109 @@ class BoltSpuActor(SenderActor):
         if not moving:
             return []
         self._parked.difference_update(moving)
+        if self.exactly_once:
+            out = [(key, self._parked_state(key)) for key in moving]
+            for key in moving:
+                self._park_unsaved.pop(key, None)
+            return [(key, blob) for key, blob in out if blob is not None]
         blobs = self._state_store().take_many([encode(key) for key in moving])
         return [(key, blob) for key, blob in zip(moving, blobs) if blob is not None]
+
+    def _parked_state(self, key: Any) -> bytes | None:
+        """exactly_once: a parked key's state, from memory or else from its latest completed checkpoint row."""
+        unsaved = self._park_unsaved.get(key)
+        if unsaved is not None:
+            return unsaved[0]
+        return self.checkpoint_store().read_key(self.unit_name, encode(key))
+
+    # --- checkpoints: align, snapshot, restore ----------------------------------
+
+    def _alignment(self, epoch: int) -> Alignment:
+        align = self._align
+        if align is None:
+            align = self._align = Alignment(epoch, self._expect.pop(epoch, None))
+        return align
+
+    def _on_checkpoint_start(self, msg: CheckpointStart) -> None:
+        align = self._align
+        if align is not None and align.epoch != msg.epoch:
+            self._expect[msg.epoch] = msg.upstream  # a later epoch: after the current one aligns
+            return
+        self._alignment(msg.epoch).expect(msg.upstream)
+        self._check_aligned()
+
+    def _on_barrier(self, msg: Barrier) -> None:
+        align = self._align
+        if align is not None and align.epoch != msg.epoch:
+            if align.holds(msg.sender):  # the sender's next epoch: it waits with its data
+                align.hold(msg)
+            else:
+                log.warning("topology %r: bolt %r SPU %d dropped a stale barrier %d from SPU %d (aligning %d)",
+                            self.job.name, self.unit_name, self.spu_id, msg.epoch, msg.sender, align.epoch)
+            return
+        self._alignment(msg.epoch).barrier(msg.sender)
+        self._check_aligned()
+
+    def _check_aligned(self) -> None:
+        align = self._align
+        if align is None or not align.complete:
+            return
+        self._align = None
+        self._snapshot_epoch(align.epoch)
+        for held in align.release():  # the held channels' messages run now, in arrival order
+            self._handlers[type(held)](held)
+
+    def _snapshot_epoch(self, epoch: int) -> None:
+        """Every input before barrier `epoch` is processed: encode the dirty state, pass the barrier on."""
+        self.flush()
+        snapshot = self.new_snapshot(epoch)
+        if self.spec.per_key:
+            rows = []
+            pes = self.pes
+            for key in pes.take_dirty():
+                pe = pes.get(key)
+                if pe is not None:
+                    rows.append((key_hash(key), encode(key), self._snapshot(key, pe)))
+            for key, (blob, written) in self._park_unsaved.items():
+                if written is None:
+                    rows.append((key_hash(key), encode(key), blob))
+                    self._park_unsaved[key] = (blob, epoch)
+            snapshot.rows[self.unit_name] = rows
+        else:
+            self.snapshot_instance(self.unit_name, self.pes.single(), snapshot)
+        self.snapshot_stages(snapshot)
+        self.send_barrier(snapshot)
+
+    def _on_checkpoint_complete(self, msg: CheckpointComplete) -> None:
+        if not self.spec.per_key:
+            self._call_complete(self.unit_name, self.pes.single(), msg.epoch)
+        super()._on_checkpoint_complete(msg)
+        if self._park_unsaved:  # durable in a completed checkpoint now: the store has them
+            done = [k for k, (_, written) in self._park_unsaved.items() if written is not None and written <= msg.epoch]
+            for key in done:
+                del self._park_unsaved[key]
+
+    def _restore(self, epoch: int) -> None:
+        """Start from completed checkpoint `epoch`: this SPU's key range (or instance) and its chained stages."""
+        try:
+            if self.spec.per_key:
+                lo, hi = self.cfg.interval
+                states = self.checkpoint_store().read_range(self.unit_name, epoch, lo, hi)
+                for key_blob, blob in states.items():
+                    key = decode(key_blob)
+                    pe = self.pes.create(key)
+                    state = decode(blob)
+                    if state is not None:
+                        pe.restore_state(dict(state))
+                self.pes.take_dirty()  # restored PEs equal the checkpoint: not dirty
+                self.stats.pes = len(self.pes)
+            else:
+                self.restore_instance(self.unit_name, self.pes.single())
+            self.restore_stages()
+        except Exception as exc:
+            log.error("topology %r: bolt %r SPU %d could not restore checkpoint %d: %r",
+                      self.job.name, self.unit_name, self.spu_id, epoch, exc)
+            raise
 
     # --- the hot path -----------------------------------------------------
 
@@ -163,6 +301,10 @@ class BoltSpuActor(SenderActor):
         return hold.anchor()
 
     def _on_data(self, msg: DataBatch) -> None:
+        align = self._align
+        if align is not None and align.holds(msg.sender):  # after its barrier: the next epoch waits
+            align.hold(msg)
+            return
         keys, values, edges = msg.keys, msg.values, msg.edges
         receiving = self._receiving
         if receiving is not None:

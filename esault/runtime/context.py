@@ -33,6 +33,8 @@ class JobContext:
     process: str | None = None
     """This process's name when its SPUs are reached by name (a worker): Address(process, "spu-<id>")."""
     stats: StatsRegistry = STATS
+    checkpoints: Any = None
+    """The driver's checkpoint coordinator mailbox (CheckpointAck goes there)."""
     _ids: Any = field(default_factory=lambda: itertools.count(1))
 
     @property
@@ -42,6 +44,15 @@ class JobContext:
     def next_id(self) -> int:
         """Job-wide unique ids for SPUs and reconfigurations (itertools.count is atomic)."""
         return next(self._ids)
+
+    @property
+    def checkpoint_path(self) -> Path:
+        """The job's CheckpointStore file (data_dir is shared by every local process)."""
+        return self.data_dir / "checkpoints.sqlite"
+
+    @property
+    def exactly_once(self) -> bool:
+        return self.config.guarantee == "exactly_once"
 
     def pe_idle_timeout(self, spec: UnitSpec) -> float | None:
         return self.config.pe_idle_timeout if spec.pe_idle_timeout == "job" else spec.pe_idle_timeout

@@ -1,12 +1,16 @@
-"""Runs reconfigurations one at a time, from a plain thread (so it may ask actors).
+"""The job's control thread: reconfigurations, checkpoints and rollbacks, one at a time.
 
-Job.split/merge and the elastic monitor both submit here: one code path.
-Serialising reconfigurations job-wide keeps every unit's upstream SPU set
-stable while a hand-off is in flight.
+A plain thread (so it may ask actors). Job.split/merge and the elastic
+monitor submit here: one code path. Serialising reconfigurations with each
+other and with checkpoints keeps every unit's upstream SPU set stable while a
+hand-off or a barrier is in flight (docs/CHECKPOINTS.md). Between tasks it
+runs the periodic work `between()` names (a due checkpoint). A rollback is
+submitted with priority: it runs before queued splits and merges.
 """
 
 from __future__ import annotations
 
+import itertools
 import queue
 import threading
 from concurrent.futures import Future
@@ -38,9 +42,20 @@ class ReconfigurationCoordinator:
         self.op_timeout = op_timeout
         self.history: list[ScaleResult] = []
         self.listeners: list[Callable[[ScaleResult], None]] = []
-        self._queue: "queue.Queue[tuple[ScaleRequest, Future] | None]" = queue.Queue()
-        self._thread = threading.Thread(target=self._run, name="esault-reconfig", daemon=True)
+        self._queue: "queue.PriorityQueue[tuple[int, int, Any, Future | None]]" = queue.PriorityQueue()
+        self._seq = itertools.count()
+        self.between: Callable[[], float | None] = lambda: None
+        """Runs when no task is queued; returns seconds until it wants to run again (None: not at all)."""
+        self._thread = threading.Thread(target=self._run, name="esault-control", daemon=True)
         self._thread.start()
+
+    URGENT, NORMAL, LAST = 0, 1, 2
+
+    def run_task(self, task: Callable[[], Any], priority: int = NORMAL) -> Future:
+        """Run `task()` on the control thread; the future gets its result or exception."""
+        future: Future = Future()
+        self._queue.put((priority, next(self._seq), task, future))
+        return future
 
     def submit(self, request: ScaleRequest) -> "Future[ScaleResult]":
         future: Future = Future()
@@ -56,19 +71,33 @@ class ReconfigurationCoordinator:
                 f"{request.action} {host!r} instead, or declare it with set_bolt({request.unit!r}, ..., chain=False)"
             ))
             return future
-        self._queue.put((request, future))
+        self._queue.put((self.NORMAL, next(self._seq), request, future))
         return future
 
     def stop(self) -> None:
-        self._queue.put(None)
+        self._queue.put((self.LAST, next(self._seq), None, None))
         self._thread.join(timeout=self.op_timeout)
 
     def _run(self) -> None:
         while True:
-            item = self._queue.get()
+            try:
+                wait = self.between()
+            except Exception:
+                log.exception("topology %r: periodic control work failed", self.topology.name)
+                wait = 1.0
+            try:
+                _, _, item, future = self._queue.get(timeout=wait)
+            except queue.Empty:
+                continue
             if item is None:
                 return
-            request, future = item
+            if not isinstance(item, ScaleRequest):
+                try:
+                    future.set_result(item())
+                except BaseException as exc:  # noqa: BLE001 - the submitter gets it
+                    future.set_exception(exc)
+                continue
+            request = item
             try:
                 result = self._execute(request)
             except Exception as exc:

@@ -19,6 +19,7 @@ from esault.runtime.acker import AckServerActor
 from esault.runtime.context import JobContext
 from esault.runtime.coordinator import ReconfigurationCoordinator, ScaleRequest
 from esault.dsl.topology import Grouping
+from esault.runtime.unit import AbortReconfiguration
 from esault.runtime.messages import (
     Drain, FailPending, GetLayout, GetPending, GetRoutes, GetSpus, ScaleResult, SpusChanged,
 )
@@ -26,6 +27,8 @@ from esault.runtime.monitor import LatencyMonitorActor
 from esault.runtime.ticker import Ticker
 from esault.metrics.stats import SpuStats
 from esault.runtime.unit import LaunchSpus, SpuLauncher, UnitActor
+from esault.checkpoint.coordinator import AckCollector, CheckpointAcksActor, CheckpointCoordinator
+from esault.errors import ConfigError
 
 log = logging.getLogger("esault")
 
@@ -54,12 +57,30 @@ class Job:
         self.remote_stats = remote_stats
         self.fresh_reports = fresh_reports
         self.lost_spus: set[int] = set()
-        self.ctx.acker = self._start_named("acker", lambda: AckServerActor.start(self.ctx))
-        self.ctx.ticker.subscribe(self.ctx.acker)
+        self._check_guarantee()
+        if config.fresh_start:
+            for suffix in ("", "-wal", "-shm"):
+                (data_dir / f"checkpoints.sqlite{suffix}").unlink(missing_ok=True)
         self.units: dict[str, Any] = {}
         self._stopped = False
+        self._recovering = 0  # rollbacks queued or running: the job is not complete meanwhile
         self._lock = threading.Lock()
         self.final_status: dict[str, Any] | None = None
+        self.ctx.acker = self._start_named("acker", lambda: AckServerActor.start(self.ctx))
+        self.ctx.ticker.subscribe(self.ctx.acker)
+        collector = AckCollector()
+        self.ctx.checkpoints = self._start_named("checkpoints", lambda: CheckpointAcksActor.start(collector))
+        try:
+            self.checkpoints = CheckpointCoordinator(self, collector)
+            self.restored_from = self.checkpoints.restore_point(config.restore_from) if self.ctx.exactly_once else None
+            if self.restored_from is not None:
+                log.warning("topology %r: resuming from checkpoint %d (%s) in %s", self.name,
+                            self.restored_from.epoch, self.restored_from.kind, self.checkpoints.store.path)
+        except Exception:
+            self._stop_actors()
+            gc_policy.leave(config.gc_gen0_threshold)
+            raise
+        point = self.restored_from
         try:
             # Downstream units first, so every SPU starts knowing its output routes. A chained bolt
             # has no SPUs of its own: its head's SPUs run it and send to its downstream units.
@@ -73,10 +94,13 @@ class Job:
                                          lambda: UnitActor.start(spec, self.ctx, launcher, downstream))
                 self.units[spec.name] = unit  # before launching: a failed launch must stop it too
                 if not chained:
-                    failed = unit.ask(LaunchSpus())
+                    failed = unit.ask(LaunchSpus(None if point is None else point.epoch,
+                                                 None if point is None else point.positions.get(spec.name, {})))
                     if isinstance(failed, Exception):
                         raise failed
             self.coordinator = ReconfigurationCoordinator(topology, self.units)
+            self.coordinator.between = self.checkpoints.due_in
+            self.coordinator.run_task(lambda: None)  # wakes the control thread to time the first checkpoint
             self.monitors = self._start_monitors() if config.elasticity else {}
         except Exception:
             self._stop_actors()
@@ -87,6 +111,55 @@ class Job:
     @property
     def name(self) -> str:
         return self.topology.name
+
+    def _check_guarantee(self) -> None:
+        """exactly_once rolls sources back: every spout must be able to rewind."""
+        if not self.ctx.exactly_once:
+            return
+        for spec in self.topology.units:
+            if spec.is_spout and not spec.cls.can_rewind():
+                raise ConfigError(
+                    f"spout {spec.name!r} ({spec.cls.__name__}) cannot rewind, so the job cannot be exactly-once: "
+                    "implement snapshot_position() and restore_position() on it, or run the job with "
+                    "guarantee='at_least_once' (replays failed tuples) or 'none'")
+
+    # --- checkpoints ---------------------------------------------------------
+
+    def checkpoint(self, timeout: float | None = None) -> int | None:
+        """Take a checkpoint now (exactly_once); its epoch once complete, None if it failed."""
+        return self.coordinator.run_task(self.checkpoints.checkpoint).result(timeout)
+
+    def savepoint(self, stop: bool = False, timeout: float | None = None) -> int | None:
+        """A checkpoint kept for good (never compacted away); `stop` ends the spouts at its barrier.
+        Start from it with JobConfig(restore_from=epoch), with any parallelism of the bolts."""
+        if not self.ctx.exactly_once:
+            raise ConfigError(f"savepoints need guarantee='exactly_once'; job {self.name!r} runs "
+                              f"{self.config.guarantee!r}")
+        return self.coordinator.run_task(lambda: self.checkpoints.checkpoint("savepoint", final=stop)).result(timeout)
+
+    def _recover(self, lost: set[int], reason: str) -> Future:
+        """Roll every SPU back to the last completed checkpoint (control thread, before queued scaling)."""
+        with self._lock:
+            self._recovering += 1
+        self.checkpoints.collector.abort(reason)
+        for unit in self.units.values():
+            unit.tell(AbortReconfiguration(reason))
+
+        def recover() -> Any:
+            try:
+                return self.checkpoints.recover(frozenset(lost), reason)
+            finally:
+                with self._lock:
+                    self._recovering -= 1
+
+        return self.coordinator.run_task(recover, self.coordinator.URGENT)
+
+    def _tell_listeners(self, result: ScaleResult) -> None:
+        for listener in list(self.coordinator.listeners):
+            try:
+                listener(result)
+            except Exception:
+                log.exception("listener failed")
 
     def _start_named(self, name: str, start: Callable[[], Any]) -> Any:
         """Start an actor; with worker processes, register it so messages can name it."""
@@ -145,7 +218,14 @@ class Job:
         return self.coordinator.submit(ScaleRequest("merge", unit, spu, None, into, reason))
 
     def replace_lost(self, lost_spus: set[int]) -> list[Future]:
-        """SPUs died with their worker: give each one's interval to a fresh SPU (no state moves)."""
+        """SPUs died with their worker: exactly_once rolls the job back to its last checkpoint; otherwise
+        each one's interval goes to a fresh SPU (no state moves) and trees in flight fail."""
+        if self.ctx.exactly_once:
+            mine = set()
+            for spec in self.topology.units:
+                if not self.topology.chained(spec.name):
+                    mine |= set(self.units[spec.name].ask(GetSpus())) & set(lost_spus)
+            return [self._recover(mine, f"a worker died holding SPUs {sorted(mine)}")] if mine else []
         self.lost_spus |= set(lost_spus)
         futures = []
         for spec in self.topology.units:
@@ -242,8 +322,10 @@ class Job:
         After a worker died, tuples it held never count as processed; with acking
         on, completed trees (they were replayed) are then the whole truth.
         """
+        if self._recovering:
+            return False
         states = self._spout_states()
-        if not all(p is not None and p.finished for p in states):
+        if not states or not all(p is not None and p.finished for p in states):
             return False
         if self.config.acking and not any(p.untracked for p in states):
             # Every tuple is in a tracked tree, so spouts with none in flight are done: known at once,
@@ -308,10 +390,15 @@ class Job:
     # --- stop ----------------------------------------------------------------
 
     def stop(self) -> None:
-        """Stop spouts, then bolts in topological order (queued tuples drain), then the ack server."""
+        """Stop spouts, then bolts in topological order (queued tuples drain), then the ack server.
+
+        exactly_once: a final checkpoint first ends the spouts at its barrier and
+        publishes everything before it, so a restart resumes exactly there."""
         with self._lock:
             if self._stopped:
                 return
+            if self.ctx.exactly_once:
+                self._final_checkpoint()
             try:
                 self._let_counts_settle()
                 self.final_status = self.status()
@@ -324,10 +411,25 @@ class Job:
         self.coordinator.stop()
         self.ctx.ticker.stop()
         self._stop_actors()
+        self.checkpoints.close()
         self.ctx.stats.forget_topology(self.name)
         gc_policy.leave(self.config.gc_gen0_threshold)
         if self.ctx.dead_letters is not None:
             self.ctx.dead_letters.close()
+
+    def _final_checkpoint(self) -> None:
+        timeout = self.config.checkpoint_timeout + 10
+        try:
+            epoch = self.coordinator.run_task(
+                lambda: self.checkpoints.checkpoint("final", final=True)).result(timeout)
+        except Exception as exc:  # noqa: BLE001 - reported below
+            epoch, why = None, repr(exc)
+        else:
+            why = "see the log above"
+        if epoch is None:
+            last = self.checkpoints.stats.last_epoch
+            log.error("topology %r stopped without its final checkpoint (%s); a restart resumes from checkpoint %s "
+                      "and produces what came after it again", self.name, why, last)
 
     def _stop_actors(self) -> None:
         for spec in self.topology.units:
@@ -339,6 +441,10 @@ class Job:
                     log.warning("stopping unit %r: %r", spec.name, exc)
         try:
             self.ctx.acker.stop(block=True)
+        except Exception:
+            pass
+        try:
+            self.ctx.checkpoints.stop(block=True)
         except Exception:
             pass
 

@@ -244,6 +244,8 @@ class SpuConfig:
     extra: dict[str, Any] = field(default_factory=dict)
     instance: int = 0  # which of the unit's `instances` parallel instances this is (a spout's partition)
     instances: int = 1
+    restore_epoch: int | None = None  # restore state (and a spout's position) from this completed checkpoint
+    position: Any = None  # a spout's position at restore_epoch
 
 
 # --- elasticity -----------------------------------------------------------
@@ -430,3 +432,56 @@ class FailPending:
     spouts replay at once instead of after message_timeout."""
 
     reason: str
+
+
+# --- checkpoints (docs/CHECKPOINTS.md) ------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class TriggerCheckpoint:
+    """checkpoint coordinator -> spout SPU: record your position and send Barrier(epoch) on every output
+    channel at your next round boundary; `final` stops the spout after it (stop-with-checkpoint)."""
+
+    epoch: int
+    final: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class CheckpointStart:
+    """checkpoint coordinator -> bolt SPU: checkpoint `epoch` is aligned over barriers from exactly these
+    upstream SPUs (the layout is frozen while a checkpoint runs: reconfigurations wait for it)."""
+
+    epoch: int
+    upstream: frozenset[int]
+
+
+@dataclass(frozen=True, slots=True)
+class Barrier:
+    """upstream SPU -> SPU, in band after its data: everything `sender` sent before belongs to epochs <= `epoch`."""
+
+    epoch: int
+    sender: int
+
+
+@dataclass(frozen=True, slots=True)
+class CheckpointAck:
+    """SPU -> checkpoint coordinator: its snapshot of `epoch` is durable (`position`: a spout's, else None)."""
+
+    epoch: int
+    spu_id: int
+    unit: str
+    instance: int
+    position: Any = None
+    error: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class CheckpointComplete:
+    """checkpoint coordinator -> every SPU: `epoch` is recorded durably; sinks publish what they staged for it."""
+
+    epoch: int
+
+
+@dataclass(frozen=True, slots=True)
+class Abandon:
+    """unit -> SPU: a rollback discards you: drop what you hold, publish nothing, skip close(); a stop follows."""

@@ -4,7 +4,7 @@ For key-grouped bolts every key gets its own Bolt instance (a processing
 element) whose attributes are that key's state. Lookup, insert and delete are
 O(1) dict operations.
 
-Idle expiry costs nothing per tuple. PEs live in generations: `active` holds
+Idle expiry and checkpoint dirty tracking cost nothing per tuple. PEs live in generations: `active` holds
 the PEs used since the last rotation, older generations those used only
 before. Each generation remembers when its latest batch ran (`used()` once per
 batch). Every `idle_timeout / 4` the active generation retires; a retired
@@ -12,6 +12,11 @@ generation whose latest use is at least idle_timeout old expires whole. A PE
 used again leaves its old generation on its first tuple (a dict pop). So a PE
 expires after between idle_timeout and 1.25 x idle_timeout without a tuple,
 never earlier.
+
+Checkpoints need the keys whose PE ran since the last checkpoint (dirty keys):
+exactly the PEs in `active` plus those of generations retired since. So a
+checkpoint rotates the active generation too (`take_dirty()`): O(keys used
+in the epoch) per checkpoint, a set update per rotation, nothing per tuple.
 """
 
 from __future__ import annotations
@@ -45,6 +50,7 @@ class PeManager:
         self._active_used = float("-inf")
         self._retired: list[_Generation] = []  # oldest first
         self._single: Any = None
+        self._dirty: set[Any] = set()  # keys of generations retired since the last take_dirty()
 
     def __len__(self) -> int:
         if not self.per_key:
@@ -94,9 +100,7 @@ class PeManager:
         if timeout is None:
             return []
         if now - self._active_since >= timeout / _GENERATIONS_PER_TIMEOUT:
-            if self.active:
-                self._retired.append(_Generation(self.active, self._active_used))
-                self.active = {}
+            self._rotate()
             self._active_since = now
         out: list[tuple[Any, Any]] = []
         cutoff = now - timeout
@@ -108,6 +112,25 @@ class PeManager:
                 keep.append(gen)
         self._retired = keep
         return out
+
+    def _rotate(self) -> None:
+        if self.active:
+            self._dirty.update(self.active)
+            self._retired.append(_Generation(self.active, self._active_used))
+            self.active = {}
+
+    def take_dirty(self) -> set[Any]:
+        """Keys whose PE ran since the previous call (some may have expired or moved away since)."""
+        if self.idle_timeout is None and self._retired and self.active:
+            # No expiry: one retired generation is enough, so lookups never walk a growing list.
+            self._dirty.update(self.active)
+            self._retired[-1].pes.update(self.active)
+            self._retired[-1].last_used = self._active_used
+            self.active = {}
+        else:
+            self._rotate()
+        dirty, self._dirty = self._dirty, set()
+        return dirty
 
     def take_range(self, lo: int, hi: int) -> list[tuple[Any, Any]]:
         """Remove and return the PEs whose key hash lies in [lo, hi] (they move away). O(PEs)."""
@@ -129,4 +152,5 @@ class PeManager:
     def clear(self) -> None:
         self.active.clear()
         self._retired.clear()
+        self._dirty.clear()
         self._single = None

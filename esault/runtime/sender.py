@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+from concurrent.futures import Future
 from typing import Any
 
 import pykka
@@ -17,7 +18,12 @@ from esault.runtime.chain import Stage, sync_emitted
 from esault.runtime.context import JobContext
 from esault.runtime.emitter import build_emit
 from esault.runtime.faults import UserFaults
-from esault.runtime.messages import Drain, EpochMarker, InstallRoutes, SpuConfig
+from esault.checkpoint.snapshots import Snapshot, SnapshotWriter
+from esault.checkpoint.store import CheckpointStore, instance_slot
+from esault.runtime.messages import (
+    Abandon, Barrier, CheckpointAck, CheckpointComplete, Drain, EpochMarker, InstallRoutes, SpuConfig,
+)
+from esault.transport.codec import decode, encode
 from esault.transport.codec import check_serialisable
 from esault.transport.frames import EncodedFrame
 
@@ -43,9 +49,16 @@ class SenderActor(pykka.ThreadingActor):
         self.stages: list[Stage] = []
         self.emit_path = self._build_emit_path()
         """emit(key, value) for this SPU's user code: into the first chained stage, or the router."""
+        self.exactly_once = job.exactly_once
+        self._writer: SnapshotWriter | None = None
+        self._store: CheckpointStore | None = None
+        self._abandoned = False
+        self._unsaved: set[str] = set()  # units whose instance state could not be checkpointed (logged once)
         self._handlers: dict[type, Any] = {
             InstallRoutes: self._on_install_routes,
             Drain: self._on_drain,
+            CheckpointComplete: self._on_checkpoint_complete,
+            Abandon: self._on_abandon,
         }
 
     def _build_emit_path(self) -> Any:
@@ -94,12 +107,15 @@ class SenderActor(pykka.ThreadingActor):
             topology=self.job.name, unit=unit, spu_id=self.spu_id,
             data_dir=self.job.data_dir, params=dict(spec.params), key=key,
             per_key=spec.per_key, instance=self.cfg.instance, instances=self.cfg.instances,
+            guarantee=self.job.config.guarantee, restored_epoch=self.cfg.restore_epoch,
         )
 
     def context(self, key: Any = None) -> TopologyContext:
         return self.context_of(self.unit_name, key)
 
     def on_receive(self, message: Any) -> Any:
+        if self._abandoned:
+            return None  # a rollback discarded this SPU: its stop is on the way
         if type(message) is EncodedFrame:  # data decoded here, on this thread, not on the I/O thread
             message = message.open()
             if message is None:
@@ -142,3 +158,99 @@ class SenderActor(pykka.ThreadingActor):
     def _on_drain(self, msg: Drain) -> bool:
         self.flush()
         return True
+
+    # --- checkpoints (docs/CHECKPOINTS.md) ------------------------------------------
+
+    def checkpoint_store(self) -> CheckpointStore:
+        """This actor's connection to the job's checkpoint file (restores and parked keys)."""
+        if self._store is None:
+            self._store = CheckpointStore(self.job.checkpoint_path)
+        return self._store
+
+    def snapshot_writer(self) -> SnapshotWriter:
+        if self._writer is None:
+            self._writer = SnapshotWriter(self.job.checkpoint_path, self.job.checkpoints,
+                                          f"esault-snapshots-{self.spu_id}", self.job.config.checkpoint_timeout)
+        return self._writer
+
+    def new_snapshot(self, epoch: int, position: Any = None) -> Snapshot:
+        return Snapshot(CheckpointAck(epoch, self.spu_id, self.unit_name, self.cfg.instance, position))
+
+    def snapshot_instance(self, unit: str, pe: Any, snapshot: Snapshot) -> None:
+        """A non-keyed instance's part of a checkpoint: its state row, and its pre-commit (a sink's)."""
+        epoch = snapshot.ack.epoch
+        try:
+            state = pe.snapshot_state()
+            if state:
+                slot = instance_slot(self.cfg.instance)
+                snapshot.rows.setdefault(unit, []).append((slot, encode(["#instance", self.cfg.instance]),
+                                                           encode(state)))
+        except Exception as exc:
+            if unit not in self._unsaved:
+                self._unsaved.add(unit)
+                log.error("topology %r: the state of %r (not key-grouped) cannot be checkpointed (%s); after a "
+                          "failure this instance restarts empty. Keep its attributes msgpack-serialisable or "
+                          "override snapshot_state()/restore_state()", self.job.name, unit, exc)
+        try:
+            future = pe.on_checkpoint(epoch)
+        except Exception as exc:  # the pre-commit failed: so does this checkpoint (the next one retries)
+            future = Future()
+            future.set_exception(exc)
+        if future is not None:
+            snapshot.waits.append(future)
+
+    def snapshot_stages(self, snapshot: Snapshot) -> None:
+        for stage in self.stages:
+            self.snapshot_instance(stage.spec.name, stage.pe, snapshot)
+
+    def restore_instance(self, unit: str, pe: Any) -> None:
+        """Install a non-keyed instance's state of the checkpoint this SPU restores from, if it has one."""
+        epoch = self.cfg.restore_epoch
+        if epoch is None:
+            return
+        blob = self.checkpoint_store().read_slot(unit, epoch, instance_slot(self.cfg.instance))
+        if blob is not None:
+            pe.restore_state(dict(decode(blob)))
+
+    def restore_stages(self) -> None:
+        for stage in self.stages:
+            try:
+                self.restore_instance(stage.spec.name, stage.pe)
+            except Exception as exc:
+                log.error("topology %r: could not restore the state of %r: %r", self.job.name, stage.spec.name, exc)
+
+    def send_barrier(self, snapshot: Snapshot) -> None:
+        """Everything this SPU emitted so far leaves, then the barrier behind it; the snapshot goes to disk."""
+        self.flush()
+        self.router.broadcast(Barrier(snapshot.ack.epoch, self.spu_id))
+        self.snapshot_writer().submit(snapshot)
+
+    def _on_checkpoint_complete(self, msg: CheckpointComplete) -> None:
+        for stage in self.stages:
+            self._call_complete(stage.spec.name, stage.pe, msg.epoch)
+
+    def _call_complete(self, unit: str, pe: Any, epoch: int) -> None:
+        try:
+            pe.on_checkpoint_complete(epoch)
+        except Exception as exc:
+            log.error("topology %r: %r on_checkpoint_complete(%d) raised %r", self.job.name, unit, epoch, exc)
+
+    def _on_abandon(self, msg: Abandon) -> None:
+        self._abandoned = True
+
+    def abandon_stages(self) -> None:
+        for stage in self.stages:
+            try:
+                stage.pe.abandon()
+            except Exception as exc:
+                log.error("bolt %r abandon() raised %r", stage.spec.name, exc)
+            self.job.stats.retire(stage.stats)
+
+    def close_checkpointing(self) -> None:
+        """On stop: finish (or, abandoned, drop) queued snapshot writes; close the store connection."""
+        if self._writer is not None:
+            self._writer.close(discard=self._abandoned)
+            self._writer = None
+        if self._store is not None:
+            self._store.close()
+            self._store = None

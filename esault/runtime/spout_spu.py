@@ -19,7 +19,9 @@ from esault.metrics import registry as metrics
 from esault.runtime.anchors import EdgeAnchor, NoAnchor
 from esault.runtime.context import RateLimitedLog, log
 from esault.runtime.emitter import build_emit_many
-from esault.runtime.messages import AckInit, DeadLettered, Pump, RegisterOwner, SpoutProgress, Tick, TreesDone
+from esault.runtime.messages import (
+    AckInit, DeadLettered, Pump, RegisterOwner, SpoutProgress, Tick, TreesDone, TriggerCheckpoint,
+)
 from esault.runtime.sender import SenderActor
 from esault.transport.address import Address
 from esault.transport.codec import _SIMPLE
@@ -55,7 +57,9 @@ class SpoutSpuActor(SenderActor):
         self._latency = metrics.TUPLE_LATENCY.labels(job.name, spec.name)
         self.finished = False
         self._reported = (False, False)  # (finished, drained) as last told to the ack server
-        self._handlers.update({Pump: self._on_pump, Tick: self._on_tick, TreesDone: self._on_trees_done})
+        self._barrier_due: TriggerCheckpoint | None = None  # injected at the next round boundary
+        self._handlers.update({Pump: self._on_pump, Tick: self._on_tick, TreesDone: self._on_trees_done,
+                               TriggerCheckpoint: self._on_trigger})
 
     def on_start(self) -> None:
         self.job.stats.register(self.stats)
@@ -69,9 +73,13 @@ class SpoutSpuActor(SenderActor):
         self.spout._esault_emit_batch = self._emit_batch
         try:
             self.spout.open(self.context())
+            if self.cfg.restore_epoch is not None:
+                self.restore_stages()
+                if self.cfg.position is not None:
+                    self.spout.restore_position(self.cfg.position)
         except Exception as exc:
-            log.error("topology %r: spout %r open() raised %r; it emits nothing", self.job.name,
-                      self.unit_name, exc)
+            log.error("topology %r: spout %r open() or restore_position() raised %r; it emits nothing",
+                      self.job.name, self.unit_name, exc)
             self._finish()
             self.flush()
             return
@@ -92,12 +100,18 @@ class SpoutSpuActor(SenderActor):
 
     def on_stop(self) -> None:
         self.job.ticker.unsubscribe(self.actor_ref)
+        if self._abandoned:  # a rollback: no close(), nothing published; a restored SPU takes over
+            self.abandon_stages()
+            self.close_checkpointing()
+            self.job.stats.retire(self.stats)
+            return
         try:
             if self.spout is not None:
                 self.spout.close()
         except Exception as exc:
             log.error("spout %r close() raised %r", self.unit_name, exc)
         self.close_stages(retire=False)
+        self.close_checkpointing()
 
     # --- emitting ---------------------------------------------------------
 
@@ -250,6 +264,10 @@ class SpoutSpuActor(SenderActor):
                         self._call_failed(ack, msg_id, exc)
                 continue
             stats.failed += tuples
+            if self.exactly_once:  # recovery is the rollback to a checkpoint: never replay one tree
+                for entry in entries:
+                    self._call(spout.drop, entry[0])
+                continue
             for msg_id, key, value, _ in entries:
                 attempts = self.failures.get(msg_id, 0) + 1
                 if attempts > self.max_retries:
@@ -262,7 +280,41 @@ class SpoutSpuActor(SenderActor):
                     self._call(spout.fail, msg_id)
         self._drain_overflow()
         self.flush()
+        if self._barrier_due is not None:
+            self._inject_barrier()
         self._schedule()
+
+    # --- checkpoints ------------------------------------------------------------
+
+    def _on_trigger(self, msg: TriggerCheckpoint) -> None:
+        self._barrier_due = msg
+        self._inject_barrier()
+
+    def _inject_barrier(self) -> None:
+        """At a round boundary with nothing held back: record the position, send the barrier.
+
+        Tuples held back by max_spout_pending were produced before the position
+        would be taken, so the barrier waits until they are sent.
+        """
+        if self._overflow or self._batch:
+            return
+        due, self._barrier_due = self._barrier_due, None
+        self.flush()
+        try:
+            position = self.spout.snapshot_position()
+        except Exception as exc:
+            log.error("topology %r: spout %r snapshot_position() raised %r; checkpoint %d fails",
+                      self.job.name, self.unit_name, exc, due.epoch)
+            snapshot = self.new_snapshot(due.epoch)
+            self.job.checkpoints.tell(type(snapshot.ack)(due.epoch, self.spu_id, self.unit_name, self.cfg.instance,
+                                                         None, f"snapshot_position() raised {exc!r}"))
+            return
+        snapshot = self.new_snapshot(due.epoch, position)
+        self.snapshot_stages(snapshot)
+        self.send_barrier(snapshot)
+        if due.final:
+            self._finish()
+            self.flush()
 
     def _call(self, fn: Any, msg_id: Any) -> None:
         try:

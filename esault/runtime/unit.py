@@ -19,9 +19,10 @@ from esault.errors import ScalingError
 from esault.keyhash import KEY_SPACE_MAX
 from esault.metrics import registry as metrics
 from esault.routing.interval_table import IntervalTable
+from esault.checkpoint.coordinator import AbandonSpus, RelaunchSpus
 from esault.runtime.context import JobContext, log
 from esault.runtime.messages import (
-    GetLayout, GetRoutes, GetSpus, HandoffFinished, InstallRoutes, Prepared, PrepareGive,
+    Abandon, GetLayout, GetRoutes, GetSpus, HandoffFinished, InstallRoutes, Prepared, PrepareGive,
     PrepareReceive, RouteSpec, ScaleCommand, ScaleResult, SpuConfig,
 )
 
@@ -35,7 +36,19 @@ class SpuLauncher(Protocol):
 
 
 class LaunchSpus:
-    """driver -> unit (ask), in this process only: start the initial SPUs."""
+    """driver -> unit (ask), in this process only: start the initial SPUs (restored from `epoch` if given)."""
+
+    def __init__(self, epoch: int | None = None, positions: dict[int, Any] | None = None) -> None:
+        self.epoch = epoch
+        self.positions = positions or {}
+
+
+class AbortReconfiguration:
+    """job -> unit (tell), in this process only: fail the split or merge in flight now (a worker died); the
+    rollback that follows discards its SPUs. Frees the control thread, which waits for that result."""
+
+    def __init__(self, reason: str) -> None:
+        self.reason = reason
 
 
 def even_table(spu_ids: list[int]) -> IntervalTable:
@@ -77,26 +90,70 @@ class UnitActor(pykka.ThreadingActor):
         self.table: IntervalTable | None = None
         self.version = 0
         self._op: _Reconfiguration | None = None
+        self._discarded: list[int] = []  # SPUs a rollback discarded, whose places RelaunchSpus fills
         self.history: list[ScaleResult] = []
 
-    def launch_initial_spus(self) -> None:
+    def launch_initial_spus(self, epoch: int | None = None, positions: dict[int, Any] | None = None) -> None:
         """Start the unit's first SPUs (after the unit is registered, so they can name it)."""
         ids = [self.job.next_id() for _ in range(self.spec.parallelism)]
         if self.spec.per_key:
             self.table = even_table(ids)
         for instance, spu_id in enumerate(ids):
             self.instance_of[spu_id] = instance
-            self.spus[spu_id] = self._launch(spu_id, self.downstream, None)
+            self.spus[spu_id] = self._launch(spu_id, self.downstream, None, epoch, (positions or {}).get(instance))
+
+    # --- rollback (esault.checkpoint.coordinator) ------------------------------------------
+
+    def _abandon(self, msg: AbandonSpus) -> None:
+        """Discard every SPU: told Abandon (no close(), nothing published), then stopped; a split or
+        merge in flight is aborted, and its half-started SPU discarded too."""
+        op, self._op = self._op, None
+        extra: dict[int, Any] = {}
+        if op is not None:
+            extra = {s: m for s, m in op.new_spus.items() if s not in self.spus}
+            if op.retire is not None and op.giver not in self.spus:
+                extra[op.giver] = op.retire
+            if not op.cmd.reply.done():
+                op.cmd.reply.set_exception(ScalingError(
+                    f"{op.cmd.action} of {self.spec.name!r} SPU {op.giver} aborted: {msg.reason}; the job rolled "
+                    "back to its last checkpoint and the unit can scale again"))
+        self._discarded = sorted(self.spus)
+        for spu_id, mailbox in {**self.spus, **extra}.items():
+            if spu_id in msg.lost:
+                continue
+            try:
+                mailbox.tell(Abandon())
+                self.launcher.stop_spu(mailbox, block=True)
+            except Exception as exc:  # noqa: BLE001 - its process is gone too
+                log.warning("unit %r: SPU %d not stopped cleanly: %r", self.spec.name, spu_id, exc)
+        self.spus = {}
+
+    def _relaunch(self, msg: RelaunchSpus) -> None:
+        """Fresh SPUs in the discarded ones' places (same intervals and instances), restored from msg.epoch."""
+        self.downstream = msg.downstream
+        renamed = {old: self.job.next_id() for old in self._discarded}
+        for old, new in renamed.items():
+            self.instance_of[new] = self.instance_of.pop(old, 0)
+        if self.table is not None:
+            self.table = IntervalTable.from_intervals(
+                [(start, renamed.get(spu, spu)) for start, _end, spu in self.table.intervals()],
+                version=self.table.version + 1)
+        self.version += 1
+        self._discarded = []
+        for new in renamed.values():
+            self.spus[new] = self._launch(new, self.downstream, None, msg.epoch,
+                                          msg.positions.get(self.instance_of[new]))
 
     def on_stop(self) -> None:
         for mailbox in self.spus.values():
             self.launcher.stop_spu(mailbox, block=True)
 
-    def _launch(self, spu_id: int, downstream: tuple[RouteSpec, ...], receive: PrepareReceive | None) -> Any:
+    def _launch(self, spu_id: int, downstream: tuple[RouteSpec, ...], receive: PrepareReceive | None,
+                epoch: int | None = None, position: Any = None) -> Any:
         interval = self.table.interval_of(spu_id) if self.table is not None and spu_id in self.table else None
         cfg = SpuConfig(self.job.name, self.spec.name, spu_id, interval, downstream, receive,
                         extra={"unit_ref": self.actor_ref}, instance=self.instance_of.get(spu_id, 0),
-                        instances=self.spec.parallelism)
+                        instances=self.spec.parallelism, restore_epoch=epoch, position=position)
         return self.launcher.start_spu(self.spec, cfg, self.job)
 
     def on_receive(self, message: Any) -> Any:
@@ -104,8 +161,21 @@ class UnitActor(pykka.ThreadingActor):
             kind = type(message)
             if kind is LaunchSpus:
                 try:
-                    return self.launch_initial_spus()
+                    return self.launch_initial_spus(message.epoch, message.positions)
                 except Exception as exc:  # the asker (Job) fails the job with it
+                    return exc
+            if kind is AbortReconfiguration:
+                op = self._op
+                if op is not None and not op.cmd.reply.done():
+                    op.cmd.reply.set_exception(ScalingError(
+                        f"{op.cmd.action} of {self.spec.name!r} SPU {op.giver} aborted: {message.reason}"))
+                return None
+            if kind is AbandonSpus:
+                return self._abandon(message)
+            if kind is RelaunchSpus:
+                try:
+                    return self._relaunch(message)
+                except Exception as exc:  # the control thread logs it
                     return exc
             if kind is GetRoutes:
                 return self.route_spec(message.grouping)

@@ -61,6 +61,12 @@ class ListSpout(ReplayingSpout):
         if self.position >= len(self.items):
             self.finish()
 
+    def snapshot_position(self) -> int:
+        return self.position
+
+    def restore_position(self, position: int) -> None:
+        self.position = int(position)
+
 
 _collected: dict[str, list[tuple[Any, Any]]] = defaultdict(list)
 _collected_lock = threading.Lock()

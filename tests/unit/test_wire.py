@@ -65,7 +65,8 @@ PINNED_SCHEMA = {
     23: ("Drain", ()),
     24: ("SpuConfig", ("topology: str", "unit: str", "spu_id: int", "interval: tuple[int, int] | None",
                        "downstream: tuple[RouteSpec, ...]", "receive: PrepareReceive | None",
-                       "extra: dict[str, value+mailboxes]", "instance: int", "instances: int")),
+                       "extra: dict[str, value+mailboxes]", "instance: int", "instances: int",
+                       "restore_epoch: int | None", "position: value")),
     25: ("Probe", ("probe_id: int", "sent_at: float", "reply_to: Mailbox", "want_hashes: bool")),
     26: ("ProbeReturned", ("spu_id: int", "probe_id: int", "sent_at: float", "processed: int",
                            "hashes: tuple[int, ...]")),
@@ -89,6 +90,13 @@ PINNED_SCHEMA = {
     42: ("DriverBeat", ()),
     43: ("PeerGone", ("process: str",)),
     44: ("FailPending", ("reason: str",)),
+    45: ("TriggerCheckpoint", ("epoch: int", "final: bool")),
+    46: ("CheckpointStart", ("epoch: int", "upstream: frozenset[int]")),
+    47: ("Barrier", ("epoch: int", "sender: int")),
+    48: ("CheckpointAck", ("epoch: int", "spu_id: int", "unit: str", "instance: int", "position: value",
+                           "error: str")),
+    49: ("CheckpointComplete", ("epoch: int",)),
+    50: ("Abandon", ()),
 }
 
 
@@ -108,7 +116,7 @@ def test_message_tags_and_field_layouts_are_pinned_so_the_wire_cannot_change_sil
     (m.PrepareGive(9, 0, 100, 4, Address("w2", "spu-4"), frozenset({1}), False),
      "980b0900640492a27732a57370752d349101c2"),
     (m.SpuConfig("t", "count", 5, (0, 10), (), None, {"unit_ref": Address("driver", "unit-count")}),
-     "9a18a174a5636f756e740592000a90c081a8756e69745f726566c416c7131092a6647269766572aa756e69742d636f756e740001"),
+     "9c18a174a5636f756e740592000a90c081a8756e69745f726566c416c7131092a6647269766572aa756e69742d636f756e740001c0c0"),
 ])
 def test_golden_frames_are_byte_for_byte_stable(message, frame_hex):
     assert encode_frame(message).hex() == frame_hex
@@ -129,7 +137,8 @@ def test_every_any_field_is_either_a_mailbox_override_or_a_known_user_value():
     assert _any_fields() == {("RouteSpec", "table"), ("StateHandoff", "states"), ("SubmitJob", "units"),
                              ("SubmitJob", "config"), ("StatusReply", "jobs"), ("DataBatch", "keys"),
                              ("DataBatch", "values"), ("DeadLettered", "key"), ("DeadLettered", "value"),
-                             ("DeadLettered", "msg_id")}
+                             ("DeadLettered", "msg_id"), ("CheckpointAck", "position"),
+                             ("SpuConfig", "position")}
 
 
 def test_a_decode_reports_only_the_documented_reasons():
@@ -189,6 +198,12 @@ EXAMPLES: dict[type, Any] = {
     m.DriverBeat: m.DriverBeat(),
     m.PeerGone: m.PeerGone("w2"),
     m.FailPending: m.FailPending("a worker died"),
+    m.TriggerCheckpoint: m.TriggerCheckpoint(7, True),
+    m.CheckpointStart: m.CheckpointStart(7, frozenset({3, 4})),
+    m.Barrier: m.Barrier(7, 3),
+    m.CheckpointAck: m.CheckpointAck(7, 3, "sentences", 0, {"offset": 4096}, ""),
+    m.CheckpointComplete: m.CheckpointComplete(7),
+    m.Abandon: m.Abandon(),
     m.SubmitJob: m.SubmitJob("wc", [{"name": "count", "params": {"k": (1, "a")}}], {"acking": True, "data_dir": "d"}),
 }
 
@@ -401,7 +416,7 @@ GOOD_FRAMES = [encode_frame(msg) for msg in EXAMPLES.values()]
     (msgpack.packb({"tag": 1}), "not_a_frame", r"expected \[tag, fields\.\.\.\], got dict"),
     (msgpack.packb([]), "not_a_frame", r"got list \[\]"),
     (msgpack.packb(["DataBatch", 1, []]), "not_a_frame", r"not a message frame"),
-    (msgpack.packb([99, 1]), "unknown_tag", r"unknown message tag 99 \(known: 1\.\.44\)"),
+    (msgpack.packb([99, 1]), "unknown_tag", r"unknown message tag 99 \(known: 1\.\.50\)"),
     (msgpack.packb([10, 1]), "field_count", r"EpochMarker: expected 2 fields \(reconfig_id, sender\), got 1"),
     (msgpack.packb([25, 1, "soon", ["d", "m"], True]), "field_type", r"Probe\.sent_at: expected float, got str 'soon'"),
     (msgpack.packb([10, True, 1]), "field_type", r"EpochMarker\.reconfig_id: expected int, got bool True"),
@@ -421,7 +436,7 @@ GOOD_FRAMES = [encode_frame(msg) for msg in EXAMPLES.values()]
     (msgpack.packb([1, 1, "s", [msgpack.ExtType(2, msgpack.packb([[1]]))], [1], [], []]), "field_type",
      r"a set holds an unhashable item"),
     (msgpack.packb([11, 1, 0, 5, 2, None, [[1]], True]), "field_type", r"PrepareGive\.upstream\[0\]: expected int"),
-    (msgpack.packb([24, "t", "u", 1, None, [], None, {"unit_ref": "not packed"}, 0, 1]), "field_type",
+    (msgpack.packb([24, "t", "u", 1, None, [], None, {"unit_ref": "not packed"}, 0, 1, None, None]), "field_type",
      r"SpuConfig\.extra\['unit_ref'\]: expected a packed value \(bin\)"),
 ])
 def test_each_malformed_frame_raises_frame_error_with_a_precise_reason(frame, reason, error):

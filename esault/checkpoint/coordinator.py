@@ -1,0 +1,269 @@
+"""The driver side of checkpoints: trigger, collect acks, record, publish; roll back after a failure.
+
+Runs on the job's control thread (esault.runtime.coordinator), the one
+place that also runs splits and merges: a checkpoint and a reconfiguration
+never overlap, so the upstream SPU set each bolt aligns on is fixed while a
+barrier travels (docs/CHECKPOINTS.md).
+
+Checkpoint e:
+  1. every bolt SPU hears CheckpointStart(e, its upstream SPUs), every spout SPU TriggerCheckpoint(e);
+  2. spouts record positions and send Barrier(e); bolts align, snapshot, pass it on;
+  3. every SPU's CheckpointAck (sent once its rows and pre-commits are durable) arrives here;
+  4. the record (e, positions) is written; then CheckpointComplete(e) goes to every SPU: sinks publish.
+Recovery (a worker died, or a checkpoint is stuck): every SPU is discarded
+(Abandon, no close()), and every unit starts fresh SPUs restored from the
+last completed checkpoint, spouts at its positions. Processes stay up.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import pykka
+
+from esault.checkpoint.store import CheckpointStore, Completed
+from esault.errors import ConfigError
+from esault.runtime.messages import (
+    CheckpointAck, CheckpointComplete, CheckpointStart, FailPending, GetRoutes, GetSpus, ScaleResult,
+    TriggerCheckpoint,
+)
+
+log = logging.getLogger("esault.checkpoint")
+
+
+class AckCollector:
+    """Thread-safe: the acks of the checkpoint in flight, and whether it was aborted."""
+
+    def __init__(self) -> None:
+        self._cond = threading.Condition()
+        self.epoch: int | None = None
+        self._expected: set[int] = set()
+        self.acks: dict[int, CheckpointAck] = {}
+        self.aborted: str | None = None
+
+    def begin(self, epoch: int, expected: set[int]) -> None:
+        with self._cond:
+            self.epoch, self._expected, self.acks, self.aborted = epoch, set(expected), {}, None
+
+    def add(self, ack: CheckpointAck) -> None:
+        with self._cond:
+            if ack.epoch == self.epoch and ack.spu_id in self._expected:
+                self.acks[ack.spu_id] = ack
+                self._cond.notify_all()
+
+    def abort(self, reason: str) -> None:
+        with self._cond:
+            self.aborted = reason
+            self._cond.notify_all()
+
+    def wait(self, timeout: float) -> str | None:
+        """None once every expected SPU acked; else why not (aborted, an SPU's error, or a timeout)."""
+        with self._cond:
+            done = self._cond.wait_for(lambda: self.aborted is not None or len(self.acks) == len(self._expected),
+                                       timeout)
+            if self.aborted is not None:
+                return f"aborted: {self.aborted}"
+            if not done:
+                missing = sorted(self._expected - set(self.acks))
+                return f"timed out after {timeout}s waiting for SPUs {missing}"
+            errors = [f"{a.unit} SPU {a.spu_id}: {a.error}" for a in self.acks.values() if a.error]
+            return "; ".join(errors) if errors else None
+
+    def finish(self) -> list[CheckpointAck]:
+        with self._cond:
+            acks = list(self.acks.values())
+            self.epoch = None
+            return acks
+
+
+class CheckpointAcksActor(pykka.ThreadingActor):
+    """Registered as "checkpoints" in the driver: hands every CheckpointAck to the collector."""
+
+    def __init__(self, collector: AckCollector) -> None:
+        super().__init__()
+        self.collector = collector
+
+    def on_receive(self, message: Any) -> Any:
+        if type(message) is CheckpointAck:
+            self.collector.add(message)
+        return None
+
+
+class AbandonSpus:
+    """control thread -> unit (ask), in this process only: discard every SPU (except the `lost` ones, already gone)."""
+
+    def __init__(self, lost: frozenset[int], reason: str) -> None:
+        self.lost = lost
+        self.reason = reason
+
+
+class RelaunchSpus:
+    """control thread -> unit (ask): start fresh SPUs in the discarded ones' places, restored from `epoch`."""
+
+    def __init__(self, epoch: int | None, positions: dict[int, Any], downstream: tuple) -> None:
+        self.epoch = epoch
+        self.positions = positions
+        self.downstream = downstream
+
+
+@dataclass
+class Recovery:
+    """One rollback, as measured by the control thread."""
+
+    reason: str
+    restored_epoch: int | None
+    started: float
+    seconds: float = 0.0
+
+
+@dataclass
+class CheckpointStats:
+    completed: int = 0
+    failed: int = 0
+    last_epoch: int | None = None
+    last_seconds: float = 0.0
+    durations: list[float] = field(default_factory=list)
+    recoveries: list[Recovery] = field(default_factory=list)
+
+
+def topology_fingerprint(topology: Any) -> str:
+    """What must match for a checkpoint to be restored into a job: its units, their kinds and inputs."""
+    return json.dumps([[u.name, "spout" if u.is_spout else "bolt", bool(u.per_key)] for u in topology.units])
+
+
+class CheckpointCoordinator:
+    """Owns the job's checkpoint record; every method runs on the control thread."""
+
+    COMPACT_EVERY = 10
+
+    def __init__(self, job: Any, collector: AckCollector) -> None:
+        self.job = job
+        self.config = job.config
+        self.topology = job.topology
+        self.collector = collector
+        self.store = CheckpointStore(job.ctx.checkpoint_path)
+        self.next_epoch = self.store.next_epoch()
+        self.stats = CheckpointStats()
+        self._last = time.monotonic()
+        self._lock = threading.Lock()
+
+    # --- start ---------------------------------------------------------------------
+
+    def restore_point(self, restore_from: int | None = None) -> Completed | None:
+        """The checkpoint a starting job resumes from: `restore_from` (a savepoint's epoch) or the latest."""
+        fingerprint = topology_fingerprint(self.topology)
+        stored = self.store.get_meta("topology")
+        point = self.store.get(restore_from) if restore_from is not None else self.store.latest()
+        if restore_from is not None and point is None:
+            raise ConfigError(f"no completed checkpoint {restore_from} in {self.store.path}; "
+                              f"completed: {[c.epoch for c in self.store.completed()][-10:]}")
+        if point is not None and stored is not None and stored != fingerprint:
+            raise ConfigError(
+                f"{self.store.path} holds checkpoints of a different topology {self.topology.name!r} "
+                f"({stored}); run with fresh_start=True (--fresh) to discard them, or use another data_dir")
+        self.store.set_meta("topology", fingerprint)
+        return point
+
+    # --- periodic ------------------------------------------------------------------
+
+    def due_in(self) -> float | None:
+        """Seconds until the next periodic checkpoint (running it when due); None: none are taken."""
+        if not self.job.ctx.exactly_once or self.job._stopped:
+            return None
+        wait = self._last + self.config.checkpoint_interval - time.monotonic()
+        if wait > 0:
+            return wait
+        self.checkpoint()
+        return self.config.checkpoint_interval
+
+    def checkpoint(self, kind: str = "checkpoint", final: bool = False) -> int | None:
+        """Take one checkpoint; its epoch once complete, None if it failed (the next one retries)."""
+        self._last = time.monotonic()
+        started = time.perf_counter()
+        epoch = self.next_epoch
+        self.next_epoch += 1
+        units = self.job.units
+        spus: dict[str, dict[int, Any]] = {}
+        for spec in self.topology.units:
+            if not self.topology.chained(spec.name):
+                spus[spec.name] = units[spec.name].ask(GetSpus(), timeout=self.config.checkpoint_timeout)
+        self.collector.begin(epoch, {s for by in spus.values() for s in by})
+        for spec in self.topology.units:
+            if spec.name not in spus or spec.is_spout:
+                continue
+            upstream = frozenset(s for i in spec.inputs for s in spus[self.topology.host_of(i.source)])
+            for mailbox in spus[spec.name].values():
+                mailbox.tell(CheckpointStart(epoch, upstream))
+        for spec in self.topology.units:
+            if spec.is_spout:
+                for mailbox in spus[spec.name].values():
+                    mailbox.tell(TriggerCheckpoint(epoch, final))
+        failure = self.collector.wait(self.config.checkpoint_timeout)
+        acks = self.collector.finish()
+        if failure is not None:
+            self.stats.failed += 1
+            log.error("topology %r: checkpoint %d failed: %s", self.job.name, epoch, failure)
+            if failure.startswith("timed out") and not self.job._stopped:
+                # Some SPU may hold channels for a barrier that never comes: only a rollback frees them.
+                self.recover(frozenset(), f"checkpoint {epoch} {failure}")
+            return None
+        positions: dict[str, dict[int, Any]] = {}
+        for ack in acks:
+            if self.topology.unit(ack.unit).is_spout:
+                positions.setdefault(ack.unit, {})[ack.instance] = ack.position
+        self.store.complete(epoch, kind, positions)
+        for by in spus.values():
+            for mailbox in by.values():
+                try:
+                    mailbox.tell(CheckpointComplete(epoch))
+                except Exception as exc:  # noqa: BLE001 - its worker died: a rollback follows
+                    log.warning("checkpoint %d: CheckpointComplete not delivered: %r", epoch, exc)
+        seconds = time.perf_counter() - started
+        self.stats.completed += 1
+        self.stats.last_epoch = epoch
+        self.stats.last_seconds = seconds
+        self.stats.durations.append(seconds)
+        del self.stats.durations[:-1000]
+        log.info("topology %r: checkpoint %d (%s) complete in %.1f ms", self.job.name, epoch, kind, seconds * 1000)
+        if self.stats.completed % self.COMPACT_EVERY == 0:
+            self.store.compact(epoch)
+        return epoch
+
+    # --- recovery --------------------------------------------------------------------
+
+    def recover(self, lost: frozenset[int], reason: str) -> Recovery:
+        """Global rollback to the last completed checkpoint (see the module doc)."""
+        point = self.store.latest()
+        record = Recovery(reason, None if point is None else point.epoch, time.monotonic())
+        log.warning("topology %r: rolling back to checkpoint %s: %s", self.job.name, record.restored_epoch, reason)
+        timeout = max(self.config.checkpoint_timeout, 60.0)
+        order = [s for s in self.topology.units if not self.topology.chained(s.name)]
+        for spec in order:  # spouts first: nothing new enters while the bolts go
+            self.job.units[spec.name].ask(AbandonSpus(lost, reason), timeout=timeout)
+        if self.job.ctx.acker is not None:
+            self.job.ctx.acker.tell(FailPending(f"rolled back: {reason}"))
+        for spec in reversed(order):  # downstream first, so each SPU starts knowing its routes
+            downstream = tuple(self.job.units[d.name].ask(GetRoutes(g.value), timeout=timeout)
+                               for d, g in self.topology.downstream(self.topology.output_unit(spec.name)))
+            positions = {} if point is None else point.positions.get(spec.name, {})
+            failed = self.job.units[spec.name].ask(
+                RelaunchSpus(record.restored_epoch, positions, downstream), timeout=timeout)
+            if isinstance(failed, Exception):
+                log.error("topology %r: unit %r could not be restored: %r", self.job.name, spec.name, failed)
+        record.seconds = time.monotonic() - record.started
+        self.stats.recoveries.append(record)
+        self._last = time.monotonic()
+        log.warning("topology %r: restored checkpoint %s in %.0f ms", self.job.name, record.restored_epoch,
+                    record.seconds * 1000)
+        for spec in order:
+            result = ScaleResult("restore", spec.name, 0, 0, None, None, 0, 0.0, record.seconds, reason)
+            self.job._tell_listeners(result)
+        return record
+
+    def close(self) -> None:
+        self.store.close()
