@@ -150,7 +150,7 @@ class CheckpointCoordinator:
         self.next_epoch = self.store.next_epoch()
         self.stats = CheckpointStats()
         self._last = time.monotonic()
-        self._lock = threading.Lock()
+        self.ended = False  # a final checkpoint ran: the spouts stopped at its barrier, no periodic ones follow
 
     # --- start ---------------------------------------------------------------------
 
@@ -173,7 +173,7 @@ class CheckpointCoordinator:
 
     def due_in(self) -> float | None:
         """Seconds until the next periodic checkpoint (running it when due); None: none are taken."""
-        if not self.job.ctx.exactly_once or self.job._stopped:
+        if not self.job.ctx.exactly_once or self.job._stopped or self.ended:
             return None
         wait = self._last + self.config.checkpoint_interval - time.monotonic()
         if wait > 0:
@@ -184,6 +184,7 @@ class CheckpointCoordinator:
     def checkpoint(self, kind: str = "checkpoint", final: bool = False) -> int | None:
         """Take one checkpoint; its epoch once complete, None if it failed (the next one retries)."""
         self._last = time.monotonic()
+        self.ended = self.ended or final
         started = time.perf_counter()
         epoch = self.next_epoch
         self.next_epoch += 1

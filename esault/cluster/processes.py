@@ -322,30 +322,34 @@ class LocalProcessPool:
                  driver_timeout: float = 10.0) -> None:
         self.postman = postman
         self.registry = registry
-        driver = self.postman.address.replace("tcp://", "")
-        env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}
-        driver_key = postman.keys.own.public
-        self.processes = []
+        self.driver_timeout = driver_timeout
+        self.processes: list[subprocess.Popen] = []
         for i in range(count):
-            # A fresh key pair per worker, handed over on its stdin: only this driver knows it.
-            pair = KeyPair.generate()
-            postman.keys.admit(pair.public, Role.WORKER)
-            process = subprocess.Popen([sys.executable, "-m", "esault.cli", "worker", "--driver", driver,
-                                        "--name", f"w{i + 1}", "--keys-stdin",
-                                        "--driver-timeout", str(driver_timeout)], env=env, stdin=subprocess.PIPE,
-                                       text=True)
-            try:
-                process.stdin.write(WorkerKeys(pair, driver_key).to_json() + "\n")
-                process.stdin.close()
-            except OSError:  # it died at once; the join wait below reports it
-                pass
-            self.processes.append(process)
+            self.spawn(f"w{i + 1}")
         if not registry.wait_for(count, join_timeout):
             self.shutdown()
             raise ResourceError(
                 f"only {len(registry.workers)} of {count} worker processes joined within {join_timeout}s; "
                 "see their output above"
             )
+
+    def spawn(self, name: str) -> subprocess.Popen:
+        """Start one more worker process named `name` (it joins on its own; wait with the registry)."""
+        driver = self.postman.address.replace("tcp://", "")
+        env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}
+        # A fresh key pair per worker, handed over on its stdin: only this driver knows it.
+        pair = KeyPair.generate()
+        self.postman.keys.admit(pair.public, Role.WORKER)
+        process = subprocess.Popen([sys.executable, "-m", "esault.cli", "worker", "--driver", driver,
+                                    "--name", name, "--keys-stdin", "--driver-timeout", str(self.driver_timeout)],
+                                   env=env, stdin=subprocess.PIPE, text=True)
+        try:
+            process.stdin.write(WorkerKeys(pair, self.postman.keys.own.public).to_json() + "\n")
+            process.stdin.close()
+        except OSError:  # it died at once; the join wait reports it
+            pass
+        self.processes.append(process)
+        return process
 
     def shutdown(self, timeout: float = 20.0) -> None:
         for worker in list(self.registry.workers):

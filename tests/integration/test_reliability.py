@@ -13,6 +13,12 @@ from esault.testing import CollectorBolt, ListSpout, collected, wait_until
 from topology_parts import BadValueBolt, ExpiringCountBolt, LoseFirstAttemptBolt, RaiseOnBadBolt, SlowBolt
 
 
+@pytest.fixture
+def config(config):
+    """This module is about XOR acking and per-tree replay: the at-least-once guarantee."""
+    return config.replace(guarantee="at_least_once")
+
+
 def words(n_good: int, bad: list[str]) -> list[tuple[str, int]]:
     items = [(f"w{i}", i) for i in range(n_good)]
     for j, key in enumerate(bad):

@@ -76,7 +76,7 @@ def test_a_load_step_splits_a_bolt_across_processes_and_the_lull_merges_it(worke
 
 
 @pytest.mark.parametrize("message_timeout", [2.0, 300.0])
-def test_killing_a_worker_mid_run_still_counts_every_word_at_least_once(tmp_path, config, message_timeout):
+def test_at_least_once_killing_a_worker_mid_run_still_counts_every_word_at_least_once(tmp_path, config, message_timeout):
     """With a 300 s message_timeout the job still ends in time: trees held by the dead worker fail as
     soon as its SPUs are replaced, not after the timeout."""
     import collections
@@ -94,7 +94,8 @@ def test_killing_a_worker_mid_run_still_counts_every_word_at_least_once(tmp_path
     builder.set_bolt("count", SlowIncrementBolt, 2, params={"seconds": 0.001}, elastic=False).key_grouping("src")
     builder.set_bolt("out", DriverCollectorBolt, params={"name": "kill"}).global_grouping("count")
     with LocalCluster(workers=2, heartbeat_timeout=1.0) as cluster:
-        job = cluster.submit(builder.build(), config.replace(message_timeout=message_timeout, data_dir=tmp_path))
+        job = cluster.submit(builder.build(), config.replace(message_timeout=message_timeout, data_dir=tmp_path,
+                                                             guarantee="at_least_once"))
         wait_until(lambda: len(collected("kill")) >= 200, 30, message="the first tuples counted")
         GATES["kill"].set()
         wait_until(lambda: job.status()["units"]["src"]["inflight"] >= 50, 30, message="tuples in flight")

@@ -1,0 +1,105 @@
+"""Parts of the exactly-once tests: a rate-limited word count whose count bolt can be held by a gate file.
+
+Worker processes import these by module name (tests/system is on their path).
+"""
+
+from __future__ import annotations
+
+import collections
+import os
+import threading
+from pathlib import Path
+from typing import Any
+
+from esault import Bolt, TopologyBuilder
+
+import wordcount  # examples/, on sys.path in the tests and their workers
+
+_PAUSE = threading.Event()  # never set: wait() on it is a timed pause that cannot be cut short
+
+
+class GatedCountBolt(Bolt):
+    """Per word: its running count. While the file `gate` exists, process() holds its tuple there, so a
+    split or merge of this SPU stays in its first step (the SPU cannot answer PrepareGive)."""
+
+    def __init__(self, gate: str = "") -> None:
+        self.gate = gate
+
+    def open(self, context: Any) -> None:
+        self.count = 0
+
+    def process(self, tup: Any) -> None:
+        if self.gate:
+            waited = 0
+            while os.path.exists(self.gate) and waited < 12_000:  # at most a minute
+                _PAUSE.wait(0.005)
+                waited += 1
+        self.count += tup.value
+        self.emit(self.key, self.count)
+
+
+def build(name: str, total: int, rate: float, gate: str = "", sink: str | None = None,
+          count_parallelism: int = 2, table: str = "eo_counts"):
+    """sentences (rate-limited, rewindable) -> split (chained) -> count -> latest [-> Spark table]."""
+    builder = TopologyBuilder(name)
+    builder.set_spout("sentences", wordcount.SentenceSpout, params={"total": total, "seed": 5, "rate": rate},
+                      max_pending=4000)
+    builder.set_bolt("split", wordcount.SplitBolt).shuffle_grouping("sentences")
+    builder.set_bolt("count", GatedCountBolt, count_parallelism, params={"gate": gate}, elastic=False,
+                     pe_idle_timeout=None).key_grouping("split")
+    builder.set_bolt("latest", wordcount.LatestCountsBolt, elastic=False).global_grouping("count")
+    if sink is not None:
+        from spark_sink import SparkSink
+
+        builder.set_bolt("sink", SparkSink, elastic=False, params={
+            "table": table, "schema": "word STRING, count BIGINT", "key_column": "word",
+            "value_column": "count", "batch_rows": 2000, "batch_seconds": 1.0, "engine": sink,
+        }).shuffle_grouping("count")
+    return builder.build()
+
+
+def oracle(total: int) -> dict[str, int]:
+    return dict(wordcount.oracle(total, seed=5))
+
+
+def final_counts(data_dir: Path) -> dict[str, int]:
+    import json
+
+    return json.loads((Path(data_dir) / "wordcount.json").read_text())
+
+
+def table_rows(warehouse: Path, table: str) -> dict[str, list[int]]:
+    """word -> the counts of its rows in the sink's table, sorted (read with pyarrow, no JVM)."""
+    import pyarrow.dataset as ds
+
+    root = Path(warehouse) / table
+    files = [str(p) for p in root.rglob("*.parquet") if "_esault" not in p.parts]
+    if not files:
+        return {}
+    data = ds.dataset(files, format="parquet").to_table(columns=["word", "count"]).to_pydict()
+    rows: dict[str, list[int]] = collections.defaultdict(list)
+    for word, count in zip(data["word"], data["count"]):
+        rows[word].append(count)
+    return {w: sorted(c) for w, c in rows.items()}
+
+
+def exact_rows(expected: dict[str, int]) -> dict[str, list[int]]:
+    """A run without failures writes one row per running count: 1, 2, ..., n for a word seen n times."""
+    return {w: list(range(1, n + 1)) for w, n in expected.items()}
+
+
+from esault.testing import ListSpout  # noqa: E402
+
+
+class HoldingListSpout(ListSpout):
+    """Emits items[:2], then the rest once the file `gate` exists (rewindable, as every ListSpout)."""
+
+    def __init__(self, items: list, gate: str) -> None:
+        super().__init__(items)
+        self.gate = gate
+
+    def limit(self) -> int:
+        return len(self.items) if os.path.exists(self.gate) else 2
+
+
+LatestBolt = wordcount.LatestCountsBolt

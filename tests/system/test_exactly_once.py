@@ -1,0 +1,195 @@
+"""Exactly-once on real worker processes: kill -9 of workers (at random moments, and at each step of a
+split and a merge) and of the driver; the counts and the sink's table equal the oracle exactly.
+
+Each test would fail with barrier alignment switched off (a held channel's next-epoch tuples would
+enter the snapshot and count twice after a rollback) or with the sink publishing before completion
+(rows of a rolled-back epoch would stay in the table): see docs/GUARANTEES.md, "Mutation checks".
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import signal
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+import pytest
+
+from esault import JobConfig, LocalCluster
+from esault.checkpoint.store import CheckpointStore
+from esault.errors import ScalingError
+from esault.testing import wait_until
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT / "examples"))
+sys.path.insert(0, str(ROOT / "tests" / "system"))
+import eo_parts  # noqa: E402
+
+pytestmark = pytest.mark.system
+
+
+def eo_config(tmp_path: Path, **changes) -> JobConfig:
+    return JobConfig(data_dir=tmp_path / "data", elasticity=False, checkpoint_interval=0.3,
+                     message_timeout=300.0, **changes)
+
+
+def kill_worker_of(cluster: LocalCluster, spu: int) -> str:
+    """kill -9 the worker process hosting SPU `spu`; returns its name."""
+    worker = next(w for w, spus in cluster.registry.spus_on.items() if spu in spus)
+    os.kill(cluster.registry.pids[worker], signal.SIGKILL)
+    return worker
+
+
+def completed_checkpoints(job) -> int:
+    return job.checkpoints.stats.completed
+
+
+def assert_exact(job, total: int, table: str | None = None) -> None:
+    expected = eo_parts.oracle(total)
+    assert eo_parts.final_counts(job.data_dir) == expected
+    if table is not None:
+        rows = eo_parts.table_rows(job.data_dir / "warehouse", table)
+        assert rows == eo_parts.exact_rows(expected), "the table has a missing or duplicate row"
+
+
+def test_five_kill9s_of_random_workers_at_random_moments_leave_counts_and_table_exact(tmp_path):
+    rnd = random.Random(int.from_bytes(os.urandom(4), "little"))
+    total = 5000
+    topology = eo_parts.build("eo-kill5", total, rate=900, sink="pyarrow", count_parallelism=3)
+    with LocalCluster(workers=3, heartbeat_timeout=1.0) as cluster:
+        job = cluster.submit(topology, eo_config(tmp_path))
+        for kill in range(1, 6):
+            # a random moment: after a random number of checkpoints, then a random extra delay
+            wait_until(lambda: completed_checkpoints(job) >= kill + rnd.randrange(2), 60,
+                       message="checkpoints between kills")
+            threading.Event().wait(rnd.uniform(0, 0.3))  # the moment itself, not synchronisation
+            victim = rnd.choice([w for w, spus in cluster.registry.spus_on.items() if spus])
+            os.kill(cluster.registry.pids[victim], signal.SIGKILL)
+            cluster.pool.spawn(f"r{kill}")  # a fresh worker keeps the cluster at three
+            wait_until(lambda: len(job.checkpoints.stats.recoveries) >= kill, 60, message=f"rollback {kill}")
+        assert job.wait(120), job.status()
+        job.stop()
+        assert_exact(job, total, "eo_counts")
+        recoveries = job.checkpoints.stats.recoveries
+        assert len(recoveries) == 5 and all(r.restored_epoch is not None for r in recoveries[1:])
+
+
+@pytest.mark.parametrize("action", ["split", "merge"])
+@pytest.mark.parametrize("victim", ["giver", "receiver"])
+def test_a_worker_killed_during_a_split_or_merge_aborts_it_cleanly_and_the_result_is_exact(
+        tmp_path, action, victim):
+    """The giver is held mid-tuple (a gate file), so the reconfiguration waits in its first step;
+    then the giver's or the receiver's worker dies. The operation fails with ScalingError, the job
+    rolls back, and the unit splits again afterwards."""
+    total = 2500
+    gate = tmp_path / "gate"
+    topology = eo_parts.build(f"eo-{action}-{victim}", total, rate=1500, gate=str(gate), count_parallelism=2)
+    with LocalCluster(workers=3, heartbeat_timeout=1.0) as cluster:
+        job = cluster.submit(topology, eo_config(tmp_path))
+        wait_until(lambda: completed_checkpoints(job) >= 2, 60, message="two checkpoints")
+        giver, other = job.spus("count")
+        before = set().union(*cluster.registry.spus_on.values())
+        gate.touch()  # the count SPUs hold their next tuple: PrepareGive waits behind it
+        pending = job.split_async("count", giver) if action == "split" else job.merge_async("count", giver, other)
+        if victim == "giver":
+            kill_worker_of(cluster, giver)
+        else:
+            receiver = wait_until(lambda: set().union(*cluster.registry.spus_on.values()) - before, 30,
+                                  message="the receiver launched") if action == "split" else {other}
+            kill_worker_of(cluster, next(iter(receiver)))
+        cluster.pool.spawn("r1")
+        with pytest.raises(ScalingError, match="aborted"):
+            pending.result(60)
+        gate.unlink()
+        wait_until(lambda: job.checkpoints.stats.recoveries, 60, message="the rollback")
+        again = job.split("count", job.spus("count")[0])  # scalable again
+        assert again.action == "split"
+        assert job.wait(120), job.status()
+        job.stop()
+        assert_exact(job, total)
+
+
+def test_stop_and_restart_on_the_same_data_dir_resumes_without_duplicates(tmp_path):
+    total = 4000
+    topology = eo_parts.build("eo-restart", total, rate=1500, sink="pyarrow")
+    with LocalCluster(workers=2) as cluster:
+        job = cluster.submit(topology, eo_config(tmp_path))
+        wait_until(lambda: completed_checkpoints(job) >= 2, 60, message="two checkpoints")
+        job.stop()  # what Ctrl-C does: a final checkpoint ends the spouts at its barrier
+        assert not eo_parts.final_counts(job.data_dir) == eo_parts.oracle(total), "stopped mid-run"
+    with LocalCluster(workers=2) as cluster:
+        job = cluster.submit(topology, eo_config(tmp_path))
+        assert job.restored_from is not None and job.restored_from.kind == "final"
+        assert job.wait(120), job.status()
+        job.stop()
+        assert_exact(job, total, "eo_counts")
+
+
+DRIVER = """
+import sys
+sys.path[:0] = {paths!r}
+import eo_parts
+from esault import JobConfig, LocalCluster
+with LocalCluster(workers=2, heartbeat_timeout=2.0) as cluster:
+    job = cluster.submit(eo_parts.build("eo-driver", {total}, rate=1000, sink="pyarrow"),
+                         JobConfig(data_dir={data!r}, elasticity=False, checkpoint_interval=0.3))
+    print(" ".join(str(p.pid) for p in cluster.pool.processes), flush=True)
+    job.wait()
+    job.stop()
+"""
+
+
+def test_a_driver_killed_mid_run_is_restarted_and_resumes_exactly(tmp_path):
+    total = 4000
+    data = tmp_path / "data"
+    script = DRIVER.format(paths=[str(ROOT), str(ROOT / "examples"), str(ROOT / "tests" / "system")],
+                           total=total, data=str(data))
+    driver = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True)
+    try:
+        workers = [int(p) for p in driver.stdout.readline().split()]
+        store_path = data / "eo-driver" / "checkpoints.sqlite"
+        wait_until(lambda: store_path.exists() and (CheckpointStore(store_path).latest() or None)
+                   and CheckpointStore(store_path).latest().epoch >= 3, 60, message="three checkpoints")
+        driver.send_signal(signal.SIGKILL)
+        driver.wait(10)
+    finally:
+        if driver.poll() is None:
+            driver.kill()
+        driver.stdout.close()
+    for pid in workers:  # the orphaned workers exit by themselves (driver timeout)
+        wait_until(lambda: not os.path.exists(f"/proc/{pid}") or open(f"/proc/{pid}/stat").read().split(")")[-1]
+                   .split()[0] == "Z", 60, message="orphan workers gone")
+    topology = eo_parts.build("eo-driver", total, rate=1000, sink="pyarrow")
+    with LocalCluster(workers=2) as cluster:
+        job = cluster.submit(topology, JobConfig(data_dir=data, elasticity=False, checkpoint_interval=0.3))
+        assert job.restored_from is not None and job.restored_from.kind == "checkpoint"
+        assert job.wait(120), job.status()
+        job.stop()
+        assert_exact(job, total, "eo_counts")
+
+
+def test_a_key_idle_longer_than_pe_idle_timeout_keeps_its_state_across_a_checkpoint_and_a_rollback(tmp_path):
+    from esault import TopologyBuilder
+    from esault.testing import ListSpout
+
+    items = [("a", 1), ("b", 1)] * 3
+    builder = TopologyBuilder("eo-idle")
+    builder.set_spout("src", eo_parts.HoldingListSpout, params={"items": items, "gate": str(tmp_path / "go")})
+    builder.set_bolt("count", eo_parts.GatedCountBolt, 2, pe_idle_timeout=0.3, elastic=False).key_grouping("src")
+    builder.set_bolt("latest", eo_parts.LatestBolt, elastic=False).global_grouping("count")
+    with LocalCluster(workers=2, heartbeat_timeout=1.0) as cluster:
+        job = cluster.submit(builder.build(), eo_config(tmp_path))
+        wait_until(lambda: job.status()["units"]["count"]["processed"] == 2, 30, message="first tuples")
+        wait_until(lambda: job.status()["units"]["count"]["pes"] == 0, 30, message="both PEs expired")
+        first = completed_checkpoints(job)
+        wait_until(lambda: completed_checkpoints(job) >= first + 2, 30, message="checkpoints with parked keys")
+        kill_worker_of(cluster, job.spus("count")[0])
+        cluster.pool.spawn("r1")
+        wait_until(lambda: job.checkpoints.stats.recoveries, 30, message="the rollback")
+        (tmp_path / "go").touch()
+        assert job.wait(60), job.status()
+        job.stop()
+        assert eo_parts.final_counts(job.data_dir) == {"a": 3, "b": 3}
