@@ -32,6 +32,13 @@ def workers():
         yield cluster
 
 
+@pytest.fixture
+def config(config):
+    """These tests collect into the driver as a side effect, which a rollback cannot undo: at_least_once
+    (tests/system/test_exactly_once.py covers the exactly-once paths on worker processes)."""
+    return config.replace(guarantee="at_least_once")
+
+
 @pytest.fixture(autouse=True)
 def _fresh(workers):
     reset_collected()
