@@ -103,3 +103,24 @@ def test_without_a_timeout_nothing_ever_expires():
     use(pes, "a", 0.0)
     assert pes.idle(1e9) == [] and len(pes) == 1
 
+
+
+def test_take_dirty_returns_exactly_the_keys_used_since_the_previous_call():
+    made = []
+    pes = PeManager(lambda key: made.append(key) or object(), per_key=True, idle_timeout=60.0)
+    for key in ("a", "b"):
+        pes.create(key)
+    assert pes.take_dirty() == {"a", "b"}
+    assert pes.take_dirty() == set()
+    pes.wake_or_create("a")  # used again: back in the active generation
+    pes.create("c")
+    assert pes.take_dirty() == {"a", "c"}
+    assert len(pes) == 3 and pes.get("b") is not None, "taking dirty keys expires nothing"
+
+
+def test_take_dirty_without_expiry_keeps_one_retired_generation():
+    pes = PeManager(lambda key: object(), per_key=True, idle_timeout=None)
+    for round_ in range(5):
+        pes.create(f"k{round_}")
+        assert pes.take_dirty() == {f"k{round_}"}
+    assert len(pes._retired) == 1 and len(pes) == 5
