@@ -47,6 +47,22 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--client-keys", default=os.environ.get("ESAULT_CLIENT_KEYS"),
                      help="public keys of `esault status` clients allowed to read status (env ESAULT_CLIENT_KEYS)")
 
+    run.add_argument("--guarantee", choices=["exactly_once", "at_least_once", "none"], default=None,
+                     help="delivery guarantee (default exactly_once; docs/GUARANTEES.md)")
+    run.add_argument("--checkpoint-interval", type=float, default=None, help="seconds between checkpoints")
+    run.add_argument("--restore-from", type=int, default=None,
+                     help="start from this checkpoint or savepoint epoch (default: the latest, if any)")
+    run.add_argument("--fresh", action="store_true",
+                     help="discard the checkpoints an earlier run left in the data dir instead of resuming")
+    savepoint = sub.add_parser("savepoint", help="take a savepoint of a running job (and stop it with --stop)")
+    savepoint.add_argument("address", help="the driver's HOST:PORT")
+    savepoint.add_argument("job", help="the job (topology) name")
+    savepoint.add_argument("--stop", action="store_true", help="end the job's spouts at the savepoint")
+    savepoint.add_argument("--timeout", type=float, default=120.0, help="seconds to wait for it")
+    savepoint.add_argument("--secret-key", default=os.environ.get("ESAULT_CLIENT_SECRET_KEY"),
+                           help="a client-N.key_secret (default: the local driver's status key)")
+    savepoint.add_argument("--driver-key", default=os.environ.get("ESAULT_DRIVER_KEY"),
+                           help="the driver's public driver.key")
     status = sub.add_parser("status", help="print units, SPUs and rates of a running driver")
     status.add_argument("address", help="the driver's HOST:PORT")
 
@@ -93,6 +109,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return _worker(args)
         if args.command == "keys":
             return _keys(args)
+        if args.command == "savepoint":
+            return _savepoint(args)
         return _status(args)
     except EsaultError as exc:
         print(f"esault: error: {exc}", file=sys.stderr)
@@ -112,6 +130,11 @@ def _run(args: argparse.Namespace) -> int:
         overrides["metrics_port"] = args.metrics_port
     if args.metrics_host is not None:
         overrides["metrics_host"] = args.metrics_host
+    for name in ("guarantee", "checkpoint_interval", "restore_from"):
+        if getattr(args, name) is not None:
+            overrides[name] = getattr(args, name)
+    if args.fresh:
+        overrides["fresh_start"] = True
     topology, module = load_topology(args.path)
     config = JobConfig.load(args.config, defaults=getattr(module, "JOB_DEFAULTS", None), **overrides)
     server = None
@@ -167,6 +190,20 @@ def _cluster_keys(args: argparse.Namespace) -> Any:
                           "(make them with `esault keys generate DIR --workers N`): without keys no worker "
                           "can join")
     return ClusterKeys.from_files(args.secret_key, args.worker_keys, args.client_keys)
+
+
+def _savepoint(args: argparse.Namespace) -> int:
+    from esault.cluster.credentials import WorkerKeys
+    from esault.cluster.status import request_savepoint
+
+    keys = WorkerKeys.from_files(args.secret_key, args.driver_key) if args.secret_key and args.driver_key else None
+    reply = request_savepoint(args.address, args.job, args.stop, args.timeout, keys)
+    if reply.error:
+        print(f"esault: error: {reply.error}", file=sys.stderr)
+        return 1
+    print(f"savepoint {reply.epoch} of {args.job!r} taken{' and the job stopped' if args.stop else ''}; "
+          f"start from it with `esault run ... --restore-from {reply.epoch}`")
+    return 0
 
 
 def _keys(args: argparse.Namespace) -> int:

@@ -3,8 +3,8 @@
 The sender is the Identity its connection's Curve key proves (never a name in
 the frame). The driver may send anything. A worker may send data, acks,
 hand-offs and its own reports, never commands: it cannot place or stop SPUs,
-shut a worker down, install routes or ask for status. A status client may
-only ask the driver for status. A worker whose key is admitted but not yet
+shut a worker down, install routes or ask for status. A client (an operator's
+key) may only ask the driver for status or for a savepoint. A worker whose key is admitted but not yet
 bound to a name may only say hello, under a name no other key holds.
 """
 
@@ -14,7 +14,7 @@ from typing import Any
 
 from esault.runtime.messages import (
     Abandon, CheckpointComplete, CheckpointStart, Drain, DriverBeat, FailPending, TriggerCheckpoint, InstallRoutes, PeerGone, PeerAddresses, PrepareGive, PrepareReceive, Probe, Shutdown, SpusChanged, SpuStarted,
-    SpuStopped, StartSpu, StatusReply, StatusRequest, StopSpu, SubmitJob, TreesDone, WorkerHeartbeat, WorkerHello,
+    SpuStopped, StartSpu, SavepointReply, SavepointRequest, StatusReply, StatusRequest, StopSpu, SubmitJob, TreesDone, WorkerHeartbeat, WorkerHello,
 )
 from esault.transport.trust import Identity, Role
 
@@ -26,7 +26,7 @@ DRIVER_ONLY: frozenset[type] = frozenset({
     TreesDone, FailPending,  # the ack server's verdicts, and the job's order to fail what is in flight
     Probe,  # the latency monitor
     TriggerCheckpoint, CheckpointStart, CheckpointComplete, Abandon,  # the checkpoint coordinator
-    StatusReply,
+    StatusReply, SavepointReply,
 })
 """Commands: only the driver's key may send them, to any actor."""
 
@@ -41,9 +41,9 @@ def refusal(sender: Identity, actor: str, message: Any) -> str | None:
         return None
     kind = type(message)
     if role is Role.CLIENT:
-        if actor == "cluster" and kind is StatusRequest:
+        if actor == "cluster" and kind in (StatusRequest, SavepointRequest):
             return None
-        return "a status client may only send StatusRequest to the driver"
+        return "a client may only send StatusRequest or SavepointRequest to the driver"
     if sender.name is None:  # an admitted worker key that has not joined yet
         if actor == "cluster" and kind is WorkerHello:
             return None

@@ -24,7 +24,7 @@ from typing import Any, Callable
 from esault.cluster.authority import refusal
 from esault.errors import SerializationError
 from esault.metrics.registry import count_auth_rejected, count_dropped_frame
-from esault.runtime.messages import StatusRequest, WorkerHello
+from esault.runtime.messages import SavepointRequest, StatusRequest, WorkerHello
 from esault.transport.address import Address
 from esault.transport.endpoint import DEFAULT_MAX_FRAME_BYTES, Endpoint, RemoteMailbox
 from esault.transport.trust import Identity, KeyRing, Role
@@ -224,7 +224,7 @@ def _claimed_name(message: Any) -> str | None:
     kind = type(message)
     if kind is WorkerHello:
         return message.process
-    if kind is StatusRequest:
+    if kind is StatusRequest or kind is SavepointRequest:
         return getattr(getattr(message.reply_to, "address", None), "process", None)
     return None
 

@@ -30,7 +30,7 @@ from esault.metrics import registry as metrics
 from esault.metrics.stats import SpuStats
 from esault.runtime.context import JobContext
 from esault.runtime.messages import (
-    PeerAddresses, Shutdown, SpuConfig, SpuStarted, SpuStopped, StartSpu, StatusReply, StatusRequest, StopSpu,
+    PeerAddresses, SavepointReply, SavepointRequest, Shutdown, SpuConfig, SpuStarted, SpuStopped, StartSpu, StatusReply, StatusRequest, StopSpu,
     SubmitJob, Tick, WorkerHeartbeat, WorkerHello, DriverBeat, PeerGone,
 )
 from esault.cluster.credentials import WorkerKeys
@@ -231,6 +231,8 @@ class ClusterActor(pykka.ThreadingActor):
                 self.registry.started(message)
             elif kind is SpuStopped:
                 self.registry.stopped(message.request_id)
+            elif kind is SavepointRequest:
+                self._savepoint(message)
             elif kind is StatusRequest:
                 jobs = {name: job.status() for name, job in self.jobs().items() if not job._stopped}
                 process = message.reply_to.address.process
@@ -241,6 +243,31 @@ class ClusterActor(pykka.ThreadingActor):
                     self.postman.endpoint.disconnect(self._status_clients.pop(0))
         except Exception:
             log.exception("cluster actor failed handling %s", kind.__name__)
+
+
+    def _savepoint(self, message: SavepointRequest) -> None:
+        """Take it on a thread of its own (it waits for every SPU), then answer the client."""
+        process = message.reply_to.address.process
+        self.postman.connect(process, message.address)
+        job = self.jobs().get(message.topology)
+
+        def take() -> None:
+            epoch, error = None, ""
+            try:
+                if job is None or job._stopped:
+                    raise LookupError(f"no running job {message.topology!r} here; running: "
+                                      f"{sorted(n for n, j in self.jobs().items() if not j._stopped)}")
+                epoch = job.savepoint(stop=message.stop, timeout=job.config.checkpoint_timeout + 10)
+                if epoch is None:
+                    error = "the savepoint failed (see the driver's log); the job goes on"
+            except Exception as exc:  # noqa: BLE001 - told to the client
+                error = f"{type(exc).__name__}: {exc}"
+            try:
+                message.reply_to.tell(SavepointReply(message.request_id, epoch, error))
+            except Exception as exc:  # noqa: BLE001 - the client left
+                log.warning("savepoint reply not delivered: %r", exc)
+
+        threading.Thread(target=take, name="esault-savepoint", daemon=True).start()
 
 
 class ProcessLauncher:

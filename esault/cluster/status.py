@@ -5,12 +5,13 @@ from __future__ import annotations
 import itertools
 import os
 import threading
+from typing import Any, Callable
 
 from esault.cluster.credentials import WorkerKeys, read_status_keys, status_key_file
 from esault.cluster.postman import Postman
 from esault.transport.trust import KeyRing, Role
 from esault.errors import ConfigError
-from esault.runtime.messages import StatusReply, StatusRequest
+from esault.runtime.messages import SavepointReply, SavepointRequest, StatusReply, StatusRequest
 
 
 _calls = itertools.count(1)
@@ -19,13 +20,14 @@ _calls = itertools.count(1)
 class _Inbox:
     """A mailbox that keeps the one reply this client waits for."""
 
-    def __init__(self) -> None:
-        self.reply: StatusReply | None = None
+    def __init__(self, kind: type) -> None:
+        self.kind = kind
+        self.reply: Any = None
         self.arrived = threading.Event()
         self.actor_urn = "status-inbox"
 
     def tell(self, message: object) -> None:
-        if isinstance(message, StatusReply):
+        if isinstance(message, self.kind):
             self.reply = message
             self.arrived.set()
 
@@ -36,6 +38,18 @@ def fetch_status(address: str, timeout: float = 10.0, keys: WorkerKeys | None = 
     `keys`: a status client's key pair (as `own`) and the driver's public key;
     default: the ones a local driver at `address` left for this user.
     """
+    return _ask(address, lambda inbox, me: StatusRequest(1, inbox, me), StatusReply, timeout, keys)
+
+
+def request_savepoint(address: str, topology: str, stop: bool = False, timeout: float = 120.0,
+                      keys: WorkerKeys | None = None) -> SavepointReply:
+    """Ask the driver at `address` for a savepoint of job `topology` (ending its spouts if `stop`)."""
+    return _ask(address, lambda inbox, me: SavepointRequest(1, inbox, me, topology, stop), SavepointReply,
+                timeout, keys)
+
+
+def _ask(address: str, request: Callable[[Any, str], Any], reply: type, timeout: float,
+         keys: WorkerKeys | None) -> Any:
     if ":" not in address:
         raise ConfigError(f"esault status needs the driver's HOST:PORT, got {address!r}")
     keys = keys or read_status_keys(address)
@@ -47,11 +61,11 @@ def fetch_status(address: str, timeout: float = 10.0, keys: WorkerKeys | None = 
     ring = KeyRing(keys.own, name, Role.CLIENT)
     ring.admit(keys.driver, Role.DRIVER, "driver")
     postman = Postman(name, keys=ring)
-    inbox = _Inbox()
+    inbox = _Inbox(reply)
     postman.register("status", inbox)
     try:
         postman.connect("driver", address if address.startswith("tcp://") else f"tcp://{address}")
-        postman.send("driver", "cluster", StatusRequest(1, inbox, postman.address), timeout=timeout)
+        postman.send("driver", "cluster", request(inbox, postman.address), timeout=timeout)
         if not inbox.arrived.wait(timeout):
             raise ConfigError(f"no esault driver answered at {address} within {timeout}s; is `esault run` running "
                               "there with --listen, and does it admit this client's key?")

@@ -485,3 +485,23 @@ class CheckpointComplete:
 @dataclass(frozen=True, slots=True)
 class Abandon:
     """unit -> SPU: a rollback discards you: drop what you hold, publish nothing, skip close(); a stop follows."""
+
+
+@dataclass(frozen=True, slots=True)
+class SavepointRequest:
+    """`esault savepoint` -> driver cluster: take a savepoint of job `topology` (and end its spouts if `stop`)."""
+
+    request_id: int
+    reply_to: Any
+    address: str
+    topology: str
+    stop: bool
+
+
+@dataclass(frozen=True, slots=True)
+class SavepointReply:
+    """driver cluster -> `esault savepoint`: the savepoint's epoch (restore with restore_from), or why none."""
+
+    request_id: int
+    epoch: int | None
+    error: str

@@ -96,6 +96,7 @@ FIELD_TYPES: Mapping[tuple[str, str], str] = types.MappingProxyType({
     ("PrepareGive", "receiver"): "Mailbox | None",
     ("ScaleCommand", "upstream"): "dict[int, tuple[Mailbox, str]]",
     ("StatusRequest", "reply_to"): "Mailbox",
+    ("SavepointRequest", "reply_to"): "Mailbox",
     ("RegisterOwner", "mailbox"): "Mailbox",
     ("SpuConfig", "extra"): "dict[str, _MailboxOrValue]",
     ("Probe", "reply_to"): "Mailbox",

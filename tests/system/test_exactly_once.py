@@ -193,3 +193,31 @@ def test_a_key_idle_longer_than_pe_idle_timeout_keeps_its_state_across_a_checkpo
         assert job.wait(60), job.status()
         job.stop()
         assert eo_parts.final_counts(job.data_dir) == {"a": 3, "b": 3}
+
+
+def test_a_savepoint_taken_with_the_cli_restarts_the_job_with_another_parallelism_exactly(tmp_path):
+    total = 4000
+    with LocalCluster(workers=2, listen="127.0.0.1:0") as cluster:
+        job = cluster.submit(eo_parts.build("eo-save", total, rate=1500, count_parallelism=2), eo_config(tmp_path))
+        wait_until(lambda: completed_checkpoints(job) >= 2, 60, message="two checkpoints")
+        cli = subprocess.run([sys.executable, "-m", "esault.cli", "savepoint", cluster.address, "eo-save", "--stop"],
+                             capture_output=True, text=True, timeout=120)
+        assert cli.returncode == 0, cli.stderr
+        epoch = int(cli.stdout.split()[1])
+        assert job.wait(60), "the spouts ended at the savepoint"
+        job.stop()
+        assert CheckpointStore(job.ctx.checkpoint_path).get(epoch).kind == "savepoint"
+    with LocalCluster(workers=2) as cluster:
+        job = cluster.submit(eo_parts.build("eo-save", total, rate=1500, count_parallelism=3),
+                             eo_config(tmp_path, restore_from=epoch))
+        assert job.restored_from.epoch == epoch and len(job.spus("count")) == 3
+        assert job.wait(120), job.status()
+        job.stop()
+        assert_exact(job, total)
+
+
+def test_a_savepoint_request_for_an_unknown_job_gets_a_clear_error(tmp_path):
+    with LocalCluster(workers=1, listen="127.0.0.1:0") as cluster:
+        cli = subprocess.run([sys.executable, "-m", "esault.cli", "savepoint", cluster.address, "nope"],
+                             capture_output=True, text=True, timeout=60)
+        assert cli.returncode == 1 and "no running job 'nope'" in cli.stderr

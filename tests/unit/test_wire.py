@@ -97,6 +97,9 @@ PINNED_SCHEMA = {
                            "error: str")),
     49: ("CheckpointComplete", ("epoch: int",)),
     50: ("Abandon", ()),
+    51: ("SavepointRequest", ("request_id: int", "reply_to: Mailbox", "address: str", "topology: str",
+                              "stop: bool")),
+    52: ("SavepointReply", ("request_id: int", "epoch: int | None", "error: str")),
 }
 
 
@@ -204,6 +207,8 @@ EXAMPLES: dict[type, Any] = {
     m.CheckpointAck: m.CheckpointAck(7, 3, "sentences", 0, {"offset": 4096}, ""),
     m.CheckpointComplete: m.CheckpointComplete(7),
     m.Abandon: m.Abandon(),
+    m.SavepointRequest: m.SavepointRequest(4, Address("client-1", "status"), "tcp://127.0.0.1:5609", "wc", True),
+    m.SavepointReply: m.SavepointReply(4, 12, ""),
     m.SubmitJob: m.SubmitJob("wc", [{"name": "count", "params": {"k": (1, "a")}}], {"acking": True, "data_dir": "d"}),
 }
 
@@ -416,7 +421,7 @@ GOOD_FRAMES = [encode_frame(msg) for msg in EXAMPLES.values()]
     (msgpack.packb({"tag": 1}), "not_a_frame", r"expected \[tag, fields\.\.\.\], got dict"),
     (msgpack.packb([]), "not_a_frame", r"got list \[\]"),
     (msgpack.packb(["DataBatch", 1, []]), "not_a_frame", r"not a message frame"),
-    (msgpack.packb([99, 1]), "unknown_tag", r"unknown message tag 99 \(known: 1\.\.50\)"),
+    (msgpack.packb([99, 1]), "unknown_tag", r"unknown message tag 99 \(known: 1\.\.52\)"),
     (msgpack.packb([10, 1]), "field_count", r"EpochMarker: expected 2 fields \(reconfig_id, sender\), got 1"),
     (msgpack.packb([25, 1, "soon", ["d", "m"], True]), "field_type", r"Probe\.sent_at: expected float, got str 'soon'"),
     (msgpack.packb([10, True, 1]), "field_type", r"EpochMarker\.reconfig_id: expected int, got bool True"),
