@@ -39,12 +39,15 @@ class GatedCountBolt(Bolt):
 
 
 def build(name: str, total: int, rate: float, gate: str = "", sink: str | None = None,
-          count_parallelism: int = 2, table: str = "eo_counts"):
-    """sentences (rate-limited, rewindable) -> split (chained) -> count -> latest [-> Spark table]."""
+          count_parallelism: int = 2, table: str = "eo_counts", spouts: int = 1):
+    """sentences (rate-limited, rewindable) -> split (chained) -> count -> latest [-> Spark table].
+
+    Each of the `spouts` instances emits the same `total` sentences, so every count SPU aligns barriers
+    from `spouts` channels (the oracle multiplies)."""
     builder = TopologyBuilder(name)
-    builder.set_spout("sentences", wordcount.SentenceSpout, params={"total": total, "seed": 5, "rate": rate},
+    builder.set_spout("sentences", wordcount.SentenceSpout, spouts, params={"total": total, "seed": 5, "rate": rate},
                       max_pending=4000)
-    builder.set_bolt("split", wordcount.SplitBolt).shuffle_grouping("sentences")
+    builder.set_bolt("split", wordcount.SplitBolt, spouts).shuffle_grouping("sentences")
     builder.set_bolt("count", GatedCountBolt, count_parallelism, params={"gate": gate}, elastic=False,
                      pe_idle_timeout=None).key_grouping("split")
     builder.set_bolt("latest", wordcount.LatestCountsBolt, elastic=False).global_grouping("count")
@@ -58,8 +61,8 @@ def build(name: str, total: int, rate: float, gate: str = "", sink: str | None =
     return builder.build()
 
 
-def oracle(total: int) -> dict[str, int]:
-    return dict(wordcount.oracle(total, seed=5))
+def oracle(total: int, spouts: int = 1) -> dict[str, int]:
+    return {w: n * spouts for w, n in wordcount.oracle(total, seed=5).items()}
 
 
 def final_counts(data_dir: Path) -> dict[str, int]:
