@@ -274,6 +274,10 @@ def _print_status(status: dict[str, Any], elapsed: float) -> None:
         extra = f", acked {unit['acked']}, failed {unit['failed']}, replayed {unit['replayed']}" \
             if unit["kind"] == "spout" else f", {unit['pes']} PEs"
         print(f"  {name:<12} {len(unit['spus'])} SPU(s), {verb} {count}{extra}")
+    ckpt = status.get("checkpoints")
+    if ckpt and status.get("guarantee") == "exactly_once":
+        print(f"  {status['guarantee']}: {ckpt['completed']} checkpoint(s), last epoch {ckpt['last_epoch']}, "
+              f"{ckpt['failed']} failed, {ckpt['recoveries']} rollback(s)")
 
 
 def _latency_totals(histogram: Any, topology: str) -> tuple[float, float]:

@@ -125,6 +125,8 @@ class JobConfig:
             raise ConfigError(f"{o}.guarantee must be one of {', '.join(GUARANTEES)}, got {self.guarantee!r}")
         _positive(o, "checkpoint_interval", self.checkpoint_interval)
         _positive(o, "checkpoint_timeout", self.checkpoint_timeout)
+        if self.restore_from is not None:
+            _whole(o, "restore_from", self.restore_from, 1)
         if not isinstance(self.fresh_start, bool):
             raise ConfigError(f"{o}.fresh_start must be true or false, got {self.fresh_start!r}")
         _positive(o, "tick_interval", self.tick_interval)

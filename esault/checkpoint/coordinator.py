@@ -28,6 +28,7 @@ import pykka
 
 from esault.checkpoint.store import CheckpointStore, Completed
 from esault.errors import ConfigError
+from esault.metrics import registry as metrics
 from esault.runtime.messages import (
     CheckpointAck, CheckpointComplete, CheckpointStart, FailPending, GetRoutes, GetSpus, ScaleResult,
     TriggerCheckpoint,
@@ -208,6 +209,7 @@ class CheckpointCoordinator:
         acks = self.collector.finish()
         if failure is not None:
             self.stats.failed += 1
+            metrics.record_checkpoint(self.job.name, False, 0.0)
             log.error("topology %r: checkpoint %d failed: %s", self.job.name, epoch, failure)
             if failure.startswith("timed out") and not self.job._stopped:
                 # Some SPU may hold channels for a barrier that never comes: only a rollback frees them.
@@ -229,6 +231,7 @@ class CheckpointCoordinator:
         self.stats.last_epoch = epoch
         self.stats.last_seconds = seconds
         self.stats.durations.append(seconds)
+        metrics.record_checkpoint(self.job.name, True, seconds)
         del self.stats.durations[:-1000]
         log.info("topology %r: checkpoint %d (%s) complete in %.1f ms", self.job.name, epoch, kind, seconds * 1000)
         if self.stats.completed % self.COMPACT_EVERY == 0:
@@ -258,6 +261,7 @@ class CheckpointCoordinator:
                 log.error("topology %r: unit %r could not be restored: %r", self.job.name, spec.name, failed)
         record.seconds = time.monotonic() - record.started
         self.stats.recoveries.append(record)
+        metrics.record_recovery(self.job.name, record.seconds)
         self._last = time.monotonic()
         log.warning("topology %r: restored checkpoint %s in %.0f ms", self.job.name, record.restored_epoch,
                     record.seconds * 1000)

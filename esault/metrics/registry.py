@@ -130,6 +130,36 @@ UNKNOWN_MESSAGES: Final = Counter(
     registry=REGISTRY,
 )
 
+CHECKPOINTS: Final = Counter(
+    "esault_checkpoints_total",
+    "Checkpoints by outcome (completed, failed); failed ones are retried by the next.",
+    labelnames=("topology", "outcome"),
+    registry=REGISTRY,
+)
+
+CHECKPOINT_DURATION: Final = Histogram(
+    "esault_checkpoint_duration_seconds",
+    "Time from triggering a checkpoint to recording it complete (every SPU's snapshot durable).",
+    labelnames=("topology",),
+    buckets=PROBE_LATENCY_BUCKETS + (30.0, 60.0),
+    registry=REGISTRY,
+)
+
+RECOVERIES: Final = Counter(
+    "esault_recoveries_total",
+    "Rollbacks of every SPU to the last completed checkpoint (a worker died, or a checkpoint got stuck).",
+    labelnames=("topology",),
+    registry=REGISTRY,
+)
+
+RECOVERY_PAUSE: Final = Histogram(
+    "esault_recovery_pause_seconds",
+    "Time a rollback took: discarding every SPU and relaunching them restored.",
+    labelnames=("topology",),
+    buckets=PROBE_LATENCY_BUCKETS + (30.0, 60.0),
+    registry=REGISTRY,
+)
+
 SCALING_ACTIONS: Final = ("split", "merge")
 SCALING_REASONS: Final = ("overload", "underload", "manual")
 """The reasons the runtime is expected to use; kept small so the label stays bounded."""
@@ -252,3 +282,16 @@ def count_auth_rejected(reason: str) -> None:
 def count_unknown_message(actor: str) -> None:
     """Count one message an actor did not handle; ``actor`` is its class name, e.g. 'SpuActor'."""
     UNKNOWN_MESSAGES.labels(actor).inc()
+
+
+def record_checkpoint(topology: str, completed: bool, seconds: float) -> None:
+    """Count one checkpoint; a completed one's duration goes to the histogram."""
+    CHECKPOINTS.labels(topology, "completed" if completed else "failed").inc()
+    if completed:
+        CHECKPOINT_DURATION.labels(topology).observe(_seconds(seconds))
+
+
+def record_recovery(topology: str, seconds: float) -> None:
+    """Count one rollback and how long it paused the job."""
+    RECOVERIES.labels(topology).inc()
+    RECOVERY_PAUSE.labels(topology).observe(_seconds(seconds))

@@ -290,6 +290,10 @@ class Job:
             "pending_trees": self.ctx.acker.ask(GetPending()),
             "spouts_finished": self._spouts_finished(),
             "scaling_events": len(self.coordinator.history),
+            "guarantee": self.config.guarantee,
+            "checkpoints": {"completed": self.checkpoints.stats.completed, "failed": self.checkpoints.stats.failed,
+                            "last_epoch": self.checkpoints.stats.last_epoch,
+                            "recoveries": len(self.checkpoints.stats.recoveries)},
         }
 
     def _host_of(self, spu_id: int) -> dict[str, Any]:

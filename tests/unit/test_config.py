@@ -70,6 +70,12 @@ def test_min_spus_above_max_spus_says_how_to_fix_it() -> None:
         ("acking", "yes", r"JobConfig\.acking must be true or false, got 'yes'"),
         ("metrics_port", 70000, r"JobConfig\.metrics_port must be a port 0-65535 or None, got 70000"),
         ("metrics_port", "9100", r"JobConfig\.metrics_port must be a port 0-65535 or None, got '9100'"),
+        ("guarantee", "exactly-once", r"JobConfig\.guarantee must be one of exactly_once, at_least_once, none, "
+                                      r"got 'exactly-once'"),
+        ("checkpoint_interval", 0, r"JobConfig\.checkpoint_interval must be a number > 0, got 0"),
+        ("checkpoint_timeout", -1, r"JobConfig\.checkpoint_timeout must be a number > 0, got -1"),
+        ("fresh_start", "yes", r"JobConfig\.fresh_start must be true or false, got 'yes'"),
+        ("restore_from", -3, r"JobConfig\.restore_from must be a whole number >= 1, got -3"),
     ],
 )
 def test_job_config_rejects_bad_values(field: str, value: object, message: str) -> None:
@@ -211,3 +217,9 @@ def test_a_topologys_defaults_sit_below_files_environment_and_arguments(tmp_path
     assert (cfg.message_timeout, cfg.batch_size, cfg.max_retries) == (120.0, 11, 1)
     with pytest.raises(ConfigError, match="the topology's JOB_DEFAULTS: unknown setting"):
         JobConfig.load(environ={}, defaults={"nope": 1})
+
+
+def test_guarantee_none_turns_tracking_off_and_exactly_once_is_the_default() -> None:
+    assert JobConfig().guarantee == "exactly_once" and JobConfig().acking is True
+    assert JobConfig(guarantee="none").acking is False
+    assert JobConfig.load(environ={"ESAULT_GUARANTEE": "at_least_once"}).guarantee == "at_least_once"

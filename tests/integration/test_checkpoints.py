@@ -1,0 +1,61 @@
+"""Checkpoints in one process (real actors): the rewind requirement, periodic epochs, restart, idle keys."""
+
+from __future__ import annotations
+
+import pytest
+
+from esault import Spout, TopologyBuilder
+from esault.errors import ConfigError
+from esault.testing import CollectorBolt, ListSpout, wait_until
+
+
+class ForwardOnlySpout(Spout):
+    def next_tuple(self) -> None:
+        self.emit("k", 1, msg_id=1)
+        self.finish()
+
+
+def one_spout_topology(spout_cls, name: str = "fwd"):
+    builder = TopologyBuilder(name)
+    builder.set_spout("src", spout_cls)
+    builder.set_bolt("out", CollectorBolt, params={"name": name}).global_grouping("src")
+    return builder.build()
+
+
+def test_exactly_once_refuses_a_spout_that_cannot_rewind_naming_it_and_the_ways_out(cluster, config):
+    with pytest.raises(ConfigError, match=r"spout 'src' \(ForwardOnlySpout\) cannot rewind.*snapshot_position\(\) "
+                                          r"and restore_position\(\).*guarantee='at_least_once'"):
+        cluster.submit(one_spout_topology(ForwardOnlySpout), config)
+    job = cluster.submit(one_spout_topology(ForwardOnlySpout), config.replace(guarantee="at_least_once"))
+    assert job.wait(30)
+
+
+def test_a_stopped_job_restarted_on_its_data_dir_resumes_where_its_final_checkpoint_ended(cluster, config):
+    import threading
+
+    from esault.testing import collected
+    from topology_parts import GATES, GatedListSpout, SequenceCheckBolt
+
+    items = [(f"k{i % 7}", i // 7 + 1) for i in range(700)]
+    GATES["resume"] = threading.Event()
+
+    def build():
+        builder = TopologyBuilder("resume")
+        builder.set_spout("src", GatedListSpout, params={"items": items, "gate": "resume", "hold_at": 350})
+        builder.set_bolt("check", SequenceCheckBolt, 2).key_grouping("src")
+        builder.set_bolt("out", CollectorBolt, params={"name": "resume"}).global_grouping("check")
+        return builder.build()
+
+    job = cluster.submit(build(), config.replace(checkpoint_interval=0.2))
+    wait_until(lambda: len(collected("resume")) == 350, 30, message="the first half")
+    job.stop()
+    assert job.checkpoints.stats.last_epoch is not None
+    GATES["resume"].set()
+    job = cluster.submit(build(), config.replace(checkpoint_interval=0.2))
+    assert job.restored_from is not None and job.restored_from.kind == "final"
+    assert job.wait(30)
+    job.stop()
+    got = collected("resume")
+    assert len(got) == 700, "nothing twice, nothing missing"
+    # every key's sequence continued where the first run stopped: its PE state was restored
+    assert all(in_order for _, (_, in_order) in got)
