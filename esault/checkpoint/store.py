@@ -22,15 +22,13 @@ numbers are never reused: `next_epoch()` starts above everything stored.
 from __future__ import annotations
 
 import sqlite3
-import threading
 import time
 from collections.abc import Callable, Iterable
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
+from esault.state.sqlite import SharedSqlite
 from esault.transport.codec import decode, encode
-
-T = TypeVar("T")
 
 __all__ = ["CheckpointStore", "Completed", "instance_slot"]
 
@@ -78,33 +76,13 @@ class CheckpointStore:
     """One connection to the job's checkpoint file. Not thread-safe: one instance per thread."""
 
     def __init__(self, path: str | Path, busy_timeout: float = 30.0) -> None:
-        self.path = Path(path)
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        self._busy_timeout = busy_timeout
-        self._db = sqlite3.connect(self.path, timeout=busy_timeout, isolation_level=None, check_same_thread=False)
-        self._db.execute("PRAGMA synchronous=FULL")
-        self._retrying(lambda: (self._db.execute("PRAGMA journal_mode=WAL"), self._db.executescript(_SCHEMA)))
-
-    def _retrying(self, operation: Callable[[], T]) -> T:
-        """Run `operation`, again while another connection holds a lock SQLite does not wait for."""
-        deadline = time.monotonic() + self._busy_timeout
-        pause = threading.Event()
-        while True:
-            try:
-                return operation()
-            except sqlite3.OperationalError as exc:
-                if "locked" not in str(exc) or time.monotonic() >= deadline:
-                    raise
-                if self._db.in_transaction:
-                    self._db.rollback()
-                pause.wait(0.005)
+        self._file = SharedSqlite(path, _SCHEMA, busy_timeout, synchronous="FULL")
+        self.path = self._file.path
+        self._db = self._file.db
+        self._retrying = self._file.retrying
 
     def _write(self, statements: Callable[[sqlite3.Connection], None]) -> None:
-        def run() -> None:
-            with self._db:
-                self._db.execute("BEGIN IMMEDIATE")
-                statements(self._db)
-        self._retrying(run)
+        self._file.write(statements)
 
     # --- SPUs: state rows ---------------------------------------------------------
 
@@ -206,7 +184,7 @@ class CheckpointStore:
         return int(row[0]), int(row[1])
 
     def close(self) -> None:
-        self._db.close()
+        self._file.close()
 
 
 def _completed(row: tuple) -> Completed:

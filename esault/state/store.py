@@ -10,14 +10,9 @@ docs/CHECKPOINTS.md builds checkpoints on the same rows.
 
 from __future__ import annotations
 
-import sqlite3
-import threading
-import time
-from collections.abc import Callable
 from pathlib import Path
-from typing import TypeVar
 
-T = TypeVar("T")
+from esault.state.sqlite import SharedSqlite
 
 __all__ = ["StateStore"]
 
@@ -35,69 +30,38 @@ class StateStore:
     """One unit's parked state. Not thread-safe: one instance per SPU actor (open as many as needed)."""
 
     def __init__(self, path: str | Path, busy_timeout: float = 30.0) -> None:
-        self.path = Path(path)
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        self._busy_timeout = busy_timeout
-        self._db = sqlite3.connect(self.path, timeout=busy_timeout, isolation_level=None, check_same_thread=False)
-        self._db.execute("PRAGMA synchronous=NORMAL")
-        # Switching to WAL and creating the schema take locks SQLite's busy handler does not wait for:
-        # SPUs opening the file at the same moment retry instead of failing.
-        self._retrying(lambda: (self._db.execute("PRAGMA journal_mode=WAL"), self._db.executescript(_SCHEMA)))
-
-    def _retrying(self, operation: Callable[[], T]) -> T:
-        """Run `operation`, again while the file is locked by another connection, up to busy_timeout."""
-        deadline = time.monotonic() + self._busy_timeout
-        pause = threading.Event()
-        while True:
-            try:
-                return operation()
-            except sqlite3.OperationalError as exc:
-                if "locked" not in str(exc) or time.monotonic() >= deadline:
-                    raise
-                if self._db.in_transaction:
-                    self._db.rollback()
-                pause.wait(0.005)
+        self._file = SharedSqlite(path, _SCHEMA, busy_timeout)
+        self.path = self._file.path
+        self._db = self._file.db
+        self._retrying = self._file.retrying
 
     def put_many(self, rows: list[tuple[int, bytes, bytes]]) -> None:
         """Store (key_hash, key, state) rows, replacing a key's older row; one transaction."""
         if rows:
-            self._retrying(lambda: self._put(rows))
-
-    def _put(self, rows: list[tuple[int, bytes, bytes]]) -> None:
-        if rows:
-            with self._db:
-                self._db.execute("BEGIN IMMEDIATE")
-                self._db.executemany("INSERT OR REPLACE INTO states (key_hash, key, state) VALUES (?, ?, ?)",
-                                     [(_signed(h), k, s) for h, k, s in rows])
+            self._file.write(lambda db: db.executemany(
+                "INSERT OR REPLACE INTO states (key_hash, key, state) VALUES (?, ?, ?)",
+                [(_signed(h), k, s) for h, k, s in rows]))
 
     def take(self, key: bytes) -> bytes | None:
         """Remove and return a key's state, or None."""
-        with self._db:
-            self._db.execute("BEGIN IMMEDIATE")
-            row = self._db.execute("SELECT state FROM states WHERE key = ?", (key,)).fetchone()
-            if row is not None:
-                self._db.execute("DELETE FROM states WHERE key = ?", (key,))
-        return None if row is None else row[0]
+        return self.take_many([key])[0]
 
     def take_many(self, keys: list[bytes]) -> list[bytes | None]:
         """Remove and return the states of `keys` (None where a key has none), in order; one transaction."""
-        return self._retrying(lambda: self._take(keys))
-
-    def _take(self, keys: list[bytes]) -> list[bytes | None]:
-        out: list[bytes | None] = []
-        with self._db:
-            self._db.execute("BEGIN IMMEDIATE")
+        def take(db) -> list[bytes | None]:
+            out: list[bytes | None] = []
             for key in keys:
-                row = self._db.execute("SELECT state FROM states WHERE key = ?", (key,)).fetchone()
+                row = db.execute("SELECT state FROM states WHERE key = ?", (key,)).fetchone()
                 out.append(None if row is None else row[0])
-            self._db.executemany("DELETE FROM states WHERE key = ?", [(k,) for k in keys])
-        return out
+            db.executemany("DELETE FROM states WHERE key = ?", [(k,) for k in keys])
+            return out
+        return self._file.write(take)
 
     def __len__(self) -> int:
         return self._db.execute("SELECT COUNT(*) FROM states").fetchone()[0]
 
     def close(self) -> None:
-        self._db.close()
+        self._file.close()
 
 
 def _signed(h: int) -> int:
