@@ -49,6 +49,7 @@ class Job:
         self.dead_letter_path = data_dir / "dead_letters.jsonl"
         self.ctx = JobContext(topology, config, self.clock, data_dir,
                               dead_letters=DeadLetterWriter(self.dead_letter_path))
+        self._check_guarantee()  # before anything that must be undone when the job cannot start
         self.ctx.stats.forget_topology(topology.name)
         gc_policy.enter(config.gc_gen0_threshold)
         self.ctx.ticker = Ticker(self.clock, config.tick_interval)
@@ -57,7 +58,6 @@ class Job:
         self.remote_stats = remote_stats
         self.fresh_reports = fresh_reports
         self.lost_spus: set[int] = set()
-        self._check_guarantee()
         if config.fresh_start:
             for suffix in ("", "-wal", "-shm"):
                 (data_dir / f"checkpoints.sqlite{suffix}").unlink(missing_ok=True)
