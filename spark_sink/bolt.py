@@ -20,6 +20,7 @@ import logging
 import re
 import threading
 import time
+from concurrent.futures import Future
 from pathlib import Path
 from typing import Any, Callable
 
@@ -35,7 +36,8 @@ from spark_sink.catalog import ensure_table, refresh_table
 from spark_sink.committer import AsyncCommitter
 from spark_sink.committer import check_settings as check_committing
 from spark_sink.encode import encode
-from spark_sink.layout import PartitionScheme, TablePaths, parse_partition_by, writer_id
+from spark_sink.epochs import EpochCommitter
+from spark_sink.layout import PartitionScheme, TablePaths, instance_writer_id, parse_partition_by, writer_id
 from spark_sink.metrics import SinkMetrics
 from spark_sink.rejects import RejectedRows
 from spark_sink.schema import BATCH_COLUMN, Column, TableSchema, check_column_name, infer_schema, parse_schema
@@ -136,6 +138,7 @@ class SparkSink(Bolt):
         self._clock = clock
         self._wall_clock = wall_clock
         self._committer: AsyncCommitter | None = None
+        self._epochs: EpochCommitter | None = None
         self._writer: BatchWriter | None = None
         self._rejects: RejectedRows | None = None
         self._spark: Any = None
@@ -184,7 +187,9 @@ class SparkSink(Bolt):
         self.topology = context.topology
         warehouse = self.warehouse if self.warehouse is not None else default_warehouse(context.data_dir)
         self.table_dir = Path(warehouse).resolve() / self.table
-        self.writer_id = writer_id(context.topology, context.unit, context.spu_id)
+        exactly_once = context.guarantee == "exactly_once"
+        self.writer_id = (instance_writer_id(context.topology, context.unit, context.instance) if exactly_once
+                          else writer_id(context.topology, context.unit, context.spu_id))
         paths = TablePaths(self.table_dir)
         self.rejected_path = paths.rejected(self.writer_id)
         self._meta = self._resolve_meta(paths)
@@ -196,7 +201,13 @@ class SparkSink(Bolt):
             stager = self.engine  # type: ignore[assignment]
         self._writer = BatchWriter(self.table_dir, self.writer_id, stager)
         try:
-            self._start_committer()
+            if exactly_once:
+                self._rejects = RejectedRows(self.rejected_path, self.table)
+                self._metrics = SinkMetrics(self.topology, self.table)
+                self._epochs = EpochCommitter(self, context.restored_epoch,
+                                              self._setup if self.engine == "spark" else None)
+            else:
+                self._start_committer()
         except BaseException:
             self._release()
             raise
@@ -222,6 +233,9 @@ class SparkSink(Bolt):
         self._committer = committer
 
     def process(self, tup: Tuple) -> None:
+        if self._epochs is not None:
+            self._process_exactly_once(tup)
+            return
         committer = self._committer
         if committer is None:
             raise SinkError(f"SparkSink {self.table!r}: process() was called before open()")
@@ -229,15 +243,52 @@ class SparkSink(Bolt):
             raise SinkError(
                 f"SparkSink {self.table!r} cannot commit: {type(committer.fatal).__name__}: {committer.fatal}"
             )
-        row = self.to_row(tup)
-        if not isinstance(row, dict):
-            raise SinkError(f"{type(self).__name__}.to_row() must return a dict, got {type(row).__name__} {row!r}")
+        row = self._row_of(tup)
         try:
             partition = self.scheme.place(row, self._wall_clock())
         except SchemaError as exc:
             self._reject_now(row, str(exc))
             return  # not deferred: the tuple is acked, its row is in the rejected file
         committer.add(partition, row, self.defer())
+
+    def _process_exactly_once(self, tup: Tuple) -> None:
+        epochs = self._epochs
+        if epochs.fatal is not None:
+            raise SinkError(f"SparkSink {self.table!r} cannot commit: {type(epochs.fatal).__name__}: {epochs.fatal}")
+        row = self._row_of(tup)
+        try:
+            partition = self.scheme.place(row, self._wall_clock())
+        except SchemaError as exc:
+            self._reject_now(row, str(exc))
+            return
+        epochs.add(partition, row)
+
+    def _row_of(self, tup: Tuple) -> dict[str, Any]:
+        row = self.to_row(tup)
+        if not isinstance(row, dict):
+            raise SinkError(f"{type(self).__name__}.to_row() must return a dict, got {type(row).__name__} {row!r}")
+        return row
+
+    # -- exactly-once hooks (spark_sink/epochs.py) ---------------------------------------
+
+    def on_checkpoint(self, epoch: int) -> Future | None:
+        return None if self._epochs is None else self._epochs.checkpoint(epoch)
+
+    def on_checkpoint_complete(self, epoch: int) -> None:
+        if self._epochs is not None:
+            self._epochs.complete(epoch)
+
+    def abandon(self) -> None:
+        if self._epochs is not None:
+            self._epochs.abandon()
+        elif self._committer is not None:
+            self._committer.close(0.0)
+        else:
+            self._release()
+
+    def snapshot_state(self) -> dict[str, Any]:
+        """Nothing: the sink's state is its staged epochs on disk, found again by its writer name."""
+        return {}
 
     def close(self) -> None:
         """Commit what is buffered and wait (close_timeout) for every commit to finish.
@@ -246,6 +297,9 @@ class SparkSink(Bolt):
         thread when it ends, so a commit still running after a timeout can
         finish (and ack its tuples).
         """
+        if self._epochs is not None:
+            self._epochs.close(self.close_timeout)
+            return
         if self._committer is None:
             self._release()
             return

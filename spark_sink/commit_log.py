@@ -1,6 +1,7 @@
 """CommitLog: one writer's append-only, fsync'd record of its batches.
 
 A JSON line per event:
+    {"op": "stage",  "batch": id, "seq": n, "path": ..., "rows": r, "epoch": e, "time": t}   (exactly-once)
     {"op": "begin",  "batch": id, "seq": n, "path": "<dir under the table>", "rows": r, "time": t}
     {"op": "commit", "batch": id, "time": t}
     {"op": "abort",  "batch": id, "time": t}
@@ -34,7 +35,8 @@ class BatchRecord:
     seq: int
     path: str
     rows: int
-    state: str  # "begun" | "committed" | "aborted"
+    state: str  # "staged" | "begun" | "committed" | "aborted"
+    epoch: int | None = None  # the checkpoint epoch of an exactly-once batch
 
 
 class CommitLog:
@@ -92,14 +94,18 @@ class CommitLog:
 
     def _apply(self, rec: dict[str, Any]) -> None:
         op, batch = rec["op"], rec["batch"]
-        if op == "begin":
+        if op in ("begin", "stage"):
             seq = int(rec["seq"])
-            self._batches[batch] = BatchRecord(batch, seq, str(rec["path"]), int(rec["rows"]), "begun")
+            old = self._batches.get(batch)
+            epoch = rec.get("epoch", old.epoch if old is not None else None)
+            self._batches[batch] = BatchRecord(batch, seq, str(rec["path"]), int(rec["rows"]),
+                                               "begun" if op == "begin" else "staged",
+                                               None if epoch is None else int(epoch))
             self.max_seq = max(self.max_seq, seq)
         elif op in ("commit", "abort"):
             old = self._batches[batch]
             self._batches[batch] = BatchRecord(
-                old.batch, old.seq, old.path, old.rows, "committed" if op == "commit" else "aborted"
+                old.batch, old.seq, old.path, old.rows, "committed" if op == "commit" else "aborted", old.epoch
             )
         else:
             raise ValueError(op)
@@ -115,6 +121,15 @@ class CommitLog:
             raise SinkError(f"commit log {self.path}: short write ({written} of {len(line)} bytes); is the disk full?")
         os.fsync(self._fd)
         self._apply(rec)
+
+    def stage(self, batch: str, seq: int, path: str, rows: int, epoch: int) -> None:
+        """Record (durably) that `batch` of checkpoint `epoch` is staged: published only once it completes."""
+        self._append({"op": "stage", "batch": batch, "seq": seq, "path": path, "rows": rows, "epoch": epoch,
+                      "time": time.time()})
+
+    def staged(self) -> list[BatchRecord]:
+        """Staged batches neither published nor aborted, in epoch order."""
+        return sorted((r for r in self._batches.values() if r.state == "staged"), key=lambda r: (r.epoch, r.batch))
 
     def begin(self, batch: str, seq: int, path: str, rows: int) -> None:
         """Record (durably) that `batch` is about to be renamed to `path`."""

@@ -71,6 +71,20 @@ def writer_id(topology: str, unit: str, spu_id: int) -> str:
     return f"{safe(topology)}.{safe(unit)}.{int(spu_id)}"
 
 
+def instance_writer_id(topology: str, unit: str, instance: int) -> str:
+    """The writer name of an exactly-once sink instance: '<topology>.<unit>.i<instance>'.
+
+    Stable across the SPU relaunches of a rollback or a restart (an SPU id is
+    not), so the instance finds the epochs it staged before.
+    """
+    return writer_id(topology, unit, 0).rsplit(".", 1)[0] + f".i{int(instance)}"
+
+
+def epoch_batch_id(writer: str, epoch: int, part: int) -> str:
+    """The id of the `part`-th partition's batch of checkpoint `epoch`: the same rows always get the same id."""
+    return f"{writer}.e{epoch:012d}.p{part:04d}"
+
+
 def batch_id(writer: str, seq: int) -> str:
     """The deterministic id of a writer's seq-th batch; sorts in commit order."""
     return f"{writer}.{seq:010d}"

@@ -99,8 +99,9 @@ class BatchWriter:
                 aborted.append(rec.batch)
         removed = []
         prefix = self.writer + "."
+        keep = {r.batch for r in self.log.staged()}  # exactly-once: staged epochs wait for their checkpoint
         for entry in sorted(self.paths.staging.iterdir()):
-            if entry.name.startswith(prefix):
+            if entry.name.startswith(prefix) and entry.name not in keep:
                 shutil.rmtree(entry, ignore_errors=True)
                 removed.append(entry.name)
         if forward or aborted or removed:
@@ -165,6 +166,50 @@ class BatchWriter:
             fp("committed", batch_id)
         self.stats.committed += 1
         return Outcome.COMMITTED
+
+    # --- exactly-once: two phases per checkpoint epoch -------------------------------
+
+    def stage(self, batch_id: str, seq: int, rel_path: str, table: "pa.Table", epoch: int) -> bool:
+        """Phase one: write `table` durably into staging and log it as epoch `epoch`'s; False if the
+        log has it committed already (a replayed epoch after a restart)."""
+        rec = self.log.get(batch_id)
+        if rec is not None and rec.state in ("committed", "begun"):
+            return False
+        stage = self.paths.staging / batch_id
+        if stage.exists():
+            shutil.rmtree(stage)
+        self.stager.stage(table, stage)
+        self._finalize(stage, batch_id)
+        fsync_dir(self.paths.staging)
+        if self.failpoint:
+            self.failpoint("staged", batch_id)
+        self.log.stage(batch_id, seq, rel_path, table.num_rows, epoch)
+        return True
+
+    def publish(self, batch_id: str) -> int:
+        """Phase two: move a staged batch into the table (atomic rename), at most once; its rows."""
+        rec = self.log.get(batch_id)
+        if rec is None or rec.state in ("committed", "aborted"):
+            return 0
+        dest = self.paths.root / rec.path
+        if not dest.exists():
+            self.log.begin(batch_id, rec.seq, rec.path, rec.rows)
+            _makedirs_durable(dest.parent)
+            os.rename(self.paths.staging / batch_id, dest)
+            fsync_dir(dest.parent)
+            fsync_dir(self.paths.staging)
+            if self.failpoint:
+                self.failpoint("published", batch_id)
+        self.log.commit(batch_id)
+        self.stats.committed += 1
+        return rec.rows
+
+    def abort_staged(self, batch_id: str) -> None:
+        """A staged batch whose checkpoint never completed: its rows will be produced again."""
+        rec = self.log.get(batch_id)
+        if rec is not None and rec.state == "staged":
+            self.log.abort(batch_id)
+        shutil.rmtree(self.paths.staging / batch_id, ignore_errors=True)
 
     def _finalize(self, stage: Path, batch_id: str) -> list[Path]:
         """Name data files after the batch, drop checksum/marker files, fsync everything."""

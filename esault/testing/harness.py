@@ -73,6 +73,7 @@ class BoltHarness:
         key: Any = None,
         source: str = "src",
         open: bool = True,
+        guarantee: str = "at_least_once",
     ) -> None:
         self.params = dict(params or {})
         if data_dir is None:
@@ -80,7 +81,7 @@ class BoltHarness:
         self.data_dir = Path(data_dir)
         self.context = TopologyContext(
             topology=topology, unit=unit, spu_id=spu_id, data_dir=self.data_dir,
-            params=dict(self.params), key=key, per_key=per_key,
+            params=dict(self.params), key=key, per_key=per_key, guarantee=guarantee,
         )
         self.source = source
         self.bolt = bolt_class(**self.params)
