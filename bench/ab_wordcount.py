@@ -36,7 +36,8 @@ with LocalCluster(workers=2) as cluster:
     for _ in range(runs):
         topology = esault_wordcount.build(path, count_spus=2, spout_placement="worker")
         started = time.perf_counter()
-        job = cluster.submit(topology, JobConfig(data_dir=Path(tempfile.mkdtemp()), acking=True, elasticity=False))
+        job = cluster.submit(topology, JobConfig(data_dir=Path(tempfile.mkdtemp()), acking=True, elasticity=False,
+                                                 **({"guarantee": "at_least_once"} if "guarantee" in JobConfig.__dataclass_fields__ else {})))
         assert job.wait(600), job.status()
         rates.append(words / (time.perf_counter() - started))
         job.stop()

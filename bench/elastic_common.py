@@ -507,7 +507,8 @@ def run_profile(setting: str, profile: Profile, workload: Workload, *, paralleli
     with tempfile.TemporaryDirectory(prefix="esault-elastic-") as data_dir:
         config = JobConfig(data_dir=Path(data_dir), elasticity=elastic, tick_interval=workload.tick_interval,
                            max_spout_pending=workload.max_pending,
-                           message_timeout=workload.message_timeout)
+                           message_timeout=workload.message_timeout,
+                           guarantee="at_least_once")  # ProfileSpout cannot rewind; elasticity is measured
         with LocalCluster(workers=WORKERS) as cluster:
             state.t0 = time.monotonic()
             job = cluster.submit(topology, config)

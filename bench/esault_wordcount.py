@@ -47,13 +47,13 @@ class FinalCounts(Bolt):
 
     def open(self, context: Any) -> None:
         self.counts: dict[str, int] = {}
-        self.path = Path(context.data_dir) / "final_counts.json"
+        self.path = str(Path(context.data_dir) / "final_counts.json")  # a str: checkpointable state
 
     def process(self, tup: Any) -> None:
         self.counts[tup.key] = self.counts.get(tup.key, 0) + tup.value
 
     def close(self) -> None:
-        self.path.write_text(json.dumps(self.counts))
+        Path(self.path).write_text(json.dumps(self.counts))
 
 
 class TimedLines(TextFileSpout):
@@ -125,7 +125,7 @@ class LatencySamples(FinalCounts):
 
     def close(self) -> None:
         super().close()
-        (self.path.parent / "latency.json").write_text(json.dumps(self.samples))
+        (Path(self.path).parent / "latency.json").write_text(json.dumps(self.samples))
 
 
 def build(path: str, count_spus: int = 2, chunk_lines: int = 64, spout_placement: str | None = None,

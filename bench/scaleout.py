@@ -82,7 +82,8 @@ def topology(total: int, spus: int, work: int, elastic: bool, rate: float | None
 def run_fixed(cluster: LocalCluster, spus: int, total: int, work: int) -> float:
     """Tuples/s through `spus` SPUs (elasticity off), submit to completion."""
     job = cluster.submit(topology(total, spus, work, elastic=False),
-                         JobConfig(data_dir=Path(tempfile.mkdtemp(prefix="esault-scaleout-"))))
+                         JobConfig(data_dir=Path(tempfile.mkdtemp(prefix="esault-scaleout-")),
+                                   guarantee="at_least_once"))  # KeySpout cannot rewind
     started = time.perf_counter()
     try:
         if not job.wait(600):
@@ -114,7 +115,8 @@ def run_elastic(cluster: LocalCluster, one_spu_rate: float, work: int, seconds: 
     offered = 1.3 * one_spu_rate
     total = int(offered * seconds)
     job = cluster.submit(topology(total, 1, work, elastic=True, rate=offered),
-                         JobConfig(data_dir=Path(tempfile.mkdtemp(prefix="esault-elastic-")), elasticity=True))
+                         JobConfig(data_dir=Path(tempfile.mkdtemp(prefix="esault-elastic-")), elasticity=True,
+                                   guarantee="at_least_once"))
     started = time.perf_counter()
     run = ElasticRun(offered, 0.0, total)
     try:

@@ -162,6 +162,7 @@ class ClusterActor(pykka.ThreadingActor):
         self.hearts = HeartbeatMonitor(SystemClock(), HEARTBEAT_INTERVAL, misses)
         self.ticker = Ticker(SystemClock(), HEARTBEAT_INTERVAL / 2)
         self.lost: list[str] = []
+        self._fenced: set[str] = set()
         self._status_clients: list[str] = []
 
     def on_start(self) -> None:
@@ -175,7 +176,7 @@ class ClusterActor(pykka.ThreadingActor):
         """Tell every worker the driver lives, every tick (each exits after its driver timeout without one)."""
         for worker in list(self.registry.workers):
             try:
-                self.postman.send(worker, "host", DriverBeat(), timeout=0.0)
+                self.postman.send(worker, "control", DriverBeat(), timeout=0.0)
             except Exception:  # noqa: BLE001 - a full or gone peer: its own heartbeats tell
                 pass
 
@@ -193,7 +194,7 @@ class ClusterActor(pykka.ThreadingActor):
                 pass
             for survivor in list(self.registry.workers):  # no survivor may stay blocked sending to it
                 try:
-                    self.postman.send(survivor, "host", PeerGone(worker), timeout=1.0)
+                    self.postman.send(survivor, "control", PeerGone(worker), timeout=1.0)
                 except Exception:  # noqa: BLE001 - that one's own heartbeats tell
                     pass
             for job in self.jobs().values():
@@ -208,9 +209,12 @@ class ClusterActor(pykka.ThreadingActor):
                 self._beat_workers()
             elif kind is WorkerHeartbeat:
                 if message.process in self.lost:
-                    # Declared dead but alive (it was only slow): its SPUs were replaced, so fence it.
-                    log.error("worker %s beat after being declared dead: telling it to shut down", message.process)
-                    self.postman.send(message.process, "host", Shutdown(), timeout=2.0)
+                    # Declared dead but alive (it was only slow): its SPUs were replaced, so fence it. It is
+                    # disconnected and hears no DriverBeat any more, so it exits after its driver timeout.
+                    if message.process not in self._fenced:
+                        self._fenced.add(message.process)
+                        log.error("worker %s beat after being declared dead: fenced (it exits after its driver "
+                                  "timeout)", message.process)
                     return None
                 self.hearts.beat(message.process)
                 self.registry.heartbeat(message)

@@ -47,23 +47,58 @@ class _Unbuildable(Exception):
 
 
 class DriverLiveness:
-    """When the driver last said it lives (DriverBeat): written by the host actor, read by run_worker."""
+    """When the driver last said it lives (DriverBeat): written by WorkerControl, read by run_worker."""
 
     def __init__(self) -> None:
         self.driver_seen = time.monotonic()
 
 
+class WorkerControl:
+    """Registered as "control": DriverBeat and PeerGone, handled at once on the transport's I/O thread.
+
+    Not an actor on purpose: the host actor may be busy for seconds (stopping an
+    SPU that is stuck sending to a dead peer), and neither the driver's pulse
+    nor the news that unblocks that SPU may wait behind it. Both handlers only
+    take locks and never block.
+    """
+
+    actor_urn = "worker-control"
+
+    def __init__(self, postman: Postman, liveness: DriverLiveness) -> None:
+        self.postman = postman
+        self.liveness = liveness
+
+    def tell(self, message: Any) -> None:
+        kind = type(message)
+        if kind is DriverBeat:
+            self.liveness.driver_seen = time.monotonic()
+        elif kind is PeerGone:
+            self._forget_peer(message.process)
+        else:
+            log.warning("worker %s: control ignored %s", self.postman.process, kind.__name__)
+
+    def _forget_peer(self, process: str) -> None:
+        """A dead peer: drop what is queued for it, release senders blocked on it (ConnectionError, which
+        the output router turns into a dropped batch), and refuse its key."""
+        if process in (self.postman.process, DRIVER):
+            return
+        key = self.postman.keys.key_of(process)
+        self.postman.endpoint.disconnect(process)
+        if key is not None:
+            self.postman.keys.revoke(key)
+        log.warning("worker %s: peer %s was declared dead; disconnected", self.postman.process, process)
+
+
 class HostActor(pykka.ThreadingActor):
     """Starts and stops this worker's SPUs; one JobContext per topology."""
 
-    def __init__(self, postman: Postman, done: threading.Event, liveness: DriverLiveness | None = None) -> None:
+    def __init__(self, postman: Postman, done: threading.Event) -> None:
         super().__init__()
         self.postman = postman
         self.done = done
         self.jobs: dict[str, JobContext] = {}
         self.spus: dict[int, Any] = {}
         self.topology_of: dict[int, str] = {}
-        self.liveness = liveness or DriverLiveness()
         self.submitted: dict[str, tuple[dict[str, UnitSpec | str], dict[str, Any]]] = {}
         """topology -> (unit name -> its spec, or why it cannot be built here; the job's config)."""
         self.ticker = Ticker(SystemClock(), 0.01)
@@ -72,16 +107,12 @@ class HostActor(pykka.ThreadingActor):
     def on_receive(self, message: Any) -> Any:
         try:
             kind = type(message)
-            if kind is DriverBeat:
-                self.liveness.driver_seen = time.monotonic()
-            elif kind is SubmitJob:
+            if kind is SubmitJob:
                 self._submit(message)
             elif kind is StartSpu:
                 self._start(message)
             elif kind is StopSpu:
                 self._stop_spu(message)
-            elif kind is PeerGone:
-                self._forget_peer(message.process)
             elif kind is PeerAddresses:
                 for process, (address, public_key) in message.peers.items():
                     if process not in (self.postman.process, DRIVER):  # the driver's key came with our own
@@ -97,17 +128,6 @@ class HostActor(pykka.ThreadingActor):
 
     def on_stop(self) -> None:
         self.ticker.stop()
-
-    def _forget_peer(self, process: str) -> None:
-        """A dead peer: drop what is queued for it, release senders blocked on it (ConnectionError, which
-        the output router turns into a dropped batch that acking replays), and refuse its key."""
-        if process in (self.postman.process, DRIVER):
-            return
-        key = self.postman.keys.key_of(process)
-        self.postman.endpoint.disconnect(process)
-        if key is not None:
-            self.postman.keys.revoke(key)
-        log.warning("worker %s: peer %s was declared dead; disconnected", self.postman.process, process)
 
     def _submit(self, message: SubmitJob) -> None:
         """Resolve the job's unit classes once; a unit that cannot be built keeps its reason for StartSpu."""
@@ -194,7 +214,8 @@ def run_worker(driver: str, keys: WorkerKeys, name: str | None = None, bind_host
     postman = Postman(name, bind=f"tcp://{bind_host}:0", keys=keys.ring(name), **extra)
     done = threading.Event()
     hosting = DriverLiveness()
-    host = postman.start_and_register("host", lambda: HostActor.start(postman, done, hosting))
+    postman.register("control", WorkerControl(postman, hosting))
+    host = postman.start_and_register("host", lambda: HostActor.start(postman, done))
     postman.connect(DRIVER, driver if driver.startswith("tcp://") else f"tcp://{driver}")
     postman.send(DRIVER, "cluster", WorkerHello(name, postman.address, os.getpid()))
     log.info("worker %s joined driver %s from %s", name, driver, postman.address)

@@ -64,6 +64,7 @@ class Job:
         self.units: dict[str, Any] = {}
         self._stopped = False
         self._recovering = 0  # rollbacks queued or running: the job is not complete meanwhile
+        self._recovery_lock = threading.Lock()
         self._lock = threading.Lock()
         self.final_status: dict[str, Any] | None = None
         self.ctx.acker = self._start_named("acker", lambda: AckServerActor.start(self.ctx))
@@ -138,8 +139,12 @@ class Job:
         return self.coordinator.run_task(lambda: self.checkpoints.checkpoint("savepoint", final=stop)).result(timeout)
 
     def _recover(self, lost: set[int], reason: str) -> Future:
-        """Roll every SPU back to the last completed checkpoint (control thread, before queued scaling)."""
-        with self._lock:
+        """Roll every SPU back to the last completed checkpoint (control thread, before queued scaling).
+
+        Never blocks the caller (the cluster actor, whose pulse keeps the workers alive): it aborts the
+        checkpoint and any split or merge in flight and queues the rollback, which first checks that
+        the lost SPUs were this job's."""
+        with self._recovery_lock:
             self._recovering += 1
         self.checkpoints.collector.abort(reason)
         for unit in self.units.values():
@@ -147,9 +152,15 @@ class Job:
 
         def recover() -> Any:
             try:
-                return self.checkpoints.recover(frozenset(lost), reason)
+                mine = set()
+                for spec in self.topology.units:
+                    if not self.topology.chained(spec.name):
+                        mine |= set(self.units[spec.name].ask(GetSpus())) & set(lost)
+                if not mine:
+                    return None
+                return self.checkpoints.recover(frozenset(mine), f"{reason} holding SPUs {sorted(mine)}")
             finally:
-                with self._lock:
+                with self._recovery_lock:
                     self._recovering -= 1
 
         return self.coordinator.run_task(recover, self.coordinator.URGENT)
@@ -221,11 +232,7 @@ class Job:
         """SPUs died with their worker: exactly_once rolls the job back to its last checkpoint; otherwise
         each one's interval goes to a fresh SPU (no state moves) and trees in flight fail."""
         if self.ctx.exactly_once:
-            mine = set()
-            for spec in self.topology.units:
-                if not self.topology.chained(spec.name):
-                    mine |= set(self.units[spec.name].ask(GetSpus())) & set(lost_spus)
-            return [self._recover(mine, f"a worker died holding SPUs {sorted(mine)}")] if mine else []
+            return [self._recover(set(lost_spus), "a worker died")] if lost_spus else []
         self.lost_spus |= set(lost_spus)
         futures = []
         for spec in self.topology.units:
@@ -422,18 +429,32 @@ class Job:
             self.ctx.dead_letters.close()
 
     def _final_checkpoint(self) -> None:
+        """End the spouts at a last checkpoint. A rollback during it (a worker died) aborts it: then the
+        rollback runs, a job that was complete is let complete again, and the final checkpoint is retried."""
         timeout = self.config.checkpoint_timeout + 10
-        try:
-            epoch = self.coordinator.run_task(
-                lambda: self.checkpoints.checkpoint("final", final=True)).result(timeout)
-        except Exception as exc:  # noqa: BLE001 - reported below
-            epoch, why = None, repr(exc)
-        else:
-            why = "see the log above"
-        if epoch is None:
-            last = self.checkpoints.stats.last_epoch
-            log.error("topology %r stopped without its final checkpoint (%s); a restart resumes from checkpoint %s "
-                      "and produces what came after it again", self.name, why, last)
+        why = "see the log above"
+        for _ in range(3):
+            was_complete = self.is_complete()
+            recoveries = len(self.checkpoints.stats.recoveries)
+            try:
+                epoch = self.coordinator.run_task(
+                    lambda: self.checkpoints.checkpoint("final", final=True)).result(timeout)
+            except Exception as exc:  # noqa: BLE001 - reported below
+                epoch, why = None, repr(exc)
+            if epoch is not None:
+                return
+            deadline = time.monotonic() + timeout
+            poll = threading.Event()
+            while self._recovering and time.monotonic() < deadline:
+                poll.wait(0.05)
+            if len(self.checkpoints.stats.recoveries) == recoveries:
+                break  # it failed for another reason: retrying would fail the same way
+            self.checkpoints.ended = False
+            if was_complete:
+                self.wait(timeout * 4)
+        last = self.checkpoints.stats.last_epoch
+        log.error("topology %r stopped without its final checkpoint (%s); a restart resumes from checkpoint %s "
+                  "and produces what came after it again", self.name, why, last)
 
     def _stop_actors(self) -> None:
         for spec in self.topology.units:

@@ -1,4 +1,4 @@
-"""A peer declared dead must not block anyone: PeerGone, told to a real host actor over its postman."""
+"""A peer declared dead must not block anyone: PeerGone, handed to a worker's control mailbox by its postman."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import threading
 import pytest
 
 from esault.cluster.postman import Postman
-from esault.cluster.worker import HostActor
+from esault.cluster.worker import DriverLiveness, HostActor, WorkerControl
 from esault.runtime import messages as m
 from esault.testing import wait_until
 from esault.transport.address import Address
@@ -24,6 +24,7 @@ def host():
     postman = Postman("w1", keys=keys)
     done = threading.Event()
     ref = postman.start_and_register("host", lambda: HostActor.start(postman, done))
+    postman.register("control", WorkerControl(postman, DriverLiveness()))
     yield postman, Identity(driver.public.decode(), Role.DRIVER, "driver")
     ref.stop()
     postman.close()
@@ -53,7 +54,7 @@ def test_peer_gone_from_the_driver_releases_a_sender_blocked_on_the_dead_peer_an
     postman.admit_peer("w9", "tcp://127.0.0.1:1", dead.public)  # nothing listens: frames pile up
     outcome = fill_until_blocked(postman, Address("w9", "spu-3"))
     assert outcome.empty()
-    postman._deliver("host", m.PeerGone("w9"), driver, 16)  # as the endpoint hands it over
+    postman._deliver("control", m.PeerGone("w9"), driver, 16)  # as the endpoint hands it over
     assert isinstance(outcome.get(timeout=10), ConnectionError)
     wait_until(lambda: postman.keys.identity(dead.public.decode()) is None, 10, message="its key revoked")
     with pytest.raises(LookupError):
@@ -66,7 +67,7 @@ def test_peer_gone_from_a_worker_is_refused(host):
     postman.admit_peer("w2", "tcp://127.0.0.1:1", other.public)
     victim = KeyPair.generate()
     postman.admit_peer("w9", "tcp://127.0.0.1:1", victim.public)
-    postman._deliver("host", m.PeerGone("w9"), Identity(other.public.decode(), Role.WORKER, "w2"), 16)
+    postman._deliver("control", m.PeerGone("w9"), Identity(other.public.decode(), Role.WORKER, "w2"), 16)
     assert postman.refused.get("not_permitted") == 1
     postman.endpoint.send(Address("w9", "spu-3"), m.EpochMarker(0, 1), timeout=5.0)  # still connected
     assert postman.keys.identity(victim.public.decode()) is not None
