@@ -221,3 +221,19 @@ def test_a_savepoint_request_for_an_unknown_job_gets_a_clear_error(tmp_path):
         cli = subprocess.run([sys.executable, "-m", "esault.cli", "savepoint", cluster.address, "nope"],
                              capture_output=True, text=True, timeout=60)
         assert cli.returncode == 1 and "no running job 'nope'" in cli.stderr
+
+
+def test_a_worker_killed_while_the_job_stops_rolls_back_completes_and_keeps_the_other_workers(tmp_path):
+    """The final checkpoint is in flight when a worker dies: it is aborted, the job rolls back, completes
+    again and only then stops; the survivors keep hearing the driver (they used to exit)."""
+    total = 2000
+    topology = eo_parts.build("eo-stopkill", total, rate=4000, sink="pyarrow", count_parallelism=2)
+    with LocalCluster(workers=3, heartbeat_timeout=1.0) as cluster:
+        job = cluster.submit(topology, eo_config(tmp_path))
+        assert job.wait(120), job.status()
+        victim = kill_worker_of(cluster, job.spus("count")[0])
+        job.stop()
+        assert job.checkpoints.stats.recoveries, "the death was noticed during the stop"
+        assert_exact(job, total, "eo_counts")
+        survivors = [w for w in ("w1", "w2", "w3") if w != victim]
+        assert all(cluster.pool.processes[int(w[1:]) - 1].poll() is None for w in survivors)
