@@ -129,6 +129,7 @@ class CheckpointStats:
     last_epoch: int | None = None
     last_seconds: float = 0.0
     durations: list[float] = field(default_factory=list)
+    completed_at: list[float] = field(default_factory=list)  # time.monotonic() of each completion (last 1000)
     recoveries: list[Recovery] = field(default_factory=list)
 
 
@@ -231,6 +232,8 @@ class CheckpointCoordinator:
         self.stats.last_epoch = epoch
         self.stats.last_seconds = seconds
         self.stats.durations.append(seconds)
+        self.stats.completed_at.append(time.monotonic())
+        del self.stats.completed_at[:-1000]
         metrics.record_checkpoint(self.job.name, True, seconds)
         del self.stats.durations[:-1000]
         log.info("topology %r: checkpoint %d (%s) complete in %.1f ms", self.job.name, epoch, kind, seconds * 1000)
