@@ -177,6 +177,8 @@ class CheckpointCoordinator:
         """Seconds until the next periodic checkpoint (running it when due); None: none are taken."""
         if not self.job.ctx.exactly_once or self.job._stopped or self.ended:
             return None
+        if self.job._recovering:  # a rollback is queued: a checkpoint now could record a broken layout
+            return 0.05
         wait = self._last + self.config.checkpoint_interval - time.monotonic()
         if wait > 0:
             return wait

@@ -81,7 +81,7 @@ class ReconfigurationCoordinator:
     def _run(self) -> None:
         while True:
             try:
-                wait = self.between()
+                wait = 0.0 if not self._queue.empty() else self.between()  # queued tasks (a rollback) first
             except Exception:
                 log.exception("topology %r: periodic control work failed", self.topology.name)
                 wait = 1.0

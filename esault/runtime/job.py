@@ -152,10 +152,10 @@ class Job:
 
         def recover() -> Any:
             try:
-                mine = set()
-                for spec in self.topology.units:
-                    if not self.topology.chained(spec.name):
-                        mine |= set(self.units[spec.name].ask(GetSpus())) & set(lost)
+                # This job's SPUs among the lost: any it placed there, also a merge's retiring giver or a
+                # split's new receiver that no unit lists as its SPU yet (or any more).
+                placed = getattr(self.launcher, "worker_of", None)
+                mine = {s for s in lost if placed is not None and placed(s) is not None}
                 if not mine:
                     return None
                 return self.checkpoints.recover(frozenset(mine), f"{reason} holding SPUs {sorted(mine)}")

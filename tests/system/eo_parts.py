@@ -18,35 +18,57 @@ import wordcount  # examples/, on sys.path in the tests and their workers
 _PAUSE = threading.Event()  # never set: wait() on it is a timed pause that cannot be cut short
 
 
+def hold_while(path: str) -> None:
+    """Block this thread while the file `path` exists (at most a minute): a gate across processes."""
+    waited = 0
+    while path and os.path.exists(path) and waited < 12_000:
+        _PAUSE.wait(0.005)
+        waited += 1
+
+
 class GatedCountBolt(Bolt):
-    """Per word: its running count. While the file `gate` exists, process() holds its tuple there, so a
-    split or merge of this SPU stays in its first step (the SPU cannot answer PrepareGive)."""
+    """Per word: its running count. While the file `gate` exists (`{spu}` in it is replaced by this SPU's
+    id), process() holds its tuple there: the SPU answers nothing else meanwhile, so a split or merge
+    waits at the step that needs this SPU."""
 
     def __init__(self, gate: str = "") -> None:
         self.gate = gate
 
     def open(self, context: Any) -> None:
         self.count = 0
+        self._esault_gate = self.gate.format(spu=context.spu_id) if self.gate else ""
 
     def process(self, tup: Any) -> None:
-        if self.gate:
-            waited = 0
-            while os.path.exists(self.gate) and waited < 12_000:  # at most a minute
-                _PAUSE.wait(0.005)
-                waited += 1
+        hold_while(self._esault_gate)
         self.count += tup.value
         self.emit(self.key, self.count)
 
+    def restore_state(self, state: dict[str, Any]) -> None:
+        vars(self).update({k: v for k, v in state.items() if k != "gate"})
+
+
+class GatedSentenceSpout(wordcount.SentenceSpout):
+    """SentenceSpout whose next_tuple() blocks while the file `gate` exists: the spout's SPU then cannot
+    switch routes, so a split or merge waits for its EpochMarker (after the prepare step)."""
+
+    def __init__(self, gate: str = "", **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.gate = gate
+
+    def next_tuple(self) -> None:
+        hold_while(self.gate)
+        super().next_tuple()
+
 
 def build(name: str, total: int, rate: float, gate: str = "", sink: str | None = None,
-          count_parallelism: int = 2, table: str = "eo_counts", spouts: int = 1):
+          count_parallelism: int = 2, table: str = "eo_counts", spouts: int = 1, spout_gate: str = ""):
     """sentences (rate-limited, rewindable) -> split (chained) -> count -> latest [-> Spark table].
 
     Each of the `spouts` instances emits the same `total` sentences, so every count SPU aligns barriers
     from `spouts` channels (the oracle multiplies)."""
     builder = TopologyBuilder(name)
-    builder.set_spout("sentences", wordcount.SentenceSpout, spouts, params={"total": total, "seed": 5, "rate": rate},
-                      max_pending=4000)
+    builder.set_spout("sentences", GatedSentenceSpout, spouts,
+                      params={"total": total, "seed": 5, "rate": rate, "gate": spout_gate}, max_pending=4000)
     builder.set_bolt("split", wordcount.SplitBolt, spouts).shuffle_grouping("sentences")
     builder.set_bolt("count", GatedCountBolt, count_parallelism, params={"gate": gate}, elastic=False,
                      pe_idle_timeout=None).key_grouping("split")

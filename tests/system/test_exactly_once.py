@@ -77,33 +77,60 @@ def test_five_kill9s_of_random_workers_at_random_moments_leave_counts_and_table_
         assert len(recoveries) == 5 and all(r.restored_epoch is not None for r in recoveries[1:])
 
 
-@pytest.mark.parametrize("action", ["split", "merge"])
+STEPS = {
+    # step: which gate holds the operation there
+    "prepare": "the giver is held mid-tuple, so PrepareGive waits",
+    "switch": "the spout is held, so its route switch and EpochMarker wait (giver and receiver are prepared)",
+    "handoff": "the new receiver is held on its first tuple (a buffered one it replays, or a new key's): "
+               "routes are switched and the hand-off cannot finish",
+}
+
+
 @pytest.mark.parametrize("victim", ["giver", "receiver"])
-def test_a_worker_killed_during_a_split_or_merge_aborts_it_cleanly_and_the_result_is_exact(
-        tmp_path, action, victim):
-    """The giver is held mid-tuple (a gate file), so the reconfiguration waits in its first step;
-    then the giver's or the receiver's worker dies. The operation fails with ScalingError, the job
-    rolls back, and the unit splits again afterwards."""
+@pytest.mark.parametrize(("action", "step"), [("split", "prepare"), ("split", "switch"), ("split", "handoff"),
+                                              ("merge", "prepare"), ("merge", "switch")])
+def test_a_worker_killed_at_each_step_of_a_split_or_merge_aborts_it_cleanly_and_the_result_is_exact(
+        tmp_path, action, step, victim):
+    """A gate file holds the operation at `step` (STEPS); then the giver's or the receiver's worker dies.
+    The operation fails with ScalingError, the job rolls back, the unit splits again afterwards, and the
+    counts are exact."""
     total = 2500
-    gate = tmp_path / "gate"
-    topology = eo_parts.build(f"eo-{action}-{victim}", total, rate=1500, gate=str(gate), count_parallelism=2)
+    gate = tmp_path / "gate-{spu}"
+    spout_gate = tmp_path / "spout-gate"
+    topology = eo_parts.build(f"eo-{action}-{step}-{victim}", total, rate=1500, gate=str(gate),
+                              spout_gate=str(spout_gate), count_parallelism=2)
     with LocalCluster(workers=3, heartbeat_timeout=1.0) as cluster:
         job = cluster.submit(topology, eo_config(tmp_path))
         wait_until(lambda: completed_checkpoints(job) >= 2, 60, message="two checkpoints")
         giver, other = job.spus("count")
         before = set().union(*cluster.registry.spus_on.values())
-        gate.touch()  # the count SPUs hold their next tuple: PrepareGive waits behind it
+        gates = []
+        if step == "prepare":
+            gates.append(Path(str(gate).format(spu=giver)))
+        elif step == "switch":
+            gates.append(spout_gate)
+        for g in gates:
+            g.touch()
         pending = job.split_async("count", giver) if action == "split" else job.merge_async("count", giver, other)
-        if victim == "giver":
-            kill_worker_of(cluster, giver)
-        else:
-            receiver = wait_until(lambda: set().union(*cluster.registry.spus_on.values()) - before, 30,
-                                  message="the receiver launched") if action == "split" else {other}
-            kill_worker_of(cluster, next(iter(receiver)))
+        receiver = other
+        if action == "split":
+            receiver = next(iter(wait_until(lambda: set().union(*cluster.registry.spus_on.values()) - before, 30,
+                                            message="the receiver launched")))
+        if step == "handoff":
+            held = Path(str(gate).format(spu=receiver))
+            held.touch()
+            gates.append(held)
+            # the split completes only when the receiver finished replaying: it stays pending
+        if step in ("switch", "handoff"):
+            switched = (lambda: receiver in job.spus("count")) if action == "split" else \
+                (lambda: giver not in job.spus("count"))
+            wait_until(switched, 30, message="routes switched to the new layout")
+        kill_worker_of(cluster, giver if victim == "giver" else receiver)
         cluster.pool.spawn("r1")
         with pytest.raises(ScalingError, match="aborted"):
             pending.result(60)
-        gate.unlink()
+        for g in gates:
+            g.unlink()
         wait_until(lambda: job.checkpoints.stats.recoveries, 60, message="the rollback")
         again = job.split("count", job.spus("count")[0])  # scalable again
         assert again.action == "split"
