@@ -61,14 +61,15 @@ class GatedSentenceSpout(wordcount.SentenceSpout):
 
 
 def build(name: str, total: int, rate: float, gate: str = "", sink: str | None = None,
-          count_parallelism: int = 2, table: str = "eo_counts", spouts: int = 1, spout_gate: str = ""):
+          count_parallelism: int = 2, table: str = "eo_counts", spouts: int = 1, spout_gate: str = "",
+          max_pending: int = 4000):
     """sentences (rate-limited, rewindable) -> split (chained) -> count -> latest [-> Spark table].
 
     Each of the `spouts` instances emits the same `total` sentences, so every count SPU aligns barriers
     from `spouts` channels (the oracle multiplies)."""
     builder = TopologyBuilder(name)
     builder.set_spout("sentences", GatedSentenceSpout, spouts,
-                      params={"total": total, "seed": 5, "rate": rate, "gate": spout_gate}, max_pending=4000)
+                      params={"total": total, "seed": 5, "rate": rate, "gate": spout_gate}, max_pending=max_pending)
     builder.set_bolt("split", wordcount.SplitBolt, spouts).shuffle_grouping("sentences")
     builder.set_bolt("count", GatedCountBolt, count_parallelism, params={"gate": gate}, elastic=False,
                      pe_idle_timeout=None).key_grouping("split")
