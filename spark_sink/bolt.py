@@ -8,10 +8,14 @@ Wire it with shuffle_grouping or global_grouping (one instance per SPU):
         "key_column": "word", "value_column": "count",
     }).shuffle_grouping("count")
 
-Each input becomes a row (to_row), is buffered, and is committed in a batch
-by a background thread; the input tuple is acked only once its batch is
+Each input becomes a row (to_row), is buffered, and is committed by a
+background thread. Under guarantee="at_least_once" (or "none") rows are
+committed in batches and the input tuple is acked only once its batch is
 durably committed (at-least-once into the table, idempotent per batch id).
-See docs/SPARK_SINK.md for the commit protocol and the end-to-end guarantees.
+Under "exactly_once" the tuple is acked at once and rows are committed in two
+phases per checkpoint epoch: staged at the barrier, published when the
+checkpoint completes (spark_sink/epochs.py).
+See docs/SPARK_SINK.md for the commit protocols and the end-to-end guarantees.
 """
 
 from __future__ import annotations
@@ -272,13 +276,23 @@ class SparkSink(Bolt):
     # -- exactly-once hooks (spark_sink/epochs.py) ---------------------------------------
 
     def on_checkpoint(self, epoch: int) -> Future | None:
+        """Exactly-once: stage the rows since the previous barrier; the Future completes once durable."""
         return None if self._epochs is None else self._epochs.checkpoint(epoch)
 
     def on_checkpoint_complete(self, epoch: int) -> None:
+        """Exactly-once: publish every staged epoch <= `epoch`, asynchronously, in epoch order."""
         if self._epochs is not None:
             self._epochs.complete(epoch)
 
+    def wait_epochs(self, timeout: float) -> None:
+        """Exactly-once: block until every stage and publish requested so far has run (for tests and
+        tools; raises the last step's error, or TimeoutError)."""
+        if self._epochs is None:
+            raise SinkError(f"SparkSink {self.table!r} is not open with guarantee='exactly_once'")
+        self._epochs.wait_idle(timeout)
+
     def abandon(self) -> None:
+        """A rollback discards this instance: stage and publish nothing more, release the commit log."""
         if self._epochs is not None:
             self._epochs.abandon()
         elif self._committer is not None:
@@ -295,7 +309,9 @@ class SparkSink(Bolt):
 
         The commit log and rejected-rows file are released by the committer
         thread when it ends, so a commit still running after a timeout can
-        finish (and ack its tuples).
+        finish (and ack its tuples). Exactly-once: rows after the last
+        checkpoint are dropped (logged), never published; publishes already
+        requested get close_timeout to finish.
         """
         if self._epochs is not None:
             self._epochs.close(self.close_timeout)
@@ -328,7 +344,11 @@ class SparkSink(Bolt):
         return self._meta
 
     def stats(self) -> dict[str, int]:
-        c = self._committer
+        c, e = self._committer, self._epochs
+        if e is not None:
+            return {"rows_committed": self.rows_committed, "rows_rejected": self.rows_rejected,
+                    "batches_committed": e.batches_published, "batches_failed": 0, "blocked_adds": 0,
+                    "epochs_staged": e.epochs_staged, "rows_buffered": e.buffered_rows}
         return {
             "rows_committed": self.rows_committed,
             "rows_rejected": self.rows_rejected,

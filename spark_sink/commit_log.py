@@ -8,7 +8,10 @@ A JSON line per event:
 
 "begin" is written (and fsync'd) before the batch directory is renamed into
 the table, "commit" after; a begin with neither commit nor abort is a commit
-cut short, which the writer resolves on open. Each append is one write() of a
+cut short, which the writer resolves on open. An exactly-once batch is first
+"stage"d (its files durable in staging, tagged with its checkpoint epoch);
+its "begin" (written only once that checkpoint completed) keeps the epoch.
+Logs without "stage" records read as before. Each append is one write() of a
 whole line followed by fsync; a crash can only leave a torn *last* line, which
 is dropped on open. The open log holds an exclusive flock, so two live writers
 can never share it. Pure file I/O: no Spark.
@@ -51,8 +54,9 @@ class CommitLog:
         except BlockingIOError:
             os.close(fd)
             raise SinkError(
-                f"commit log {self.path} is locked by another live sink writer; each "
-                "(topology, unit, spu_id) must run once per table -- stop the other instance "
+                f"commit log {self.path} is locked by another live sink writer; each writer "
+                "((topology, unit, spu_id), or (topology, unit, instance) under exactly-once) must run "
+                "once per table -- stop the other instance "
                 "or give this one another topology/unit name"
             ) from None
         self._fd: int | None = fd
@@ -131,6 +135,11 @@ class CommitLog:
         """Staged batches neither published nor aborted, in epoch order."""
         return sorted((r for r in self._batches.values() if r.state == "staged"), key=lambda r: (r.epoch, r.batch))
 
+    def unpublished(self) -> list[BatchRecord]:
+        """Exactly-once batches not yet committed or aborted (staged, or begun and cut short), in epoch order."""
+        return sorted((r for r in self._batches.values() if r.epoch is not None and r.state in ("staged", "begun")),
+                      key=lambda r: (r.epoch, r.batch))
+
     def begin(self, batch: str, seq: int, path: str, rows: int) -> None:
         """Record (durably) that `batch` is about to be renamed to `path`."""
         self._append({"op": "begin", "batch": batch, "seq": seq, "path": path, "rows": rows, "time": time.time()})
@@ -152,6 +161,10 @@ class CommitLog:
     def unfinished(self) -> list[BatchRecord]:
         """Begun batches with no commit or abort: commits cut short by a crash or error."""
         return [r for r in self._batches.values() if r.state == "begun"]
+
+    def records(self) -> list[BatchRecord]:
+        """Every batch the log knows, in its latest state (for tools and tests)."""
+        return list(self._batches.values())
 
     def committed(self) -> list[BatchRecord]:
         return [r for r in self._batches.values() if r.state == "committed"]

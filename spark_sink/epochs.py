@@ -12,16 +12,24 @@ Under guarantee="exactly_once" the runtime calls, on the SPU's thread:
   abandon()                   a rollback discards the instance: nothing more is staged or published.
 Batch ids are `<writer>.e<epoch>.p<part>` and the writer name is per instance, not per SPU, so a
 relaunched instance finds its staged epochs and a republished epoch is recognised by the commit log.
-One thread does all file and Spark work, in order.
+
+One thread does all file and Spark work, in submission order, so an epoch's Future completes only
+after every earlier epoch's step ran. A failed stage does not lose rows: the runtime lets the next
+checkpoint retry (CHECKPOINTS.md), so the failed epoch's partly staged batches are aborted and its
+rows are staged again with the next epoch. A step in progress when abandon() (or a timed-out close())
+stops the thread ends at its next batch boundary: whatever it left is resolved by the next open().
 """
 
 from __future__ import annotations
 
 import logging
+import threading
 from collections import defaultdict
 from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import TimeoutError as FutureTimeout
 from typing import TYPE_CHECKING, Any, Callable
 
+from esault.errors import SchemaError, SinkError
 from spark_sink.encode import encode
 from spark_sink.layout import epoch_batch_id
 
@@ -30,82 +38,174 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
+Row = tuple[tuple[Any, ...], dict[str, Any]]
+"""(partition value, row) as the sink placed it."""
+
+
+class Stopped(SinkError):
+    """abandon() or a timed-out close() ended the step in progress at a batch boundary."""
+
 
 class EpochCommitter:
     """Stages and publishes one sink instance's epochs on a single background thread."""
 
     def __init__(self, sink: "SparkSink", restored_epoch: int | None, setup: Callable[[], None] | None) -> None:
         self.sink = sink
-        self._rows: list[tuple[tuple[Any, ...], dict[str, Any]]] = []
-        self._thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"spark-sink-{sink.writer_id}")
-        self._last: Future = self._thread.submit(self._start, restored_epoch, setup)
         self.fatal: BaseException | None = None
+        self.epochs_staged = 0
+        self.batches_published = 0
+        self._rows: list[Row] = []  # the SPU's thread: rows since the last on_checkpoint
+        self._carried: list[Row] = []  # the committer thread: rows of an epoch whose staging failed
+        self._stop = threading.Event()
+        self._closed = False
+        self._futures: list[Future] = []
+        self._thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"spark-sink-{sink.writer_id}")
+        self._last: Future = self._submit(self._start, restored_epoch, setup)
 
     # -- the SPU's thread ---------------------------------------------------------
+
+    @property
+    def buffered_rows(self) -> int:
+        """Rows received since the last checkpoint barrier (not staged yet)."""
+        return len(self._rows)
 
     def add(self, partition: tuple[Any, ...], row: dict[str, Any]) -> None:
         self._rows.append((partition, row))
 
     def checkpoint(self, epoch: int) -> Future:
+        """Stage the rows received since the previous barrier as epoch `epoch`'s (see the module doc)."""
         rows, self._rows = self._rows, []
-        self._last = self._thread.submit(self._stage, epoch, rows)
-        return self._last
+        return self._submit(self._stage, epoch, rows)
 
-    def complete(self, epoch: int) -> None:
-        self._last = self._thread.submit(self._publish_upto, epoch)
+    def complete(self, epoch: int) -> Future:
+        """Publish every staged epoch <= `epoch` (idempotent); the Future is for tests and close()."""
+        return self._submit(self._publish_upto, epoch)
+
+    def wait_idle(self, timeout: float) -> None:
+        """Block until every step submitted so far has run (raises its error, or TimeoutError)."""
+        self._last.result(timeout)
 
     def close(self, timeout: float) -> None:
-        """A normal stop, after the final checkpoint: rows after it are not part of any checkpoint."""
+        """A normal stop, after the final checkpoint: rows after it are not part of any checkpoint, so
+        they are dropped (a restart produces them again); requested publishes get `timeout` seconds."""
+        if self._closed:
+            return
+        self._closed = True
         if self._rows:
-            log.warning("SparkSink %s: %d rows after the last checkpoint are not written (a restart produces them "
-                        "again)", self.sink.table, len(self._rows))
+            log.warning("SparkSink %s: %d rows after the last checkpoint are not written (a restart produces "
+                        "them again)", self.sink.table, len(self._rows))
             self._rows = []
-        self._finish(timeout)
-
-    def abandon(self) -> None:
-        """A rollback: queued work is dropped, the running step ends, the commit log is released."""
-        self._rows = []
-        self._thread.shutdown(wait=True, cancel_futures=True)
-        self.sink._release()
-
-    def _finish(self, timeout: float) -> None:
         try:
             self._last.result(timeout)
+        except FutureTimeout:
+            log.error("SparkSink %s: publishing did not finish within close_timeout=%ss; the commit log keeps "
+                      "the staged epochs and the next start publishes those of completed checkpoints",
+                      self.sink.table, timeout)
+            self._stop_thread()
+            return
         except Exception as exc:  # noqa: BLE001 - reported; the commit log decides on restart
-            log.error("SparkSink %s: last epoch step failed at stop: %r", self.sink.table, exc)
+            log.error("SparkSink %s: the last epoch step failed at stop: %r", self.sink.table, exc)
+        self._thread.shutdown(wait=True)
+        self.sink._release()
+
+    def abandon(self) -> None:
+        """A rollback: nothing buffered or queued is staged or published; the commit log is released as
+        soon as the step in progress reaches a batch boundary (one batch's write at most)."""
+        if self._closed:
+            return
+        self._closed = True
+        self._rows = []
+        self._stop.set()
         self._thread.shutdown(wait=True, cancel_futures=True)
         self.sink._release()
+
+    def _submit(self, fn: Callable[..., None], *args: Any) -> Future:
+        if self._closed:
+            failed: Future = Future()
+            failed.set_exception(SinkError(f"SparkSink {self.sink.table!r} is closed"))
+            return failed
+        self._futures = [f for f in self._futures if not f.done()]
+        future = self._thread.submit(fn, *args)
+        self._futures.append(future)
+        self._last = future
+        return future
+
+    def _stop_thread(self) -> None:
+        """Stop without waiting: queued steps are dropped; the log is released when the running one ends."""
+        self._stop.set()
+        self._thread.shutdown(wait=False, cancel_futures=True)
+        running = [f for f in self._futures if not f.done()]
+        if running:
+            running[-1].add_done_callback(lambda _f: self.sink._release())
+        else:
+            self.sink._release()
 
     # -- the committer thread ---------------------------------------------------------
 
+    def _check_stop(self) -> None:
+        if self._stop.is_set():
+            raise Stopped(f"SparkSink {self.sink.table!r} was stopped")
+
     def _start(self, restored_epoch: int | None, setup: Callable[[], None] | None) -> None:
+        """Spark set-up, then resolve what earlier instances staged: without this, an epoch left staged
+        could later be published next to its replayed rows, so any failure here is fatal."""
         try:
             if setup is not None:
                 setup()
+            writer = self.sink._writer
+            published = False
+            for rec in writer.log.staged():
+                self._check_stop()
+                if restored_epoch is not None and rec.epoch is not None and rec.epoch <= restored_epoch:
+                    self._count(writer.publish(rec.batch))
+                    published = True
+                else:
+                    writer.abort_staged(rec.batch)
+        except Stopped:
+            raise
         except BaseException as exc:
+            log.error("SparkSink %s cannot start: %r", self.sink.table, exc)
             self.fatal = exc
             raise
-        writer = self.sink._writer
-        for rec in writer.log.staged():
-            if restored_epoch is not None and rec.epoch is not None and rec.epoch <= restored_epoch:
-                self._count(writer.publish(rec.batch))
-            else:
-                writer.abort_staged(rec.batch)
-        self._refresh()
+        if published:
+            self._refresh()
 
-    def _stage(self, epoch: int, rows: list[tuple[tuple[Any, ...], dict[str, Any]]]) -> None:
+    def _stage(self, epoch: int, rows: list[Row]) -> None:
         if self.fatal is not None:
-            raise self.fatal
+            raise SinkError(f"SparkSink {self.sink.table!r} is not running: {self.fatal!r}") from self.fatal
+        rows, self._carried = self._carried + rows, []
+        try:
+            self._stage_rows(epoch, rows)
+        except Stopped:
+            raise
+        except BaseException as exc:
+            self._carried = rows
+            log.error("SparkSink %s: staging epoch %d failed (%r); its %d rows are staged with the next "
+                      "checkpoint", self.sink.table, epoch, exc, len(rows))
+            self._abort_epoch(epoch)
+            raise
+        self.epochs_staged += 1
+
+    def _stage_rows(self, epoch: int, rows: list[Row]) -> None:
         if not rows:
-            return
+            return  # nothing to record: publishing an epoch with no batches is a no-op
         sink = self.sink
-        meta = sink._meta or sink._infer_meta([row for _, row in rows])
-        sink._meta = meta
+        meta = sink._meta
+        if meta is None:
+            try:
+                meta = sink._meta = sink._infer_meta([row for _, row in rows])
+            except SchemaError as exc:  # nothing usable to infer from: reject, as at-least-once does
+                for _, row in rows:
+                    sink._rejects.write(row, f"cannot infer a table schema from these rows: {exc}",
+                                        f"epoch-{epoch}")
+                sink._count_rejects(len(rows))
+                return
         by_partition: dict[tuple[Any, ...], list[dict[str, Any]]] = defaultdict(list)
         for partition, row in rows:
             by_partition[partition].append(row)
         writer = sink._writer
         for part, partition in enumerate(sorted(by_partition, key=repr)):
+            self._check_stop()
             batch_rows = by_partition[partition]
             enc = encode(batch_rows, meta.columns, drop=meta.partition_names)
             for i, reason in enc.rejected:
@@ -119,18 +219,40 @@ class EpochCommitter:
             batch = epoch_batch_id(sink.writer_id, epoch, part)
             writer.stage(batch, writer.next_seq, sink.scheme.batch_path(partition, batch), enc.table, epoch)
 
+    def _abort_epoch(self, epoch: int) -> None:
+        """Drop what a failed stage of `epoch` left: its rows are staged again under a later epoch, so
+        these batches must never be published. If that cannot be made durable, stop for good."""
+        writer = self.sink._writer
+        try:
+            for rec in writer.log.staged():
+                if rec.epoch == epoch:
+                    writer.abort_staged(rec.batch)
+        except BaseException as exc:
+            log.error("SparkSink %s: cannot abort the partly staged epoch %d: %r", self.sink.table, epoch, exc)
+            self.fatal = exc
+
     def _publish_upto(self, epoch: int) -> None:
         writer = self.sink._writer
         published = False
-        for rec in writer.log.staged():
-            if rec.epoch is not None and rec.epoch <= epoch:
-                self._count(writer.publish(rec.batch))
-                published = True
-        if published:
-            self._refresh()
+        try:
+            for rec in writer.log.unpublished():
+                if rec.epoch is not None and rec.epoch <= epoch:
+                    self._check_stop()
+                    self._count(writer.publish(rec.batch))
+                    published = True
+        except Stopped:
+            raise
+        except Exception as exc:
+            log.error("SparkSink %s: publishing epochs <= %d failed (retried at the next completed checkpoint "
+                      "or on restart): %r", self.sink.table, epoch, exc)
+            raise
+        finally:
+            if published and not self._stop.is_set():
+                self._refresh()
 
     def _count(self, rows: int) -> None:
         if rows:
+            self.batches_published += 1
             self.sink.rows_committed += rows
             self.sink._metrics.rows_committed.inc(rows)
             self.sink._metrics.batches.inc()

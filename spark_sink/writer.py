@@ -11,11 +11,19 @@ Protocol for batch B (id I, rows of one partition value P), one writer per
      readers see nothing of B before it and all of B after it. fsync the parent.
   4. Append {"commit", I} to the log (fsync). B is committed.
 
+Exactly-once splits this in two (stage, publish): stage() does step 1 and
+appends {"stage", I, P, rows, epoch} (fsync); publish(), called only once
+that epoch's checkpoint completed, does steps 2-4 from the staged files.
+
 On open, the writer resolves its log: a "begin" without "commit" whose
 directory exists was published (the rename is atomic) and is logged as
-committed; one whose directory does not exist is logged as aborted. Leftover
-staging directories of this writer are deleted. Sequence numbers continue after
-the highest one in the log, so a restarted writer never reuses a batch id.
+committed; one whose directory does not exist is logged as aborted -- except
+an exactly-once batch (one with an epoch), which is only begun once its
+checkpoint completed: it is published from staging (rolled forward). Leftover
+staging directories of this writer are deleted, except those of staged
+exactly-once batches, which wait for their checkpoint (spark_sink/epochs.py).
+Sequence numbers continue after the highest one in the log, so a restarted
+writer never reuses a batch id.
 
 File I/O only (the Spark part is the stager); runs on the committer thread.
 """
@@ -94,6 +102,10 @@ class BatchWriter:
             if (self.paths.root / rec.path).is_dir():
                 self.log.commit(rec.batch)
                 forward.append(rec.batch)
+            elif rec.epoch is not None and (self.paths.staging / rec.batch).is_dir():
+                self._rename_into_table(rec.batch, self.paths.root / rec.path)  # its checkpoint completed
+                self.log.commit(rec.batch)
+                forward.append(rec.batch)
             else:
                 self.log.abort(rec.batch)
                 aborted.append(rec.batch)
@@ -155,10 +167,7 @@ class BatchWriter:
         self.log.begin(batch_id, seq, rel_path, rows)
         if fp:
             fp("begun", batch_id)
-        _makedirs_durable(dest.parent)
-        os.rename(stage, dest)
-        fsync_dir(dest.parent)
-        fsync_dir(self.paths.staging)
+        self._rename_into_table(batch_id, dest)
         if fp:
             fp("published", batch_id)
         self.log.commit(batch_id)
@@ -194,15 +203,20 @@ class BatchWriter:
         dest = self.paths.root / rec.path
         if not dest.exists():
             self.log.begin(batch_id, rec.seq, rec.path, rec.rows)
-            _makedirs_durable(dest.parent)
-            os.rename(self.paths.staging / batch_id, dest)
-            fsync_dir(dest.parent)
-            fsync_dir(self.paths.staging)
+            if self.failpoint:
+                self.failpoint("begun", batch_id)
+            self._rename_into_table(batch_id, dest)
             if self.failpoint:
                 self.failpoint("published", batch_id)
         self.log.commit(batch_id)
         self.stats.committed += 1
         return rec.rows
+
+    def _rename_into_table(self, batch_id: str, dest: Path) -> None:
+        _makedirs_durable(dest.parent)
+        os.rename(self.paths.staging / batch_id, dest)
+        fsync_dir(dest.parent)
+        fsync_dir(self.paths.staging)
 
     def abort_staged(self, batch_id: str) -> None:
         """A staged batch whose checkpoint never completed: its rows will be produced again."""
