@@ -1,13 +1,16 @@
 """SparkSink under exactly_once: two-phase commit per checkpoint epoch, across rollbacks and kill -9.
 
-Driven directly (pyarrow engine, no JVM) the way the runtime drives it: process(), on_checkpoint(e)
-(stage), on_checkpoint_complete(e) (publish), abandon() (rollback), open() with restored_epoch.
-Each test fails if the sink publishes at the barrier instead of at completion.
+Driven directly the way the runtime drives it: process(), on_checkpoint(e) (stage),
+on_checkpoint_complete(e) (publish), abandon() (rollback), open() with restored_epoch. The crash
+tests SIGKILL a child process running the sink (pyarrow engine, no JVM): from the parent between
+staging and publishing, or from a failpoint inside a publish; the last test runs real PySpark.
+Each pyarrow test fails if the sink publishes at the barrier instead of at completion.
 """
 
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -120,3 +123,94 @@ def test_a_sink_killed_while_staging_leaves_nothing_published(tmp_path):
     sink = open_sink(tmp_path, restored=1)
     sink.close()
     assert table(tmp_path) == sorted(A), "epoch 1 (complete) published on restart, epoch 2 dropped"
+
+
+@pytest.mark.parametrize("restored", [2, 1, None])
+def test_a_sink_killed_between_two_publishes_inside_a_rename_recovers_from_its_begin_record(tmp_path, restored):
+    """kill -9 after epoch 2's 'begin' record, before its rename: 'begin' is written only after the
+    checkpoint completed, so the next open publishes epoch 2 from staging whatever it restores from."""
+    child = run_child(tmp_path, "begun:kill:2")
+    assert child.returncode == -9 and "staged" in child.stdout, child.stderr
+    assert table(tmp_path) == sorted(A)
+    sink = open_sink(tmp_path, restored=restored)
+    sink.close()
+    assert table(tmp_path) == sorted(A + B)
+
+
+HOLDING_CHILD = """
+import sys
+sys.path[:0] = {paths!r}
+from pathlib import Path
+from test_spark_sink_epochs import open_sink, feed, A, B
+sink = open_sink(Path({tmp!r}))
+feed(sink, A)
+sink.on_checkpoint(1).result(30)
+feed(sink, B)
+sink.on_checkpoint(2).result(30)
+print("staged", flush=True)
+sys.stdin.readline()  # the parent kills this process here: staged, never published
+sink.on_checkpoint_complete(2)
+sink.close()
+"""
+
+
+@pytest.mark.parametrize("restored", [2, 1, None])
+def test_a_sink_killed_between_staging_and_publishing_publishes_exactly_the_restored_epochs(tmp_path, restored):
+    """SIGKILL from outside with epochs 1 and 2 staged and nothing published: the restart publishes the
+    epochs its checkpoint covers and aborts the rest, whose rows the replay produces again."""
+    script = HOLDING_CHILD.format(paths=[str(ROOT), str(ROOT / "tests" / "system")], tmp=str(tmp_path))
+    child = subprocess.Popen([sys.executable, "-c", script], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE, text=True)
+    try:
+        line = child.stdout.readline()  # blocks until the child staged both epochs (or died)
+        assert line.strip() == "staged", child.stderr.read()
+        assert table(tmp_path) == [], "staged rows are not visible"
+        os.kill(child.pid, signal.SIGKILL)
+        assert child.wait(30) == -9
+    finally:
+        if child.poll() is None:
+            child.kill()
+            child.wait(30)
+        child.stdin.close()
+        child.stdout.close()
+        child.stderr.close()
+    assert table(tmp_path) == []
+    sink = open_sink(tmp_path, restored=restored)  # the lock died with the child
+    replay = {2: [], 1: B, None: A + B}[restored]  # what the rollback to `restored` produces again
+    feed(sink, replay)
+    sink.on_checkpoint(3).result(30)
+    sink.on_checkpoint_complete(3)
+    sink.close()
+    assert table(tmp_path) == sorted(A + B), "every row exactly once"
+
+
+def test_the_spark_engine_stages_at_the_barrier_and_spark_sql_sees_the_rows_at_completion(
+        spark, tmp_path, table_name):
+    def spark_sink(restored: int | None) -> SparkSink:
+        sink = SparkSink(table=table_name, schema="word STRING, n BIGINT", key_column="word", value_column="n",
+                         engine="spark", warehouse=tmp_path / "wh", partition_by=[])
+        sink.open(TopologyContext("job", "sink", spu_id=7, data_dir=tmp_path, instance=0,
+                                  guarantee="exactly_once", restored_epoch=restored))
+        return sink
+
+    def query() -> list[tuple[str, int]]:
+        spark.sql(f"REFRESH TABLE {table_name}")
+        return sorted((r.word, r.n) for r in spark.sql(f"SELECT word, n FROM {table_name}").collect())
+
+    sink = spark_sink(None)
+    feed(sink, A)
+    sink.on_checkpoint(1).result(120)
+    feed(sink, B)
+    sink.on_checkpoint(2).result(120)
+    assert query() == [], "staged epochs are not in the table"
+    sink.on_checkpoint_complete(1)
+    sink.wait_epochs(120)
+    assert query() == sorted(A)
+    sink.abandon()  # a rollback to checkpoint 1: epoch 2 is dropped and replayed
+    sink = spark_sink(1)
+    feed(sink, B)
+    sink.on_checkpoint(3).result(120)
+    sink.on_checkpoint_complete(3)
+    sink.close()
+    assert query() == sorted(A + B)
+    assert sink.stats()["rows_committed"] == len(B)

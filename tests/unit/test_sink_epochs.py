@@ -1,0 +1,363 @@
+"""The exactly-once sink's two-phase commit per checkpoint epoch, at the file level (pyarrow, no JVM).
+
+The writer's stage()/publish() and the commit log's records, then a SparkSink driven the way the
+runtime drives it under guarantee="exactly_once": process(), on_checkpoint(e) (stage: durable, not
+visible), on_checkpoint_complete(e) (publish), open() with restored_epoch (recover), abandon()
+(rollback), close() (normal stop). Waits are on futures, events and threads with timeouts.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.dataset as ds
+import pytest
+
+from esault.dsl.context import TopologyContext
+from esault.dsl.tuple import Tuple
+from esault.errors import SinkError
+from esault.testing import wait_until
+from spark_sink import SparkSink
+from spark_sink.commit_log import CommitLog
+from spark_sink.failpoints import FAILPOINT_ENV, InjectedCrash, StepFailpoint
+from spark_sink.layout import TablePaths, epoch_batch_id, instance_writer_id
+from spark_sink.stager import ArrowStager
+from spark_sink.writer import BatchWriter
+
+WRITER = instance_writer_id("job", "sink", 0)
+A = [("a", 1), ("b", 2)]
+B = [("c", 3), ("d", 4)]
+C = [("e", 5)]
+
+
+# -- helpers --------------------------------------------------------------------------
+
+
+def rows_in(table_dir: Path) -> list[tuple[str, int]]:
+    """Every (word, n) a reader sees: the published batches only (staging is under '_esault')."""
+    files = [str(p) for p in table_dir.rglob("*.parquet") if "_esault" not in p.relative_to(table_dir).parts]
+    if not files:
+        return []
+    dataset = ds.dataset(files, format="parquet", partitioning="hive", partition_base_dir=str(table_dir))
+    data = dataset.to_table(columns=["word", "n"]).to_pydict()
+    return sorted(zip(data["word"], data["n"]))
+
+
+def arrow(rows: list[tuple[str, int]]) -> pa.Table:
+    return pa.table({"word": pa.array([w for w, _ in rows], pa.string()), "n": pa.array([n for _, n in rows])})
+
+
+class GateStager:
+    """ArrowStager that can hold a stage() until the test opens the gate, or fail a chosen call."""
+
+    name = "gate"
+
+    def __init__(self, hold: bool = False, fail_calls: tuple[int, ...] = ()) -> None:
+        self.gate = threading.Event()
+        if not hold:
+            self.gate.set()
+        self.entered = threading.Event()
+        self.calls = 0
+        self.fail_calls = fail_calls
+
+    def stage(self, table: pa.Table, directory: Path) -> None:
+        self.calls += 1
+        self.entered.set()
+        assert self.gate.wait(30), "the test never opened the gate"
+        if self.calls in self.fail_calls:
+            raise OSError(f"injected stage failure (call {self.calls})")
+        ArrowStager().stage(table, directory)
+
+
+def open_sink(tmp_path: Path, restored: int | None = None, spu_id: int = 1, engine=None, **params) -> SparkSink:
+    sink = SparkSink(table="t", schema="word STRING, n BIGINT", key_column="word", value_column="n",
+                     engine=engine or "pyarrow", warehouse=tmp_path / "wh", partition_by=[], **params)
+    sink.open(TopologyContext("job", "sink", spu_id=spu_id, data_dir=tmp_path, instance=0,
+                              guarantee="exactly_once", restored_epoch=restored))
+    return sink
+
+
+def feed(sink: SparkSink, rows: list[tuple[str, int]]) -> None:
+    view = Tuple()
+    for word, n in rows:
+        view.key, view.value = word, n
+        sink.process(view)
+
+
+def checkpoint(sink: SparkSink, epoch: int) -> None:
+    sink.on_checkpoint(epoch).result(30)
+
+
+def table_dir(tmp_path: Path) -> Path:
+    return tmp_path / "wh" / "t"
+
+
+def commit_log(tmp_path: Path) -> CommitLog:
+    return CommitLog(TablePaths(table_dir(tmp_path)).commit_log(WRITER))
+
+
+def states_by_epoch(tmp_path: Path) -> dict[int, set[str]]:
+    log = commit_log(tmp_path)
+    try:
+        out: dict[int, set[str]] = {}
+        for rec in log.records():
+            out.setdefault(rec.epoch, set()).add(rec.state)
+        return out
+    finally:
+        log.close()
+
+
+def states_by_epoch_open(sink: SparkSink) -> dict[int, set[str]]:
+    """The commit log's states per epoch, read from the open sink's own writer."""
+    out: dict[int, set[str]] = {}
+    for rec in sink._writer.log.records():
+        out.setdefault(rec.epoch, set()).add(rec.state)
+    return out
+
+
+# -- the writer: stage, publish, recovery ------------------------------------------------------
+
+
+def test_a_staged_batch_is_durable_but_invisible_until_published_and_publishing_again_is_a_no_op(tmp_path):
+    w = BatchWriter(tmp_path, WRITER, ArrowStager())
+    batch = epoch_batch_id(WRITER, 1, 0)
+    assert w.stage(batch, w.next_seq, f"esault_batch={batch}", arrow(A), 1)
+    assert rows_in(tmp_path) == []
+    assert (w.paths.staging / batch).is_dir()
+    rec = w.log.get(batch)
+    assert (rec.state, rec.epoch, rec.rows) == ("staged", 1, 2)
+    assert w.publish(batch) == 2
+    assert rows_in(tmp_path) == sorted(A) and w.log.get(batch).state == "committed"
+    assert w.publish(batch) == 0, "a committed batch is not published twice"
+    assert not w.stage(batch, w.next_seq, f"esault_batch={batch}", arrow(A), 1), "nor staged again"
+    w.close()
+    again = BatchWriter(tmp_path, WRITER, ArrowStager())  # a restarted writer agrees
+    assert again.publish(batch) == 0 and again.log.get(batch).epoch == 1
+    again.close()
+    assert rows_in(tmp_path) == sorted(A)
+
+
+def test_a_publish_cut_short_after_begin_is_rolled_forward_on_open_not_aborted(tmp_path):
+    """'begin' is written only after the epoch's checkpoint completed: dropping the batch would lose rows."""
+    w = BatchWriter(tmp_path, WRITER, ArrowStager(), failpoint=StepFailpoint("begun", "raise"))
+    batch = epoch_batch_id(WRITER, 1, 0)
+    w.stage(batch, w.next_seq, f"esault_batch={batch}", arrow(A), 1)
+    with pytest.raises(InjectedCrash):
+        w.publish(batch)
+    assert w.log.get(batch).state == "begun" and rows_in(tmp_path) == []
+    w.close()
+    again = BatchWriter(tmp_path, WRITER, ArrowStager())
+    assert again.stats.recovered.rolled_forward == (batch,)
+    assert again.log.get(batch).state == "committed"
+    again.close()
+    assert rows_in(tmp_path) == sorted(A)
+
+
+def test_a_log_written_before_epochs_existed_reads_as_before(tmp_path):
+    path = tmp_path / "w.log"
+    path.write_bytes(b'{"op":"begin","batch":"w.0","seq":0,"path":"p","rows":1}\n{"op":"commit","batch":"w.0"}\n'
+                     b'{"op":"begin","batch":"w.1","seq":1,"path":"q","rows":2}\n')
+    log = CommitLog(path)
+    assert log.is_committed("w.0") and log.get("w.0").epoch is None
+    assert [r.batch for r in log.unfinished()] == ["w.1"]
+    assert log.staged() == [] and log.unpublished() == []
+    log.close()
+
+
+# -- the sink: the runtime's hooks --------------------------------------------------------------
+
+
+def test_rows_are_staged_at_the_barrier_and_published_only_when_the_checkpoint_completes(tmp_path):
+    sink = open_sink(tmp_path)
+    assert sink.snapshot_state() == {}, "the sink's state is its staged epochs, not PE attributes"
+    feed(sink, A)
+    checkpoint(sink, 1)
+    assert rows_in(table_dir(tmp_path)) == []
+    assert states_by_epoch_open(sink) == {1: {"staged"}}
+    sink.on_checkpoint_complete(1)
+    sink.wait_epochs(30)
+    assert rows_in(table_dir(tmp_path)) == sorted(A)
+    sink.on_checkpoint_complete(1)  # again: idempotent
+    checkpoint(sink, 2)  # an epoch with no rows stages nothing
+    sink.on_checkpoint_complete(2)
+    sink.close()
+    assert rows_in(table_dir(tmp_path)) == sorted(A)
+    assert sink.stats()["rows_committed"] == 2
+
+
+@pytest.mark.parametrize("restored, expected", [(None, []), (1, sorted(A)), (2, sorted(A + B)),
+                                                (3, sorted(A + B + C))])
+def test_open_publishes_staged_epochs_up_to_the_restored_checkpoint_and_aborts_the_rest(
+        tmp_path, restored, expected):
+    sink = open_sink(tmp_path, spu_id=1)
+    for epoch, rows in ((1, A), (2, B), (3, C)):
+        feed(sink, rows)
+        checkpoint(sink, epoch)
+    sink.abandon()  # died before any checkpoint completion reached it
+    assert rows_in(table_dir(tmp_path)) == []
+    again = open_sink(tmp_path, restored=restored, spu_id=2)  # a new SPU: same writer (per instance)
+    again.wait_epochs(30)
+    again.close()
+    assert rows_in(table_dir(tmp_path)) == expected
+    states = states_by_epoch(tmp_path)
+    for epoch in (1, 2, 3):
+        assert states[epoch] == ({"committed"} if restored is not None and epoch <= restored else {"aborted"})
+    staging = TablePaths(table_dir(tmp_path)).staging
+    assert [p.name for p in staging.iterdir()] == [], "aborted epochs' staging is deleted"
+
+
+def test_a_restart_from_the_same_checkpoint_never_writes_an_epoch_twice(tmp_path):
+    sink = open_sink(tmp_path)
+    feed(sink, A)
+    checkpoint(sink, 1)
+    sink.on_checkpoint_complete(1)
+    sink.close()
+    for spu_id in (2, 3):
+        again = open_sink(tmp_path, restored=1, spu_id=spu_id)
+        again.on_checkpoint_complete(1)
+        again.close()
+    assert rows_in(table_dir(tmp_path)) == sorted(A)
+
+
+def test_abandon_publishes_nothing_more_and_releases_the_commit_log_at_once(tmp_path):
+    stager = GateStager(hold=True)
+    sink = open_sink(tmp_path, engine=stager)
+    feed(sink, A)
+    staged = sink.on_checkpoint(1)  # held in the stager
+    assert stager.entered.wait(30)
+    sink.on_checkpoint_complete(1)  # queued behind the stage: must not run
+    feed(sink, B)  # buffered: must not be staged
+    done = threading.Thread(target=sink.abandon)
+    done.start()
+    stager.gate.set()
+    done.join(30)
+    assert not done.is_alive()
+    assert staged.result(0) is None  # the step in progress finished its one batch
+    assert rows_in(table_dir(tmp_path)) == [], "nothing published after abandon()"
+    assert states_by_epoch(tmp_path) == {1: {"staged"}}, "the lock is free; epoch 1 waits for the next open"
+    assert stager.calls == 1
+    again = open_sink(tmp_path, restored=None, spu_id=2)
+    again.close()
+    assert rows_in(table_dir(tmp_path)) == [] and states_by_epoch(tmp_path) == {1: {"aborted"}}
+
+
+def test_abandon_ends_a_stage_in_progress_at_the_next_batch(tmp_path):
+    stager = GateStager(hold=True)
+    sink = SparkSink(table="t", schema="word STRING, n BIGINT", key_column="word", value_column="n",
+                     engine=stager, warehouse=tmp_path / "wh", partition_by="word")
+    sink.open(TopologyContext("job", "sink", spu_id=1, data_dir=tmp_path, guarantee="exactly_once"))
+    feed(sink, A)  # two partitions: two batches
+    staged = sink.on_checkpoint(1)
+    assert stager.entered.wait(30)
+    done = threading.Thread(target=sink.abandon)
+    done.start()
+    wait_until(lambda: sink._epochs._stop.is_set(), 30, message="abandon() began")
+    stager.gate.set()
+    done.join(30)
+    assert not done.is_alive()
+    with pytest.raises(SinkError, match="was stopped"):
+        staged.result(0)
+    assert stager.calls == 1, "the second partition's batch was not written"
+
+
+def test_close_publishes_nothing_outside_a_completed_checkpoint(tmp_path, caplog):
+    sink = open_sink(tmp_path)
+    feed(sink, A)
+    checkpoint(sink, 1)
+    sink.on_checkpoint_complete(1)
+    feed(sink, B)  # after the last checkpoint: a restart produces these again
+    checkpoint(sink, 2)
+    feed(sink, C)
+    with caplog.at_level(logging.WARNING, logger="spark_sink.epochs"):
+        sink.close()  # checkpoint 2 never completed, C was never staged
+    assert rows_in(table_dir(tmp_path)) == sorted(A)
+    assert "1 rows after the last checkpoint are not written" in caplog.text
+    again = open_sink(tmp_path, restored=1, spu_id=2)
+    again.close()
+    assert rows_in(table_dir(tmp_path)) == sorted(A)
+
+
+def test_close_waits_for_the_publishes_already_requested(tmp_path):
+    stager = GateStager(hold=True)
+    sink = open_sink(tmp_path, engine=stager)
+    feed(sink, A)
+    sink.on_checkpoint(1)
+    assert stager.entered.wait(30)
+    sink.on_checkpoint_complete(1)
+    opener = threading.Timer(0.05, stager.gate.set)  # lets close() start while the stage is still held
+    opener.start()
+    sink.close()
+    opener.join()
+    assert rows_in(table_dir(tmp_path)) == sorted(A)
+
+
+def test_close_gives_up_after_close_timeout_and_releases_the_log_when_the_step_ends(tmp_path):
+    stager = GateStager(hold=True)
+    sink = open_sink(tmp_path, engine=stager, close_timeout=0.05)
+    feed(sink, A)
+    sink.on_checkpoint(1)
+    assert stager.entered.wait(30)
+    sink.close()  # returns although the stage is held
+    with pytest.raises(SinkError, match="locked by another live sink writer"):
+        commit_log(tmp_path)
+    stager.gate.set()
+    wait_until(lambda: _log_is_free(tmp_path), 30, message="commit log released after the step ended")
+
+
+def _log_is_free(tmp_path: Path) -> bool:
+    try:
+        commit_log(tmp_path).close()
+    except SinkError:
+        return False
+    return True
+
+
+@pytest.mark.parametrize("partition_by", [[], "word"])
+def test_a_failed_stage_keeps_its_rows_for_the_next_checkpoint_and_leaves_no_partial_epoch(
+        tmp_path, partition_by):
+    """The runtime lets the next checkpoint retry: epoch 1's rows must be in it, once."""
+    stager = GateStager(fail_calls=(1,) if partition_by == [] else (2,))  # partitioned: the 2nd batch fails
+    sink = SparkSink(table="t", schema="word STRING, n BIGINT", key_column="word", value_column="n",
+                     engine=stager, warehouse=tmp_path / "wh", partition_by=partition_by)
+    sink.open(TopologyContext("job", "sink", spu_id=1, data_dir=tmp_path, guarantee="exactly_once"))
+    feed(sink, A)
+    with pytest.raises(OSError, match="injected stage failure"):
+        checkpoint(sink, 1)
+    feed(sink, B)
+    checkpoint(sink, 2)
+    sink.on_checkpoint_complete(2)
+    sink.close()
+    assert rows_in(table_dir(tmp_path)) == sorted(A + B)
+    assert states_by_epoch(tmp_path).get(1, {"aborted"}) == {"aborted"}
+
+
+def test_a_failed_publish_is_retried_at_the_next_completion(tmp_path, monkeypatch):
+    monkeypatch.setenv(FAILPOINT_ENV, "begun:raise:1")
+    sink = open_sink(tmp_path)
+    feed(sink, A)
+    checkpoint(sink, 1)
+    sink.on_checkpoint_complete(1)
+    with pytest.raises(InjectedCrash):
+        sink.wait_epochs(30)
+    feed(sink, B)
+    checkpoint(sink, 2)
+    sink.on_checkpoint_complete(2)
+    sink.close()
+    assert rows_in(table_dir(tmp_path)) == sorted(A + B)
+
+
+def test_at_least_once_keeps_acking_after_commit(tmp_path):
+    """guarantee='at_least_once' takes the batch path: no epochs, on_checkpoint returns None."""
+    from esault.testing.harness import BoltHarness
+
+    params = {"table": "t", "schema": "word STRING, n BIGINT", "key_column": "word", "value_column": "n",
+              "engine": "pyarrow", "warehouse": tmp_path / "wh", "partition_by": [], "batch_rows": 2}
+    with BoltHarness(SparkSink, params, data_dir=tmp_path, guarantee="at_least_once") as h:
+        assert h.bolt.on_checkpoint(1) is None
+        for word, n in A:
+            h.feed(word, n)
+        h.wait_acked(2, timeout=30)
+    assert rows_in(table_dir(tmp_path)) == sorted(A)
