@@ -14,6 +14,7 @@ from typing import Any, Protocol
 
 import pykka
 
+from esault.dsl.bolt import Bolt
 from esault.dsl.topology import Grouping, UnitSpec
 from esault.errors import ScalingError
 from esault.keyhash import KEY_SPACE_MAX
@@ -239,6 +240,10 @@ class UnitActor(pykka.ThreadingActor):
                                "so splitting it cannot help")
         if cmd.spu_id not in self.spus:
             raise ScalingError(f"bolt {name!r} has no SPU {cmd.spu_id}; its SPUs are {sorted(self.spus)}")
+        if (self.job.exactly_once and not self.spec.per_key
+                and getattr(self.spec.cls, "on_checkpoint", None) is not getattr(Bolt, "on_checkpoint")):
+            raise ScalingError(f"bolt {name!r} takes part in checkpoints per instance (a sink staging epochs) and "
+                               "cannot split or merge under exactly_once: declare it with elastic=False")
         if cmd.action == "merge" and len(self.spus) < 2:
             raise ScalingError(f"bolt {name!r} has a single SPU: there is nothing to merge it into")
         if cmd.action not in ("split", "merge"):
