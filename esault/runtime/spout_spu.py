@@ -20,7 +20,7 @@ from esault.runtime.anchors import EdgeAnchor, NoAnchor
 from esault.runtime.context import RateLimitedLog, log
 from esault.runtime.emitter import build_emit_many
 from esault.runtime.messages import (
-    AckInit, DeadLettered, Pump, RegisterOwner, SpoutProgress, Tick, TreesDone, TriggerCheckpoint,
+    AckInit, CheckpointAck, DeadLettered, Pump, RegisterOwner, SpoutProgress, Tick, TreesDone, TriggerCheckpoint,
 )
 from esault.runtime.sender import SenderActor
 from esault.transport.address import Address
@@ -305,9 +305,8 @@ class SpoutSpuActor(SenderActor):
         except Exception as exc:
             log.error("topology %r: spout %r snapshot_position() raised %r; checkpoint %d fails",
                       self.job.name, self.unit_name, exc, due.epoch)
-            snapshot = self.new_snapshot(due.epoch)
-            self.job.checkpoints.tell(type(snapshot.ack)(due.epoch, self.spu_id, self.unit_name, self.cfg.instance,
-                                                         None, f"snapshot_position() raised {exc!r}"))
+            self.job.checkpoints.tell(CheckpointAck(due.epoch, self.spu_id, self.unit_name, self.cfg.instance,
+                                                    None, f"snapshot_position() raised {exc!r}"))
             return
         snapshot = self.new_snapshot(due.epoch, position)
         self.snapshot_stages(snapshot)

@@ -92,13 +92,19 @@ sink.on_checkpoint(1).result(30)
 feed(sink, B)
 sink.on_checkpoint(2).result(30)
 print("staged", flush=True)
+{then}
 sink.on_checkpoint_complete(2)  # publishes 1 then 2; a failpoint may kill the process in between
 sink.close()
 """
+HOLD = "sys.stdin.readline()  # the parent kills this process here: staged, never published"
+
+
+def child_script(tmp_path: Path, then: str = "") -> str:
+    return CHILD.format(paths=[str(ROOT), str(ROOT / "tests" / "system")], tmp=str(tmp_path), then=then)
 
 
 def run_child(tmp_path: Path, failpoint: str) -> subprocess.CompletedProcess:
-    script = CHILD.format(paths=[str(ROOT), str(ROOT / "tests" / "system")], tmp=str(tmp_path))
+    script = child_script(tmp_path)
     env = {**os.environ, "ESAULT_SINK_FAILPOINT": failpoint}
     return subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=120)
 
@@ -137,28 +143,11 @@ def test_a_sink_killed_between_two_publishes_inside_a_rename_recovers_from_its_b
     assert table(tmp_path) == sorted(A + B)
 
 
-HOLDING_CHILD = """
-import sys
-sys.path[:0] = {paths!r}
-from pathlib import Path
-from test_spark_sink_epochs import open_sink, feed, A, B
-sink = open_sink(Path({tmp!r}))
-feed(sink, A)
-sink.on_checkpoint(1).result(30)
-feed(sink, B)
-sink.on_checkpoint(2).result(30)
-print("staged", flush=True)
-sys.stdin.readline()  # the parent kills this process here: staged, never published
-sink.on_checkpoint_complete(2)
-sink.close()
-"""
-
-
 @pytest.mark.parametrize("restored", [2, 1, None])
 def test_a_sink_killed_between_staging_and_publishing_publishes_exactly_the_restored_epochs(tmp_path, restored):
     """SIGKILL from outside with epochs 1 and 2 staged and nothing published: the restart publishes the
     epochs its checkpoint covers and aborts the rest, whose rows the replay produces again."""
-    script = HOLDING_CHILD.format(paths=[str(ROOT), str(ROOT / "tests" / "system")], tmp=str(tmp_path))
+    script = child_script(tmp_path, HOLD)
     child = subprocess.Popen([sys.executable, "-c", script], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                              stderr=subprocess.PIPE, text=True)
     try:
