@@ -38,6 +38,10 @@ class ResourceError(EsaultError):
     """A resource (worker slot) could not be acquired or released."""
 
 
+class WorkerLost(ResourceError):
+    """The worker process an SPU was being started on died before it answered."""
+
+
 class SinkError(EsaultError):
     """The Spark sink could not start or commit."""
 

@@ -164,6 +164,13 @@ class CheckpointCoordinator:
         if restore_from is not None and point is None:
             raise ConfigError(f"no completed checkpoint {restore_from} in {self.store.path}; "
                               f"completed: {[c.epoch for c in self.store.completed()][-10:]}")
+        latest = self.store.latest()
+        if point is not None and point.kind != "savepoint" and latest is not None and point.epoch != latest.epoch:
+            savepoints = [c.epoch for c in self.store.completed() if c.kind == "savepoint"]
+            raise ConfigError(
+                f"checkpoint {point.epoch} in {self.store.path} is not a savepoint (kind {point.kind!r}): "
+                f"compaction keeps those exact only while they are the latest ({latest.epoch}). Restore from a savepoint "
+                f"(esault savepoint; stored: {savepoints[-10:] or 'none'}) or from the latest")
         if point is not None and stored is not None and stored != fingerprint:
             raise ConfigError(
                 f"{self.store.path} holds checkpoints of a different topology {self.topology.name!r} "

@@ -25,10 +25,10 @@ log = logging.getLogger("esault.checkpoint")
 
 @dataclass
 class Snapshot:
-    """One SPU's part of one checkpoint: rows per unit name, futures to wait for, the ack to send."""
+    """One SPU's part of one checkpoint: (bucket, entries) rows per unit name, futures to wait for, the ack."""
 
     ack: CheckpointAck
-    rows: dict[str, list[tuple[int, bytes, bytes]]] = field(default_factory=dict)
+    rows: dict[str, list[tuple[int, bytes]]] = field(default_factory=dict)
     waits: list[Future] = field(default_factory=list)
 
 
@@ -76,7 +76,7 @@ class SnapshotWriter:
         ack = snapshot.ack
         try:
             for unit, rows in snapshot.rows.items():
-                store.write_states(unit, ack.epoch, rows)
+                store.write_states(unit, ack.epoch, ack.spu_id, rows)
             for future in snapshot.waits:
                 future.result(self._wait_timeout)
         except Exception as exc:  # noqa: BLE001 - reported in the ack: the checkpoint fails, not the SPU

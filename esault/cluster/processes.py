@@ -25,7 +25,7 @@ from esault.cluster.inprocess import InProcessLauncher
 from esault.cluster.postman import Postman
 from esault.cluster.unit_wire import config_to_wire, unit_to_wire
 from esault.dsl.topology import UnitSpec
-from esault.errors import ResourceError, TopologyError
+from esault.errors import ResourceError, TopologyError, WorkerLost
 from esault.metrics import registry as metrics
 from esault.metrics.stats import SpuStats
 from esault.runtime.context import JobContext
@@ -104,6 +104,7 @@ class WorkerRegistry:
         with self._lock:
             self.workers.pop(process, None)
             self.last_beat.pop(process, None)
+            self._lock.notify_all()  # a launcher waiting for this worker's answer gives up now
             return self.spus_on.pop(process, set())
 
     def pick(self) -> str:
@@ -131,11 +132,16 @@ class WorkerRegistry:
                 self._started[answer.spu_id] = answer
                 self._lock.notify_all()
 
-    def wait_started(self, spu_id: int, timeout: float) -> SpuStarted | None:
-        """The worker's answer for `spu_id`, or None if it did not come within `timeout` seconds."""
+    def wait_started(self, spu_id: int, timeout: float, worker: str) -> SpuStarted | None:
+        """`worker`'s answer for `spu_id`; None if it did not come within `timeout` seconds.
+
+        Raises WorkerLost as soon as `worker` is declared dead: nothing waits out the timeout for it."""
         with self._lock:
-            self._lock.wait_for(lambda: self._started.get(spu_id) is not None, timeout)
-            return self._started.pop(spu_id, None)
+            self._lock.wait_for(lambda: self._started.get(spu_id) is not None or worker not in self.workers, timeout)
+            answer = self._started.pop(spu_id, None)
+            if answer is None and worker not in self.workers:
+                raise WorkerLost(f"worker {worker} died before SPU {spu_id} started on it")
+            return answer
 
     def expect_stop(self, request_id: int) -> threading.Event:
         with self._lock:
@@ -303,7 +309,11 @@ class ProcessLauncher:
             self.postman.send(worker, "host", self._submission(spec, job))
             self._submitted.add(incarnation)
         self.postman.send(worker, "host", StartSpu(job.name, spec.name, cfg))
-        answer = self.registry.wait_started(cfg.spu_id, self.start_timeout)
+        try:
+            answer = self.registry.wait_started(cfg.spu_id, self.start_timeout, worker)
+        except WorkerLost:
+            self._where.pop(cfg.spu_id, None)
+            raise
         if answer is None or answer.error:
             self.registry.removed(worker, cfg.spu_id)
             self._where.pop(cfg.spu_id, None)

@@ -20,6 +20,7 @@ from esault.migration.handoff import EarlyMessages, GiverHandoff, HeldBatch, Rec
 from esault.runtime.anchors import BatchHold, DeferredAnchor
 from esault.runtime.context import RateLimitedLog, log
 from esault.checkpoint.alignment import Alignment
+from esault.checkpoint.store import bucket_of, pack_entries
 from esault.runtime.messages import (
     AckUpdate, Barrier, CheckpointComplete, CheckpointStart, DataBatch, EpochMarker, HandoffFinished, Prepared,
     PrepareGive, PrepareReceive, Probe, ProbeReturned, StateHandoff, Tick,
@@ -52,6 +53,7 @@ class BoltSpuActor(SenderActor):
         self._retiring = False
         self._last_expiry_scan = job.clock.now()
         self._error_log = RateLimitedLog()
+        self._state_error_log = RateLimitedLog()
         self.processed_since_probe = 0
         self._parked: set[Any] = set()  # keys whose PE expired; their state waits in the unit's store
         self._park_store: StateStore | None = None
@@ -146,8 +148,7 @@ class BoltSpuActor(SenderActor):
         """
         if self.exactly_once:
             for key, pe in expired:
-                blob = self._snapshot(key, pe)
-                self._park_unsaved[key] = (blob, None)
+                self._park_unsaved[key] = (self._state_of(key, pe), None)
                 self._parked.add(key)
             return
         rows, keys = [], []
@@ -174,11 +175,11 @@ class BoltSpuActor(SenderActor):
     def _unpark(self, key: Any, pe: Any) -> None:
         self._parked.discard(key)
         if self.exactly_once:
-            blob = self._parked_state(key)
+            state = self._parked_state(key)
             self._park_unsaved.pop(key, None)
         else:
             blob = self._state_store().take_many([encode(key)])[0]
-        state = None if blob is None else decode(blob)
+            state = None if blob is None else decode(blob)
         if state is not None:
             pe.restore_state(dict(state))
 
@@ -192,16 +193,16 @@ class BoltSpuActor(SenderActor):
             out = [(key, self._parked_state(key)) for key in moving]
             for key in moving:
                 self._park_unsaved.pop(key, None)
-            return [(key, blob) for key, blob in out if blob is not None]
+            return [(key, self._encode_state(key, state)) for key, state in out if state is not None]
         blobs = self._state_store().take_many([encode(key) for key in moving])
         return [(key, blob) for key, blob in zip(moving, blobs) if blob is not None]
 
-    def _parked_state(self, key: Any) -> bytes | None:
-        """exactly_once: a parked key's state, from memory or else from its latest completed checkpoint row."""
+    def _parked_state(self, key: Any) -> Any:
+        """exactly_once: a parked key's state, from memory or else from its latest completed checkpoint."""
         unsaved = self._park_unsaved.get(key)
         if unsaved is not None:
             return unsaved[0]
-        return self.checkpoint_store().read_key(self.unit_name, encode(key))
+        return self.checkpoint_store().read_key(self.unit_name, key)[1]
 
     # --- checkpoints: align, snapshot, restore ----------------------------------
 
@@ -245,17 +246,25 @@ class BoltSpuActor(SenderActor):
         self.flush()
         snapshot = self.new_snapshot(epoch)
         if self.spec.per_key:
-            rows = []
-            pes = self.pes
-            for key in pes.take_dirty():
-                pe = pes.get(key)
-                if pe is not None:
-                    rows.append((key_hash(key), encode(key), self._snapshot(key, pe)))
-            for key, (blob, written) in self._park_unsaved.items():
+            buckets: dict[int, list] = {}
+            get = self.pes.get
+            for key in self.pes.take_dirty():
+                pe = get(key)
+                if pe is None:
+                    continue  # expired (parked below) or moved away since it ran
+                try:
+                    state = pe.snapshot_state()
+                except Exception as exc:
+                    state = self._unsaveable(key, exc)
+                entries = buckets.get(bucket := bucket_of(key_hash(key)))
+                if entries is None:
+                    entries = buckets[bucket] = []
+                entries += (key, state)
+            for key, (state, written) in self._park_unsaved.items():
                 if written is None:
-                    rows.append((key_hash(key), encode(key), blob))
-                    self._park_unsaved[key] = (blob, epoch)
-            snapshot.rows[self.unit_name] = rows
+                    buckets.setdefault(bucket_of(key_hash(key)), []).extend((key, state))
+                    self._park_unsaved[key] = (state, epoch)
+            snapshot.rows[self.unit_name] = [(b, self._pack(entries)) for b, entries in buckets.items()]
         else:
             self.snapshot_instance(self.unit_name, self.pes.single(), snapshot)
         self.snapshot_stages(snapshot)
@@ -276,10 +285,8 @@ class BoltSpuActor(SenderActor):
             if self.spec.per_key:
                 lo, hi = self.cfg.interval
                 states = self.checkpoint_store().read_range(self.unit_name, epoch, lo, hi)
-                for key_blob, blob in states.items():
-                    key = decode(key_blob)
+                for key, state in states.items():
                     pe = self.pes.create(key)
-                    state = decode(blob)
                     if state is not None:
                         pe.restore_state(dict(state))
                 self.pes.take_dirty()  # restored PEs equal the checkpoint: not dirty
@@ -481,15 +488,41 @@ class BoltSpuActor(SenderActor):
                                            message.last))
 
     def _snapshot(self, key: Any, pe: Any) -> bytes:
+        """A PE's state, encoded to move with its key (encode(None) if it cannot be: the key restarts empty)."""
+        return self._encode_state(key, self._state_of(key, pe))
+
+    def _state_of(self, key: Any, pe: Any) -> Any:
         try:
-            return encode(pe.snapshot_state())
+            return pe.snapshot_state()
         except Exception as exc:
-            log.error(
-                "topology %r: state of key %r in bolt %r cannot move (%s); the key restarts empty on "
-                "its new SPU. Keep PE attributes msgpack-serialisable or override "
-                "snapshot_state()/restore_state()", self.job.name, key, self.unit_name, exc,
-            )
+            return self._unsaveable(key, exc)
+
+    def _encode_state(self, key: Any, state: Any) -> bytes:
+        try:
+            return encode(state)
+        except Exception as exc:
+            self._unsaveable(key, exc)
             return encode(None)
+
+    def _pack(self, entries: list) -> bytes:
+        """One checkpoint bucket row; a key whose state cannot be encoded is logged and saved as None."""
+        try:
+            return pack_entries(entries)
+        except Exception:
+            for i in range(1, len(entries), 2):
+                try:
+                    encode(entries[i])
+                except Exception as exc:
+                    entries[i] = self._unsaveable(entries[i - 1], exc)
+            return pack_entries(entries)
+
+    def _unsaveable(self, key: Any, exc: Exception) -> None:
+        self._state_error_log(
+            "topology %r: state of key %r in bolt %r cannot be saved or moved (%s); after a failure, a split or "
+            "a merge the key restarts empty. Keep PE attributes msgpack-serialisable or override "
+            "snapshot_state()/restore_state()", self.job.name, key, self.unit_name, exc,
+        )
+        return None
 
     def _on_prepare_receive(self, msg: PrepareReceive) -> None:
         self._receiving = ReceiverHandoff(msg.reconfig_id, msg.lo, msg.hi, msg.giver_id, self.job.clock.now())

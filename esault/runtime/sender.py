@@ -23,7 +23,7 @@ from esault.checkpoint.store import CheckpointStore, instance_slot
 from esault.runtime.messages import (
     Abandon, Barrier, CheckpointAck, CheckpointComplete, Drain, EpochMarker, InstallRoutes, SpuConfig,
 )
-from esault.transport.codec import decode, encode
+from esault.transport.codec import encode
 from esault.transport.codec import check_serialisable
 from esault.transport.frames import EncodedFrame
 
@@ -182,9 +182,7 @@ class SenderActor(pykka.ThreadingActor):
         try:
             state = pe.snapshot_state()
             if state:
-                slot = instance_slot(self.cfg.instance)
-                snapshot.rows.setdefault(unit, []).append((slot, encode(["#instance", self.cfg.instance]),
-                                                           encode(state)))
+                snapshot.rows.setdefault(unit, []).append((instance_slot(self.cfg.instance), encode(state)))
         except Exception as exc:
             if unit not in self._unsaved:
                 self._unsaved.add(unit)
@@ -208,9 +206,9 @@ class SenderActor(pykka.ThreadingActor):
         epoch = self.cfg.restore_epoch
         if epoch is None:
             return
-        blob = self.checkpoint_store().read_slot(unit, epoch, instance_slot(self.cfg.instance))
-        if blob is not None:
-            pe.restore_state(dict(decode(blob)))
+        state = self.checkpoint_store().read_slot(unit, epoch, instance_slot(self.cfg.instance))
+        if state is not None:
+            pe.restore_state(dict(state))
 
     def restore_stages(self) -> None:
         for stage in self.stages:

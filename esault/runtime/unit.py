@@ -16,7 +16,7 @@ import pykka
 
 from esault.dsl.bolt import Bolt
 from esault.dsl.topology import Grouping, UnitSpec
-from esault.errors import ScalingError
+from esault.errors import ScalingError, WorkerLost
 from esault.keyhash import KEY_SPACE_MAX
 from esault.metrics import registry as metrics
 from esault.routing.interval_table import IntervalTable
@@ -263,6 +263,9 @@ class UnitActor(pykka.ThreadingActor):
         old_table, self.table = self.table, new_table  # so the new SPU learns its interval
         try:
             mailbox = self._launch(receiver, cmd.downstream_routes, receive)
+        except WorkerLost as exc:
+            raise ScalingError(f"split of {self.spec.name!r} SPU {giver} aborted: {exc}; nothing moved, "
+                               "and the unit can scale again") from exc
         finally:
             self.table = old_table
         op = _Reconfiguration(

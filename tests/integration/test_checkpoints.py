@@ -48,8 +48,16 @@ def test_a_stopped_job_restarted_on_its_data_dir_resumes_where_its_final_checkpo
 
     job = cluster.submit(build(), config.replace(checkpoint_interval=0.2))
     wait_until(lambda: len(collected("resume")) == 350, 30, message="the first half")
+    wait_until(lambda: job.checkpoints.stats.completed >= 2, 30, message="two periodic checkpoints")
     job.stop()
     assert job.checkpoints.stats.last_epoch is not None
+    from esault.checkpoint.store import CheckpointStore
+    store = CheckpointStore(job.checkpoints.store.path)
+    older = store.completed()[0]
+    store.close()
+    with pytest.raises(ConfigError, match=rf"checkpoint {older.epoch} .* is not a savepoint \(kind .checkpoint.\): "
+                                          r"compaction keeps those exact only while they are the latest.*savepoint"):
+        cluster.submit(build(), config.replace(restore_from=older.epoch))
     GATES["resume"].set()
     job = cluster.submit(build(), config.replace(checkpoint_interval=0.2))
     assert job.restored_from is not None and job.restored_from.kind == "final"

@@ -29,22 +29,32 @@ def hold_while(path: str) -> None:
 class GatedCountBolt(Bolt):
     """Per word: its running count. While the file `gate` exists (`{spu}` in it is replaced by this SPU's
     id), process() holds its tuple there: the SPU answers nothing else meanwhile, so a split or merge
-    waits at the step that needs this SPU."""
+    waits at the step that needs this SPU. While `handoff_gate` exists, installing a key's state
+    (restore_state(): a hand-off's chunk arriving) holds there, after touching `<handoff_gate>.reached`."""
 
-    def __init__(self, gate: str = "") -> None:
+    def __init__(self, gate: str = "", handoff_gate: str = "") -> None:
         self.gate = gate
+        self.handoff_gate = handoff_gate
 
     def open(self, context: Any) -> None:
         self.count = 0
         self._esault_gate = self.gate.format(spu=context.spu_id) if self.gate else ""
+        self._esault_handoff_gate = self.handoff_gate.format(spu=context.spu_id) if self.handoff_gate else ""
 
     def process(self, tup: Any) -> None:
         hold_while(self._esault_gate)
         self.count += tup.value
         self.emit(self.key, self.count)
 
+    def snapshot_state(self) -> dict[str, Any]:
+        return {"count": self.count}
+
     def restore_state(self, state: dict[str, Any]) -> None:
-        vars(self).update({k: v for k, v in state.items() if k != "gate"})
+        gate = self._esault_handoff_gate
+        if gate and os.path.exists(gate):
+            Path(gate + ".reached").touch()
+            hold_while(gate)
+        self.count = state["count"]
 
 
 class GatedSentenceSpout(wordcount.SentenceSpout):
@@ -62,7 +72,7 @@ class GatedSentenceSpout(wordcount.SentenceSpout):
 
 def build(name: str, total: int, rate: float, gate: str = "", sink: str | None = None,
           count_parallelism: int = 2, table: str = "eo_counts", spouts: int = 1, spout_gate: str = "",
-          max_pending: int = 4000):
+          max_pending: int = 4000, handoff_gate: str = ""):
     """sentences (rate-limited, rewindable) -> split (chained) -> count -> latest [-> Spark table].
 
     Each of the `spouts` instances emits the same `total` sentences, so every count SPU aligns barriers
@@ -71,7 +81,8 @@ def build(name: str, total: int, rate: float, gate: str = "", sink: str | None =
     builder.set_spout("sentences", GatedSentenceSpout, spouts,
                       params={"total": total, "seed": 5, "rate": rate, "gate": spout_gate}, max_pending=max_pending)
     builder.set_bolt("split", wordcount.SplitBolt, spouts).shuffle_grouping("sentences")
-    builder.set_bolt("count", GatedCountBolt, count_parallelism, params={"gate": gate}, elastic=False,
+    builder.set_bolt("count", GatedCountBolt, count_parallelism, params={"gate": gate, "handoff_gate": handoff_gate},
+                     elastic=False,
                      pe_idle_timeout=None).key_grouping("split")
     builder.set_bolt("latest", wordcount.LatestCountsBolt, elastic=False).global_grouping("count")
     if sink is not None:

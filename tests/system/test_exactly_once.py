@@ -81,14 +81,15 @@ STEPS = {
     # step: which gate holds the operation there
     "prepare": "the giver is held mid-tuple, so PrepareGive waits",
     "switch": "the spout is held, so its route switch and EpochMarker wait (giver and receiver are prepared)",
-    "handoff": "the new receiver is held on its first tuple (a buffered one it replays, or a new key's): "
-               "routes are switched and the hand-off cannot finish",
+    "handoff": "split: the new receiver is held on its first tuple (a buffered one it replays, or a new key's): "
+               "routes are switched and the hand-off cannot finish. merge: the receiver is held installing the "
+               "first key of the giver's state (routes switched, the state sent, not all installed)",
 }
 
 
 @pytest.mark.parametrize("victim", ["giver", "receiver"])
 @pytest.mark.parametrize(("action", "step"), [("split", "prepare"), ("split", "switch"), ("split", "handoff"),
-                                              ("merge", "prepare"), ("merge", "switch")])
+                                              ("merge", "prepare"), ("merge", "switch"), ("merge", "handoff")])
 def test_a_worker_killed_at_each_step_of_a_split_or_merge_aborts_it_cleanly_and_the_result_is_exact(
         tmp_path, action, step, victim):
     """A gate file holds the operation at `step` (STEPS); then the giver's or the receiver's worker dies.
@@ -97,10 +98,12 @@ def test_a_worker_killed_at_each_step_of_a_split_or_merge_aborts_it_cleanly_and_
     total = 2500
     gate = tmp_path / "gate-{spu}"
     spout_gate = tmp_path / "spout-gate"
+    handoff_gate = tmp_path / "handoff-{spu}"
     # Few sentences in flight: a held SPU's backlog stays small, so control messages to its worker (the
     # receiver's StartSpu, when it is placed there) are not stuck behind data on the shared connection.
     topology = eo_parts.build(f"eo-{action}-{step}-{victim}", total, rate=1500, gate=str(gate),
-                              spout_gate=str(spout_gate), count_parallelism=2, max_pending=300)
+                              spout_gate=str(spout_gate), count_parallelism=2, max_pending=300,
+                              handoff_gate=str(handoff_gate))
     with LocalCluster(workers=3, heartbeat_timeout=1.0) as cluster:
         job = cluster.submit(topology, eo_config(tmp_path))
         wait_until(lambda: completed_checkpoints(job) >= 2, 60, message="two checkpoints")
@@ -111,6 +114,8 @@ def test_a_worker_killed_at_each_step_of_a_split_or_merge_aborts_it_cleanly_and_
             gates.append(Path(str(gate).format(spu=giver)))
         elif step == "switch":
             gates.append(spout_gate)
+        elif step == "handoff" and action == "merge":
+            gates.append(Path(str(handoff_gate).format(spu=other)))
         for g in gates:
             g.touch()
         pending = job.split_async("count", giver) if action == "split" else job.merge_async("count", giver, other)
@@ -118,7 +123,10 @@ def test_a_worker_killed_at_each_step_of_a_split_or_merge_aborts_it_cleanly_and_
         if action == "split":
             receiver = next(iter(wait_until(lambda: set().union(*cluster.registry.spus_on.values()) - before, 30,
                                             message="the receiver launched")))
-        if step == "handoff":
+        if step == "handoff" and action == "merge":
+            wait_until(lambda: Path(str(gates[0]) + ".reached").exists(), 30,
+                       message="the receiver installing the giver's state")
+        elif step == "handoff":
             held = Path(str(gate).format(spu=receiver))
             held.touch()
             gates.append(held)

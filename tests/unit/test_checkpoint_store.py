@@ -7,25 +7,32 @@ import multiprocessing
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from esault.checkpoint.store import CheckpointStore, instance_slot
-from esault.keyhash import key_hash
-from esault.transport.codec import decode, encode
+import pytest
+
+from esault.checkpoint.store import BUCKET_BITS, CheckpointStore, bucket_of, instance_slot, pack_entries
+from esault.errors import ConfigError
+from esault.keyhash import KEY_SPACE_MAX, key_hash
+from esault.transport.codec import encode
 
 
-def rows(states: dict) -> list[tuple[int, bytes, bytes]]:
-    return [(key_hash(k), encode(k), encode(v)) for k, v in states.items()]
+def rows(states: dict) -> list[tuple[int, bytes]]:
+    """The (bucket, entries) rows an SPU writes for `states`."""
+    buckets: dict[int, list] = {}
+    for key, state in states.items():
+        buckets.setdefault(bucket_of(key_hash(key)), []).extend((key, state))
+    return [(b, pack_entries(flat)) for b, flat in buckets.items()]
 
 
-def restored(store: CheckpointStore, unit: str, epoch: int, lo: int = 0, hi: int = 2**63 - 1) -> dict:
-    return {decode(k): decode(v) for k, v in store.read_range(unit, epoch, lo, hi).items()}
+def restored(store: CheckpointStore, unit: str, epoch: int, lo: int = 0, hi: int = KEY_SPACE_MAX) -> dict:
+    return store.read_range(unit, epoch, lo, hi)
 
 
 def test_a_restore_reads_each_keys_latest_row_of_a_completed_epoch_only(tmp_path):
     store = CheckpointStore(tmp_path / "c.sqlite")
-    store.write_states("count", 1, rows({"a": 1, "b": 1}))
+    store.write_states("count", 1, 0, rows({"a": 1, "b": 1}))
     store.complete(1, "checkpoint", {"src": {0: 10}})
-    store.write_states("count", 2, rows({"a": 2}))  # epoch 2 never completes (a worker died)
-    store.write_states("count", 3, rows({"b": 5}))
+    store.write_states("count", 2, 0, rows({"a": 2}))  # epoch 2 never completes (a worker died)
+    store.write_states("count", 3, 0, rows({"b": 5}))
     store.complete(3, "checkpoint", {"src": {0: 30}})
     assert restored(store, "count", 1) == {"a": 1, "b": 1}
     assert restored(store, "count", 3) == {"a": 1, "b": 5}, "the abandoned epoch 2 is invisible"
@@ -35,27 +42,104 @@ def test_a_restore_reads_each_keys_latest_row_of_a_completed_epoch_only(tmp_path
 
 def test_next_epoch_is_above_rows_of_epochs_that_never_completed(tmp_path):
     store = CheckpointStore(tmp_path / "c.sqlite")
-    store.write_states("count", 7, rows({"a": 1}))
+    store.write_states("count", 7, 0, rows({"a": 1}))
     assert store.next_epoch() == 8
 
 
 def test_instance_rows_are_outside_every_key_range(tmp_path):
     store = CheckpointStore(tmp_path / "c.sqlite")
-    store.write_states("sink", 1, [(instance_slot(2), encode(["#instance", 2]), encode({"n": 4}))])
+    store.write_states("sink", 1, 5, [(instance_slot(2), encode({"n": 4}))])
     store.complete(1, "checkpoint", {})
-    assert store.read_range("sink", 1, 0, 2**63 - 1) == {}
-    assert decode(store.read_slot("sink", 1, instance_slot(2))) == {"n": 4}
+    assert store.read_range("sink", 1, 0, KEY_SPACE_MAX) == {}
+    assert store.read_slot("sink", 1, instance_slot(2)) == {"n": 4}
     assert store.read_slot("sink", 1, instance_slot(0)) is None
 
 
+KEYS = [f"k{i}" for i in range(400)] + [("pair", i) for i in range(50)]
+"""Enough keys that buckets hold several (400 keys over 4096 buckets share some), str and tuple keys."""
+
+BOUNDS = st.one_of(st.integers(0, KEY_SPACE_MAX), st.builds(
+    lambda key, d: min(max(key_hash(key) + d, 0), KEY_SPACE_MAX), st.sampled_from(KEYS), st.integers(-1, 1)))
+"""Interval ends anywhere, and often right at a key (cutting its bucket next to it)."""
+
+
 @settings(max_examples=60, deadline=None)
-@given(st.lists(st.tuples(st.dictionaries(st.sampled_from("abcdef"), st.integers(0, 99), max_size=4),
+@given(st.lists(st.tuples(BOUNDS, st.booleans()), max_size=6),
+       st.dictionaries(st.sampled_from(KEYS), st.integers(0, 99), max_size=60),
+       st.dictionaries(st.sampled_from(KEYS), st.integers(0, 99), max_size=60),
+       BOUNDS, BOUNDS)
+def test_any_range_reads_the_latest_state_of_exactly_its_keys_whatever_the_writers_layout(
+        tmp_path_factory, cuts, first, second, a, b):
+    """SPUs own arbitrary hash intervals (a bucket may be cut between two); a restore's range is arbitrary too."""
+    store = CheckpointStore(tmp_path_factory.mktemp("c") / "c.sqlite")
+    bounds = sorted({0, *(c for c, _ in cuts), KEY_SPACE_MAX + 1})
+    for epoch, states in ((1, first), (2, second)):
+        for writer, (lo, hi) in enumerate(zip(bounds, bounds[1:])):
+            store.write_states("u", epoch, writer, rows({k: v for k, v in states.items() if lo <= key_hash(k) < hi}))
+        store.complete(epoch, "checkpoint", {})
+    lo, hi = min(a, b), max(a, b)
+    expected = {k: v for k, v in {**first, **second}.items() if lo <= key_hash(k) <= hi}
+    assert store.read_range("u", 2, lo, hi) == expected
+    assert store.read_range("u", 1, lo, hi) == {k: v for k, v in first.items() if lo <= key_hash(k) <= hi}
+
+
+def test_a_range_that_cuts_a_bucket_next_to_a_key_excludes_exactly_the_keys_outside_it(tmp_path):
+    store = CheckpointStore(tmp_path / "c.sqlite")
+    store.write_states("u", 1, 0, rows({k: 1 for k in KEYS}))
+    store.complete(1, "checkpoint", {})
+    for key in KEYS[::9]:
+        h = key_hash(key)
+        assert store.read_range("u", 1, h, h) == {key: 1}
+        below = {k for k in KEYS if key_hash(k) < h}
+        assert set(store.read_range("u", 1, 0, h - 1)) == below
+        assert set(store.read_range("u", 1, h + 1, KEY_SPACE_MAX)) == set(KEYS) - below - {key}
+
+
+def test_a_parked_key_reads_its_latest_completed_entry_among_its_buckets_neighbours(tmp_path):
+    store = CheckpointStore(tmp_path / "c.sqlite")
+    neighbours = [k for k in KEYS if bucket_of(key_hash(k)) == bucket_of(key_hash(KEYS[0]))]
+    store.write_states("count", 1, 0, rows({k: {"n": 1} for k in [KEYS[0], *neighbours, "other"]}))
+    store.complete(1, "checkpoint", {})
+    store.write_states("count", 2, 0, rows({KEYS[0]: {"n": 2}}))
+    store.complete(2, "checkpoint", {})
+    store.write_states("count", 3, 0, rows({KEYS[0]: {"n": 3}}))  # never completes
+    assert store.read_key("count", KEYS[0]) == (True, {"n": 2})
+    assert store.read_key("count", "other") == (True, {"n": 1})
+    assert store.read_key("count", "never-seen") == (False, None)
+
+
+def test_compaction_leaves_one_row_per_bucket_between_savepoints(tmp_path):
+    store = CheckpointStore(tmp_path / "c.sqlite")
+    states = {k: 0 for k in KEYS}
+    buckets = len({bucket_of(key_hash(k)) for k in KEYS})
+    assert buckets < len(KEYS), f"the keys must share buckets for this test (BUCKET_BITS={BUCKET_BITS})"
+    for epoch in range(1, 11):
+        store.write_states("u", epoch, 0, rows({k: epoch for k in states}))
+        store.complete(epoch, "savepoint" if epoch == 4 else "checkpoint", {})
+    store.compact(10)
+    assert store.state_bytes()[0] == 2 * buckets, "epochs 1-4 merge into one row per bucket, 5-10 into another"
+    assert restored(store, "u", 4) == {k: 4 for k in KEYS}
+    assert restored(store, "u", 10) == {k: 10 for k in KEYS}
+
+
+def test_a_file_in_the_older_row_per_key_format_is_refused_with_the_way_out(tmp_path):
+    import sqlite3
+    path = tmp_path / "c.sqlite"
+    sqlite3.connect(path).execute("CREATE TABLE states (unit TEXT, key BLOB, epoch INTEGER)").connection.close()
+    with pytest.raises(ConfigError, match="older esault.*--fresh"):
+        CheckpointStore(path)
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.tuples(st.dictionaries(st.sampled_from(KEYS), st.integers(0, 99), max_size=30),
                           st.booleans(), st.booleans()), min_size=1, max_size=8))
 def test_compaction_never_changes_what_any_completed_checkpoint_or_savepoint_restores(tmp_path_factory, epochs):
     store = CheckpointStore(tmp_path_factory.mktemp("c") / "c.sqlite")
     done = []
     for epoch, (states, completes, savepoint) in enumerate(epochs, start=1):
-        store.write_states("u", epoch, rows(states))
+        store.write_states("u", epoch, epoch % 3, rows(states))
+        if states:
+            store.write_states("u", epoch, 9, [(instance_slot(0), encode(sum(states.values())))])
         if completes:
             store.complete(epoch, "savepoint" if savepoint else "checkpoint", {})
             done.append(epoch)
@@ -63,15 +147,15 @@ def test_compaction_never_changes_what_any_completed_checkpoint_or_savepoint_res
         return
     latest = done[-1]
     keep = [e for e in done if e == latest or store.get(e).kind == "savepoint"]
-    before = {e: restored(store, "u", e) for e in keep}
+    before = {e: (restored(store, "u", e), store.read_slot("u", e, instance_slot(0))) for e in keep}
     store.compact(latest)
-    assert {e: restored(store, "u", e) for e in keep} == before
+    assert {e: (restored(store, "u", e), store.read_slot("u", e, instance_slot(0))) for e in keep} == before
 
 
 def _write(path: str, unit: str, start: int) -> None:
     store = CheckpointStore(path)
     for epoch in range(start, start + 20):
-        store.write_states(unit, epoch, rows({f"{unit}-{epoch}": epoch}))
+        store.write_states(unit, epoch, 0, rows({f"{unit}-{epoch}": epoch}))
     store.close()
 
 

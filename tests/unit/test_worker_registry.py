@@ -1,0 +1,56 @@
+"""WorkerRegistry: a launcher waiting for an SPU's start gives up the moment its worker is declared dead."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+
+from esault.cluster.processes import WorkerRegistry
+from esault.errors import WorkerLost
+from esault.runtime.messages import SpuStarted
+
+
+def waiting(registry: WorkerRegistry, spu: int, worker: str) -> tuple[threading.Thread, list]:
+    outcome: list = []
+
+    def run() -> None:
+        try:
+            outcome.append(registry.wait_started(spu, 600.0, worker))
+        except Exception as exc:  # noqa: BLE001 - the outcome under test
+            outcome.append(exc)
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    return thread, outcome
+
+
+def test_a_start_wait_raises_worker_lost_as_soon_as_the_worker_is_removed():
+    registry = WorkerRegistry()
+    registry.joined("w1", "tcp://127.0.0.1:1")
+    registry.placed("w1", 5)
+    registry.expect_start(5)
+    thread, outcome = waiting(registry, 5, "w1")
+    assert registry.remove("w1") == {5}
+    thread.join(30)
+    assert not thread.is_alive(), "the wait did not end when its worker was removed (it would sit out 600 s)"
+    assert isinstance(outcome[0], WorkerLost) and "w1 died before SPU 5 started" in str(outcome[0])
+
+
+def test_another_workers_death_does_not_end_the_wait_and_the_answer_still_arrives():
+    registry = WorkerRegistry()
+    registry.joined("w1", "tcp://127.0.0.1:1")
+    registry.joined("w2", "tcp://127.0.0.1:2")
+    registry.expect_start(5)
+    thread, outcome = waiting(registry, 5, "w1")
+    registry.remove("w2")  # wakes the waiter, which must go on waiting: it ends with the answer, not an error
+    answer = SpuStarted(5, 4242, "")
+    registry.started(answer)
+    thread.join(30)
+    assert outcome == [answer]
+
+
+def test_a_start_wait_for_an_already_dead_worker_raises_at_once():
+    registry = WorkerRegistry()
+    registry.expect_start(7)
+    with pytest.raises(WorkerLost, match="w9 died"):
+        registry.wait_started(7, 600.0, "w9")
