@@ -134,8 +134,31 @@ class CheckpointStats:
 
 
 def topology_fingerprint(topology: Any) -> str:
-    """What must match for a checkpoint to be restored into a job: its units, their kinds and inputs."""
-    return json.dumps([[u.name, "spout" if u.is_spout else "bolt", bool(u.per_key)] for u in topology.units])
+    """What must match for a checkpoint to be restored into a job: its units, their kinds, and the
+    parallelism of every unit that is not key-grouped (spouts and such bolts keep a position or a
+    state per instance: fewer instances would lose some, more would start from nothing)."""
+    return json.dumps([[u.name, "spout" if u.is_spout else "bolt", bool(u.per_key),
+                        None if u.per_key else u.parallelism] for u in topology.units])
+
+
+def fingerprint_difference(stored: str, current: str) -> str:
+    """What differs between two fingerprints, in words."""
+    try:
+        before = {u[0]: u for u in json.loads(stored)}
+    except (ValueError, TypeError, IndexError):
+        return f"an unreadable topology record {stored!r}"
+    now = {u[0]: u for u in json.loads(current)}
+    if set(before) != set(now):
+        return f"units {sorted(before)} in the checkpoint, {sorted(now)} now"
+    for name, unit in now.items():
+        old = before[name]
+        if len(old) < 4 or old[1:3] != unit[1:3]:
+            return f"unit {name!r} was a {old[1]} ({'key-grouped' if old[2] else 'not key-grouped'}) in the checkpoint"
+        if old[3] != unit[3]:
+            return (f"unit {name!r} had parallelism {old[3]} in the checkpoint and {unit[3]} now: only key-grouped "
+                    "bolts can change parallelism on restore (their state is re-split by key range); spouts and "
+                    "other bolts keep a position or state per instance")
+    return "a different topology"
 
 
 class CheckpointCoordinator:
@@ -173,8 +196,9 @@ class CheckpointCoordinator:
                 f"(esault savepoint; stored: {savepoints[-10:] or 'none'}) or from the latest")
         if point is not None and stored is not None and stored != fingerprint:
             raise ConfigError(
-                f"{self.store.path} holds checkpoints of a different topology {self.topology.name!r} "
-                f"({stored}); run with fresh_start=True (--fresh) to discard them, or use another data_dir")
+                f"{self.store.path} holds checkpoints of topology {self.topology.name!r} that this one cannot "
+                f"restore: {fingerprint_difference(stored, fingerprint)}. Restore with the same layout, or run with "
+                "fresh_start=True (--fresh) to discard them, or use another data_dir")
         self.store.set_meta("topology", fingerprint)
         return point
 

@@ -80,3 +80,7 @@ class AckServerActor(pykka.ThreadingActor):
                     mailbox.tell(TreesDone(batch))
                 except pykka.ActorDeadError:  # the job is stopping: its spouts went first
                     self.owners.pop(owner, None)
+                except LookupError:  # its worker died: nobody waits for these trees; the other owners still do
+                    self.owners.pop(owner, None)
+                    log.warning("ack server: spout SPU %d is unreachable (its worker died); %d tree outcome(s) "
+                                "for it dropped", owner, len(batch))

@@ -17,6 +17,10 @@ Checkpoints need the keys whose PE ran since the last checkpoint (dirty keys):
 exactly the PEs in `active` plus those of generations retired since. So a
 checkpoint rotates the active generation too (`take_dirty()`): O(keys used
 in the epoch) per checkpoint, a set update per rotation, nothing per tuple.
+Checkpoints within one idle_timeout / 4 period share one generation (later
+ones merge into it), so checkpoints every second leave at most two
+generations per period: a key's lookup walks a handful of dicts, not one per
+checkpoint.
 """
 
 from __future__ import annotations
@@ -49,6 +53,7 @@ class PeManager:
         self._active_since = now
         self._active_used = float("-inf")
         self._retired: list[_Generation] = []  # oldest first
+        self._period_gen: _Generation | None = None  # retired by a checkpoint in the current period
         self._single: Any = None
         self._dirty: set[Any] = set()  # keys of generations retired since the last take_dirty()
 
@@ -67,7 +72,7 @@ class PeManager:
         """The key's PE, or None. Does not count as use."""
         pe = self.active.get(key)
         if pe is None:
-            for gen in self._retired:
+            for gen in reversed(self._retired):  # a checkpoint's dirty keys are in the newest
                 pe = gen.pes.get(key)
                 if pe is not None:
                     break
@@ -102,6 +107,7 @@ class PeManager:
         if now - self._active_since >= timeout / _GENERATIONS_PER_TIMEOUT:
             self._rotate()
             self._active_since = now
+            self._period_gen = None
         out: list[tuple[Any, Any]] = []
         cutoff = now - timeout
         keep = []
@@ -127,8 +133,16 @@ class PeManager:
             self._retired[-1].pes.update(self.active)
             self._retired[-1].last_used = self._active_used
             self.active = {}
-        else:
+        elif self.active and self._period_gen is not None and self._retired and self._retired[-1] is self._period_gen:
+            # A checkpoint earlier in this period retired a generation: these PEs join it. It expires
+            # with its latest use, so no PE expires early, and at most a period late (as before).
+            self._dirty.update(self.active)
+            self._period_gen.pes.update(self.active)
+            self._period_gen.last_used = max(self._period_gen.last_used, self._active_used)
+            self.active = {}
+        elif self.active:
             self._rotate()
+            self._period_gen = self._retired[-1]
         dirty, self._dirty = self._dirty, set()
         return dirty
 
@@ -152,5 +166,6 @@ class PeManager:
     def clear(self) -> None:
         self.active.clear()
         self._retired.clear()
+        self._period_gen = None
         self._dirty.clear()
         self._single = None

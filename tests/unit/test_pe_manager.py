@@ -51,10 +51,13 @@ def test_an_idle_pe_expires_once_between_the_timeout_and_a_quarter_more():
 
 
 @settings(max_examples=200, deadline=None)
-@given(st.lists(st.tuples(st.floats(0.0, 3.0), st.sampled_from(["a", "b", "c", "d"]), st.booleans()),
-                min_size=1, max_size=80))
+@given(st.lists(st.tuples(st.floats(0.0, 3.0), st.sampled_from(["a", "b", "c", "d"]),
+                          st.sampled_from(["use", "scan", "checkpoint"])), min_size=1, max_size=80))
 def test_expiry_is_never_early_and_late_by_at_most_a_quarter_timeout_and_two_scan_gaps(steps):
-    """Random uses and idle scans against a model that knows every key's last use.
+    """Random uses, idle scans and checkpoints against a model that knows every key's last use.
+
+    A checkpoint's dirty keys are exactly those used since the previous checkpoint; checkpoints never
+    make a PE expire early or later than the bound.
 
     A generation retires at the first scan a quarter timeout after it began, and expires at the first
     scan a timeout after its last use: so lateness <= timeout / 4 + 2 x the longest gap between scans.
@@ -72,13 +75,18 @@ def test_expiry_is_never_early_and_late_by_at_most_a_quarter_timeout_and_two_sca
             assert idle >= TIMEOUT, f"{k} expired {idle:.2f}s after its last use"
             assert idle <= 1.25 * TIMEOUT + 2 * gap, f"{k} expired {idle:.2f}s after its last use (gap {gap})"
 
-    for dt, key, is_scan in steps:
+    dirty: set[str] = set()
+    for dt, key, action in steps:
         now += dt
-        if is_scan:
+        if action == "scan":
             scan()
+        elif action == "checkpoint":
+            assert pes.take_dirty() == dirty
+            dirty = set()
         else:
             use(pes, key, now)
             last_use[key] = now
+            dirty.add(key)
     end = now + 3 * TIMEOUT
     while now < end:
         now += 0.5
@@ -124,3 +132,14 @@ def test_take_dirty_without_expiry_keeps_one_retired_generation():
         pes.create(f"k{round_}")
         assert pes.take_dirty() == {f"k{round_}"}
     assert len(pes._retired) == 1 and len(pes) == 5
+
+
+def test_checkpoints_every_second_share_a_generation_per_quarter_timeout():
+    pes = manager()
+    for second in range(int(3 * TIMEOUT) * 4):
+        now = second / 4
+        use(pes, f"k{second}", now)  # a new key each time: no generation empties
+        pes.idle(now)
+        pes.take_dirty()
+    periods = 4 + 2  # live PEs span at most 1.25 timeout: 5 quarter-timeout periods, and the current one
+    assert len(pes._retired) <= 2 * periods, f"{len(pes._retired)} generations: one per checkpoint"
