@@ -17,51 +17,21 @@ from pathlib import Path
 
 import pytest
 
-from esault.dsl.context import TopologyContext
-from esault.dsl.tuple import Tuple
 from esault.testing import wait_until
-from spark_sink import SparkSink
 
 pytestmark = pytest.mark.system
 ROOT = Path(__file__).resolve().parents[2]
-
-
-def open_sink(tmp_path: Path, restored: int | None = None) -> SparkSink:
-    sink = SparkSink(table="t", schema="word STRING, n BIGINT", key_column="word", value_column="n",
-                     engine="pyarrow", warehouse=tmp_path / "wh", partition_by=[])
-    sink.open(TopologyContext("job", "sink", spu_id=restored or 0, data_dir=tmp_path, instance=0,
-                              guarantee="exactly_once", restored_epoch=restored))
-    return sink
-
-
-def feed(sink: SparkSink, rows: list[tuple[str, int]]) -> None:
-    view = Tuple()
-    for word, n in rows:
-        view.key, view.value = word, n
-        sink.process(view)
-
-
-def table(tmp_path: Path) -> list[tuple[str, int]]:
-    import pyarrow.dataset as ds
-
-    files = [str(p) for p in (tmp_path / "wh" / "t").rglob("*.parquet") if "_esault" not in p.parts]
-    if not files:
-        return []
-    data = ds.dataset(files, format="parquet").to_table(columns=["word", "n"]).to_pydict()
-    return sorted(zip(data["word"], data["n"]))
-
-
-A = [("a", 1), ("b", 2)]
-B = [("c", 3), ("d", 4)]
+sys.path.insert(0, str(ROOT / "tests" / "unit"))
+from sink_epoch_parts import A, B, feed, open_sink, rows_in, table_dir  # noqa: E402
 
 
 def test_rows_are_published_only_when_their_checkpoint_completes(tmp_path):
     sink = open_sink(tmp_path)
     feed(sink, A)
     sink.on_checkpoint(1).result(30)
-    assert table(tmp_path) == [], "staged is not published"
+    assert rows_in(table_dir(tmp_path)) == [], "staged is not published"
     sink.on_checkpoint_complete(1)
-    wait_until(lambda: table(tmp_path) == sorted(A), 30, message="epoch 1 published")
+    wait_until(lambda: rows_in(table_dir(tmp_path)) == sorted(A), 30, message="epoch 1 published")
     sink.close()
 
 
@@ -78,14 +48,14 @@ def test_a_rollback_drops_the_epoch_staged_after_the_restored_checkpoint(tmp_pat
     sink.on_checkpoint(3).result(30)
     sink.on_checkpoint_complete(3)
     sink.close()
-    assert table(tmp_path) == sorted(A + B), "every row exactly once"
+    assert rows_in(table_dir(tmp_path)) == sorted(A + B), "every row exactly once"
 
 
 CHILD = """
 import sys
 sys.path[:0] = {paths!r}
 from pathlib import Path
-from test_spark_sink_epochs import open_sink, feed, A, B
+from sink_epoch_parts import open_sink, feed, A, B
 sink = open_sink(Path({tmp!r}))
 feed(sink, A)
 sink.on_checkpoint(1).result(30)
@@ -100,7 +70,7 @@ HOLD = "sys.stdin.readline()  # the parent kills this process here: staged, neve
 
 
 def child_script(tmp_path: Path, then: str = "") -> str:
-    return CHILD.format(paths=[str(ROOT), str(ROOT / "tests" / "system")], tmp=str(tmp_path), then=then)
+    return CHILD.format(paths=[str(ROOT), str(ROOT / "tests" / "unit")], tmp=str(tmp_path), then=then)
 
 
 def run_child(tmp_path: Path, failpoint: str) -> subprocess.CompletedProcess:
@@ -116,11 +86,11 @@ def test_a_sink_killed_between_two_publishes_recovers_exactly_what_its_checkpoin
     checkpoint... the published first epoch stays (it was complete) and nothing else is added."""
     child = run_child(tmp_path, "published:kill:1")
     assert child.returncode == -9 and "staged" in child.stdout, child.stderr
-    assert table(tmp_path) == sorted(A)
+    assert rows_in(table_dir(tmp_path)) == sorted(A)
     sink = open_sink(tmp_path, restored=restored)
     sink.close()
     expected = sorted(A + B) if restored == 2 else sorted(A)
-    assert table(tmp_path) == expected
+    assert rows_in(table_dir(tmp_path)) == expected
 
 
 def test_a_sink_killed_while_staging_leaves_nothing_published(tmp_path):
@@ -128,7 +98,7 @@ def test_a_sink_killed_while_staging_leaves_nothing_published(tmp_path):
     assert child.returncode == -9, child.stderr
     sink = open_sink(tmp_path, restored=1)
     sink.close()
-    assert table(tmp_path) == sorted(A), "epoch 1 (complete) published on restart, epoch 2 dropped"
+    assert rows_in(table_dir(tmp_path)) == sorted(A), "epoch 1 (complete) published on restart, epoch 2 dropped"
 
 
 @pytest.mark.parametrize("restored", [2, 1, None])
@@ -137,10 +107,10 @@ def test_a_sink_killed_between_two_publishes_inside_a_rename_recovers_from_its_b
     checkpoint completed, so the next open publishes epoch 2 from staging whatever it restores from."""
     child = run_child(tmp_path, "begun:kill:2")
     assert child.returncode == -9 and "staged" in child.stdout, child.stderr
-    assert table(tmp_path) == sorted(A)
+    assert rows_in(table_dir(tmp_path)) == sorted(A)
     sink = open_sink(tmp_path, restored=restored)
     sink.close()
-    assert table(tmp_path) == sorted(A + B)
+    assert rows_in(table_dir(tmp_path)) == sorted(A + B)
 
 
 @pytest.mark.parametrize("restored", [2, 1, None])
@@ -153,7 +123,7 @@ def test_a_sink_killed_between_staging_and_publishing_publishes_exactly_the_rest
     try:
         line = child.stdout.readline()  # blocks until the child staged both epochs (or died)
         assert line.strip() == "staged", child.stderr.read()
-        assert table(tmp_path) == [], "staged rows are not visible"
+        assert rows_in(table_dir(tmp_path)) == [], "staged rows are not visible"
         os.kill(child.pid, signal.SIGKILL)
         assert child.wait(30) == -9
     finally:
@@ -163,24 +133,20 @@ def test_a_sink_killed_between_staging_and_publishing_publishes_exactly_the_rest
         child.stdin.close()
         child.stdout.close()
         child.stderr.close()
-    assert table(tmp_path) == []
+    assert rows_in(table_dir(tmp_path)) == []
     sink = open_sink(tmp_path, restored=restored)  # the lock died with the child
     replay = {2: [], 1: B, None: A + B}[restored]  # what the rollback to `restored` produces again
     feed(sink, replay)
     sink.on_checkpoint(3).result(30)
     sink.on_checkpoint_complete(3)
     sink.close()
-    assert table(tmp_path) == sorted(A + B), "every row exactly once"
+    assert rows_in(table_dir(tmp_path)) == sorted(A + B), "every row exactly once"
 
 
 def test_the_spark_engine_stages_at_the_barrier_and_spark_sql_sees_the_rows_at_completion(
         spark, tmp_path, table_name):
-    def spark_sink(restored: int | None) -> SparkSink:
-        sink = SparkSink(table=table_name, schema="word STRING, n BIGINT", key_column="word", value_column="n",
-                         engine="spark", warehouse=tmp_path / "wh", partition_by=[])
-        sink.open(TopologyContext("job", "sink", spu_id=7, data_dir=tmp_path, instance=0,
-                                  guarantee="exactly_once", restored_epoch=restored))
-        return sink
+    def spark_sink(restored: int | None):
+        return open_sink(tmp_path, restored, spu_id=7, engine="spark", table=table_name)
 
     def query() -> list[tuple[str, int]]:
         spark.sql(f"REFRESH TABLE {table_name}")

@@ -13,11 +13,9 @@ import threading
 from pathlib import Path
 
 import pyarrow as pa
-import pyarrow.dataset as ds
 import pytest
 
 from esault.dsl.context import TopologyContext
-from esault.dsl.tuple import Tuple
 from esault.errors import SinkError
 from esault.testing import wait_until
 from spark_sink import SparkSink
@@ -26,24 +24,12 @@ from spark_sink.failpoints import FAILPOINT_ENV, InjectedCrash, StepFailpoint
 from spark_sink.layout import TablePaths, epoch_batch_id, instance_writer_id
 from spark_sink.stager import ArrowStager
 from spark_sink.writer import BatchWriter
+from sink_epoch_parts import A, B, C, feed, open_sink, rows_in, table_dir
 
 WRITER = instance_writer_id("job", "sink", 0)
-A = [("a", 1), ("b", 2)]
-B = [("c", 3), ("d", 4)]
-C = [("e", 5)]
 
 
 # -- helpers --------------------------------------------------------------------------
-
-
-def rows_in(table_dir: Path) -> list[tuple[str, int]]:
-    """Every (word, n) a reader sees: the published batches only (staging is under '_esault')."""
-    files = [str(p) for p in table_dir.rglob("*.parquet") if "_esault" not in p.relative_to(table_dir).parts]
-    if not files:
-        return []
-    dataset = ds.dataset(files, format="parquet", partitioning="hive", partition_base_dir=str(table_dir))
-    data = dataset.to_table(columns=["word", "n"]).to_pydict()
-    return sorted(zip(data["word"], data["n"]))
 
 
 def arrow(rows: list[tuple[str, int]]) -> pa.Table:
@@ -72,27 +58,8 @@ class GateStager:
         ArrowStager().stage(table, directory)
 
 
-def open_sink(tmp_path: Path, restored: int | None = None, spu_id: int = 1, engine=None, **params) -> SparkSink:
-    sink = SparkSink(table="t", schema="word STRING, n BIGINT", key_column="word", value_column="n",
-                     engine=engine or "pyarrow", warehouse=tmp_path / "wh", partition_by=[], **params)
-    sink.open(TopologyContext("job", "sink", spu_id=spu_id, data_dir=tmp_path, instance=0,
-                              guarantee="exactly_once", restored_epoch=restored))
-    return sink
-
-
-def feed(sink: SparkSink, rows: list[tuple[str, int]]) -> None:
-    view = Tuple()
-    for word, n in rows:
-        view.key, view.value = word, n
-        sink.process(view)
-
-
 def checkpoint(sink: SparkSink, epoch: int) -> None:
     sink.on_checkpoint(epoch).result(30)
-
-
-def table_dir(tmp_path: Path) -> Path:
-    return tmp_path / "wh" / "t"
 
 
 def commit_log(tmp_path: Path) -> CommitLog:
