@@ -247,11 +247,7 @@ class BoltSpuActor(SenderActor):
         snapshot = self.new_snapshot(epoch)
         if self.spec.per_key:
             buckets: dict[int, list] = {}
-            get = self.pes.get
-            for key in self.pes.take_dirty():
-                pe = get(key)
-                if pe is None:
-                    continue  # expired (parked below) or moved away since it ran
+            for key, pe in self.pes.take_dirty().items():  # expired ones are parked (below), moved ones gone
                 try:
                     state = pe.snapshot_state()
                 except Exception as exc:

@@ -55,7 +55,7 @@ class PeManager:
         self._retired: list[_Generation] = []  # oldest first
         self._period_gen: _Generation | None = None  # retired by a checkpoint in the current period
         self._single: Any = None
-        self._dirty: set[Any] = set()  # keys of generations retired since the last take_dirty()
+        self._dirty: dict[Any, Any] = {}  # key -> PE of generations retired since the last take_dirty()
 
     def __len__(self) -> int:
         if not self.per_key:
@@ -114,6 +114,9 @@ class PeManager:
         for gen in self._retired:
             if gen.last_used <= cutoff:
                 out.extend(gen.pes.items())
+                if self._dirty:
+                    for key in gen.pes:
+                        self._dirty.pop(key, None)  # expired: its state is parked, not taken from the PE
             elif gen.pes:
                 keep.append(gen)
         self._retired = keep
@@ -125,8 +128,10 @@ class PeManager:
             self._retired.append(_Generation(self.active, self._active_used))
             self.active = {}
 
-    def take_dirty(self) -> set[Any]:
-        """Keys whose PE ran since the previous call (some may have expired or moved away since)."""
+    def take_dirty(self) -> dict[Any, Any]:
+        """key -> PE of the PEs that ran since the previous call and are still here (not expired, not moved).
+
+        The PEs come with their keys, so a checkpoint looks nothing up."""
         if self.idle_timeout is None and self._retired and self.active:
             # No expiry: one retired generation is enough, so lookups never walk a growing list.
             self._dirty.update(self.active)
@@ -143,7 +148,7 @@ class PeManager:
         elif self.active:
             self._rotate()
             self._period_gen = self._retired[-1]
-        dirty, self._dirty = self._dirty, set()
+        dirty, self._dirty = self._dirty, {}
         return dirty
 
     def take_range(self, lo: int, hi: int) -> list[tuple[Any, Any]]:
@@ -153,6 +158,7 @@ class PeManager:
             moved = [k for k in pes if lo <= key_hash(k) <= hi]
             for key in moved:
                 out.append((key, pes.pop(key)))
+                self._dirty.pop(key, None)  # its state moves with it: the receiver checkpoints it
         return out
 
     def items(self) -> Iterator[tuple[Any, Any]]:

@@ -65,23 +65,26 @@ def test_expiry_is_never_early_and_late_by_at_most_a_quarter_timeout_and_two_sca
     pes = manager()
     now = last_scan = gap = 0.0
     last_use: dict[str, float] = {}
+    dirty: set[str] = set()
 
     def scan() -> None:
         nonlocal last_scan, gap
         gap = max(gap, now - last_scan)
         last_scan = now
         for k, _ in pes.idle(now):
+            dirty.discard(k)  # expired: its state is parked, so a checkpoint does not take it from the PE
             idle = now - last_use.pop(k)
             assert idle >= TIMEOUT, f"{k} expired {idle:.2f}s after its last use"
             assert idle <= 1.25 * TIMEOUT + 2 * gap, f"{k} expired {idle:.2f}s after its last use (gap {gap})"
 
-    dirty: set[str] = set()
     for dt, key, action in steps:
         now += dt
         if action == "scan":
             scan()
         elif action == "checkpoint":
-            assert pes.take_dirty() == dirty
+            taken = pes.take_dirty()
+            assert set(taken) == dirty
+            assert all(pes.get(k) is pe for k, pe in taken.items()), "each key comes with its current PE"
             dirty = set()
         else:
             use(pes, key, now)
@@ -92,6 +95,18 @@ def test_expiry_is_never_early_and_late_by_at_most_a_quarter_timeout_and_two_sca
         now += 0.5
         scan()
     assert not last_use and len(pes) == 0
+
+
+def test_keys_that_moved_away_are_not_dirty_here_any_more():
+    from esault.keyhash import key_hash
+
+    pes = manager()
+    for key in ("x", "y"):
+        use(pes, key, 0.0)
+    pes.idle(TIMEOUT / 4)  # the generation retires: x and y wait in the dirty set
+    moved = pes.take_range(key_hash("x"), key_hash("x"))
+    assert [k for k, _ in moved] == ["x"]
+    assert set(pes.take_dirty()) == {"y"}, "the receiver checkpoints x now; two SPUs writing it would race"
 
 
 def test_take_range_finds_pes_in_every_generation():
@@ -118,11 +133,11 @@ def test_take_dirty_returns_exactly_the_keys_used_since_the_previous_call():
     pes = PeManager(lambda key: made.append(key) or object(), per_key=True, idle_timeout=60.0)
     for key in ("a", "b"):
         pes.create(key)
-    assert pes.take_dirty() == {"a", "b"}
-    assert pes.take_dirty() == set()
+    assert set(pes.take_dirty()) == {"a", "b"}
+    assert pes.take_dirty() == {}
     pes.wake_or_create("a")  # used again: back in the active generation
     pes.create("c")
-    assert pes.take_dirty() == {"a", "c"}
+    assert set(pes.take_dirty()) == {"a", "c"}
     assert len(pes) == 3 and pes.get("b") is not None, "taking dirty keys expires nothing"
 
 
@@ -130,7 +145,7 @@ def test_take_dirty_without_expiry_keeps_one_retired_generation():
     pes = PeManager(lambda key: object(), per_key=True, idle_timeout=None)
     for round_ in range(5):
         pes.create(f"k{round_}")
-        assert pes.take_dirty() == {f"k{round_}"}
+        assert set(pes.take_dirty()) == {f"k{round_}"}
     assert len(pes._retired) == 1 and len(pes) == 5
 
 
