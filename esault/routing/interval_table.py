@@ -1,12 +1,15 @@
 """IntervalTable: the output routing table between SPUs (PAPER_NOTES section 3).
 
-The key-hash space [0, KEY_SPACE_MAX] is cut into contiguous intervals, one per
-SPU. A node holds an interval's start and its SPU; it covers [start, next
-start), the last one [start, KEY_SPACE_MAX]. Lookup is the greatest start <=
-hash. With n = number of SPUs, lookup, split and merge are O(log n) (a
-SortedDict of starts plus a dict from SPU to start). lookup(), the per-tuple
-call, bisects flat lists copied from the SortedDict: the copy costs O(n) once
-after each split or merge (rare) and makes a lookup a C-level bisect.
+The key-hash space [0, KEY_SPACE_MAX] is cut into contiguous intervals. A node
+holds an interval's start and its SPU; it covers [start, next start), the last
+one [start, KEY_SPACE_MAX]. Lookup is the greatest start <= hash. The paper
+gives each SPU one interval; esault's control plane (`assign_workload`) may
+give an SPU several, never two adjacent ones (they would be one interval).
+With n = number of intervals, lookup is O(log n) (a SortedDict of starts plus
+a dict from SPU to its starts); split, merge and assign rebuild the table in
+O(n log n) (rare: reconfigurations). lookup(), the per-tuple call, bisects
+flat lists copied from the SortedDict: the copy costs O(n) once after each
+change and makes a lookup a C-level bisect.
 
 The table is a plain value: not thread-safe; one actor owns each copy and
 ships changes as a whole new table (to_wire/from_wire) tagged with `version`.
@@ -15,7 +18,7 @@ ships changes as a whole new table (to_wire/from_wire) tagged with `version`.
 from __future__ import annotations
 
 from bisect import bisect_right
-from typing import Any, Iterable
+from typing import Any, Iterable, Mapping
 
 from sortedcontainers import SortedDict
 
@@ -39,8 +42,8 @@ class IntervalTable:
     """Which SPU owns which contiguous interval of key hashes.
 
     Invariants (see check_invariants): the intervals cover [0, KEY_SPACE_MAX]
-    without gap or overlap, the first starts at 0, and every SPU owns exactly
-    one interval.
+    without gap or overlap, the first starts at 0, and no two adjacent
+    intervals have the same SPU.
     """
 
     __slots__ = ("_starts", "_start_of", "version", "_flat_starts", "_flat_spus")
@@ -49,7 +52,7 @@ class IntervalTable:
         """One interval [0, KEY_SPACE_MAX] owned by first_spu; version 0."""
         _check_spu_id(first_spu, "first_spu")
         self._starts: SortedDict = SortedDict({0: first_spu})  # start -> spu
-        self._start_of: dict[int, int] = {first_spu: 0}  # spu -> start
+        self._start_of: dict[int, list[int]] = {first_spu: [0]}  # spu -> its starts, ascending
         self.version: int = 0
         self._flat_starts: list[int] | None = None  # lookup cache; None = stale
         self._flat_spus: list[int] = []
@@ -85,7 +88,7 @@ class IntervalTable:
             raise RoutingError(f"IntervalTable version must be a whole number >= 0, got {version!r}")
         pairs.sort(key=lambda p: p[0] if _is_int(p[0]) else -1)
         starts: SortedDict = SortedDict()
-        start_of: dict[int, int] = {}
+        previous: Any = None
         for start, spu in pairs:
             if not _is_int(start) or not 0 <= start <= KEY_SPACE_MAX:
                 raise RoutingError(
@@ -97,31 +100,98 @@ class IntervalTable:
                     f"interval start {start} is given twice (SPUs {starts[start]} and {spu}); "
                     "every interval needs its own start"
                 )
-            if spu in start_of:
+            if spu == previous:
                 raise RoutingError(
-                    f"SPU {spu} is given two intervals (starts {start_of[spu]} and {start}); "
-                    "every SPU owns exactly one contiguous interval"
+                    f"SPU {spu} is given two adjacent intervals (the second starts at {start}): they are one "
+                    "interval; give its first start only"
                 )
             starts[start] = spu
-            start_of[spu] = start
+            previous = spu
         if starts.peekitem(0)[0] != 0:
             raise RoutingError(
                 f"the first interval starts at {starts.peekitem(0)[0]}, not 0: hashes below it would "
                 "have no SPU; add a (0, spu) pair"
             )
+        return cls._build(starts, version)
+
+    @classmethod
+    def from_assignment(cls, assignment: Mapping[int, Iterable[tuple[int, int]]], version: int = 0
+                        ) -> "IntervalTable":
+        """Build from {spu: [(lo, hi), ...]} (inclusive ranges) that cover the key space exactly once.
+
+        Adjacent ranges of one SPU become one interval; an SPU with no range is
+        left out. Raises RoutingError naming the gap, the overlap or the bad
+        range. O(n log n).
+        """
+        ranges: list[tuple[int, int, int]] = []
+        try:
+            items = [(spu, [tuple(r) for r in rs]) for spu, rs in dict(assignment).items()]
+        except (TypeError, ValueError):
+            raise RoutingError(
+                f"a workload assignment maps SPU ids to lists of (lo, hi) hash ranges, got {assignment!r:.200}; "
+                f"e.g. {{1: [(0, {KEY_SPACE_MAX // 2})], 2: [({KEY_SPACE_MAX // 2 + 1}, {KEY_SPACE_MAX})]}}"
+            ) from None
+        for spu, rs in items:
+            _check_spu_id(spu, "spu")
+            for r in rs:
+                if len(r) != 2 or not all(_is_int(x) for x in r) or not 0 <= r[0] <= r[1] <= KEY_SPACE_MAX:
+                    raise RoutingError(
+                        f"SPU {spu}: {r!r} is not a hash range; give (lo, hi) with 0 <= lo <= hi <= {KEY_SPACE_MAX}"
+                    )
+                ranges.append((r[0], r[1], spu))
+        ranges.sort()
+        expected = 0
+        for lo, hi, spu in ranges:
+            if lo > expected:
+                raise RoutingError(f"hashes [{expected}, {lo - 1}] are assigned to no SPU; every hash needs one")
+            if lo < expected:
+                raise RoutingError(
+                    f"hashes [{lo}, {min(hi, expected - 1)}] are assigned twice (SPU {spu} and another); "
+                    "every hash belongs to exactly one SPU"
+                )
+            expected = hi + 1
+        if expected <= KEY_SPACE_MAX:
+            raise RoutingError(
+                f"hashes [{expected}, {KEY_SPACE_MAX}] are assigned to no SPU; every hash needs one"
+            )
+        return cls._build(cls._coalesce([(lo, spu) for lo, _hi, spu in ranges]), version)
+
+    @staticmethod
+    def _coalesce(pairs: Iterable[tuple[int, int]]) -> SortedDict:
+        """(start, spu) pairs in key order -> starts, dropping a start whose SPU owns the interval before it."""
+        starts: SortedDict = SortedDict()
+        previous: Any = None
+        for start, spu in pairs:
+            if spu != previous:
+                starts[start] = spu
+                previous = spu
+        return starts
+
+    @classmethod
+    def _build(cls, starts: SortedDict, version: int) -> "IntervalTable":
+        if not _is_int(version) or version < 0:
+            raise RoutingError(f"IntervalTable version must be a whole number >= 0, got {version!r}")
         table = cls.__new__(cls)
         table._starts = starts
-        table._start_of = start_of
+        table._start_of = {}
+        for start, spu in starts.items():
+            table._start_of.setdefault(spu, []).append(start)
         table.version = version
         table._flat_starts = None
         table._flat_spus = []
         return table
 
+    def _replace(self, starts: SortedDict) -> None:
+        """Take `starts` (coalesced) as the new layout and bump the version."""
+        rebuilt = IntervalTable._build(IntervalTable._coalesce(starts.items()), self.version + 1)
+        self._starts, self._start_of, self.version = rebuilt._starts, rebuilt._start_of, rebuilt.version
+        self._flat_starts = None
+
     def copy(self) -> "IntervalTable":
         """An independent copy (same version). O(n)."""
         table = IntervalTable.__new__(IntervalTable)
         table._starts = self._starts.copy()
-        table._start_of = dict(self._start_of)
+        table._start_of = {spu: list(starts) for spu, starts in self._start_of.items()}
         table.version = self.version
         table._flat_starts = None
         table._flat_spus = []
@@ -146,14 +216,30 @@ class IntervalTable:
         return self.lookup(key_hash(key))
 
     def interval_of(self, spu: int) -> tuple[int, int]:
-        """SPU's inclusive interval (start, end). O(log n)."""
-        start = self._start_of_or_raise(spu, "interval_of")
-        return start, self._end_of(start)
+        """SPU's inclusive interval (start, end), for an SPU that owns one. O(log n)."""
+        starts = self._starts_of_or_raise(spu, "interval_of")
+        if len(starts) > 1:
+            raise RoutingError(
+                f"SPU {spu} owns {len(starts)} intervals ({_short_list(starts)} are their starts); "
+                "use intervals_of(spu)"
+            )
+        return starts[0], self._end_of(starts[0])
+
+    def intervals_of(self, spu: int) -> list[tuple[int, int]]:
+        """SPU's inclusive intervals (start, end), in key order. O(k log n) for k intervals."""
+        return [(start, self._end_of(start)) for start in self._starts_of_or_raise(spu, "intervals_of")]
+
+    def assignment(self) -> dict[int, list[tuple[int, int]]]:
+        """{spu: its intervals}: the form assign_workload takes. O(n)."""
+        out: dict[int, list[tuple[int, int]]] = {}
+        for start, end, spu in self.intervals():
+            out.setdefault(spu, []).append((start, end))
+        return out
 
     def owns(self, spu: int, h: int) -> bool:
-        """Whether hash h lies in spu's interval. O(log n)."""
-        start, end = self.interval_of(spu)
-        return start <= h <= end
+        """Whether hash h lies in one of spu's intervals. O(log n)."""
+        self._starts_of_or_raise(spu, "owns")
+        return 0 <= h <= KEY_SPACE_MAX and self.lookup(h) == spu
 
     def intervals(self) -> list[tuple[int, int, int]]:
         """Every (start, end, spu), inclusive, in key order. O(n)."""
@@ -169,16 +255,17 @@ class IntervalTable:
         return list(self._starts.values())
 
     def neighbours(self, spu: int) -> list[int]:
-        """The SPUs owning the intervals left and right of spu's (0, 1 or 2 of them), left first. O(log n)."""
-        start = self._start_of_or_raise(spu, "neighbours")
+        """The SPUs owning an interval next to one of spu's, in key order. O(k log n)."""
         starts = self._starts
-        idx = starts.index(start)
-        out = []
-        if idx > 0:
-            out.append(starts.peekitem(idx - 1)[1])
-        if idx + 1 < len(starts):
-            out.append(starts.peekitem(idx + 1)[1])
-        return out
+        out: list[int] = []
+        for start in self._starts_of_or_raise(spu, "neighbours"):
+            idx = starts.index(start)
+            for j in (idx - 1, idx + 1):
+                if 0 <= j < len(starts):
+                    other = starts.peekitem(j)[1]
+                    if other not in out:
+                        out.append(other)
+        return sorted(out, key=lambda s: self._start_of[s][0])
 
     def __len__(self) -> int:
         return len(self._starts)
@@ -200,82 +287,80 @@ class IntervalTable:
 
     # ---------------------------------------------------------- split / merge
     def split(self, spu: int, new_spu: int, at: int | None = None) -> tuple[int, int]:
-        """Give new_spu the upper part [at, end] of spu's interval [start, end]. O(log n).
+        """Give new_spu every hash >= `at` that spu owns. Increments version.
 
-        `at` defaults to the midpoint start + (end - start + 1) // 2 and must
-        satisfy start < at <= end. Returns the moved inclusive range (at, end);
-        every other hash keeps its owner. Increments version.
+        For an SPU with one interval [start, end], `at` defaults to the
+        midpoint start + (end - start + 1) // 2 and must satisfy
+        start < at <= end; the moved range is (at, end). With several
+        intervals `at` defaults to the point with half of spu's hashes below
+        it, and the moved hashes are spu's within (at, end of its last
+        interval). Every other hash keeps its owner.
         """
-        start = self._start_of_or_raise(spu, "split")
+        owned = self.intervals_of(spu)
         _check_spu_id(new_spu, "new_spu")
         if new_spu in self._start_of:
-            ns, ne = self.interval_of(new_spu)
+            ns, ne = self.intervals_of(new_spu)[0]
             raise RoutingError(
                 f"cannot split SPU {spu} onto SPU {new_spu}: SPU {new_spu} already owns [{ns}, {ne}]; "
                 "give the new SPU an id not in the table"
             )
-        end = self._end_of(start)
-        if start == end:
+        first, last = owned[0][0], owned[-1][1]
+        total = sum(hi - lo + 1 for lo, hi in owned)
+        if total == 1:
             raise RoutingError(
-                f"cannot split SPU {spu}: its interval [{start}, {end}] holds a single hash; "
+                f"cannot split SPU {spu}: its interval [{first}, {last}] holds a single hash; "
                 "pick another SPU to relieve"
             )
         if at is None:
-            at = start + (end - start + 1) // 2
-        elif not _is_int(at) or not start < at <= end:
+            at = _hash_after(owned, total // 2)
+        elif not _is_int(at) or not first < at <= last:
             raise RoutingError(
                 f"cannot split SPU {spu} at {at!r}: the split point must be a whole number with "
-                f"{start} < at <= {end} (SPU {spu} owns [{start}, {end}]; at={start + 1} moves all "
-                f"but the first hash, at={end} moves only the last)"
+                f"{first} < at <= {last} (SPU {spu} owns [{first}, {last}]"
+                + (f" in {len(owned)} intervals" if len(owned) > 1 else "")
+                + f"; at={first + 1} moves all but the first hash, at={last} moves only the last)"
             )
-        self._starts[at] = new_spu
-        self._start_of[new_spu] = at
-        self._flat_starts = None
-        self.version += 1
-        return at, end
+        starts = self._starts.copy()
+        for lo, hi in owned:
+            if lo >= at:
+                starts[lo] = new_spu
+            elif lo < at <= hi:
+                starts[at] = new_spu  # [lo, at - 1] stays spu's; hi + 1 starts another SPU's interval
+        self._replace(starts)
+        return at, last
 
     def merge(self, spu: int, into: int | None = None) -> tuple[int, int, int]:
-        """Hand spu's whole interval to an adjacent SPU and drop spu. O(log n).
+        """Hand all of spu's hashes to another SPU and drop spu. Increments version.
 
-        `into` defaults to the left neighbour (the right one if spu is
-        leftmost) and must be adjacent. Returns (start, end, receiver) of the
-        moved inclusive range. Increments version.
+        `into` defaults to the SPU left of spu's first interval (the right one
+        if there is none). Any other SPU may receive; one that is not adjacent
+        ends up with several intervals. Returns (first, last, receiver): spu's
+        hashes within [first, last] moved.
         """
-        start = self._start_of_or_raise(spu, "merge")
-        if len(self._starts) == 1:
+        owned = self.intervals_of(spu)
+        if len(self._start_of) == 1:
             raise RoutingError(
                 f"cannot merge SPU {spu}: it is the last SPU and owns the whole key space "
                 f"[0, {KEY_SPACE_MAX}]; a unit keeps at least one SPU"
             )
-        end = self._end_of(start)
-        starts = self._starts
-        idx = starts.index(start)
-        left = starts.peekitem(idx - 1)[1] if idx > 0 else None
-        right = starts.peekitem(idx + 1)[1] if idx + 1 < len(starts) else None
+        first, last = owned[0][0], owned[-1][1]
         if into is None:
-            into = left if left is not None else right
-        elif into not in (left, right):
-            if into == spu:
-                problem = "an SPU cannot merge into itself"
-            elif into not in self._start_of:
-                problem = f"SPU {into!r} is not in the table"
-            else:
-                problem = f"SPU {into} owns [{self._start_of[into]}, {self._end_of(self._start_of[into])}], not adjacent"
-            adjacent = " or ".join(str(n) for n in (left, right) if n is not None)
+            into = self.lookup(first - 1) if first > 0 else self.lookup(owned[0][1] + 1)
+        elif into == spu or into not in self._start_of:
+            problem = "an SPU cannot merge into itself" if into == spu else f"SPU {into!r} is not in the table"
             raise RoutingError(
-                f"cannot merge SPU {spu} [{start}, {end}] into {into!r}: {problem}; "
-                f"merge into an adjacent SPU: {adjacent}"
+                f"cannot merge SPU {spu} [{first}, {last}] into {into!r}: {problem}; "
+                f"merge into one of {_short_list(s for s in self._start_of if s != spu)}"
             )
-        del starts[start]
-        del self._start_of[spu]
-        if into == right:
-            # The right neighbour's interval now begins where spu's began.
-            del starts[end + 1]
-            starts[start] = into
-            self._start_of[into] = start
-        self._flat_starts = None
-        self.version += 1
-        return start, end, into  # type: ignore[return-value]
+        starts = self._starts.copy()
+        for lo, _hi in owned:
+            starts[lo] = into
+        self._replace(starts)
+        return first, last, into
+
+    def assign(self, assignment: Mapping[int, Iterable[tuple[int, int]]]) -> "IntervalTable":
+        """A new table with this one's version + 1 laid out as `assignment` says (see from_assignment)."""
+        return IntervalTable.from_assignment(assignment, version=self.version + 1)
 
     # ------------------------------------------------------------------- wire
     def to_wire(self) -> list[Any]:
@@ -306,8 +391,10 @@ class IntervalTable:
         )
         assert all(a[0] < b[0] for a, b in zip(starts, starts[1:])), f"starts not increasing: {starts}"
         owners = [spu for _, spu in starts]
-        assert len(set(owners)) == len(owners), f"an SPU owns two intervals: {starts}"
-        mirror = {spu: s for s, spu in starts}
+        assert all(a != b for a, b in zip(owners, owners[1:])), f"two adjacent intervals have one SPU: {starts}"
+        mirror: dict[int, list[int]] = {}
+        for s, spu in starts:
+            mirror.setdefault(spu, []).append(s)
         assert mirror == self._start_of, f"spu->start index {self._start_of} disagrees with starts {starts}"
         assert _is_int(self.version) and self.version >= 0, f"bad version {self.version!r}"
         if self._flat_starts is not None:
@@ -316,19 +403,29 @@ class IntervalTable:
             )
 
     # ---------------------------------------------------------------- helpers
-    def _start_of_or_raise(self, spu: int, op: str) -> int:
+    def _starts_of_or_raise(self, spu: int, op: str) -> list[int]:
         try:
             return self._start_of[spu]
         except (KeyError, TypeError):
             raise RoutingError(
                 f"{op}: SPU {spu!r} is not in the routing table (version {self.version}); "
-                f"known SPUs: {_short_list(self._starts.values())}"
+                f"known SPUs: {_short_list(self._start_of)}"
             ) from None
 
     def _end_of(self, start: int) -> int:
         starts = self._starts
         idx = starts.index(start)
         return starts.peekitem(idx + 1)[0] - 1 if idx + 1 < len(starts) else KEY_SPACE_MAX
+
+
+def _hash_after(owned: list[tuple[int, int]], below: int) -> int:
+    """The hash with `below` of the owned hashes (sorted, disjoint ranges) under it; below >= 1."""
+    for lo, hi in owned:
+        size = hi - lo + 1
+        if below < size:
+            return lo + below
+        below -= size
+    raise ValueError("below exceeds the owned hashes")
 
 
 def _check_spu_id(spu: Any, name: str) -> None:

@@ -32,8 +32,23 @@ def probe_hashes(*models: list[tuple[int, int, int]]) -> set[int]:
     return {h for h in hs if 0 <= h <= MAX}
 
 
+def normalise(model: list[tuple[int, int, int]]) -> list[tuple[int, int, int]]:
+    """Join adjacent intervals of one SPU: the table never keeps them apart."""
+    out: list[tuple[int, int, int]] = []
+    for start, end, spu in sorted(model):
+        if out and out[-1][2] == spu and out[-1][1] + 1 == start:
+            out[-1] = (out[-1][0], end, spu)
+        else:
+            out.append((start, end, spu))
+    return out
+
+
+def owned_by(model: list[tuple[int, int, int]], spu: int) -> list[tuple[int, int]]:
+    return [(start, end) for start, end, s in model if s == spu]
+
+
 class IntervalTableMachine(RuleBasedStateMachine):
-    """Random split/merge/lookup sequences against a list of (start, end, spu)."""
+    """Random split/merge/assign/lookup sequences against a list of (start, end, spu)."""
 
     def __init__(self) -> None:
         super().__init__()
@@ -42,92 +57,121 @@ class IntervalTableMachine(RuleBasedStateMachine):
         self.version = 0
         self.next_spu = 1
 
-    def _pick(self, data: st.DataObject) -> int:
-        return data.draw(st.integers(0, len(self.model) - 1), label="interval index")
+    def _spu(self, data: st.DataObject) -> int:
+        return data.draw(st.sampled_from(sorted({spu for _, _, spu in self.model})), label="spu")
 
     @rule(data=st.data())
     def split(self, data: st.DataObject) -> None:
-        idx = self._pick(data)
-        start, end, spu = self.model[idx]
+        spu = self._spu(data)
+        owned = owned_by(self.model, spu)
+        first, last = owned[0][0], owned[-1][1]
+        total = sum(end - start + 1 for start, end in owned)
         new = self.next_spu
-        if start == end:
+        if total == 1:
             with pytest.raises(RoutingError, match="holds a single hash"):
                 self.table.split(spu, new)
             return
-        at = data.draw(
-            st.one_of(
-                st.none(),
-                st.sampled_from([start + 1, end]),
-                st.integers(start + 1, end),
-            ),
-            label="at",
-        )
+        at = data.draw(st.one_of(st.none(), st.sampled_from([first + 1, last]), st.integers(first + 1, last)),
+                       label="at")
         before = self.table.copy()
         moved = self.table.split(spu, new, at)
         self.next_spu += 1
-        p = start + (end - start + 1) // 2 if at is None else at
-        assert moved == (p, end)
-        self.model[idx : idx + 1] = [(start, p - 1, spu), (p, end, new)]
+        if at is None:  # half of spu's hashes stay below the split point
+            below, p = total // 2, None
+            for start, end in owned:
+                if below < end - start + 1:
+                    p = start + below
+                    break
+                below -= end - start + 1
+        else:
+            p = at
+        assert moved == (p, last)
+        pieces = []
+        for start, end, s in self.model:
+            if s != spu or end < p:
+                pieces.append((start, end, s))
+            elif start >= p:
+                pieces.append((start, end, new))
+            else:
+                pieces += [(start, p - 1, s), (p, end, new)]
+        self.model = normalise(pieces)
         self.version += 1
-        # Exactly the hashes >= p of the split interval change owner.
-        for h in probe_hashes(self.model) | {p - 1, p}:
-            expected = new if p <= h <= end else before.lookup(h)
-            assert self.table.lookup(h) == expected, (h, p, end)
+        # Exactly spu's hashes >= p change owner.
+        for h in probe_hashes(self.model, before.intervals()) | {p - 1, p}:
+            old = before.lookup(h)
+            assert self.table.lookup(h) == (new if old == spu and h >= p else old), (h, p)
 
     @rule(data=st.data())
     def split_at_a_bad_point_is_refused(self, data: st.DataObject) -> None:
-        idx = self._pick(data)
-        start, end, spu = self.model[idx]
-        at = data.draw(st.one_of(st.integers(-5, start), st.integers(end + 1, end + 5)), label="bad at")
+        spu = self._spu(data)
+        owned = owned_by(self.model, spu)
+        first, last = owned[0][0], owned[-1][1]
+        at = data.draw(st.one_of(st.integers(-5, first), st.integers(last + 1, last + 5)), label="bad at")
         with pytest.raises(RoutingError, match=f"cannot split SPU {spu}|holds a single hash"):
             self.table.split(spu, self.next_spu, at)
 
     @rule(data=st.data())
     def split_onto_an_existing_spu_is_refused(self, data: st.DataObject) -> None:
-        spu = self.model[self._pick(data)][2]
-        other = self.model[self._pick(data)][2]
+        spu, other = self._spu(data), self._spu(data)
         with pytest.raises(RoutingError, match=f"SPU {other} already owns"):
             self.table.split(spu, other)
 
     @rule(data=st.data())
     def merge(self, data: st.DataObject) -> None:
-        idx = self._pick(data)
-        start, end, spu = self.model[idx]
-        if len(self.model) == 1:
+        spu = self._spu(data)
+        spus = sorted({s for _, _, s in self.model})
+        if len(spus) == 1:
             with pytest.raises(RoutingError, match="it is the last SPU"):
                 self.table.merge(spu)
             return
-        left = self.model[idx - 1] if idx > 0 else None
-        right = self.model[idx + 1] if idx + 1 < len(self.model) else None
-        choices: list[int | None] = [None] + [n[2] for n in (left, right) if n is not None]
-        into = data.draw(st.sampled_from(choices), label="into")
-        receiver = into if into is not None else (left or right)[2]  # type: ignore[index]
+        owned = owned_by(self.model, spu)
+        into = data.draw(st.sampled_from([None] + [s for s in spus if s != spu]), label="into")
+        first = owned[0][0]
+        default = model_lookup(self.model, first - 1) if first > 0 else model_lookup(self.model, owned[0][1] + 1)
+        receiver = default if into is None else into
         before = self.table.copy()
-        moved = self.table.merge(spu, into)
-        assert moved == (start, end, receiver)
-        if left is not None and receiver == left[2]:
-            self.model[idx - 1 : idx + 1] = [(left[0], end, receiver)]
-        else:
-            assert right is not None
-            self.model[idx : idx + 2] = [(start, right[1], receiver)]
+        assert self.table.merge(spu, into) == (first, owned[-1][1], receiver)
+        self.model = normalise([(start, end, receiver if s == spu else s) for start, end, s in self.model])
         self.version += 1
-        # Exactly the merged interval changes owner, and it goes to the receiver.
+        # Exactly spu's hashes change owner, and they go to the receiver.
         for h in probe_hashes(self.model, before.intervals()):
-            expected = receiver if start <= h <= end else before.lookup(h)
-            assert self.table.lookup(h) == expected, (h, start, end)
+            old = before.lookup(h)
+            assert self.table.lookup(h) == (receiver if old == spu else old), h
         assert spu not in self.table
 
-    @precondition(lambda self: len(self.model) >= 3)
     @rule(data=st.data())
-    def merge_into_a_non_adjacent_spu_is_refused(self, data: st.DataObject) -> None:
-        idx = self._pick(data)
-        spu = self.model[idx][2]
-        far = [m[2] for j, m in enumerate(self.model) if abs(j - idx) >= 2]
-        if not far:
+    def merge_into_itself_or_an_unknown_spu_is_refused(self, data: st.DataObject) -> None:
+        spu = self._spu(data)
+        if len({s for _, _, s in self.model}) == 1:
             return
-        into = data.draw(st.sampled_from(far), label="far")
-        with pytest.raises(RoutingError, match="not adjacent; merge into an adjacent SPU"):
+        into = data.draw(st.sampled_from([spu, self.next_spu + 7]), label="into")
+        with pytest.raises(RoutingError, match="cannot merge into itself|is not in the table"):
             self.table.merge(spu, into)
+
+    @rule(data=st.data())
+    def assign(self, data: st.DataObject) -> None:
+        cuts = sorted(set(data.draw(st.lists(st.integers(1, MAX), max_size=5), label="cuts")))
+        bounds = [0] + cuts + [MAX + 1]
+        spus = sorted({s for _, _, s in self.model}) + [self.next_spu, self.next_spu + 1]
+        owners = data.draw(st.lists(st.sampled_from(spus), min_size=len(bounds) - 1, max_size=len(bounds) - 1),
+                           label="owners")
+        assignment: dict[int, list[tuple[int, int]]] = {}
+        pieces = []
+        for (lo, nxt), spu in zip(zip(bounds, bounds[1:]), owners):
+            assignment.setdefault(spu, []).append((lo, nxt - 1))
+            pieces.append((lo, nxt - 1, spu))
+        self.table = self.table.assign(assignment)
+        self.next_spu += 2
+        self.model = normalise(pieces)
+        self.version += 1
+
+    @rule(data=st.data())
+    def an_assignment_with_a_gap_or_an_overlap_is_refused(self, data: st.DataObject) -> None:
+        cut = data.draw(st.integers(1, MAX - 1), label="cut")
+        with pytest.raises(RoutingError, match=f"hashes \\[{cut}, {cut}\\] are assigned to no SPU"):
+            self.table.assign({1: [(0, cut - 1)], 2: [(cut + 1, MAX)]})
+        with pytest.raises(RoutingError, match=f"hashes \\[{cut}, {cut}\\] are assigned twice"):
+            self.table.assign({1: [(0, cut)], 2: [(cut, MAX)]})
 
     @rule(h=st.one_of(st.integers(0, MAX), st.sampled_from([0, 1, MAX // 2, MAX // 2 + 1, MAX])))
     def lookup(self, h: int) -> None:
@@ -135,7 +179,7 @@ class IntervalTableMachine(RuleBasedStateMachine):
 
     @rule(data=st.data())
     def lookup_at_boundaries(self, data: st.DataObject) -> None:
-        start, end, spu = self.model[self._pick(data)]
+        start, end, spu = self.model[data.draw(st.integers(0, len(self.model) - 1), label="interval index")]
         for h in (start, end):
             assert self.table.lookup(h) == spu
             assert self.table.owns(spu, h)
@@ -152,16 +196,23 @@ class IntervalTableMachine(RuleBasedStateMachine):
     @invariant()
     def matches_the_model(self) -> None:
         self.table.check_invariants()
-        # The model itself covers [0, MAX] with no gap or overlap.
+        # The model itself covers [0, MAX] with no gap or overlap, and never keeps one SPU's neighbours apart.
         assert self.model[0][0] == 0 and self.model[-1][1] == MAX
-        for (_, end, _), (start, _, _) in zip(self.model, self.model[1:]):
-            assert start == end + 1
+        for (_, end, a), (start, _, b) in zip(self.model, self.model[1:]):
+            assert start == end + 1 and a != b
         assert self.table.intervals() == self.model
         assert self.table.spus() == [spu for _, _, spu in self.model]
         assert len(self.table) == len(self.model)
         assert self.table.version == self.version
-        for start, end, spu in self.model:
-            assert self.table.interval_of(spu) == (start, end)
+        assignment = self.table.assignment()
+        for spu in {s for _, _, s in self.model}:
+            owned = owned_by(self.model, spu)
+            assert self.table.intervals_of(spu) == owned == assignment[spu]
+            if len(owned) == 1:
+                assert self.table.interval_of(spu) == owned[0]
+            else:
+                with pytest.raises(RoutingError, match=f"owns {len(owned)} intervals"):
+                    self.table.interval_of(spu)
 
 
 IntervalTableMachine.TestCase.settings = settings(
@@ -237,16 +288,30 @@ def test_merging_the_last_spu_is_refused() -> None:
     assert table.version == 0
 
 
-def test_merge_into_a_non_adjacent_spu_names_the_adjacent_ones() -> None:
+def test_merge_into_a_non_adjacent_spu_gives_it_a_second_interval() -> None:
     table = IntervalTable.from_intervals([(0, 1), (100, 2), (200, 3), (300, 4)])
-    with pytest.raises(RoutingError, match=r"into 4: SPU 4 owns \[300, 2147483647\], not adjacent; "
-                                            r"merge into an adjacent SPU: 1 or 3"):
-        table.merge(2, into=4)
-    with pytest.raises(RoutingError, match="an SPU cannot merge into itself"):
+    with pytest.raises(RoutingError, match=r"an SPU cannot merge into itself; merge into one of 1, 3, 4"):
         table.merge(2, into=2)
     with pytest.raises(RoutingError, match="SPU 99 is not in the table"):
         table.merge(2, into=99)
     assert table.version == 0 and len(table) == 4
+    assert table.merge(2, into=4) == (100, 199, 4)
+    assert table.intervals_of(4) == [(100, 199), (300, MAX)]
+    assert table.neighbours(4) == [1, 3]
+    # Splitting an SPU of two intervals moves its upper half of hashes, across the gap.
+    assert table.split(4, 5) == (300 + (MAX - 300 + 1 + 100) // 2 - 100, MAX)
+    table.check_invariants()
+
+
+def test_an_assignment_of_several_intervals_per_spu_round_trips_and_joins_neighbours() -> None:
+    table = IntervalTable(0).assign({7: [(0, 9), (30, 39)], 8: [(10, 29)], 9: [(40, 49), (50, MAX)]})
+    assert table.intervals() == [(0, 9, 7), (10, 29, 8), (30, 39, 7), (40, MAX, 9)]
+    assert table.version == 1 and table.assignment() == {7: [(0, 9), (30, 39)], 8: [(10, 29)], 9: [(40, MAX)]}
+    assert IntervalTable.from_wire(table.to_wire()) == table
+    with pytest.raises(RoutingError, match=r"is not a hash range; give \(lo, hi\)"):
+        table.assign({1: [(5, 2)]})
+    with pytest.raises(RoutingError, match="maps SPU ids to lists of"):
+        table.assign([1, 2])  # type: ignore[arg-type]
 
 
 # ------------------------------------------------------------------ errors
@@ -298,8 +363,9 @@ def test_from_intervals_validates_its_pairs() -> None:
         IntervalTable.from_intervals([(10, 1), (20, 2)])
     with pytest.raises(RoutingError, match="interval start 5 is given twice"):
         IntervalTable.from_intervals([(0, 1), (5, 2), (5, 3)])
-    with pytest.raises(RoutingError, match="SPU 1 is given two intervals"):
+    with pytest.raises(RoutingError, match="SPU 1 is given two adjacent intervals"):
         IntervalTable.from_intervals([(0, 1), (5, 1)])
+    assert IntervalTable.from_intervals([(0, 1), (5, 2), (9, 1)]).intervals_of(1) == [(0, 4), (9, MAX)]
     with pytest.raises(RoutingError, match=r"interval start 2147483648 \(SPU 2\) is not a whole number in"):
         IntervalTable.from_intervals([(0, 1), (MAX + 1, 2)])
     with pytest.raises(RoutingError, match=r"takes \(start, spu\) pairs, got \(0, 1, 2\)"):
@@ -355,7 +421,7 @@ def test_neighbours_contains_and_len() -> None:
 
 def test_check_invariants_catches_a_corrupted_table() -> None:
     table = IntervalTable.from_intervals([(0, 1), (100, 2)])
-    table._start_of[2] = 101  # simulate a bug that forgot to update the index
+    table._start_of[2] = [101]  # simulate a bug that forgot to update the index
     with pytest.raises(AssertionError, match="disagrees with starts"):
         table.check_invariants()
     table = IntervalTable.from_intervals([(0, 1), (100, 2)])
