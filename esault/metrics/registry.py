@@ -160,11 +160,11 @@ RECOVERY_PAUSE: Final = Histogram(
     registry=REGISTRY,
 )
 
-SCALING_ACTIONS: Final = ("split", "merge")
+SCALING_ACTIONS: Final = ("split", "merge", "assign_workload")
 SCALING_REASONS: Final = ("overload", "underload", "manual")
 """The reasons the runtime is expected to use; kept small so the label stays bounded."""
 
-ScalingAction = Literal["split", "merge"]
+ScalingAction = Literal["split", "merge", "assign_workload"]
 
 
 class SinkMetric(NamedTuple):
@@ -243,14 +243,14 @@ def observe_tuple_latency(topology: str, unit: str, seconds: float) -> None:
 
 
 def record_scaling_event(topology: str, unit: str, action: ScalingAction, reason: str) -> None:
-    """Count one completed split or merge of ``unit`` (after the routes are installed).
+    """Count one completed split, merge or assign_workload of ``unit`` (after the routes are installed).
 
     ``reason`` should be one of SCALING_REASONS; Grafana draws it on the
     SPUs-per-unit panel as an annotation.
     """
     if action not in SCALING_ACTIONS:
         raise ValueError(
-            f"record_scaling_event: action must be 'split' or 'merge', got {action!r} "
+            f"record_scaling_event: action must be one of {', '.join(SCALING_ACTIONS)}, got {action!r} "
             f"(unit {unit!r} of topology {topology!r}); "
             "write record_scaling_event(t, u, 'split', 'overload'), not (t, u, 'overload', 'split')"
         )

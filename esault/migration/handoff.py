@@ -1,26 +1,31 @@
-"""The key hand-off state machines of a split or merge (docs/PROTOCOLS.md).
+"""The key hand-off state machines of a reconfiguration (docs/PROTOCOLS.md).
 
-Giver: the SPU that loses the keys of [lo, hi]. It keeps processing every
-tuple it receives; once an EpochMarker arrived from every upstream SPU, no
-tuple of a moved key can reach it any more, so the moved PEs' state is final
-and is handed over.
-Receiver: the SPU that gains [lo, hi]. It buffers, in arrival order, only the
-tuples of moved keys until the state arrives, then replays them. Keys outside
-[lo, hi] never pause.
+A reconfiguration moves any number of key ranges between the SPUs of one
+unit at once (a split and a merge are one range each).
+Giver: an SPU that loses ranges. It keeps processing every tuple it
+receives; once an EpochMarker arrived from every upstream SPU, no tuple of a
+moved key can reach it any more, so the moved PEs' state is final and goes
+to each range's receiver.
+Receiver: an SPU that gains ranges. It buffers, in arrival order, only the
+tuples of incoming keys whose giver has not handed over yet; each giver's
+last chunk releases that giver's ranges (their held tuples run first, in
+order). Keys outside incoming ranges never pause. An SPU may give and
+receive in one reconfiguration (different ranges).
 """
 
 from __future__ import annotations
 
+from bisect import bisect_right
 from typing import Any, Callable, Iterable, NamedTuple
 
 
 class GiverHandoff:
     """Counts EpochMarkers until every upstream SPU has switched tables."""
 
-    def __init__(self, reconfig_id: int, lo: int, hi: int, upstream: Iterable[int], retire: bool) -> None:
+    def __init__(self, reconfig_id: int, ranges: Iterable[tuple[int, int, int]], upstream: Iterable[int],
+                 retire: bool) -> None:
         self.reconfig_id = reconfig_id
-        self.lo = lo
-        self.hi = hi
+        self.ranges = tuple(sorted(ranges))  # (lo, hi, receiver)
         self.retire = retire
         self._waiting = set(upstream)
 
@@ -36,8 +41,12 @@ class GiverHandoff:
     def waiting_for(self) -> frozenset[int]:
         return frozenset(self._waiting)
 
-    def moves(self, h: int) -> bool:
-        return self.lo <= h <= self.hi
+    def by_receiver(self) -> dict[int, list[tuple[int, int]]]:
+        """receiver -> the (lo, hi) ranges it gets from this giver, in key order."""
+        out: dict[int, list[tuple[int, int]]] = {}
+        for lo, hi, receiver in self.ranges:
+            out.setdefault(receiver, []).append((lo, hi))
+        return out
 
 
 class HeldBatch(NamedTuple):
@@ -50,47 +59,105 @@ class HeldBatch(NamedTuple):
     edges: list[int]
 
 
-class ReceiverHandoff:
-    """Holds tuples of incoming keys until the giver's state arrives."""
+class RangeSet:
+    """Disjoint inclusive hash ranges with a bisect membership test."""
 
-    def __init__(self, reconfig_id: int, lo: int, hi: int, giver_id: int, started_at: float) -> None:
+    __slots__ = ("_los", "_his")
+
+    def __init__(self, ranges: Iterable[tuple[int, int]]) -> None:
+        pairs = sorted(ranges)
+        self._los = [lo for lo, _ in pairs]
+        self._his = [hi for _, hi in pairs]
+
+    def __contains__(self, h: int) -> bool:
+        i = bisect_right(self._los, h) - 1
+        return i >= 0 and h <= self._his[i]
+
+    def __bool__(self) -> bool:
+        return bool(self._los)
+
+    def ranges(self) -> list[tuple[int, int]]:
+        return list(zip(self._los, self._his))
+
+
+class ReceiverHandoff:
+    """Holds tuples of incoming keys until their giver's state arrives."""
+
+    def __init__(self, reconfig_id: int, ranges: Iterable[tuple[int, int, int]], started_at: float) -> None:
         self.reconfig_id = reconfig_id
-        self.lo = lo
-        self.hi = hi
-        self.giver_id = giver_id
+        self.ranges = tuple(sorted(ranges))  # (lo, hi, giver)
         self.started_at = started_at
+        self.pending_givers = {giver for _, _, giver in self.ranges}
+        self._pending = RangeSet((lo, hi) for lo, hi, _ in self.ranges)
         self.buffered: list[HeldBatch] = []
         self.first_buffered_at: float | None = None
+        self.paused = 0.0  # longest wait of a held tuple over the givers released so far
         self.moved = 0  # keys restored so far (a hand-off may come in chunks)
 
+    @property
+    def done(self) -> bool:
+        return not self.pending_givers
+
     def holds(self, h: int) -> bool:
-        return self.lo <= h <= self.hi
+        return h in self._pending
 
     def divide(self, keys: list[Any], values: list[Any], hash_of: Callable[[Any], int]
                ) -> tuple[list[Any], list[Any], list[Any], list[Any]]:
-        """(keys, values) that pass now and (keys, values) to hold, each in arrival order. O(n)."""
-        lo, hi = self.lo, self.hi
-        pass_k: list[Any] = []
-        pass_v: list[Any] = []
-        held_k: list[Any] = []
-        held_v: list[Any] = []
-        for key, value in zip(keys, values):
-            if lo <= hash_of(key) <= hi:
-                held_k.append(key)
-                held_v.append(value)
-            else:
-                pass_k.append(key)
-                pass_v.append(value)
-        return pass_k, pass_v, held_k, held_v
+        """(keys, values) that pass now and (keys, values) to hold, each in arrival order. O(n log r)."""
+        return _divide(keys, values, hash_of, self._pending)
 
     def buffer(self, held: HeldBatch, now: float) -> None:
         if self.first_buffered_at is None:
             self.first_buffered_at = now
         self.buffered.append(held)
 
+    def release(self, giver: int, now: float, hash_of: Callable[[Any], int], new_edge: Callable[[], int]
+                ) -> list[HeldBatch]:
+        """The giver's state is all here: its ranges stop holding; returns their held tuples (in arrival
+        order, to run before anything newer). A batch holding other givers' keys too keeps those under
+        fresh edge ids; the released part's edges hand its share of the tree over to them."""
+        if giver not in self.pending_givers:
+            return []
+        self.paused = max(self.paused, self.paused_seconds(now))
+        self.pending_givers.discard(giver)
+        released = RangeSet((lo, hi) for lo, hi, g in self.ranges if g == giver)
+        self._pending = RangeSet((lo, hi) for lo, hi, g in self.ranges if g in self.pending_givers)
+        out: list[HeldBatch] = []
+        kept: list[HeldBatch] = []
+        for held in self.buffered:
+            keep_k, keep_v, run_k, run_v = _divide(held.keys, held.values, hash_of, released)
+            if not keep_k:
+                out.append(held)
+            elif not run_k:
+                kept.append(held)
+            else:
+                own = [new_edge() for _ in held.roots]
+                out.append(HeldBatch(held.source, run_k, run_v, held.roots, [e ^ o for e, o in zip(held.edges, own)]))
+                kept.append(HeldBatch(held.source, keep_k, keep_v, held.roots, own))
+        self.buffered = kept
+        if not kept:
+            self.first_buffered_at = None
+        return out
+
     def paused_seconds(self, now: float) -> float:
-        """How long the first held tuple waited: the pause moved keys saw."""
+        """How long the oldest held tuple has waited: the pause moved keys see."""
         return 0.0 if self.first_buffered_at is None else now - self.first_buffered_at
+
+
+def _divide(keys: list[Any], values: list[Any], hash_of: Callable[[Any], int], held: RangeSet
+            ) -> tuple[list[Any], list[Any], list[Any], list[Any]]:
+    pass_k: list[Any] = []
+    pass_v: list[Any] = []
+    held_k: list[Any] = []
+    held_v: list[Any] = []
+    for key, value in zip(keys, values):
+        if hash_of(key) in held:
+            held_k.append(key)
+            held_v.append(value)
+        else:
+            pass_k.append(key)
+            pass_v.append(value)
+    return pass_k, pass_v, held_k, held_v
 
 
 HANDOFF_CHUNK_BYTES = 4 * 2**20

@@ -47,7 +47,7 @@ class BoltSpuActor(SenderActor):
         self._acks: dict[int, int] = {}
         self._view = Tuple()
         self._giving: GiverHandoff | None = None
-        self._giving_to: tuple[int, Any] = (0, None)
+        self._giving_to: dict[int, Any] = {}  # receiver id -> mailbox
         self._receiving: ReceiverHandoff | None = None
         self._early = EarlyMessages()
         self._retiring = False
@@ -279,8 +279,9 @@ class BoltSpuActor(SenderActor):
         """Start from completed checkpoint `epoch`: this SPU's key range (or instance) and its chained stages."""
         try:
             if self.spec.per_key:
-                lo, hi = self.cfg.interval
-                states = self.checkpoint_store().read_range(self.unit_name, epoch, lo, hi)
+                states: dict[Any, Any] = {}
+                for lo, hi in self.cfg.intervals or ():
+                    states.update(self.checkpoint_store().read_range(self.unit_name, epoch, lo, hi))
                 for key, state in states.items():
                     pe = self.pes.create(key)
                     if state is not None:
@@ -435,11 +436,11 @@ class BoltSpuActor(SenderActor):
     # --- key hand-off (docs/PROTOCOLS.md) ----------------------------------
 
     def _on_prepare_give(self, msg: PrepareGive) -> None:
-        self._giving = GiverHandoff(msg.reconfig_id, msg.lo, msg.hi, msg.upstream, msg.retire)
-        self._giving_to = (msg.receiver_id, msg.receiver)
+        self._giving = GiverHandoff(msg.reconfig_id, msg.ranges, msg.upstream, msg.retire)
+        self._giving_to = dict(msg.receivers)
         for sender in self._early.take_markers(msg.reconfig_id):
             self._giving.marker(sender)
-        self.unit_ref.tell(Prepared(msg.reconfig_id, self.spu_id))
+        self.unit_ref.tell(Prepared(msg.reconfig_id, self.spu_id, "giver"))
         if self._giving.ready:
             self._hand_off()
 
@@ -453,21 +454,27 @@ class BoltSpuActor(SenderActor):
             self._hand_off()
 
     def _hand_off(self) -> None:
+        """Every upstream SPU switched: the moved keys' state is final; each receiver gets its ranges'."""
         giving = self._giving
         self._giving = None
         self.flush()
-        states: list[tuple[Any, bytes]] = []
-        if self.spec.per_key and giving.lo <= giving.hi:
-            for key, pe in self.pes.take_range(giving.lo, giving.hi):
-                states.append((key, self._snapshot(key, pe)))
-            states.extend(self._take_parked(giving.lo, giving.hi))
-            self.stats.pes = len(self.pes)
+        moved = 0
+        for receiver_id, ranges in giving.by_receiver().items():
+            states: list[tuple[Any, bytes]] = []
+            if self.spec.per_key:
+                for lo, hi in ranges:
+                    for key, pe in self.pes.take_range(lo, hi):
+                        states.append((key, self._snapshot(key, pe)))
+                    states.extend(self._take_parked(lo, hi))
+            moved += len(states)
+            receiver = self._giving_to.get(receiver_id)
+            if receiver is not None:
+                self._send_states(receiver, giving.reconfig_id, states)
+        self.stats.pes = len(self.pes)
         self._retiring = giving.retire
         self.sampler.clear()
-        receiver_id, receiver = self._giving_to
-        if receiver is not None:
-            self._send_states(receiver, giving.reconfig_id, states)
-        self.unit_ref.tell(HandoffFinished(giving.reconfig_id, self.spu_id, "giver", len(states), 0.0))
+        self._giving_to = {}
+        self.unit_ref.tell(HandoffFinished(giving.reconfig_id, self.spu_id, "giver", moved, 0.0))
 
     def _send_states(self, receiver: Any, reconfig_id: int, states: list[tuple[Any, bytes]]) -> None:
         """The moved keys' states in chunks under the frame cap; the last chunk says the hand-off is done."""
@@ -521,9 +528,9 @@ class BoltSpuActor(SenderActor):
         return None
 
     def _on_prepare_receive(self, msg: PrepareReceive) -> None:
-        self._receiving = ReceiverHandoff(msg.reconfig_id, msg.lo, msg.hi, msg.giver_id, self.job.clock.now())
+        self._receiving = ReceiverHandoff(msg.reconfig_id, msg.ranges, self.job.clock.now())
         if self.unit_ref is not None:
-            self.unit_ref.tell(Prepared(msg.reconfig_id, self.spu_id))
+            self.unit_ref.tell(Prepared(msg.reconfig_id, self.spu_id, "receiver"))
         early = self._early.handoffs.pop(msg.reconfig_id, None)
         for chunk in early or ():
             self._on_state(chunk)
@@ -546,13 +553,14 @@ class BoltSpuActor(SenderActor):
         now = self.job.clock.now()
         self.pes.used(now)
         if not msg.last:
-            return  # more state to come: moved keys stay held until the last chunk
-        paused = receiving.paused_seconds(now)
-        self._receiving = None
-        for held in receiving.buffered:
+            return  # more state to come: that giver's keys stay held until its last chunk
+        for held in receiving.release(msg.giver_id, now, key_hash, self._new_edge):
             self._run_batch(held.source, held.keys, held.values, held.roots, held.edges)
         self.stats.pes = len(self.pes)
         self.flush()
+        if not receiving.done:
+            return
+        self._receiving = None
         self.unit_ref.tell(
-            HandoffFinished(msg.reconfig_id, self.spu_id, "receiver", receiving.moved, paused)
+            HandoffFinished(msg.reconfig_id, self.spu_id, "receiver", receiving.moved, receiving.paused)
         )

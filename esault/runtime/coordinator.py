@@ -31,6 +31,7 @@ class ScaleRequest:
     at: int | None
     into: int | None
     reason: str
+    assignment: dict[int, list[tuple[int, int]]] | None = None
 
 
 class ReconfigurationCoordinator:
@@ -101,8 +102,8 @@ class ReconfigurationCoordinator:
             try:
                 result = self._execute(request)
             except Exception as exc:
-                log.warning("topology %r: %s of %r SPU %d refused: %s", self.topology.name, request.action,
-                            request.unit, request.spu_id, exc)
+                log.warning("topology %r: %s of %r%s refused: %s", self.topology.name, request.action,
+                            request.unit, f" SPU {request.spu_id}" if request.spu_id >= 0 else "", exc)
                 future.set_exception(exc)
                 continue
             self.history.append(result)
@@ -129,12 +130,12 @@ class ReconfigurationCoordinator:
         self.units[request.unit].tell(ScaleCommand(
             action=request.action, spu_id=request.spu_id, upstream=upstream,
             downstream_routes=downstream, reply=reply, at=request.at, into=request.into,
-            reason=request.reason,
+            reason=request.reason, assignment=request.assignment,
         ))
         try:
             return reply.result(timeout=self.op_timeout)
         except TimeoutError:
             raise ScalingError(
-                f"{request.action} of {request.unit!r} SPU {request.spu_id} did not finish within "
+                f"{request.action} of {request.unit!r}{f' SPU {request.spu_id}' if request.spu_id >= 0 else ''} did not finish within "
                 f"{self.op_timeout}s; see the log for the SPU that did not answer"
             ) from None

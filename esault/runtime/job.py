@@ -8,7 +8,7 @@ import shutil
 import threading
 import time
 from concurrent.futures import Future
-from typing import Any, Callable
+from typing import Any, Callable, Iterable, Mapping
 
 from esault.clock import Clock, SystemClock
 from esault.config import JobConfig
@@ -28,7 +28,8 @@ from esault.runtime.ticker import Ticker
 from esault.metrics.stats import SpuStats
 from esault.runtime.unit import LaunchSpus, SpuLauncher, UnitActor
 from esault.checkpoint.coordinator import AckCollector, CheckpointAcksActor, CheckpointCoordinator
-from esault.errors import ConfigError
+from esault.errors import ConfigError, ScalingError
+from esault.keyhash import KEY_SPACE_MAX
 
 log = logging.getLogger("esault")
 
@@ -228,6 +229,45 @@ class Job:
     def merge_async(self, unit: str, spu: int, into: int | None = None, reason: str = "manual") -> Future:
         return self.coordinator.submit(ScaleRequest("merge", unit, spu, None, into, reason))
 
+    def assign_workload(self, unit: str, assignment: Mapping[int, Iterable[tuple[int, int]]],
+                        timeout: float | None = 60.0, reason: str = "manual") -> ScaleResult:
+        """Give each SPU of key-grouped `unit` the hash ranges `assignment` lists ({spu: [(lo, hi), ...]},
+        covering [0, KEY_SPACE_MAX] once), in one atomic reconfiguration. An id the unit does not have
+        starts a new SPU (scale out); an SPU left out retires (scale in). Only the moved keys pause, and
+        their state moves with them. The result's `moves`, `started` and `retired` say what happened."""
+        return self.assign_workload_async(unit, assignment, reason).result(timeout)
+
+    def assign_workload_async(self, unit: str, assignment: Mapping[int, Iterable[tuple[int, int]]],
+                              reason: str = "manual") -> Future:
+        try:
+            plain = {spu: [(lo, hi) for lo, hi in ranges] for spu, ranges in dict(assignment).items()}
+        except (TypeError, ValueError):
+            future: Future = Future()
+            future.set_exception(ScalingError(
+                f"assign_workload takes {{spu: [(lo, hi), ...]}}, got {assignment!r:.200}; "
+                "see Job.workload(unit) for the current one"))
+            return future
+        return self.coordinator.submit(ScaleRequest("assign_workload", unit, -1, None, None, reason, plain))
+
+    def workload(self, unit: str) -> dict[int, list[tuple[int, int]]]:
+        """{spu: [(lo, hi), ...]} of key-grouped `unit` now: the form assign_workload takes."""
+        layout = self.units[self.topology.host_of(unit)].ask(GetLayout())
+        return {spu: list(owned) for spu, owned in layout.items() if owned is not None}
+
+    def rescale(self, unit: str, spus: int, timeout: float | None = 60.0, reason: str = "manual") -> ScaleResult:
+        """Run key-grouped `unit` on `spus` SPUs with equal shares of the key space, in one atomic
+        reconfiguration: the existing SPUs, in key order, take the first slices (so most keep part of
+        their range), new ones start for the rest, surplus ones retire."""
+        current = sorted(self.workload(unit).items(), key=lambda item: item[1][0][0])
+        if not current:
+            raise ScalingError(f"unit {unit!r} is not key grouped: rescale works on key-grouped bolts")
+        if not isinstance(spus, int) or isinstance(spus, bool) or spus < 1:
+            raise ScalingError(f"rescale of {unit!r} to {spus!r} SPUs: give a whole number >= 1")
+        names = [spu for spu, _ in current[:spus]] + [-(i + 1) for i in range(spus - len(current))]
+        size = KEY_SPACE_MAX + 1
+        target = {name: [(i * size // spus, (i + 1) * size // spus - 1)] for i, name in enumerate(names)}
+        return self.assign_workload(unit, target, timeout, reason)
+
     def replace_lost(self, lost_spus: set[int]) -> list[Future]:
         """SPUs died with their worker: exactly_once rolls the job back to its last checkpoint; otherwise
         each one's interval goes to a fresh SPU (no state moves) and trees in flight fail."""
@@ -268,7 +308,7 @@ class Job:
     def spus(self, unit: str) -> list[int]:
         """The live SPU ids of `unit`, in key order for key-grouped bolts."""
         layout = self.units[self.topology.host_of(unit)].ask(GetLayout())
-        return sorted(layout, key=lambda s: (layout[s] or (s, s))[0]) if layout else []
+        return sorted(layout, key=lambda s: (layout[s] or ((s, s),))[0][0]) if layout else []
 
     def status(self) -> dict[str, Any]:
         """Per unit: SPUs with interval, PE count and counts; totals; trees in flight."""
@@ -280,9 +320,11 @@ class Job:
         for spec in self.topology.units:
             layout = self.units[self.topology.host_of(spec.name)].ask(GetLayout())
             spus = {}
-            for spu_id, interval in layout.items():
+            for spu_id, owned in layout.items():
                 st = stats.get((spec.name, spu_id))
-                spus[spu_id] = {"interval": interval, **self._host_of(spu_id), **(st.as_dict() if st else {})}
+                span = (owned[0][0], owned[-1][1]) if owned else None  # its one interval, or the span of several
+                spus[spu_id] = {"interval": span, "intervals": list(owned) if owned else None,
+                                **self._host_of(spu_id), **(st.as_dict() if st else {})}
             # Counts include SPUs merged away (retired totals, or a worker's last report); gauges only live ones.
             mine = [s.as_dict() for s in all_stats if s.unit == spec.name]
             totals = {k: sum(s.get(k, 0) for s in mine)

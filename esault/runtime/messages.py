@@ -113,33 +113,31 @@ class EpochMarker:
 
 @dataclass(frozen=True, slots=True)
 class PrepareGive:
-    """unit -> giver SPU: after markers from all `upstream` SPUs, hand keys in [lo, hi] to `receiver`."""
+    """unit -> giver SPU: after markers from all `upstream` SPUs, hand the keys of each (lo, hi, receiver)
+    range to that receiver (`receivers` holds their mailboxes). `retire`: the giver stops after it."""
 
     reconfig_id: int
-    lo: int
-    hi: int
-    receiver_id: int
-    receiver: Any
+    ranges: tuple[tuple[int, int, int], ...]
+    receivers: dict[int, Any]
     upstream: frozenset[int]
-    retire: bool  # a merge: the giver stops after handing off
+    retire: bool
 
 
 @dataclass(frozen=True, slots=True)
 class PrepareReceive:
-    """unit -> receiver SPU: buffer tuples of hashes in [lo, hi] until the giver's state arrives."""
+    """unit -> receiver SPU: hold tuples of each (lo, hi, giver) range until that giver's state arrives."""
 
     reconfig_id: int
-    lo: int
-    hi: int
-    giver_id: int
+    ranges: tuple[tuple[int, int, int], ...]
 
 
 @dataclass(frozen=True, slots=True)
 class Prepared:
-    """SPU -> unit: ready for reconfiguration `reconfig_id`."""
+    """SPU -> unit: ready for reconfiguration `reconfig_id` in `role` ("giver" or "receiver")."""
 
     reconfig_id: int
     spu_id: int
+    role: str
 
 
 @dataclass(frozen=True, slots=True)
@@ -168,9 +166,12 @@ class HandoffFinished:
 
 @dataclass(frozen=True, slots=True)
 class ScaleCommand:
-    """coordinator -> unit: split or merge one SPU; the future gets a ScaleResult."""
+    """coordinator -> unit: one reconfiguration; the future gets a ScaleResult.
 
-    action: str  # "split" | "merge"
+    `action` "split"/"merge" of SPU `spu_id`, "replace" of a lost SPU, or "assign_workload" with
+    `assignment` ({spu: [(lo, hi), ...]}; an id the unit does not have names a new SPU)."""
+
+    action: str
     spu_id: int
     upstream: dict[int, tuple[Any, str]]  # spu id -> (mailbox, grouping of its edge to this unit)
     downstream_routes: tuple[RouteSpec, ...]
@@ -178,11 +179,16 @@ class ScaleCommand:
     at: int | None = None
     into: int | None = None
     reason: str = "manual"
+    assignment: dict[int, list[tuple[int, int]]] | None = None
 
 
 @dataclass(frozen=True, slots=True)
 class ScaleResult:
-    """unit -> coordinator (via future): what a split or merge did."""
+    """unit -> coordinator (via future): what a reconfiguration did.
+
+    A split or merge moves one SPU's hashes within [lo, hi] from `giver` to `receiver`; an
+    assign_workload has giver = receiver = -1 and lo = hi = None. `moves` lists every moved range
+    as (lo, hi, giver, receiver); `started` and `retired` the SPUs it started and stopped."""
 
     action: str
     unit: str
@@ -194,6 +200,9 @@ class ScaleResult:
     paused_seconds: float
     seconds: float
     reason: str = "manual"
+    moves: tuple[tuple[int, int, int, int], ...] = ()
+    started: tuple[int, ...] = ()
+    retired: tuple[int, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -238,7 +247,7 @@ class SpuConfig:
     topology: str
     unit: str
     spu_id: int
-    interval: tuple[int, int] | None
+    intervals: tuple[tuple[int, int], ...] | None  # a key-grouped bolt SPU's hash ranges
     downstream: tuple[RouteSpec, ...]
     receive: PrepareReceive | None = None
     extra: dict[str, Any] = field(default_factory=dict)
@@ -277,7 +286,7 @@ class SpusChanged:
     """coordinator listener -> monitor: the unit's SPUs and intervals after a reconfiguration."""
 
     spus: dict[int, Any]
-    layout: dict[int, tuple[int, int] | None]
+    layout: dict[int, tuple[tuple[int, int], ...] | None]
     result: Any = None
 
 

@@ -34,7 +34,7 @@ class LatencyMonitorActor(pykka.ThreadingActor):
     """One per elastic bolt unit, in the driver."""
 
     def __init__(self, job: JobContext, spec: UnitSpec, coordinator: ReconfigurationCoordinator,
-                 spus: dict[int, Any], layout: dict[int, tuple[int, int] | None]) -> None:
+                 spus: dict[int, Any], layout: dict[int, tuple[tuple[int, int], ...] | None]) -> None:
         super().__init__()
         self.job = job
         self.spec = spec
@@ -123,19 +123,18 @@ class LatencyMonitorActor(pykka.ThreadingActor):
             if count >= self.cfg.max_spus:
                 return
             at = None
-            interval = self.layout.get(spu)
-            if interval is not None:
-                lo, hi = interval
-                if lo == hi:
+            owned = self.layout.get(spu)
+            if owned:
+                if sum(hi - lo + 1 for lo, hi in owned) == 1:
                     return  # one hash cannot be split further
-                at = choose_split_point(self.hashes.get(spu, ()), lo, hi)
+                at = choose_split_point(self.hashes.get(spu, ()), owned[0][0], owned[-1][1])
             request = ScaleRequest("split", self.spec.name, spu, at, None, "overload")
         else:
             if count <= self.cfg.min_spus:
                 return
             into = None
             if self.layout.get(spu) is not None:
-                table = IntervalTable.from_intervals([(iv[0], s) for s, iv in self.layout.items()])
+                table = IntervalTable.from_intervals([(lo, s) for s, owned in self.layout.items() for lo, _ in owned])
                 into = choose_merge_target(table, spu, self.load)
             request = ScaleRequest("merge", self.spec.name, spu, None, into, "underload")
         log.info("topology %r: %s of %r SPU %d (%d SPUs) because %s", self.job.name, request.action,
@@ -164,7 +163,11 @@ class LatencyMonitorActor(pykka.ThreadingActor):
         # never look light again. After a merge the receiver keeps its peak; after a split
         # both halves learn their new share afresh.
         result = msg.result
-        touched = {result.giver, result.receiver} if result is not None and result.action == "split" else set()
+        touched: set[int] = set()
+        if result is not None and result.action == "split":
+            touched = {result.giver, result.receiver}
+        elif result is not None and result.action == "assign_workload":
+            touched = {spu for move in result.moves for spu in move[2:]} | set(result.started)
         self.detectors = {
             spu: (self.detectors[spu] if spu in self.detectors and spu not in touched else LoadDetector(self.cfg))
             for spu in self.spus

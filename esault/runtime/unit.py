@@ -1,9 +1,11 @@
 """UnitActor: one processing unit (a spout or bolt) = SPU manager + SPU routing table.
 
 It starts its SPUs through a launcher (in this process, or in worker
-processes), answers route queries, and runs the paper's split and merge steps
-for one SPU at a time as a three-phase reconfiguration (prepare -> switch
-routes -> hand off state); see docs/PROTOCOLS.md.
+processes), answers route queries, and carries out reconfigurations: a split,
+a merge or an assign_workload becomes a `WorkloadPlan`, and the pure
+`Reconfiguration` machine (esault.migration) runs it as prepare -> sync ->
+update; this actor only turns messages into its inputs and its effects into
+messages (docs/PROTOCOLS.md).
 """
 
 from __future__ import annotations
@@ -16,9 +18,13 @@ import pykka
 
 from esault.dsl.bolt import Bolt
 from esault.dsl.topology import Grouping, UnitSpec
-from esault.errors import ScalingError, WorkerLost
+from esault.errors import RoutingError, ScalingError, WorkerLost
 from esault.keyhash import KEY_SPACE_MAX
 from esault.metrics import registry as metrics
+from esault.migration.plan import WorkloadPlan, plan_instances, plan_keyed
+from esault.migration.reconfiguration import (
+    Completed, Effect, Failed, Reconfiguration, SendPrepareGive, SendPrepareReceive, StopSpus, SwitchRoutes,
+)
 from esault.routing.interval_table import IntervalTable
 from esault.checkpoint.coordinator import AbandonSpus, RelaunchSpus
 from esault.runtime.context import JobContext, log
@@ -59,21 +65,22 @@ def even_table(spu_ids: list[int]) -> IntervalTable:
 
 
 @dataclass
-class _Reconfiguration:
+class _Operation:
+    """A reconfiguration in flight: its command, its machine and the mailboxes it started or retires."""
+
     cmd: ScaleCommand
-    reconfig_id: int
-    giver: int
-    receiver: int
-    lo: int | None
-    hi: int | None
-    new_table: IntervalTable | None
-    new_spus: dict[int, Any]
-    awaiting_prepared: set[int]
-    awaiting_finished: set[int]
+    machine: Reconfiguration
+    launched: dict[int, Any]  # new SPUs, not in UnitActor.spus until the switch
+    retiring: dict[int, Any] = field(default_factory=dict)  # retired SPUs, out of UnitActor.spus after it
+    giver: int = -1  # what the ScaleResult reports (-1 for assign_workload)
+    receiver: int = -1
+    lo: int | None = None
+    hi: int | None = None
     started: float = field(default_factory=time.monotonic)
-    moved_keys: int = 0
-    paused: float = 0.0
-    retire: Any = None
+
+    @property
+    def plan(self) -> WorkloadPlan:
+        return self.machine.plan
 
 
 class UnitActor(pykka.ThreadingActor):
@@ -90,7 +97,7 @@ class UnitActor(pykka.ThreadingActor):
         self.instance_of: dict[int, int] = {}
         self.table: IntervalTable | None = None
         self.version = 0
-        self._op: _Reconfiguration | None = None
+        self._op: _Operation | None = None
         self._discarded: list[int] = []  # SPUs a rollback discarded, whose places RelaunchSpus fills
         self.history: list[ScaleResult] = []
 
@@ -111,13 +118,12 @@ class UnitActor(pykka.ThreadingActor):
         op, self._op = self._op, None
         extra: dict[int, Any] = {}
         if op is not None:
-            extra = {s: m for s, m in op.new_spus.items() if s not in self.spus}
-            if op.retire is not None and op.giver not in self.spus:
-                extra[op.giver] = op.retire
+            extra = {s: m for s, m in {**op.launched, **op.retiring}.items() if s not in self.spus}
+            op.machine.abort(msg.reason)
             if not op.cmd.reply.done():
                 op.cmd.reply.set_exception(ScalingError(
-                    f"{op.cmd.action} of {self.spec.name!r} SPU {op.giver} aborted: {msg.reason}; the job rolled "
-                    "back to its last checkpoint and the unit can scale again"))
+                    f"{self._describe(op)} aborted: {msg.reason}; the job rolled back to its last checkpoint "
+                    "and the unit can scale again"))
         self._discarded = sorted(self.spus)
         for spu_id, mailbox in {**self.spus, **extra}.items():
             if spu_id in msg.lost:
@@ -150,9 +156,10 @@ class UnitActor(pykka.ThreadingActor):
             self.launcher.stop_spu(mailbox, block=True)
 
     def _launch(self, spu_id: int, downstream: tuple[RouteSpec, ...], receive: PrepareReceive | None,
-                epoch: int | None = None, position: Any = None) -> Any:
-        interval = self.table.interval_of(spu_id) if self.table is not None and spu_id in self.table else None
-        cfg = SpuConfig(self.job.name, self.spec.name, spu_id, interval, downstream, receive,
+                epoch: int | None = None, position: Any = None, table: IntervalTable | None = None) -> Any:
+        table = self.table if table is None else table
+        intervals = tuple(table.intervals_of(spu_id)) if table is not None and spu_id in table else None
+        cfg = SpuConfig(self.job.name, self.spec.name, spu_id, intervals, downstream, receive,
                         extra={"unit_ref": self.actor_ref}, instance=self.instance_of.get(spu_id, 0),
                         instances=self.spec.parallelism, restore_epoch=epoch, position=position)
         return self.launcher.start_spu(self.spec, cfg, self.job)
@@ -167,9 +174,8 @@ class UnitActor(pykka.ThreadingActor):
                     return exc
             if kind is AbortReconfiguration:
                 op = self._op
-                if op is not None and not op.cmd.reply.done():
-                    op.cmd.reply.set_exception(ScalingError(
-                        f"{op.cmd.action} of {self.spec.name!r} SPU {op.giver} aborted: {message.reason}"))
+                if op is not None:
+                    self._apply(op, op.machine.abort(message.reason))
                 return None
             if kind is AbandonSpus:
                 return self._abandon(message)
@@ -205,9 +211,10 @@ class UnitActor(pykka.ThreadingActor):
             spus=dict(self.spus if spus is None else spus), version=self.version,
         )
 
-    def layout(self) -> dict[int, tuple[int, int] | None]:
+    def layout(self) -> dict[int, tuple[tuple[int, int], ...] | None]:
+        """Each SPU's hash intervals (None for a unit that is not key grouped)."""
         return {
-            spu: (self.table.interval_of(spu) if self.table is not None else None) for spu in sorted(self.spus)
+            spu: (tuple(self.table.intervals_of(spu)) if self.table is not None else None) for spu in sorted(self.spus)
         }
 
     # --- split and merge ----------------------------------------------------
@@ -215,12 +222,14 @@ class UnitActor(pykka.ThreadingActor):
     def _on_scale(self, cmd: ScaleCommand) -> None:
         try:
             self._check_scalable(cmd)
-            if cmd.action == "split":
-                self._begin_split(cmd)
-            elif cmd.action == "replace":
+            if cmd.action == "replace":
                 self._replace(cmd)
-            else:
+            elif cmd.action == "split":
+                self._begin_split(cmd)
+            elif cmd.action == "merge":
                 self._begin_merge(cmd)
+            else:
+                self._begin_assignment(cmd)
         except Exception as exc:
             if not cmd.reply.done():
                 cmd.reply.set_exception(exc)
@@ -238,7 +247,11 @@ class UnitActor(pykka.ThreadingActor):
         if any(i.grouping is Grouping.GLOBAL for i in self.spec.inputs):
             raise ScalingError(f"bolt {name!r} reads with global_grouping: all its data goes to one SPU, "
                                "so splitting it cannot help")
-        if cmd.spu_id not in self.spus:
+        if cmd.action == "assign_workload":
+            if not self.spec.per_key:
+                raise ScalingError(f"bolt {name!r} is not key grouped: its SPUs own no key ranges to assign; "
+                                   "change its parallelism with rescale")
+        elif cmd.spu_id not in self.spus:
             raise ScalingError(f"bolt {name!r} has no SPU {cmd.spu_id}; its SPUs are {sorted(self.spus)}")
         if (self.job.exactly_once and not self.spec.per_key
                 and getattr(self.spec.cls, "on_checkpoint", None) is not getattr(Bolt, "on_checkpoint")):
@@ -246,61 +259,114 @@ class UnitActor(pykka.ThreadingActor):
                                "cannot split or merge under exactly_once: declare it with elastic=False")
         if cmd.action == "merge" and len(self.spus) < 2:
             raise ScalingError(f"bolt {name!r} has a single SPU: there is nothing to merge it into")
-        if cmd.action not in ("split", "merge"):
-            raise ScalingError(f"unknown scaling action {cmd.action!r}; use 'split', 'merge' or 'replace'")
+        if cmd.action not in ("split", "merge", "assign_workload"):
+            raise ScalingError(f"unknown scaling action {cmd.action!r}; use 'split', 'merge', 'assign_workload' "
+                               "or 'replace'")
 
     def _begin_split(self, cmd: ScaleCommand) -> None:
-        giver = cmd.spu_id
-        receiver = self.job.next_id()
-        rid = self.job.next_id()
-        per_key = self.spec.per_key
-        new_table = None
-        lo = hi = None
-        if per_key:
+        giver, receiver = cmd.spu_id, self.job.next_id()
+        if self.spec.per_key:
             new_table = self.table.copy()
             lo, hi = new_table.split(giver, receiver, cmd.at)
-        receive = PrepareReceive(rid, lo, hi, giver) if per_key else None
-        old_table, self.table = self.table, new_table  # so the new SPU learns its interval
-        try:
-            mailbox = self._launch(receiver, cmd.downstream_routes, receive)
-        except WorkerLost as exc:
-            raise ScalingError(f"split of {self.spec.name!r} SPU {giver} aborted: {exc}; nothing moved, "
-                               "and the unit can scale again") from exc
-        finally:
-            self.table = old_table
-        op = _Reconfiguration(
-            cmd, rid, giver, receiver, lo, hi, new_table, {**self.spus, receiver: mailbox},
-            awaiting_prepared={giver, receiver} if per_key else set(),
-            awaiting_finished={giver, receiver} if per_key else set(),
-        )
-        self._op = op
-        if per_key:
-            self.spus[giver].tell(PrepareGive(rid, lo, hi, receiver, mailbox, frozenset(cmd.upstream), False))
+            plan = plan_keyed(self.table, new_table)
         else:
-            self._switch_routes(op)
+            lo = hi = None
+            plan = plan_instances(self.spus, [*self.spus, receiver])
+        self._begin(cmd, plan, giver, receiver, lo, hi)
 
     def _begin_merge(self, cmd: ScaleCommand) -> None:
         giver = cmd.spu_id
-        rid = self.job.next_id()
-        per_key = self.spec.per_key
-        new_spus = {s: m for s, m in self.spus.items() if s != giver}
-        if per_key:
+        if self.spec.per_key:
             new_table = self.table.copy()
             lo, hi, receiver = new_table.merge(giver, cmd.into)
+            plan = plan_keyed(self.table, new_table)
         else:
-            new_table, lo, hi = None, 1, 0  # nothing moves: an empty range
-            receiver = cmd.into if cmd.into in new_spus else min(new_spus)
-        op = _Reconfiguration(
-            cmd, rid, giver, receiver, lo, hi, new_table, new_spus,
-            awaiting_prepared={giver, receiver} if per_key else {giver},
-            awaiting_finished={giver, receiver} if per_key else {giver},
-            retire=self.spus[giver],
-        )
+            rest = [s for s in self.spus if s != giver]
+            lo, hi, receiver = None, None, (cmd.into if cmd.into in rest else min(rest))
+            plan = plan_instances(self.spus, rest)
+        self._begin(cmd, plan, giver, receiver, lo, hi)
+
+    def _begin_assignment(self, cmd: ScaleCommand) -> None:
+        """The user's {spu: ranges}: ids the unit does not have name new SPUs (they get fresh ids)."""
+        assignment = dict(cmd.assignment or {})
+        renamed = {spu: (spu if spu in self.spus else self.job.next_id()) for spu in assignment}
+        try:
+            new_table = self.table.assign({renamed[s]: ranges for s, ranges in assignment.items()})
+        except RoutingError as exc:
+            raise ScalingError(f"assign_workload of {self.spec.name!r} refused: {exc}") from None
+        plan = plan_keyed(self.table, new_table)
+        if plan.empty:
+            raise ScalingError(f"assign_workload of {self.spec.name!r}: the assignment is the current one; "
+                               "nothing to do")
+        self._begin(cmd, plan, -1, -1, None, None)
+
+    def _begin(self, cmd: ScaleCommand, plan: WorkloadPlan, giver: int, receiver: int,
+               lo: int | None, hi: int | None) -> None:
+        """Prepare: start the plan's new SPUs (each told what it receives), then run the machine."""
+        machine = Reconfiguration(self.job.next_id(), plan)
+        op = _Operation(cmd, machine, {}, giver=giver, receiver=receiver, lo=lo, hi=hi)
+        for spu in plan.started:
+            incoming = plan.incoming(spu)
+            receive = PrepareReceive(machine.reconfig_id, incoming) if incoming else None
+            try:
+                op.launched[spu] = self._launch(spu, cmd.downstream_routes, receive, table=plan.table)
+            except Exception as exc:
+                for mailbox in op.launched.values():
+                    self.launcher.stop_spu(mailbox, block=False)
+                if isinstance(exc, WorkerLost):
+                    raise ScalingError(f"{self._describe(op)} aborted: {exc}; nothing moved, and the unit can "
+                                       "scale again") from exc
+                raise
         self._op = op
-        self.spus[giver].tell(PrepareGive(rid, lo, hi, receiver, self.spus[receiver] if per_key else None,
-                                          frozenset(cmd.upstream), True))
-        if per_key:
-            self.spus[receiver].tell(PrepareReceive(rid, lo, hi, giver))
+        self._apply(op, machine.begin())
+
+    def _describe(self, op: _Operation) -> str:
+        if op.giver >= 0:
+            return f"{op.cmd.action} of {self.spec.name!r} SPU {op.giver}"
+        return f"{op.cmd.action} of {self.spec.name!r}"
+
+    def _mailbox(self, op: _Operation, spu: int) -> Any:
+        for boxes in (self.spus, op.launched, op.retiring):
+            if spu in boxes:
+                return boxes[spu]
+        return None
+
+    def _apply(self, op: _Operation, effects: list[Effect]) -> None:
+        """Carry out the machine's effects, in order."""
+        rid = op.machine.reconfig_id
+        for effect in effects:
+            kind = type(effect)
+            if kind is SendPrepareGive:
+                receivers = {r: self._mailbox(op, r) for _, _, r in effect.ranges}
+                self.spus[effect.spu].tell(PrepareGive(rid, effect.ranges, receivers, frozenset(op.cmd.upstream),
+                                                       effect.retire))
+            elif kind is SendPrepareReceive:
+                self.spus[effect.spu].tell(PrepareReceive(rid, effect.ranges))
+            elif kind is SwitchRoutes:
+                self._switch_routes(op, effect.notify)
+            elif kind is StopSpus:
+                for spu in effect.spus:
+                    mailbox = op.retiring.get(spu)
+                    if mailbox is not None:
+                        self.launcher.stop_spu(mailbox, block=False)
+            elif kind is Completed:
+                self._complete(op, effect)
+            elif kind is Failed:
+                if self._op is op:
+                    self._op = None
+                if not op.cmd.reply.done():
+                    op.cmd.reply.set_exception(ScalingError(f"{self._describe(op)} aborted: {effect.reason}"))
+
+    def _switch_routes(self, op: _Operation, notify: frozenset[int]) -> None:
+        """Sync: every upstream SPU switches tables, then marks its channel to each giver."""
+        plan = op.plan
+        notify_boxes = {g: self._mailbox(op, g) for g in notify}
+        op.retiring = {s: self.spus[s] for s in plan.retired if s in self.spus}
+        if plan.table is not None:
+            self.table = plan.table
+        self.spus = {**{s: m for s, m in self.spus.items() if s not in op.retiring}, **op.launched}
+        self.version += 1
+        self._install_upstream(op.cmd, op.machine.reconfig_id, notify_boxes)
 
     def _replace(self, cmd: ScaleCommand) -> None:
         """An SPU was lost with its process: a fresh SPU takes its interval (its PE state is gone;
@@ -317,9 +383,9 @@ class UnitActor(pykka.ThreadingActor):
         self.spus = {**{s: m for s, m in self.spus.items() if s != lost}, new: mailbox}
         self.version += 1
         self._install_upstream(cmd, self.job.next_id(), {})
-        interval = self.table.interval_of(new) if self.table is not None else None
-        result = ScaleResult("replace", self.spec.name, lost, new, interval[0] if interval else None,
-                             interval[1] if interval else None, 0, 0.0, 0.0, cmd.reason)
+        owned = self.table.intervals_of(new) if self.table is not None else None
+        result = ScaleResult("replace", self.spec.name, lost, new, owned[0][0] if owned else None,
+                             owned[-1][1] if owned else None, 0, 0.0, 0.0, cmd.reason)
         self.history.append(result)
         log.warning("topology %r: SPU %d of %r was lost with its worker; SPU %d took over its keys",
                     self.job.name, lost, self.spec.name, new)
@@ -327,22 +393,8 @@ class UnitActor(pykka.ThreadingActor):
 
     def _on_prepared(self, msg: Prepared) -> None:
         op = self._op
-        if op is None or op.reconfig_id != msg.reconfig_id:
-            return
-        op.awaiting_prepared.discard(msg.spu_id)
-        if not op.awaiting_prepared:
-            self._switch_routes(op)
-
-    def _switch_routes(self, op: _Reconfiguration) -> None:
-        """Phase 2: every upstream SPU switches tables, then marks its channel to the giver."""
-        self.table = op.new_table
-        self.spus = dict(op.new_spus)
-        self.version += 1
-        needs_marker = op.awaiting_finished and op.giver in op.awaiting_finished
-        giver_mailbox = op.retire if op.retire is not None else self.spus.get(op.giver)
-        self._install_upstream(op.cmd, op.reconfig_id, {op.giver: giver_mailbox} if needs_marker else {})
-        if not op.awaiting_finished:
-            self._complete(op)
+        if op is not None and op.machine.reconfig_id == msg.reconfig_id:
+            self._apply(op, op.machine.prepared(msg.spu_id, msg.role))
 
     def _install_upstream(self, cmd: ScaleCommand, reconfig_id: int, notify: dict[int, Any]) -> None:
         """Send every upstream SPU this unit's current routes (one RouteSpec per grouping)."""
@@ -356,27 +408,23 @@ class UnitActor(pykka.ThreadingActor):
 
     def _on_finished(self, msg: HandoffFinished) -> None:
         op = self._op
-        if op is None or op.reconfig_id != msg.reconfig_id:
-            return
-        op.awaiting_finished.discard(msg.spu_id)
-        op.moved_keys = max(op.moved_keys, msg.moved_keys)
-        op.paused = max(op.paused, msg.paused_seconds)
-        if not op.awaiting_finished:
-            self._complete(op)
+        if op is not None and op.machine.reconfig_id == msg.reconfig_id:
+            self._apply(op, op.machine.finished(msg.spu_id, msg.role, msg.moved_keys, msg.paused_seconds))
 
-    def _complete(self, op: _Reconfiguration) -> None:
+    def _complete(self, op: _Operation, done: Completed) -> None:
         self._op = None
-        if op.retire is not None:
-            self.launcher.stop_spu(op.retire, block=False)
+        plan = op.plan
         result = ScaleResult(
             action=op.cmd.action, unit=self.spec.name, giver=op.giver, receiver=op.receiver,
-            lo=op.lo, hi=op.hi, moved_keys=op.moved_keys, paused_seconds=op.paused,
+            lo=op.lo, hi=op.hi, moved_keys=done.moved_keys, paused_seconds=done.paused_seconds,
             seconds=time.monotonic() - op.started, reason=op.cmd.reason,
+            moves=tuple((m.lo, m.hi, m.giver, m.receiver) for m in plan.moves),
+            started=plan.started, retired=plan.retired,
         )
         self.history.append(result)
-        metrics.record_scaling_event(self.job.name, self.spec.name, op.cmd.action, op.cmd.reason)
-        log.info("topology %r: %s of %r SPU %d -> %d moved %d keys in %.1f ms (keys paused %.1f ms)",
-                 self.job.name, op.cmd.action, self.spec.name, op.giver, op.receiver, op.moved_keys,
-                 result.seconds * 1000, op.paused * 1000)
         if not op.cmd.reply.done():
             op.cmd.reply.set_result(result)
+        metrics.record_scaling_event(self.job.name, self.spec.name, op.cmd.action, op.cmd.reason)
+        log.info("topology %r: %s moved %d keys in %d range(s) (%d SPUs started, %d retired) in %.1f ms "
+                 "(keys paused %.1f ms)", self.job.name, self._describe(op), done.moved_keys, len(plan.moves),
+                 len(plan.started), len(plan.retired), result.seconds * 1000, done.paused_seconds * 1000)

@@ -93,7 +93,7 @@ class _MailboxOrValue:
 FIELD_TYPES: Mapping[tuple[str, str], str] = types.MappingProxyType({
     ("RouteSpec", "spus"): "dict[int, Mailbox]",
     ("InstallRoutes", "notify"): "dict[int, Mailbox]",
-    ("PrepareGive", "receiver"): "Mailbox | None",
+    ("PrepareGive", "receivers"): "dict[int, Mailbox]",
     ("ScaleCommand", "upstream"): "dict[int, tuple[Mailbox, str]]",
     ("StatusRequest", "reply_to"): "Mailbox",
     ("SavepointRequest", "reply_to"): "Mailbox",

@@ -90,10 +90,10 @@ ROUTE = m.RouteSpec("count", "key", [1, [[0, 11], [2**30, 12]]], {11: Address("b
 CONTROL_AND_DATA = [
     m.DataBatch(7, "split", [f"word{i}" for i in range(256)], [(i, "x") for i in range(256)], [2**63], [9]),
     m.InstallRoutes(3, ROUTE, {11: Address("b", "spu-11")}),
-    m.PrepareGive(3, 0, 2**30, 12, Address("c", "spu-12"), frozenset({7}), False),
+    m.PrepareGive(3, ((0, 2**30, 12),), {12: Address("c", "spu-12")}, frozenset({7}), False),
     m.EpochMarker(3, 7),
     m.StateHandoff(3, 11, [("word1", b"\x05"), (("composite", 2), b"")]),
-    m.SpuConfig("wc", "count", 12, (0, 2**30), (ROUTE,), m.PrepareReceive(3, 0, 2**30, 11),
+    m.SpuConfig("wc", "count", 12, ((0, 2**30),), (ROUTE,), m.PrepareReceive(3, ((0, 2**30, 11),)),
                 {"unit_ref": Address("a", "unit-count")}),
     m.StopSpu(125, 0),
     m.GetSpus(),

@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import json
+import random
 import sys
 import threading
 from pathlib import Path
 
 import pytest
 
-from esault import LocalCluster, TopologyBuilder
+from esault import LocalCluster, ScalingError, TopologyBuilder
 from esault.testing import collected, reset_collected, wait_until
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -17,6 +18,7 @@ sys.path.insert(0, str(ROOT / "examples"))
 sys.path.insert(0, str(ROOT / "tests" / "integration"))
 import wordcount  # noqa: E402
 from test_elasticity import load_step_splits_then_merges  # noqa: E402
+from test_assign_workload import random_assignment  # noqa: E402
 from test_split_merge import assert_exact, sequenced_items  # noqa: E402
 from topology_parts import (  # noqa: E402
     GATES, DriverCollectorBolt, GatedListSpout, SequenceCheckBolt,
@@ -75,6 +77,33 @@ def test_splits_and_merges_across_processes_keep_every_key_exact(workers, config
     assert_exact("mp", keys, per_key)
     check_spus = set(job.spus("check"))
     assert check_spus <= set().union(*workers.registry.spus_on.values()), "check's SPUs live in workers"
+
+
+def test_random_workload_assignments_across_processes_keep_every_key_exact(workers, config):
+    """assign_workload moves several ranges at once between SPUs on both workers, starting and retiring
+    SPUs, while tuples flow: every key's sequence stays exact."""
+    keys, per_key = 200, 150
+    items = sequenced_items(keys, per_key, seed=31)
+    GATES["mpa"] = threading.Event()
+    builder = TopologyBuilder("mpa")
+    builder.set_spout("src", GatedListSpout, params={"items": items, "gate": "mpa", "hold_at": len(items) // 5})
+    builder.set_bolt("check", SequenceCheckBolt, 3, pe_idle_timeout=None).key_grouping("src")
+    builder.set_bolt("out", DriverCollectorBolt, params={"name": "mpa"}).global_grouping("check")
+    job = workers.submit(builder.build(), config)
+    wait_until(lambda: len(collected("mpa")) >= len(items) // 10, 30, message="a tenth collected")
+    GATES["mpa"].set()
+    rnd = random.Random(8)
+    done = 0
+    while done < 4 or (len(collected("mpa")) < len(items) and done < 20):
+        try:
+            job.assign_workload("check", random_assignment(rnd, job.workload("check")))
+            done += 1
+        except ScalingError as exc:
+            assert "the assignment is the current one" in str(exc)
+    job.rescale("check", 2)
+    assert job.wait(60), job.status()
+    assert_exact("mpa", keys, per_key)
+    assert set(job.spus("check")) <= set().union(*workers.registry.spus_on.values())
 
 
 def test_a_load_step_splits_a_bolt_across_processes_and_the_lull_merges_it(workers, config):

@@ -44,33 +44,34 @@ PINNED_SCHEMA = {
                       "version: int")),
     9: ("InstallRoutes", ("reconfig_id: int", "route: RouteSpec", "notify: dict[int, Mailbox]")),
     10: ("EpochMarker", ("reconfig_id: int", "sender: int")),
-    11: ("PrepareGive", ("reconfig_id: int", "lo: int", "hi: int", "receiver_id: int", "receiver: Mailbox | None",
-                         "upstream: frozenset[int]", "retire: bool")),
-    12: ("PrepareReceive", ("reconfig_id: int", "lo: int", "hi: int", "giver_id: int")),
-    13: ("Prepared", ("reconfig_id: int", "spu_id: int")),
+    11: ("PrepareGive", ("reconfig_id: int", "ranges: tuple[tuple[int, int, int], ...]",
+                         "receivers: dict[int, Mailbox]", "upstream: frozenset[int]", "retire: bool")),
+    12: ("PrepareReceive", ("reconfig_id: int", "ranges: tuple[tuple[int, int, int], ...]")),
+    13: ("Prepared", ("reconfig_id: int", "spu_id: int", "role: str")),
     14: ("StateHandoff", ("reconfig_id: int", "giver_id: int", "states: list[tuple[value, bytes]]", "last: bool")),
     15: ("HandoffFinished", ("reconfig_id: int", "spu_id: int", "role: str", "moved_keys: int",
                              "paused_seconds: float")),
     16: ("ScaleCommand", ("action: str", "spu_id: int", "upstream: dict[int, tuple[Mailbox, str]]",
                           "downstream_routes: tuple[RouteSpec, ...]", "reply: Future (local only)", "at: int | None",
-                          "into: int | None", "reason: str")),
+                          "into: int | None", "reason: str", "assignment: dict[int, list[tuple[int, int]]] | None")),
     17: ("ScaleResult", ("action: str", "unit: str", "giver: int", "receiver: int", "lo: int | None",
                          "hi: int | None", "moved_keys: int", "paused_seconds: float", "seconds: float",
-                         "reason: str")),
+                         "reason: str", "moves: tuple[tuple[int, int, int, int], ...]", "started: tuple[int, ...]",
+                         "retired: tuple[int, ...]")),
     18: ("GetRoutes", ("grouping: str",)),
     19: ("GetSpus", ()),
     20: ("GetLayout", ()),
     21: ("RegisterOwner", ("owner: int", "mailbox: Mailbox")),
     22: ("GetPending", ()),
     23: ("Drain", ()),
-    24: ("SpuConfig", ("topology: str", "unit: str", "spu_id: int", "interval: tuple[int, int] | None",
+    24: ("SpuConfig", ("topology: str", "unit: str", "spu_id: int", "intervals: tuple[tuple[int, int], ...] | None",
                        "downstream: tuple[RouteSpec, ...]", "receive: PrepareReceive | None",
                        "extra: dict[str, value+mailboxes]", "instance: int", "instances: int",
                        "restore_epoch: int | None", "position: value")),
     25: ("Probe", ("probe_id: int", "sent_at: float", "reply_to: Mailbox", "want_hashes: bool")),
     26: ("ProbeReturned", ("spu_id: int", "probe_id: int", "sent_at: float", "processed: int",
                            "hashes: tuple[int, ...]")),
-    27: ("SpusChanged", ("spus: dict[int, Mailbox]", "layout: dict[int, tuple[int, int] | None]",
+    27: ("SpusChanged", ("spus: dict[int, Mailbox]", "layout: dict[int, tuple[tuple[int, int], ...] | None]",
                          "result: ScaleResult | None")),
     28: ("ScaleRefused", ("reason: str",)),
     29: ("WorkerHello", ("process: str", "address: str", "pid: int")),
@@ -116,10 +117,10 @@ def test_message_tags_and_field_layouts_are_pinned_so_the_wire_cannot_change_sil
     (m.EpochMarker(7, 3), "930a0703"),
     (m.DataBatch(3, "split", ["w"], [(1, "a")], [2**64 - 1], [5]),
      "970103a573706c697491a17791d6019201a16191cfffffffffffffffff9105"),
-    (m.PrepareGive(9, 0, 100, 4, Address("w2", "spu-4"), frozenset({1}), False),
-     "980b0900640492a27732a57370752d349101c2"),
-    (m.SpuConfig("t", "count", 5, (0, 10), (), None, {"unit_ref": Address("driver", "unit-count")}),
-     "9c18a174a5636f756e740592000a90c081a8756e69745f726566c416c7131092a6647269766572aa756e69742d636f756e740001c0c0"),
+    (m.PrepareGive(9, ((0, 100, 4),), {4: Address("w2", "spu-4")}, frozenset({1}), False),
+     "960b099193006404810492a27732a57370752d349101c2"),
+    (m.SpuConfig("t", "count", 5, ((0, 10),), (), None, {"unit_ref": Address("driver", "unit-count")}),
+     "9c18a174a5636f756e74059192000a90c081a8756e69745f726566c416c7131092a6647269766572aa756e69742d636f756e740001c0c0"),
 ])
 def test_golden_frames_are_byte_for_byte_stable(message, frame_hex):
     assert encode_frame(message).hex() == frame_hex
@@ -155,7 +156,7 @@ def test_a_decode_reports_only_the_documented_reasons():
 
 ROUTE = m.RouteSpec("count", "key", [3, [[0, 11], [2**30, 12]]], {11: Address("w1", "spu-11"),
                                                                    12: Address("w2", "spu-12")}, 3)
-RESULT = m.ScaleResult("split", "count", 11, 13, 0, 2**29, 42, 0.01, 0.2, "overload")
+RESULT = m.ScaleResult("split", "count", 11, 13, 0, 2**29, 42, 0.01, 0.2, "overload", ((0, 2**29, 11, 13),), (13,), ())
 EXAMPLES: dict[type, Any] = {
     m.DataBatch: m.DataBatch(7, "split", ["apple", ("k", 2)], [1, {"n": [1.5, None]}], [2**63], [12345]),
     m.AckInit: m.AckInit(3, [(1, 2), (2**64 - 1, 0)]),
@@ -165,9 +166,10 @@ EXAMPLES: dict[type, Any] = {
     m.RouteSpec: ROUTE,
     m.InstallRoutes: m.InstallRoutes(4, ROUTE, {11: Address("w1", "spu-11")}),
     m.EpochMarker: m.EpochMarker(4, 8),
-    m.PrepareGive: m.PrepareGive(4, 0, 2**30, 13, Address("w3", "spu-13"), frozenset({8, 9}), True),
-    m.PrepareReceive: m.PrepareReceive(4, 0, 2**30, 11),
-    m.Prepared: m.Prepared(4, 11),
+    m.PrepareGive: m.PrepareGive(4, ((0, 2**30, 13), (2**30 + 7, 2**31 - 1, 14)),
+                                 {13: Address("w3", "spu-13"), 14: Address("w1", "spu-14")}, frozenset({8, 9}), True),
+    m.PrepareReceive: m.PrepareReceive(4, ((0, 2**30, 11), (2**30 + 5, 2**30 + 9, 12))),
+    m.Prepared: m.Prepared(4, 11, "receiver"),
     m.StateHandoff: m.StateHandoff(4, 11, [("apple", b"\x81\xa1n\x05"), (("t", 1), b"")]),
     m.HandoffFinished: m.HandoffFinished(4, 11, "giver", 2, 0.0),
     m.ScaleResult: RESULT,
@@ -177,17 +179,17 @@ EXAMPLES: dict[type, Any] = {
     m.RegisterOwner: m.RegisterOwner(5, Address("w1", "spout-5")),
     m.GetPending: m.GetPending(),
     m.Drain: m.Drain(),
-    m.SpuConfig: m.SpuConfig("wordcount", "count", 13, (0, 2**30), (ROUTE,), m.PrepareReceive(4, 0, 9, 11),
+    m.SpuConfig: m.SpuConfig("wordcount", "count", 13, ((0, 2**30),), (ROUTE,), m.PrepareReceive(4, ((0, 9, 11),)),
                              {"unit_ref": Address("driver", "unit-count"), "n": (1, frozenset({2}))}),
     m.Probe: m.Probe(1, 12.5, Address("driver", "monitor-count"), False),
     m.ProbeReturned: m.ProbeReturned(11, 1, 12.5, 4000, (5, 2**31 - 1)),
-    m.SpusChanged: m.SpusChanged({11: Address("w1", "spu-11")}, {11: (0, 9), 12: None}, RESULT),
+    m.SpusChanged: m.SpusChanged({11: Address("w1", "spu-11")}, {11: ((0, 9), (20, 29)), 12: None}, RESULT),
     m.ScaleRefused: m.ScaleRefused("unit count is at max_parallelism 8"),
     m.WorkerHello: m.WorkerHello("w1", "tcp://127.0.0.1:5601", 4242),
     m.PeerAddresses: m.PeerAddresses({"driver": ("tcp://127.0.0.1:5600", "k" * 40),
                                       "w1": ("tcp://127.0.0.1:5601", "j" * 40)}),
     m.StartSpu: m.StartSpu("wc", "count",
-                           m.SpuConfig("wc", "count", 5, (0, 10), (), None, {"unit_ref": Address("driver", "unit-count")})),
+                           m.SpuConfig("wc", "count", 5, ((0, 10),), (), None, {"unit_ref": Address("driver", "unit-count")})),
     m.StopSpu: m.StopSpu(5, 9),
     m.SpuStopped: m.SpuStopped(5, 9),
     m.WorkerHeartbeat: m.WorkerHeartbeat("w1", [("wc", "count", 5, {"processed": 10, "pes": 3})]),
@@ -242,8 +244,8 @@ def test_every_message_survives_a_round_trip_with_its_field_types(message):
 def test_decode_builds_the_declared_containers_from_lists_the_runtime_passes():
     decoded = decode_frame(encode_frame(m.AckInit(1, [[1, 2]])))  # the annotation says tuple[int, int]
     assert decoded.roots == [(1, 2)] and type(decoded.roots[0]) is tuple
-    spu = decode_frame(encode_frame(m.SpuConfig("t", "u", 1, [0, 5], [], None)))
-    assert spu.interval == (0, 5) and spu.downstream == () and spu.extra == {}
+    spu = decode_frame(encode_frame(m.SpuConfig("t", "u", 1, [[0, 5]], [], None)))
+    assert spu.intervals == ((0, 5),) and type(spu.intervals[0]) is tuple and spu.downstream == () and spu.extra == {}
     assert decode_frame(encode_frame(m.Probe(1, 5, Address("d", "m")))).sent_at == 5.0
     assert type(decode_frame(encode_frame(m.Probe(1, 5, Address("d", "m")))).sent_at) is float
 
@@ -383,13 +385,13 @@ def test_a_future_never_crosses_processes():
         encode_frame(cmd)
     assert wire.LOCAL_ONLY == {m.ScaleCommand, m.Tick, m.Pump}
     with pytest.raises(FrameError, match=r"tag 16 \(ScaleCommand\) never crosses processes") as err:
-        decode_frame(msgpack.packb([16, "split", 11, {}, [], None, None, None, "manual"]))
+        decode_frame(msgpack.packb([16, "split", 11, {}, [], None, None, None, "manual", None]))
     assert frame_error_reason(err.value) == "local_only"
 
 
 @pytest.mark.parametrize(("message", "error"), [
     (m.EpochMarker("7", 3), r"cannot send EpochMarker\.reconfig_id: expected int, got str '7'"),
-    (m.PrepareGive(1, 0, 5, 2, None, {1, "x"}, True), r"PrepareGive\.upstream\[item\]: expected int, got str 'x'"),
+    (m.PrepareGive(1, ((0, 5, 2),), {}, {1, "x"}, True), r"PrepareGive\.upstream\[item\]: expected int, got str 'x'"),
     (m.DataBatch(1, "s", ("a", "b"), [1, 2], [], []), r"DataBatch\.keys: expected a list of values, got tuple"),
     (m.DataBatch(1, "s", ["a", "b"], [1, object()], [], []),
      r"DataBatch\.values\[1\]: cannot encode type object; user keys, values and state must be"),
@@ -440,7 +442,7 @@ GOOD_FRAMES = [encode_frame(msg) for msg in EXAMPLES.values()]
      r"unknown msgpack ext type 16 in a value"),
     (msgpack.packb([1, 1, "s", [msgpack.ExtType(2, msgpack.packb([[1]]))], [1], [], []]), "field_type",
      r"a set holds an unhashable item"),
-    (msgpack.packb([11, 1, 0, 5, 2, None, [[1]], True]), "field_type", r"PrepareGive\.upstream\[0\]: expected int"),
+    (msgpack.packb([11, 1, [[0, 5, 2]], {}, [[1]], True]), "field_type", r"PrepareGive\.upstream\[0\]: expected int"),
     (msgpack.packb([24, "t", "u", 1, None, [], None, {"unit_ref": "not packed"}, 0, 1, None, None]), "field_type",
      r"SpuConfig\.extra\['unit_ref'\]: expected a packed value \(bin\)"),
 ])

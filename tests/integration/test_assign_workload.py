@@ -1,0 +1,113 @@
+"""assign_workload and rescale: many key ranges move at once, atomically, while tuples flow.
+
+The same per-key sequence check as test_split_merge: any tuple lost,
+duplicated or reordered for a key, or any state not moved with its key,
+shows up as a violation or a wrong final sequence.
+"""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from esault import KEY_SPACE_MAX, ScalingError, key_hash
+from esault.testing import wait_until
+from test_split_merge import assert_exact, build, sequenced_items
+from topology_parts import GATES
+
+
+def random_assignment(rnd: random.Random, current: dict[int, list[tuple[int, int]]]) -> dict[int, list]:
+    """Cut the key space at random points and deal the pieces to current SPUs and up to two new ones
+    (ids -1, -2), so SPUs end up with several ranges, some give and receive at once, some retire."""
+    cuts = sorted(set(rnd.randrange(1, KEY_SPACE_MAX) for _ in range(rnd.randint(1, 6))))
+    bounds = [0, *cuts, KEY_SPACE_MAX + 1]
+    owners = list(current) + [-1, -2][: rnd.randint(0, 2)]
+    assignment: dict[int, list] = {}
+    for lo, nxt in zip(bounds, bounds[1:]):
+        assignment.setdefault(rnd.choice(owners), []).append((lo, nxt - 1))
+    return assignment
+
+
+def owner_of(workload: dict[int, list[tuple[int, int]]], h: int) -> int:
+    return next(spu for spu, ranges in workload.items() for lo, hi in ranges if lo <= h <= hi)
+
+
+def test_random_assignments_while_tuples_flow_keep_every_key_exact(cluster, config):
+    keys, per_key = 300, 1000
+    items = sequenced_items(keys, per_key, seed=21)
+    job = cluster.submit(build("aw", items, "aw", hold_at=len(items) // 10, parallelism=3), config)
+    wait_until(lambda: job.status()["units"]["check"]["processed"] >= len(items) // 20, 30,
+               message="the first tuples processed")
+    GATES["aw"].set()
+    rnd = random.Random(5)
+    done = 0
+    # Reconfigure for as long as the input flows (and a few times more): keys move with tuples in flight.
+    while done < 6 or (job.status()["units"]["check"]["processed"] < len(items) and done < 40):
+        before = job.workload("check")
+        try:
+            result = job.assign_workload("check", random_assignment(rnd, before))
+        except ScalingError as exc:
+            assert "the assignment is the current one" in str(exc)
+            continue
+        done += 1
+        after = job.workload("check")
+        assert set(result.retired) == set(before) - set(after)
+        assert set(result.started) == set(after) - set(before)
+        # The moves are exactly where the owner changed.
+        for lo, hi, giver, receiver in result.moves:
+            for h in (lo, hi, (lo + hi) // 2):
+                assert owner_of(before, h) == giver and owner_of(after, h) == receiver
+    held = [r.paused_seconds for r in job.scaling_history if r.paused_seconds > 0]
+    assert held, "no reconfiguration held a tuple of a moved key: the test did not exercise the hand-off"
+    job.rescale("check", 4)
+    assert len(job.spus("check")) == 4
+    job.rescale("check", 2)
+    assert job.wait(60), job.status()
+    assert not job.status()["units"]["check"]["failed"]
+    assert_exact("aw", keys, per_key)
+
+
+def test_an_assignment_moves_exactly_the_keys_whose_owner_changes(cluster, config):
+    keys, per_key = 300, 3
+    items = sequenced_items(keys, per_key, seed=22)
+    job = cluster.submit(build("awx", items, "awx", hold_at=len(items), parallelism=2), config)
+    assert job.wait(30)
+    a, b = job.spus("check")
+    third = (KEY_SPACE_MAX + 1) // 3
+    target = {b: [(0, third - 1), (2 * third, KEY_SPACE_MAX)], -1: [(third, 2 * third - 1)]}
+    before = job.workload("check")
+    result = job.assign_workload("check", target)
+    (new,) = result.started
+    assert result.retired == (a,)
+    after = job.workload("check")
+    assert after == {b: [(0, third - 1), (2 * third, KEY_SPACE_MAX)], new: [(third, 2 * third - 1)]}
+    hashes = [key_hash(f"k{i}") for i in range(keys)]
+    moving = [h for h in hashes if owner_of(before, h) != owner_of(after, h)]
+    assert 0 < len(moving) < keys
+    assert result.moved_keys == len(moving)
+    spus = job.status()["units"]["check"]["spus"]
+    assert spus[b]["pes"] == sum(1 for h in hashes if owner_of(after, h) == b)
+    assert spus[b]["intervals"] == after[b]
+    assert spus[b]["pes"] + spus[new]["pes"] == keys
+
+
+def test_bad_assignments_are_refused_naming_the_problem_and_the_unit_stays_usable(cluster, config):
+    items = sequenced_items(20, 2, seed=23)
+    job = cluster.submit(build("awe", items, "awe", hold_at=len(items), parallelism=2), config)
+    assert job.wait(30)
+    a, b = job.spus("check")
+    with pytest.raises(ScalingError, match=r"hashes \[100, 100\] are assigned to no SPU"):
+        job.assign_workload("check", {a: [(0, 99)], b: [(101, KEY_SPACE_MAX)]})
+    with pytest.raises(ScalingError, match="assigned twice"):
+        job.assign_workload("check", {a: [(0, 100)], b: [(100, KEY_SPACE_MAX)]})
+    with pytest.raises(ScalingError, match="the assignment is the current one"):
+        job.assign_workload("check", job.workload("check"))
+    with pytest.raises(ScalingError, match="'out' reads with global_grouping"):
+        job.assign_workload("out", {1: [(0, KEY_SPACE_MAX)]})
+    with pytest.raises(ScalingError, match=r"takes \{spu: \[\(lo, hi\), \.\.\.\]\}"):
+        job.assign_workload("check", {a: 5})
+    with pytest.raises(ScalingError, match="give a whole number >= 1"):
+        job.rescale("check", 0)
+    assert job.rescale("check", 3).started
+    assert len(job.spus("check")) == 3
