@@ -1,0 +1,291 @@
+"""The reconfiguration protocol's machines under every message order hypothesis can find.
+
+A small simulated unit: upstream senders emitting per-key sequence numbers,
+SPUs that run the real GiverHandoff / ReceiverHandoff machines, and the unit's
+real `Reconfiguration` machine with the real `WorkloadPlan`. Channels are FIFO
+per (sender, receiver) pair, as the transport guarantees; hypothesis picks
+which channel delivers next, duplicates control messages, loses one, or kills
+an SPU at any step. Properties: with every message delivered each key's
+tuples are processed exactly once, in order, with their state, on the key's
+new owner, and the operation completes once; with a message lost or an SPU
+dead it never completes, and aborting it fails it exactly once.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Any
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from esault.keyhash import KEY_SPACE_MAX
+from esault.migration.handoff import GiverHandoff, HeldBatch, ReceiverHandoff
+from esault.migration.plan import plan_keyed
+from esault.migration.reconfiguration import (
+    Completed, Failed, Phase, Reconfiguration, SendPrepareGive, SendPrepareReceive, StopSpus, SwitchRoutes,
+)
+from esault.routing.interval_table import IntervalTable
+
+KEYS = 24
+UNIT = "unit"
+SENDERS = (100, 101)
+
+
+def hash_of(key: int) -> int:
+    return key * ((KEY_SPACE_MAX + 1) // KEYS) + 7
+
+
+@dataclass
+class Spu:
+    spu: int
+    pes: dict[int, int] = field(default_factory=dict)  # key -> last sequence number processed (its state)
+    giving: GiverHandoff | None = None
+    receivers: set[int] = field(default_factory=set)
+    receiving: ReceiverHandoff | None = None
+    early_markers: set[int] = field(default_factory=set)
+    early_states: list[tuple] = field(default_factory=list)
+    violations: list[str] = field(default_factory=list)
+    stopped: bool = False
+
+
+class Simulation:
+    def __init__(self, old: IntervalTable, new: IntervalTable, chunks: int) -> None:
+        self.plan = plan_keyed(old, new)
+        self.machine = Reconfiguration(1, self.plan)
+        self.tables = {u: old for u in SENDERS}
+        self.todo = {u: deque((k, seq) for seq in range(1, 4) for k in range(KEYS) if k % 2 == i)
+                     for i, u in enumerate(SENDERS)}
+        self.sent: dict[int, int] = {k: 0 for k in range(KEYS)}
+        self.spus = {s: Spu(s) for s in old.spus()}
+        self.channels: dict[tuple[Any, Any], deque] = {}
+        self.chunks = chunks
+        self.completed = 0
+        self.failed = 0
+        self.dead: set[int] = set()
+        self.log: list[str] = []
+
+    # --- plumbing ----------------------------------------------------------------
+    def send(self, src: Any, dst: Any, message: tuple) -> None:
+        if src in self.dead or dst in self.dead:
+            return
+        self.channels.setdefault((src, dst), deque()).append(message)
+
+    def enabled(self) -> list[tuple]:
+        acts: list[tuple] = [("deliver", pair) for pair, q in sorted(self.channels.items(), key=repr) if q]
+        acts += [("emit", u) for u in SENDERS if self.todo[u]]
+        return acts
+
+    def start(self) -> None:
+        for spu in self.plan.started:  # launched with their PrepareReceive, as SpuConfig.receive does
+            self.spus[spu] = Spu(spu)
+            self.on_spu(spu, ("PrepareReceive", self.plan.incoming(spu)))
+        self.effects(self.machine.begin())
+
+    def effects(self, effects: list) -> None:
+        for effect in effects:
+            if isinstance(effect, SendPrepareGive):
+                self.send(UNIT, effect.spu, ("PrepareGive", effect.ranges, effect.retire))
+            elif isinstance(effect, SendPrepareReceive):
+                self.send(UNIT, effect.spu, ("PrepareReceive", effect.ranges))
+            elif isinstance(effect, SwitchRoutes):
+                assert effect.notify == self.plan.givers
+                for u in SENDERS:
+                    self.send(UNIT, u, ("InstallRoutes", effect.notify))
+            elif isinstance(effect, StopSpus):
+                for spu in effect.spus:
+                    self.spus[spu].stopped = True
+            elif isinstance(effect, Completed):
+                pending = [s.spu for s in self.spus.values() if s.giving is not None or s.receiving is not None]
+                assert not pending, f"completed while SPUs {pending} still hand off"
+                self.completed += 1
+            elif isinstance(effect, Failed):
+                self.failed += 1
+
+    def step(self, action: tuple, duplicate: bool = False) -> None:
+        kind, target = action
+        if kind == "emit":
+            key, seq = self.todo[target].popleft()
+            self.sent[key] += 1
+            self.send(target, self.tables[target].lookup(hash_of(key)), ("Data", target, [(key, seq)]))
+            return
+        src, dst = target
+        message = self.channels[target].popleft()
+        if dst == UNIT:
+            for _ in range(2 if duplicate else 1):
+                self.on_unit(message)
+        elif dst in SENDERS:
+            self.on_sender(dst, message)
+        else:
+            self.on_spu(dst, message)
+
+    # --- the three kinds of party ---------------------------------------------------
+    def on_unit(self, message: tuple) -> None:
+        kind, spu, role, *rest = message
+        if kind == "Prepared":
+            self.effects(self.machine.prepared(spu, role))
+        else:
+            self.effects(self.machine.finished(spu, role, *rest))
+
+    def on_sender(self, u: int, message: tuple) -> None:
+        _, notify = message
+        self.tables[u] = self.plan.table
+        for giver in sorted(notify):
+            self.send(u, giver, ("Marker", u))
+
+    def on_spu(self, s: int, message: tuple) -> None:
+        spu = self.spus[s]
+        assert not spu.stopped, f"SPU {s} got {message[0]} after it stopped"
+        kind = message[0]
+        if kind == "Data":
+            _, source, pairs = message
+            keys, values = [k for k, _ in pairs], [v for _, v in pairs]
+            if spu.receiving is not None:
+                keys, values, held_k, held_v = spu.receiving.divide(keys, values, hash_of)
+                if held_k:
+                    spu.receiving.buffer(HeldBatch(str(source), held_k, held_v, [1], [1]), 0.0)
+            self.process(spu, keys, values)
+        elif kind == "PrepareGive":
+            _, ranges, retire = message
+            spu.giving = GiverHandoff(1, ranges, SENDERS, retire)
+            for sender in spu.early_markers:
+                spu.giving.marker(sender)
+            self.send(s, UNIT, ("Prepared", s, "giver"))
+            self.maybe_hand_off(spu)
+        elif kind == "Marker":
+            if spu.giving is None:
+                spu.early_markers.add(message[1])
+                return
+            spu.giving.marker(message[1])
+            self.maybe_hand_off(spu)
+        elif kind == "PrepareReceive":
+            spu.receiving = ReceiverHandoff(1, message[1], 0.0)
+            self.send(s, UNIT, ("Prepared", s, "receiver"))
+            early, spu.early_states = spu.early_states, []
+            for state in early:
+                self.on_spu(s, state)
+        elif kind == "State":
+            _, giver, states, last = message
+            if spu.receiving is None:
+                spu.early_states.append(message)
+                return
+            for key, value in states:
+                assert key not in spu.pes, f"key {key} handed to SPU {s}, which already has it"
+                spu.pes[key] = value
+            spu.receiving.moved += len(states)
+            if last:
+                for held in spu.receiving.release(giver, 0.0, hash_of, lambda: 1):
+                    self.process(spu, held.keys, held.values)
+                if spu.receiving.done:
+                    moved = spu.receiving.moved
+                    spu.receiving = None
+                    self.send(s, UNIT, ("Finished", s, "receiver", moved, 0.0))
+
+    def process(self, spu: Spu, keys: list, values: list) -> None:
+        for key, seq in zip(keys, values):
+            if spu.pes.get(key, 0) + 1 != seq:
+                spu.violations.append(f"SPU {spu.spu} key {key}: {seq} after {spu.pes.get(key, 0)}")
+            spu.pes[key] = seq
+
+    def maybe_hand_off(self, spu: Spu) -> None:
+        giving = spu.giving
+        if giving is None or not giving.ready:
+            return
+        spu.giving = None
+        moved = 0
+        for receiver, ranges in giving.by_receiver().items():
+            states = [(k, v) for k, v in sorted(spu.pes.items())
+                      if any(lo <= hash_of(k) <= hi for lo, hi in ranges)]
+            for k, _ in states:
+                del spu.pes[k]
+            moved += len(states)
+            parts = [states[i::self.chunks] for i in range(self.chunks)]
+            for i, part in enumerate(parts):
+                self.send(spu.spu, receiver, ("State", spu.spu, part, i == len(parts) - 1))
+        self.send(spu.spu, UNIT, ("Finished", spu.spu, "giver", moved, 0.0))
+
+
+# --- strategies ------------------------------------------------------------------
+
+@st.composite
+def tables(draw: Any) -> tuple[IntervalTable, IntervalTable]:
+    n = draw(st.integers(1, 3))
+    old = IntervalTable.from_intervals([(i * (KEY_SPACE_MAX + 1) // n, i + 1) for i in range(n)])
+    cuts = sorted(set(draw(st.lists(st.integers(1, KEYS - 1), max_size=4))))
+    bounds = [0, *[hash_of(c) for c in cuts], KEY_SPACE_MAX + 1]
+    owners = draw(st.lists(st.sampled_from(list(range(1, n + 1)) + [10, 11]),
+                           min_size=len(bounds) - 1, max_size=len(bounds) - 1))
+    assignment: dict[int, list] = {}
+    for (lo, nxt), spu in zip(zip(bounds, bounds[1:]), owners):
+        assignment.setdefault(spu, []).append((lo, nxt - 1))
+    return old, old.assign(assignment)
+
+
+SETTINGS = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+
+
+@SETTINGS
+@given(tables(), st.integers(1, 2), st.data())
+def test_every_delivery_order_moves_each_key_once_in_order_with_its_state(pair, chunks, data):
+    old, new = pair
+    sim = Simulation(old, new, chunks)
+    sim.start()
+    for _ in range(5000):
+        acts = sim.enabled()
+        if not acts:
+            break
+        sim.step(data.draw(st.sampled_from(acts)), duplicate=data.draw(st.booleans()))
+    assert not sim.enabled()
+    assert sim.completed == 1 and sim.failed == 0 and sim.machine.phase is Phase.DONE
+    for spu in sim.spus.values():
+        assert not spu.violations, spu.violations
+        assert spu.receiving is None and spu.giving is None
+        if spu.stopped:
+            assert spu.spu in sim.plan.retired and not spu.pes, f"retired SPU {spu.spu} kept {spu.pes}"
+    for key, count in sim.sent.items():
+        owner = new.lookup(hash_of(key))
+        assert sim.spus[owner].pes.get(key) == count, f"key {key} on SPU {owner}: {sim.spus[owner].pes.get(key)}"
+    assert set(sim.plan.retired) == {s.spu for s in sim.spus.values() if s.stopped}
+
+
+@SETTINGS
+@given(tables(), st.data())
+def test_a_lost_message_or_a_dead_spu_never_completes_and_the_abort_fails_it_once(pair, data):
+    old, new = pair
+    sim = Simulation(old, new, 1)
+    if sim.plan.empty:
+        return
+    sim.start()
+    fault_at = data.draw(st.integers(0, 60), label="fault at step")
+    kill = data.draw(st.booleans(), label="kill (else lose a message)")
+    faulted = False
+    for step in range(5000):
+        acts = sim.enabled()
+        if not faulted and step >= fault_at:
+            if kill:
+                victim = data.draw(st.sampled_from(sorted(s for s, _ in sim.machine.participants)), label="victim")
+                sim.dead.add(victim)
+                for pair_ in list(sim.channels):
+                    if victim in pair_:
+                        sim.channels[pair_].clear()
+                faulted = True
+            else:
+                control = [a for a in acts if a[0] == "deliver" and UNIT in a[1]]
+                if control:
+                    sim.channels[data.draw(st.sampled_from(control), label="lost")[1]].popleft()
+                    faulted = True
+            acts = sim.enabled()
+        if not acts:
+            break
+        sim.step(data.draw(st.sampled_from(acts)))
+    if not faulted or sim.completed:
+        # The fault came after the last message that mattered: then everything must be right.
+        assert sim.completed == 1
+        return
+    assert sim.completed == 0 and sim.machine.phase in (Phase.PREPARING, Phase.SWITCHED)
+    assert sim.machine.abort("a worker died") == [Failed("a worker died")]
+    assert sim.machine.abort("again") == [] and sim.machine.phase is Phase.FAILED
+    # Late answers after the abort change nothing.
+    for s, role in sim.machine.participants:
+        assert sim.machine.prepared(s, role) == [] and sim.machine.finished(s, role, 1, 0.0) == []
