@@ -87,14 +87,25 @@ STEPS = {
 }
 
 
+def three_way_assignment(workload: dict[int, list[tuple[int, int]]], giver: int, other: int) -> dict[int, list]:
+    """One atomic assign_workload with three moves: the upper half of `giver`'s range to a new SPU (-1), the
+    last quarter of `other`'s to `giver` (so it gives and receives at once)."""
+    (a, b), (c, d) = workload[giver][0], workload[other][0]
+    assert b + 1 == c, "giver's range comes first"
+    mid, cut = a + (b - a + 1) // 2, c + 3 * (d - c + 1) // 4
+    return {giver: [(a, mid - 1), (cut, d)], -1: [(mid, b)], other: [(c, cut - 1)]}
+
+
 @pytest.mark.parametrize("victim", ["giver", "receiver"])
 @pytest.mark.parametrize(("action", "step"), [("split", "prepare"), ("split", "switch"), ("split", "handoff"),
-                                              ("merge", "prepare"), ("merge", "switch"), ("merge", "handoff")])
+                                              ("merge", "prepare"), ("merge", "switch"), ("merge", "handoff"),
+                                              ("assign", "prepare"), ("assign", "switch"), ("assign", "handoff")])
 def test_a_worker_killed_at_each_step_of_a_split_or_merge_aborts_it_cleanly_and_the_result_is_exact(
         tmp_path, action, step, victim):
     """A gate file holds the operation at `step` (STEPS); then the giver's or the receiver's worker dies.
     The operation fails with ScalingError, the job rolls back, the unit splits again afterwards, and the
-    counts are exact."""
+    counts are exact. "assign" is an assign_workload of three moves (three_way_assignment); its giver is the
+    first SPU, its receiver the new one; it is held like a split."""
     total = 2500
     gate = tmp_path / "gate-{spu}"
     spout_gate = tmp_path / "spout-gate"
@@ -118,9 +129,14 @@ def test_a_worker_killed_at_each_step_of_a_split_or_merge_aborts_it_cleanly_and_
             gates.append(Path(str(handoff_gate).format(spu=other)))
         for g in gates:
             g.touch()
-        pending = job.split_async("count", giver) if action == "split" else job.merge_async("count", giver, other)
+        if action == "assign":
+            pending = job.assign_workload_async("count", three_way_assignment(job.workload("count"), giver, other))
+        elif action == "split":
+            pending = job.split_async("count", giver)
+        else:
+            pending = job.merge_async("count", giver, other)
         receiver = other
-        if action == "split":
+        if action in ("split", "assign"):
             receiver = next(iter(wait_until(lambda: set().union(*cluster.registry.spus_on.values()) - before, 30,
                                             message="the receiver launched")))
         if step == "handoff" and action == "merge":
@@ -132,7 +148,7 @@ def test_a_worker_killed_at_each_step_of_a_split_or_merge_aborts_it_cleanly_and_
             gates.append(held)
             # the split completes only when the receiver finished replaying: it stays pending
         if step in ("switch", "handoff"):
-            switched = (lambda: receiver in job.spus("count")) if action == "split" else \
+            switched = (lambda: receiver in job.spus("count")) if action in ("split", "assign") else \
                 (lambda: giver not in job.spus("count"))
             wait_until(switched, 30, message="routes switched to the new layout")
         kill_worker_of(cluster, giver if victim == "giver" else receiver)
