@@ -6,6 +6,7 @@ from typing import Any
 
 import pykka
 
+from esault.errors import ResourceError
 from esault.cluster.resources import InProcessResources, ResourceManager, Slot
 from esault.dsl.topology import UnitSpec
 from esault.runtime.bolt_spu import BoltSpuActor
@@ -21,7 +22,10 @@ class InProcessLauncher:
         self.resources = resources or InProcessResources()
         self._slots: dict[Any, Slot] = {}
 
-    def start_spu(self, spec: UnitSpec, cfg: SpuConfig, job: JobContext) -> Any:
+    def start_spu(self, spec: UnitSpec, cfg: SpuConfig, job: JobContext, worker: str | None = None) -> Any:
+        if worker is not None:
+            raise ResourceError(f"this cluster runs every SPU in one process: there is no worker {worker!r}; "
+                                "start it with LocalCluster(workers=N) to place SPUs on workers")
         slot = self.resources.acquire()
         cls = SpoutSpuActor if spec.is_spout else BoltSpuActor
         ref = cls.start(cfg, spec, job)

@@ -294,11 +294,19 @@ class ProcessLauncher:
         self._where: dict[int, str] = {}
         self._submitted: set[tuple[str, str | None]] = set()  # (worker, its address) that got this job's units
 
-    def start_spu(self, spec: UnitSpec, cfg: SpuConfig, job: JobContext) -> Any:
+    def start_spu(self, spec: UnitSpec, cfg: SpuConfig, job: JobContext, worker: str | None = None) -> Any:
+        """Start an SPU where its unit runs: the driver, the worker named, or the least loaded worker."""
         if spec.where == "driver":
+            if worker is not None:
+                raise ResourceError(f"unit {spec.name!r} runs in the driver (placement='driver'); its SPUs "
+                                    "cannot move to a worker")
             return self.postman.start_and_register(
                 f"spu-{cfg.spu_id}", lambda: self.local.start_spu(spec, cfg, job))
-        worker = self.registry.pick()
+        if worker is None:
+            worker = self.registry.pick()
+        elif worker not in self.registry.workers:
+            raise ResourceError(f"no worker {worker!r} has joined the driver; workers: "
+                                f"{', '.join(sorted(self.registry.workers)) or 'none'}")
         self.registry.placed(worker, cfg.spu_id)
         self._where[cfg.spu_id] = worker
         self.registry.expect_start(cfg.spu_id)

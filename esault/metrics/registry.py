@@ -160,11 +160,11 @@ RECOVERY_PAUSE: Final = Histogram(
     registry=REGISTRY,
 )
 
-SCALING_ACTIONS: Final = ("split", "merge", "assign_workload")
+SCALING_ACTIONS: Final = ("split", "merge", "assign_workload", "assign_resource")
 SCALING_REASONS: Final = ("overload", "underload", "manual")
 """The reasons the runtime is expected to use; kept small so the label stays bounded."""
 
-ScalingAction = Literal["split", "merge", "assign_workload"]
+ScalingAction = Literal["split", "merge", "assign_workload", "assign_resource"]
 
 
 class SinkMetric(NamedTuple):
@@ -243,7 +243,7 @@ def observe_tuple_latency(topology: str, unit: str, seconds: float) -> None:
 
 
 def record_scaling_event(topology: str, unit: str, action: ScalingAction, reason: str) -> None:
-    """Count one completed split, merge or assign_workload of ``unit`` (after the routes are installed).
+    """Count one completed split, merge, assign_workload or assign_resource of ``unit`` (after the routes are installed).
 
     ``reason`` should be one of SCALING_REASONS; Grafana draws it on the
     SPUs-per-unit panel as an annotation.

@@ -32,6 +32,7 @@ class ScaleRequest:
     into: int | None
     reason: str
     assignment: dict[int, list[tuple[int, int]]] | None = None
+    worker: str | None = None
 
 
 class ReconfigurationCoordinator:
@@ -130,7 +131,7 @@ class ReconfigurationCoordinator:
         self.units[request.unit].tell(ScaleCommand(
             action=request.action, spu_id=request.spu_id, upstream=upstream,
             downstream_routes=downstream, reply=reply, at=request.at, into=request.into,
-            reason=request.reason, assignment=request.assignment,
+            reason=request.reason, assignment=request.assignment, worker=request.worker,
         ))
         try:
             return reply.result(timeout=self.op_timeout)

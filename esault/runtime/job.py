@@ -249,6 +249,15 @@ class Job:
             return future
         return self.coordinator.submit(ScaleRequest("assign_workload", unit, -1, None, None, reason, plain))
 
+    def assign_resource(self, unit: str, spu: int, worker: str, timeout: float | None = 60.0,
+                        reason: str = "manual") -> ScaleResult:
+        """Move SPU `spu` of key-grouped `unit` to worker process `worker`: a new SPU there takes its ranges
+        and their state (the result's `receiver`), the old one retires. Only its keys pause."""
+        return self.assign_resource_async(unit, spu, worker, reason).result(timeout)
+
+    def assign_resource_async(self, unit: str, spu: int, worker: str, reason: str = "manual") -> Future:
+        return self.coordinator.submit(ScaleRequest("assign_resource", unit, spu, None, None, reason, worker=worker))
+
     def workload(self, unit: str) -> dict[int, list[tuple[int, int]]]:
         """{spu: [(lo, hi), ...]} of key-grouped `unit` now: the form assign_workload takes."""
         layout = self.units[self.topology.host_of(unit)].ask(GetLayout())

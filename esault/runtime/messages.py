@@ -168,8 +168,9 @@ class HandoffFinished:
 class ScaleCommand:
     """coordinator -> unit: one reconfiguration; the future gets a ScaleResult.
 
-    `action` "split"/"merge" of SPU `spu_id`, "replace" of a lost SPU, or "assign_workload" with
-    `assignment` ({spu: [(lo, hi), ...]}; an id the unit does not have names a new SPU)."""
+    `action` "split"/"merge" of SPU `spu_id`, "replace" of a lost SPU, "assign_workload" with
+    `assignment` ({spu: [(lo, hi), ...]}; an id the unit does not have names a new SPU), or
+    "assign_resource": SPU `spu_id` moves, with its state, to worker process `worker`."""
 
     action: str
     spu_id: int
@@ -180,6 +181,7 @@ class ScaleCommand:
     into: int | None = None
     reason: str = "manual"
     assignment: dict[int, list[tuple[int, int]]] | None = None
+    worker: str | None = None
 
 
 @dataclass(frozen=True, slots=True)

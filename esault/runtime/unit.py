@@ -18,7 +18,7 @@ import pykka
 
 from esault.dsl.bolt import Bolt
 from esault.dsl.topology import Grouping, UnitSpec
-from esault.errors import RoutingError, ScalingError, WorkerLost
+from esault.errors import ResourceError, RoutingError, ScalingError, WorkerLost
 from esault.keyhash import KEY_SPACE_MAX
 from esault.metrics import registry as metrics
 from esault.migration.plan import WorkloadPlan, plan_instances, plan_keyed
@@ -37,7 +37,7 @@ from esault.runtime.messages import (
 class SpuLauncher(Protocol):
     """Starts and stops SPU actors wherever the resource manager put them."""
 
-    def start_spu(self, spec: UnitSpec, cfg: SpuConfig, job: JobContext) -> Any: ...
+    def start_spu(self, spec: UnitSpec, cfg: SpuConfig, job: JobContext, worker: str | None = None) -> Any: ...
 
     def stop_spu(self, mailbox: Any, block: bool) -> None: ...
 
@@ -156,13 +156,16 @@ class UnitActor(pykka.ThreadingActor):
             self.launcher.stop_spu(mailbox, block=True)
 
     def _launch(self, spu_id: int, downstream: tuple[RouteSpec, ...], receive: PrepareReceive | None,
-                epoch: int | None = None, position: Any = None, table: IntervalTable | None = None) -> Any:
+                epoch: int | None = None, position: Any = None, table: IntervalTable | None = None,
+                worker: str | None = None) -> Any:
         table = self.table if table is None else table
         intervals = tuple(table.intervals_of(spu_id)) if table is not None and spu_id in table else None
         cfg = SpuConfig(self.job.name, self.spec.name, spu_id, intervals, downstream, receive,
                         extra={"unit_ref": self.actor_ref}, instance=self.instance_of.get(spu_id, 0),
                         instances=self.spec.parallelism, restore_epoch=epoch, position=position)
-        return self.launcher.start_spu(self.spec, cfg, self.job)
+        if worker is None:
+            return self.launcher.start_spu(self.spec, cfg, self.job)
+        return self.launcher.start_spu(self.spec, cfg, self.job, worker=worker)
 
     def on_receive(self, message: Any) -> Any:
         try:
@@ -228,6 +231,8 @@ class UnitActor(pykka.ThreadingActor):
                 self._begin_split(cmd)
             elif cmd.action == "merge":
                 self._begin_merge(cmd)
+            elif cmd.action == "assign_resource":
+                self._begin_move(cmd)
             else:
                 self._begin_assignment(cmd)
         except Exception as exc:
@@ -247,6 +252,13 @@ class UnitActor(pykka.ThreadingActor):
         if any(i.grouping is Grouping.GLOBAL for i in self.spec.inputs):
             raise ScalingError(f"bolt {name!r} reads with global_grouping: all its data goes to one SPU, "
                                "so splitting it cannot help")
+        if cmd.action == "assign_resource":
+            if cmd.spu_id not in self.spus:
+                raise ScalingError(f"unit {name!r} has no SPU {cmd.spu_id}; its SPUs are {sorted(self.spus)}")
+            if not self.spec.per_key:
+                raise ScalingError(f"unit {name!r} is not key grouped: its SPUs' state has no hand-off, so they "
+                                   "cannot move to another worker yet")
+            return
         if cmd.action == "assign_workload":
             if not self.spec.per_key:
                 raise ScalingError(f"bolt {name!r} is not key grouped: its SPUs own no key ranges to assign; "
@@ -260,8 +272,8 @@ class UnitActor(pykka.ThreadingActor):
         if cmd.action == "merge" and len(self.spus) < 2:
             raise ScalingError(f"bolt {name!r} has a single SPU: there is nothing to merge it into")
         if cmd.action not in ("split", "merge", "assign_workload"):
-            raise ScalingError(f"unknown scaling action {cmd.action!r}; use 'split', 'merge', 'assign_workload' "
-                               "or 'replace'")
+            raise ScalingError(f"unknown scaling action {cmd.action!r}; use 'split', 'merge', 'assign_workload', "
+                               "'assign_resource' or 'replace'")
 
     def _begin_split(self, cmd: ScaleCommand) -> None:
         giver, receiver = cmd.spu_id, self.job.next_id()
@@ -300,6 +312,15 @@ class UnitActor(pykka.ThreadingActor):
                                "nothing to do")
         self._begin(cmd, plan, -1, -1, None, None)
 
+    def _begin_move(self, cmd: ScaleCommand) -> None:
+        """assign_resource: a new SPU on the named worker takes all of the SPU's ranges and state."""
+        old, new = cmd.spu_id, self.job.next_id()
+        assignment = self.table.assignment()
+        new_table = self.table.assign({(new if s == old else s): ranges for s, ranges in assignment.items()})
+        plan = plan_keyed(self.table, new_table, placement={new: cmd.worker})
+        owned = assignment[old]
+        self._begin(cmd, plan, old, new, owned[0][0], owned[-1][1])
+
     def _begin(self, cmd: ScaleCommand, plan: WorkloadPlan, giver: int, receiver: int,
                lo: int | None, hi: int | None) -> None:
         """Prepare: start the plan's new SPUs (each told what it receives), then run the machine."""
@@ -309,10 +330,13 @@ class UnitActor(pykka.ThreadingActor):
             incoming = plan.incoming(spu)
             receive = PrepareReceive(machine.reconfig_id, incoming) if incoming else None
             try:
-                op.launched[spu] = self._launch(spu, cmd.downstream_routes, receive, table=plan.table)
+                op.launched[spu] = self._launch(spu, cmd.downstream_routes, receive, table=plan.table,
+                                                worker=plan.placement.get(spu))
             except Exception as exc:
                 for mailbox in op.launched.values():
                     self.launcher.stop_spu(mailbox, block=False)
+                if isinstance(exc, ResourceError) and not isinstance(exc, WorkerLost):
+                    raise ScalingError(f"{self._describe(op)} refused: {exc}") from None
                 if isinstance(exc, WorkerLost):
                     raise ScalingError(f"{self._describe(op)} aborted: {exc}; nothing moved, and the unit can "
                                        "scale again") from exc

@@ -111,3 +111,16 @@ def test_bad_assignments_are_refused_naming_the_problem_and_the_unit_stays_usabl
         job.rescale("check", 0)
     assert job.rescale("check", 3).started
     assert len(job.spus("check")) == 3
+
+
+def test_moving_an_spu_needs_worker_processes_and_says_so(cluster, config):
+    items = sequenced_items(20, 2, seed=24)
+    job = cluster.submit(build("awr", items, "awr", hold_at=len(items), parallelism=2), config)
+    assert job.wait(30)
+    spu = job.spus("check")[0]
+    with pytest.raises(ScalingError, match=r"refused: this cluster runs every SPU in one process: there is no "
+                                           r"worker 'w1'; start it with LocalCluster\(workers=N\)"):
+        job.assign_resource("check", spu, "w1")
+    with pytest.raises(ScalingError, match="has no SPU 4242"):
+        job.assign_resource("check", 4242, "w1")
+    assert job.spus("check")[0] == spu and len(job.split("check", spu).moves) == 1  # the unit still scales

@@ -99,13 +99,15 @@ def three_way_assignment(workload: dict[int, list[tuple[int, int]]], giver: int,
 @pytest.mark.parametrize("victim", ["giver", "receiver"])
 @pytest.mark.parametrize(("action", "step"), [("split", "prepare"), ("split", "switch"), ("split", "handoff"),
                                               ("merge", "prepare"), ("merge", "switch"), ("merge", "handoff"),
-                                              ("assign", "prepare"), ("assign", "switch"), ("assign", "handoff")])
+                                              ("assign", "prepare"), ("assign", "switch"), ("assign", "handoff"),
+                                              ("move", "prepare"), ("move", "switch"), ("move", "handoff")])
 def test_a_worker_killed_at_each_step_of_a_split_or_merge_aborts_it_cleanly_and_the_result_is_exact(
         tmp_path, action, step, victim):
     """A gate file holds the operation at `step` (STEPS); then the giver's or the receiver's worker dies.
     The operation fails with ScalingError, the job rolls back, the unit splits again afterwards, and the
     counts are exact. "assign" is an assign_workload of three moves (three_way_assignment); its giver is the
-    first SPU, its receiver the new one; it is held like a split."""
+    first SPU, its receiver the new one; it is held like a split. "move" is an assign_resource of the first
+    SPU to a worker that does not host it (the new SPU there is the receiver)."""
     total = 2500
     gate = tmp_path / "gate-{spu}"
     spout_gate = tmp_path / "spout-gate"
@@ -131,12 +133,15 @@ def test_a_worker_killed_at_each_step_of_a_split_or_merge_aborts_it_cleanly_and_
             g.touch()
         if action == "assign":
             pending = job.assign_workload_async("count", three_way_assignment(job.workload("count"), giver, other))
+        elif action == "move":
+            elsewhere = next(w for w, spus in sorted(cluster.registry.spus_on.items()) if giver not in spus)
+            pending = job.assign_resource_async("count", giver, elsewhere)
         elif action == "split":
             pending = job.split_async("count", giver)
         else:
             pending = job.merge_async("count", giver, other)
         receiver = other
-        if action in ("split", "assign"):
+        if action in ("split", "assign", "move"):
             receiver = next(iter(wait_until(lambda: set().union(*cluster.registry.spus_on.values()) - before, 30,
                                             message="the receiver launched")))
         if step == "handoff" and action == "merge":
@@ -148,7 +153,7 @@ def test_a_worker_killed_at_each_step_of_a_split_or_merge_aborts_it_cleanly_and_
             gates.append(held)
             # the split completes only when the receiver finished replaying: it stays pending
         if step in ("switch", "handoff"):
-            switched = (lambda: receiver in job.spus("count")) if action in ("split", "assign") else \
+            switched = (lambda: receiver in job.spus("count")) if action in ("split", "assign", "move") else \
                 (lambda: giver not in job.spus("count"))
             wait_until(switched, 30, message="routes switched to the new layout")
         kill_worker_of(cluster, giver if victim == "giver" else receiver)

@@ -106,6 +106,32 @@ def test_random_workload_assignments_across_processes_keep_every_key_exact(worke
     assert set(job.spus("check")) <= set().union(*workers.registry.spus_on.values())
 
 
+def test_an_spu_moves_to_another_worker_with_its_state_while_tuples_flow(workers, config):
+    keys, per_key = 200, 150
+    items = sequenced_items(keys, per_key, seed=32)
+    GATES["mpr"] = threading.Event()
+    builder = TopologyBuilder("mpr")
+    builder.set_spout("src", GatedListSpout, params={"items": items, "gate": "mpr", "hold_at": len(items) // 5})
+    builder.set_bolt("check", SequenceCheckBolt, 2, pe_idle_timeout=None).key_grouping("src")
+    builder.set_bolt("out", DriverCollectorBolt, params={"name": "mpr"}).global_grouping("check")
+    job = workers.submit(builder.build(), config)
+    wait_until(lambda: len(collected("mpr")) >= len(items) // 10, 30, message="a tenth collected")
+    GATES["mpr"].set()
+    spus_on = workers.registry.spus_on
+    for spu in job.spus("check"):
+        here = next(w for w, spus in spus_on.items() if spu in spus)
+        there = next(w for w in sorted(spus_on) if w != here)
+        owned = job.workload("check")[spu]
+        moved = job.assign_resource("check", spu, there)
+        assert moved.giver == spu and moved.retired == (spu,) and moved.started == (moved.receiver,)
+        assert moved.receiver in spus_on[there] and spu not in spus_on[here]
+        assert job.workload("check")[moved.receiver] == owned
+    with pytest.raises(ScalingError, match="no worker 'nowhere' has joined the driver; workers: "):
+        job.assign_resource("check", job.spus("check")[0], "nowhere")
+    assert job.wait(60), job.status()
+    assert_exact("mpr", keys, per_key)
+
+
 def test_a_load_step_splits_a_bolt_across_processes_and_the_lull_merges_it(workers, config):
     job = load_step_splits_then_merges(workers, config, "mp-elastic", DriverCollectorBolt)
     assert set(job.spus("check")) <= set().union(*workers.registry.spus_on.values()), "SPUs live in workers"

@@ -53,7 +53,8 @@ PINNED_SCHEMA = {
                              "paused_seconds: float")),
     16: ("ScaleCommand", ("action: str", "spu_id: int", "upstream: dict[int, tuple[Mailbox, str]]",
                           "downstream_routes: tuple[RouteSpec, ...]", "reply: Future (local only)", "at: int | None",
-                          "into: int | None", "reason: str", "assignment: dict[int, list[tuple[int, int]]] | None")),
+                          "into: int | None", "reason: str", "assignment: dict[int, list[tuple[int, int]]] | None",
+                          "worker: str | None")),
     17: ("ScaleResult", ("action: str", "unit: str", "giver: int", "receiver: int", "lo: int | None",
                          "hi: int | None", "moved_keys: int", "paused_seconds: float", "seconds: float",
                          "reason: str", "moves: tuple[tuple[int, int, int, int], ...]", "started: tuple[int, ...]",
@@ -385,7 +386,7 @@ def test_a_future_never_crosses_processes():
         encode_frame(cmd)
     assert wire.LOCAL_ONLY == {m.ScaleCommand, m.Tick, m.Pump}
     with pytest.raises(FrameError, match=r"tag 16 \(ScaleCommand\) never crosses processes") as err:
-        decode_frame(msgpack.packb([16, "split", 11, {}, [], None, None, None, "manual", None]))
+        decode_frame(msgpack.packb([16, "split", 11, {}, [], None, None, None, "manual", None, None]))
     assert frame_error_reason(err.value) == "local_only"
 
 
