@@ -65,7 +65,7 @@ class SpuStatsCollector(Collector):
             live_per_unit[unit_key] = live_per_unit.get(unit_key, 0) + 1
             labels = [stats.topology, stats.unit, str(stats.spu)]
             for family, metric in zip(counters, SPU_COUNTERS, strict=True):
-                family.add_metric(labels, getattr(stats, metric.attribute))
+                family.add_metric(labels, getattr(stats, metric.attribute) * metric.scale)
             for gauge, metric in zip(gauges, SPU_GAUGES, strict=True):
                 gauge.add_metric(labels, getattr(stats, metric.attribute))
         for (topology, unit), count in sorted(live_per_unit.items()):

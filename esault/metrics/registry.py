@@ -50,6 +50,7 @@ class SpuMetric(NamedTuple):
     name: str
     attribute: str
     documentation: str
+    scale: float = 1.0  # exported value = attribute * scale (microseconds counted, seconds exported)
 
 
 SPU_COUNTERS: Final = (
@@ -67,13 +68,17 @@ SPU_COUNTERS: Final = (
               "Exceptions raised by user code; each fails one tuple, never the SPU."),
     SpuMetric("esault_dead_letters_total", "dead_letters",
               "Tuples given up on after max_retries and written to the dead-letter store."),
+    SpuMetric("esault_busy_seconds_total", "busy_us",
+              "Seconds the bolt SPU spent processing batches (not waiting): rate() of it is its busy fraction.",
+              1e-6),
 )
 """Counters, labelled topology/unit/spu, for live SPUs only: a retired SPU's series end when it
 stops (its counts live on in its unit's retired total, esault.metrics.stats.StatsRegistry.totals)."""
 
 SPU_GAUGES: Final = (
     SpuMetric("esault_pes", "pes", "Processing elements (one per live key group) in the SPU."),
-    SpuMetric("esault_queue_depth", "queue_depth", "Tuples waiting in the SPU's input queue."),
+    SpuMetric("esault_queue_depth", "queue_depth",
+              "Spout SPUs: tuples held back by max_spout_pending; bolt SPUs: batches waiting in the mailbox."),
     SpuMetric("esault_inflight_tuples", "inflight",
               "Spout tuples emitted and not yet acked or failed (spout SPUs)."),
 )
@@ -161,7 +166,7 @@ RECOVERY_PAUSE: Final = Histogram(
 )
 
 SCALING_ACTIONS: Final = ("split", "merge", "assign_workload", "assign_resource")
-SCALING_REASONS: Final = ("overload", "underload", "manual")
+SCALING_REASONS: Final = ("overload", "underload", "manual", "controller")
 """The reasons the runtime is expected to use; kept small so the label stays bounded."""
 
 ScalingAction = Literal["split", "merge", "assign_workload", "assign_resource"]

@@ -19,7 +19,7 @@ RETIRED_SPU: Final = -1
 """The ``spu`` of a unit's retired total (see :meth:`StatsRegistry.totals`); no real SPU has it."""
 
 COUNTERS: Final = (
-    "emitted", "processed", "acked", "failed", "replayed", "user_errors", "dead_letters", "untracked",
+    "emitted", "processed", "acked", "failed", "replayed", "user_errors", "dead_letters", "untracked", "busy_us",
 )
 """SpuStats attributes that only grow: a retired SPU's are added to its unit's retired total."""
 
@@ -52,6 +52,7 @@ class SpuStats:
         self.user_errors = 0
         self.dead_letters = 0
         self.untracked = 0  # spouts: tuples emitted outside any tracked tree (no msg_id, or acking off)
+        self.busy_us = 0  # bolts: microseconds spent processing batches (DS2's "useful time")
         self.pes = 0
         self.queue_depth = 0
         self.inflight = 0

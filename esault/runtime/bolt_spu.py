@@ -8,6 +8,8 @@ batch's acks (one XOR value per tree, not per tuple) as one AckUpdate.
 
 from __future__ import annotations
 
+from time import perf_counter
+
 from random import getrandbits
 from typing import Any
 
@@ -309,6 +311,13 @@ class BoltSpuActor(SenderActor):
         if align is not None and align.holds(msg.sender):  # after its barrier: the next epoch waits
             align.hold(msg)
             return
+        started = perf_counter()
+        self._process_data(msg)
+        stats = self.stats
+        stats.busy_us += int((perf_counter() - started) * 1e6)
+        stats.queue_depth = self.actor_inbox.qsize()  # messages waiting behind this one: the backlog
+
+    def _process_data(self, msg: DataBatch) -> None:
         keys, values, edges = msg.keys, msg.values, msg.edges
         receiving = self._receiving
         if receiving is not None:

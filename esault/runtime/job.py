@@ -18,6 +18,8 @@ from esault.runtime import gc_policy
 from esault.runtime.acker import AckServerActor
 from esault.runtime.context import JobContext
 from esault.runtime.coordinator import ReconfigurationCoordinator, ScaleRequest
+from esault.control.controller import Controller
+from esault.control.runner import ControllerRunner
 from esault.dsl.topology import Grouping
 from esault.runtime.unit import AbortReconfiguration
 from esault.runtime.messages import (
@@ -104,6 +106,7 @@ class Job:
             self.coordinator.between = self.checkpoints.due_in
             self.coordinator.run_task(lambda: None)  # wakes the control thread to time the first checkpoint
             self.monitors = self._start_monitors() if config.elasticity else {}
+            self.controllers: list[ControllerRunner] = []
         except Exception:
             self._stop_actors()
             gc_policy.leave(config.gc_gen0_threshold)
@@ -228,6 +231,14 @@ class Job:
 
     def merge_async(self, unit: str, spu: int, into: int | None = None, reason: str = "manual") -> Future:
         return self.coordinator.submit(ScaleRequest("merge", unit, spu, None, into, reason))
+
+    def add_controller(self, controller: Controller) -> ControllerRunner:
+        """Run `controller` against this job: every controller.interval seconds it gets a MetricsSnapshot and
+        its operations are applied (esault.control). Stopped with the job. Turn the latency monitor off
+        (elasticity=False) for the units it drives, or the two policies fight."""
+        runner = ControllerRunner(self, controller)
+        self.controllers.append(runner)
+        return runner.start()
 
     def assign_workload(self, unit: str, assignment: Mapping[int, Iterable[tuple[int, int]]],
                         timeout: float | None = 60.0, reason: str = "manual") -> ScaleResult:
@@ -456,6 +467,8 @@ class Job:
 
         exactly_once: a final checkpoint first ends the spouts at its barrier and
         publishes everything before it, so a restart resumes exactly there."""
+        for runner in list(getattr(self, "controllers", ())):  # no reconfiguration starts during the shutdown
+            runner.stop()
         with self._lock:
             if self._stopped:
                 return

@@ -1,0 +1,133 @@
+"""Runs one Controller against a job: snapshot, decide, apply, on the driver, every `interval` seconds."""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections import deque
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from esault.control.controller import Controller
+from esault.control.operations import AssignResource, AssignWorkload, Merge, Operation, Rescale, Split
+from esault.control.snapshot import MetricsSnapshot, SnapshotBuilder
+from esault.metrics.stats import RETIRED_SPU
+from esault.runtime.messages import GetLayout, ScaleResult
+
+if TYPE_CHECKING:
+    from esault.runtime.job import Job
+
+log = logging.getLogger("esault.control")
+
+
+@dataclass(frozen=True)
+class Decision:
+    """One operation a controller asked for, and what became of it (the reconfiguration history)."""
+
+    time: float
+    controller: str
+    operation: Operation
+    result: ScaleResult | None
+    error: str | None
+
+
+class ControllerRunner:
+    """A daemon thread per controller. Operations go through the job's control thread like every other
+    reconfiguration, so they never overlap a checkpoint, a rollback or each other."""
+
+    def __init__(self, job: "Job", controller: Controller, history: int = 200) -> None:
+        if not isinstance(controller, Controller):
+            raise TypeError(f"a controller must subclass esault.control.Controller, got {type(controller).__name__}")
+        self.job = job
+        self.controller = controller
+        self.name = type(controller).__name__
+        self.builder = SnapshotBuilder()
+        self.decisions: deque[Decision] = deque(maxlen=history)
+        self.last_snapshot: MetricsSnapshot | None = None
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name=f"esault-controller-{self.name}", daemon=True)
+
+    def start(self) -> "ControllerRunner":
+        self._thread.start()
+        return self
+
+    def stop(self, timeout: float = 30.0) -> None:
+        self._stop.set()
+        if self._thread.is_alive() and threading.current_thread() is not self._thread:
+            self._thread.join(timeout)
+
+    def _run(self) -> None:
+        interval = max(0.05, float(getattr(self.controller, "interval", 1.0)))
+        while not self._stop.wait(interval):  # a period, not synchronisation
+            try:
+                snapshot = self.snapshot()
+            except Exception:  # noqa: BLE001 - the job is stopping, or an actor is gone for a moment
+                log.debug("controller %s: no snapshot this period", self.name, exc_info=True)
+                continue
+            self.last_snapshot = snapshot
+            try:
+                operations = list(self.controller.decide(snapshot) or ())
+            except Exception:
+                log.exception("controller %s: decide() raised; it is called again next period", self.name)
+                continue
+            for operation in operations:
+                if self._stop.is_set():
+                    return
+                self._apply(operation)
+
+    def snapshot(self) -> MetricsSnapshot:
+        """Read every SPU's counters, the layout and the placement now."""
+        job = self.job
+        topology = job.topology
+        rows = [(s.unit, s.spu, s.as_dict()) for s in job._all_stats() if s.spu != RETIRED_SPU]
+        units = [(spec.name, "spout" if spec.is_spout else "bolt", spec.per_key,
+                  tuple(i.source for i in spec.inputs)) for spec in topology.units]
+        layout = {spec.name: job.units[topology.host_of(spec.name)].ask(GetLayout(), timeout=10)
+                  for spec in topology.units}
+        host_of = getattr(job.launcher, "host_of", None)
+        hosts = {spu: (host_of(spu) or {}).get("worker") if host_of else None
+                 for spus in layout.values() for spu in spus}
+        registry = getattr(job.launcher, "registry", None)
+        workers = sorted(registry.workers) if registry is not None else []
+        return self.builder.update(time.monotonic(), rows, units, layout, hosts, workers)
+
+    def _apply(self, operation: Operation) -> None:
+        result: ScaleResult | None = None
+        error: Exception | None = None
+        try:
+            result = self._execute(operation)
+            log.info("controller %s: %s done: %d keys moved in %.1f ms", self.name, operation,
+                     result.moved_keys, result.seconds * 1000)
+        except Exception as exc:  # noqa: BLE001 - a refused operation is the controller's to handle
+            error = exc
+            log.warning("controller %s: %s refused: %s", self.name, operation, exc)
+        self.decisions.append(Decision(time.time(), self.name, operation, result,
+                                       None if error is None else str(error)))
+        try:
+            self.controller.applied(operation, result, error)
+        except Exception:
+            log.exception("controller %s: applied() raised", self.name)
+
+    def _execute(self, op: Operation) -> ScaleResult:
+        job = self.job
+        reason = "controller"  # a bounded metric label; the log and the decisions name the controller
+        if isinstance(op, AssignWorkload):
+            return job.assign_workload(op.unit, op.assignment, reason=reason)
+        if isinstance(op, Rescale):
+            return job.rescale(op.unit, op.spus, reason=reason)
+        if isinstance(op, AssignResource):
+            return job.assign_resource(op.unit, op.spu, op.worker, reason=reason)
+        if isinstance(op, Split):
+            return job.split(op.unit, op.spu, op.at, reason=reason)
+        if isinstance(op, Merge):
+            return job.merge(op.unit, op.spu, op.into, reason=reason)
+        raise TypeError(f"controller {self.name} returned {op!r}, which is not an operation; return "
+                        "AssignWorkload, Rescale, AssignResource, Split or Merge (esault.control)")
+
+
+def describe(decisions: Any) -> list[dict[str, Any]]:
+    """Decisions as plain dicts (for status and the REST API)."""
+    return [{"time": d.time, "controller": d.controller, "operation": repr(d.operation),
+             "moved_keys": d.result.moved_keys if d.result else None,
+             "seconds": d.result.seconds if d.result else None, "error": d.error} for d in decisions]

@@ -1,0 +1,80 @@
+"""Controllers on a running job: DS2 follows a load step, a user controller's failures never stop the job."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+from esault import TopologyBuilder
+from esault.control import Controller, DS2Controller, Rescale
+from esault.testing import CollectorBolt, wait_until
+from test_split_merge import assert_exact, sequenced_items
+from topology_parts import PHASES, PhasedSpout, SlowSequenceBolt
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "examples"))
+from controllers.hot_spu import HotSpuController  # noqa: E402
+
+
+def phased_job(cluster, config, name: str, keys: int = 100, per_key: int = 60):
+    items = sequenced_items(keys, per_key, seed=len(name))
+    PHASES[name] = {"mode": "burst", "burst_until": len(items) // 2}
+    builder = TopologyBuilder(name)
+    builder.set_spout("src", PhasedSpout, params={"items": items, "phase": name}, max_pending=400)
+    # ~2 ms of GIL-releasing work per tuple: one SPU does ~500/s, so the burst saturates it for seconds
+    builder.set_bolt("check", SlowSequenceBolt, 1, params={"seconds": 0.002}, pe_idle_timeout=None,
+                     elastic=False).key_grouping("src")
+    builder.set_bolt("out", CollectorBolt, params={"name": name}).global_grouping("check")
+    return cluster.submit(builder.build(), config), keys, per_key
+
+
+def test_ds2_rescales_a_saturated_bolt_in_one_step_and_back_to_one_in_the_lull(cluster, config):
+    job, keys, per_key = phased_job(cluster, config, "ds2")
+    ds2 = DS2Controller(["check"], interval=0.5, cooldown=1.0, max_spus=4, headroom=1.5)
+    runner = job.add_controller(ds2)
+    first = wait_until(lambda: next((d for d in runner.decisions if d.result is not None), None), 30,
+                       message="DS2 scaled the saturated bolt out")
+    assert isinstance(first.operation, Rescale) and first.operation.spus >= 2 and first.error is None
+    assert first.result.action == "assign_workload" and len(first.result.started) == first.operation.spus - 1
+    PHASES["ds2"]["mode"] = "idle"
+    wait_until(lambda: len(job.spus("check")) == 1, 30, message="DS2 scaled back to one SPU with no input")
+    PHASES["ds2"]["mode"] = "end"
+    assert job.wait(60), job.status()
+    assert_exact("ds2", keys, per_key)
+    assert {h.reason for h in job.scaling_history} == {"controller"}
+
+
+class Broken(Controller):
+    interval = 0.05
+
+    def __init__(self) -> None:
+        self.calls = 0
+
+    def decide(self, snapshot):
+        self.calls += 1
+        if self.calls % 2:
+            raise RuntimeError("a bug in the user's policy")
+        return ["not an operation", Rescale("nope", 2)]
+
+
+def test_a_controller_that_raises_or_returns_nonsense_is_logged_and_the_job_goes_on(cluster, config):
+    job, keys, per_key = phased_job(cluster, config, "broken", per_key=10)
+    broken = Broken()
+    runner = job.add_controller(broken)
+    wait_until(lambda: broken.calls >= 4 and len(runner.decisions) >= 2, 30, message="several periods")
+    errors = [d.error for d in runner.decisions]
+    assert any("which is not an operation" in e for e in errors)
+    assert any("no unit 'nope'" in e for e in errors)
+    PHASES["broken"]["mode"] = "end"
+    assert job.wait(60), job.status()
+    assert_exact("broken", keys, per_key)
+
+
+def test_the_example_user_controller_splits_the_busiest_spu_with_assign_workload(cluster, config):
+    job, keys, per_key = phased_job(cluster, config, "hot")
+    hot = HotSpuController("check", busy_above=0.3, max_spus=3, interval=0.3)
+    runner = job.add_controller(hot)
+    wait_until(lambda: len(runner.decisions) >= 2, 30, message="the hot SPU split twice")
+    assert [d.error for d in runner.decisions][:2] == [None, None] and len(job.spus("check")) == 3
+    PHASES["hot"]["mode"] = "end"
+    assert job.wait(60), job.status()
+    assert_exact("hot", keys, per_key)
