@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import logging
 import sys
@@ -54,6 +55,26 @@ def build_parser() -> argparse.ArgumentParser:
                      help="start from this checkpoint or savepoint epoch (default: the latest, if any)")
     run.add_argument("--fresh", action="store_true",
                      help="discard the checkpoints an earlier run left in the data dir instead of resuming")
+    run.add_argument("--api-port", type=int, default=None,
+                     help="serve the control plane's REST API and web page on this port (0: any free port)")
+    run.add_argument("--api-host", default="127.0.0.1", help="address for the API (non-loopback needs --api-token)")
+    run.add_argument("--api-token", default=os.environ.get("ESAULT_API_TOKEN"),
+                     help="a token every API request must send (Authorization: Bearer ...); env ESAULT_API_TOKEN")
+    for name, what in (("rescale", "run a key-grouped unit on N SPUs (one atomic reconfiguration)"),
+                       ("move", "move an SPU, with its state, to another worker process"),
+                       ("assign", "give each SPU of a unit the hash ranges a JSON object lists")):
+        op = sub.add_parser(name, help=what)
+        op.add_argument("api", help="the driver's API URL, e.g. http://127.0.0.1:8088 (esault run --api-port)")
+        op.add_argument("job", help="the job (topology) name")
+        op.add_argument("unit", help="the unit")
+        if name == "rescale":
+            op.add_argument("spus", type=int, help="how many SPUs")
+        elif name == "move":
+            op.add_argument("spu", type=int, help="the SPU id")
+            op.add_argument("worker", help="the worker process, e.g. w2")
+        else:
+            op.add_argument("assignment", help='JSON: {"<spu>": [[lo, hi], ...]}; a negative id starts an SPU')
+        op.add_argument("--token", default=os.environ.get("ESAULT_API_TOKEN"), help="the API token, if it has one")
     savepoint = sub.add_parser("savepoint", help="take a savepoint of a running job (and stop it with --stop)")
     savepoint.add_argument("address", help="the driver's HOST:PORT")
     savepoint.add_argument("job", help="the job (topology) name")
@@ -111,6 +132,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return _keys(args)
         if args.command == "savepoint":
             return _savepoint(args)
+        if args.command in ("rescale", "move", "assign"):
+            return _operation(args)
         return _status(args)
     except EsaultError as exc:
         print(f"esault: error: {exc}", file=sys.stderr)
@@ -154,6 +177,12 @@ def _run(args: argparse.Namespace) -> int:
     with LocalCluster(**cluster_args) as cluster:
         if cluster.address:
             print(f"driver listening on {cluster.address}", file=sys.stderr, flush=True)
+        api = None
+        if args.api_port is not None:
+            from esault.api import ControlApi
+
+            api = ControlApi(lambda: cluster.jobs, args.api_host, args.api_port, args.api_token).start()
+            print(f"control plane: {api.url} (web page), {api.url}/api/jobs (REST)", file=sys.stderr, flush=True)
         if args.cluster == "static":
             cluster.wait_for_workers(args.min_workers)
         job = cluster.submit(topology, config)
@@ -168,6 +197,8 @@ def _run(args: argparse.Namespace) -> int:
             if progress:
                 progress.stop()
             job.stop()
+            if api is not None:
+                api.stop()
     status = job.final_status or {}
     elapsed = time.monotonic() - started
     _print_status(status, elapsed)
@@ -203,6 +234,24 @@ def _savepoint(args: argparse.Namespace) -> int:
         return 1
     print(f"savepoint {reply.epoch} of {args.job!r} taken{' and the job stopped' if args.stop else ''}; "
           f"start from it with `esault run ... --restore-from {reply.epoch}`")
+    return 0
+
+
+def _operation(args: argparse.Namespace) -> int:
+    from esault.api.client import call, describe
+
+    base = f"/api/jobs/{args.job}/units/{args.unit}"
+    if args.command == "rescale":
+        result = call(args.api, f"{base}/rescale", {"spus": args.spus}, args.token)
+    elif args.command == "move":
+        result = call(args.api, f"{base}/spus/{args.spu}/move", {"worker": args.worker}, args.token)
+    else:
+        try:
+            assignment = json.loads(args.assignment)
+        except ValueError as exc:
+            raise ConfigError(f"the assignment is not JSON ({exc}): give {{\"<spu>\": [[lo, hi], ...]}}") from None
+        result = call(args.api, f"{base}/workload", {"assignment": assignment}, args.token)
+    print(describe(result))
     return 0
 
 

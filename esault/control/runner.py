@@ -77,20 +77,7 @@ class ControllerRunner:
                 self._apply(operation)
 
     def snapshot(self) -> MetricsSnapshot:
-        """Read every SPU's counters, the layout and the placement now."""
-        job = self.job
-        topology = job.topology
-        rows = [(s.unit, s.spu, s.as_dict()) for s in job._all_stats() if s.spu != RETIRED_SPU]
-        units = [(spec.name, "spout" if spec.is_spout else "bolt", spec.per_key,
-                  tuple(i.source for i in spec.inputs)) for spec in topology.units]
-        layout = {spec.name: job.units[topology.host_of(spec.name)].ask(GetLayout(), timeout=10)
-                  for spec in topology.units}
-        host_of = getattr(job.launcher, "host_of", None)
-        hosts = {spu: (host_of(spu) or {}).get("worker") if host_of else None
-                 for spus in layout.values() for spu in spus}
-        registry = getattr(job.launcher, "registry", None)
-        workers = sorted(registry.workers) if registry is not None else []
-        return self.builder.update(time.monotonic(), rows, units, layout, hosts, workers)
+        return take_snapshot(self.job, self.builder)
 
     def _apply(self, operation: Operation) -> None:
         result: ScaleResult | None = None
@@ -124,6 +111,23 @@ class ControllerRunner:
             return job.merge(op.unit, op.spu, op.into, reason=reason)
         raise TypeError(f"controller {self.name} returned {op!r}, which is not an operation; return "
                         "AssignWorkload, Rescale, AssignResource, Split or Merge (esault.control)")
+
+
+def take_snapshot(job: "Job", builder: SnapshotBuilder) -> MetricsSnapshot:
+    """Read every SPU's counters, the layout and the placement of `job` now; rates against the builder's
+    previous reading."""
+    topology = job.topology
+    rows = [(s.unit, s.spu, s.as_dict()) for s in job._all_stats() if s.spu != RETIRED_SPU]
+    units = [(spec.name, "spout" if spec.is_spout else "bolt", spec.per_key,
+              tuple(i.source for i in spec.inputs)) for spec in topology.units]
+    layout = {spec.name: job.units[topology.host_of(spec.name)].ask(GetLayout(), timeout=10)
+              for spec in topology.units}
+    host_of = getattr(job.launcher, "host_of", None)
+    hosts = {spu: (host_of(spu) or {}).get("worker") if host_of else None
+             for spus in layout.values() for spu in spus}
+    registry = getattr(job.launcher, "registry", None)
+    workers = sorted(registry.workers) if registry is not None else []
+    return builder.update(time.monotonic(), rows, units, layout, hosts, workers)
 
 
 def describe(decisions: Any) -> list[dict[str, Any]]:

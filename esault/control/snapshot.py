@@ -23,7 +23,7 @@ class SpuMetrics:
     emitted_rate: float | None  # tuples it emitted per second (a spout's: the input rate)
     busy: float | None  # fraction of the period spent processing (0..1; more if its thread was descheduled)
     true_rate: float | None  # tuples per second of busy time: what it could do if never idle (DS2)
-    queue_depth: int  # spout: tuples held back by max_pending; bolt: batches waiting in its mailbox
+    queue_depth: int  # spout: tuples held back by max_pending; bolt: messages waiting in its mailbox
     pes: int
     probe_latency: float | None = None  # seconds, from the latency monitor when it probes this unit
 
@@ -108,4 +108,5 @@ def _spu_metrics(spu: int, worker: str | None, intervals: tuple[tuple[int, int],
         processed_rate, emitted_rate, busy = processed / period, emitted / period, busy_s / period
         true_rate = processed / busy_s if busy_s > 0 and processed > 0 else None
     return SpuMetrics(spu, worker, tuple(intervals) if intervals else None, processed_rate, emitted_rate, busy,
-                      true_rate, int(counts.get("queue_depth", 0)), int(counts.get("pes", 0)), probe_latency)
+                      true_rate, int(counts.get("queue_depth", 0) + counts.get("backlog", 0)),
+                      int(counts.get("pes", 0)), probe_latency)

@@ -77,8 +77,8 @@ stops (its counts live on in its unit's retired total, esault.metrics.stats.Stat
 
 SPU_GAUGES: Final = (
     SpuMetric("esault_pes", "pes", "Processing elements (one per live key group) in the SPU."),
-    SpuMetric("esault_queue_depth", "queue_depth",
-              "Spout SPUs: tuples held back by max_spout_pending; bolt SPUs: batches waiting in the mailbox."),
+    SpuMetric("esault_queue_depth", "queue_depth", "Spout SPUs: tuples held back by max_spout_pending."),
+    SpuMetric("esault_backlog", "backlog", "Bolt SPUs: messages (mostly batches) waiting in the mailbox."),
     SpuMetric("esault_inflight_tuples", "inflight",
               "Spout tuples emitted and not yet acked or failed (spout SPUs)."),
 )
@@ -165,11 +165,11 @@ RECOVERY_PAUSE: Final = Histogram(
     registry=REGISTRY,
 )
 
-SCALING_ACTIONS: Final = ("split", "merge", "assign_workload", "assign_resource")
+SCALING_ACTIONS: Final = ("split", "merge", "assign_workload", "assign_resource", "rescale")
 SCALING_REASONS: Final = ("overload", "underload", "manual", "controller")
 """The reasons the runtime is expected to use; kept small so the label stays bounded."""
 
-ScalingAction = Literal["split", "merge", "assign_workload", "assign_resource"]
+ScalingAction = Literal["split", "merge", "assign_workload", "assign_resource", "rescale"]
 
 
 class SinkMetric(NamedTuple):

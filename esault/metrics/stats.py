@@ -23,7 +23,7 @@ COUNTERS: Final = (
 )
 """SpuStats attributes that only grow: a retired SPU's are added to its unit's retired total."""
 
-GAUGES: Final = ("pes", "queue_depth", "inflight")
+GAUGES: Final = ("pes", "queue_depth", "inflight", "backlog")
 """SpuStats attributes that describe the present: 0 once an SPU is retired."""
 
 RETIRED_REPORT_SECONDS: Final = 30.0
@@ -56,6 +56,7 @@ class SpuStats:
         self.pes = 0
         self.queue_depth = 0
         self.inflight = 0
+        self.backlog = 0  # bolts: messages waiting in the SPU's mailbox after its last batch
 
     def as_dict(self) -> dict[str, int]:
         return {
@@ -116,6 +117,7 @@ class StatsRegistry:
         stats.pes = 0
         stats.queue_depth = 0
         stats.inflight = 0
+        stats.backlog = 0
         key = (stats.topology, stats.unit, stats.spu)
         with self._lock:
             if self._live.get(key) is not stats:

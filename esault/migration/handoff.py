@@ -7,10 +7,14 @@ receives; once an EpochMarker arrived from every upstream SPU, no tuple of a
 moved key can reach it any more, so the moved PEs' state is final and goes
 to each range's receiver.
 Receiver: an SPU that gains ranges. It buffers, in arrival order, only the
-tuples of incoming keys whose giver has not handed over yet; each giver's
-last chunk releases that giver's ranges (their held tuples run first, in
-order). Keys outside incoming ranges never pause. An SPU may give and
-receive in one reconfiguration (different ranges).
+tuples of incoming keys whose giver has not handed over yet. A giver's ranges
+are released (their held tuples run first, in order) once its last state
+chunk is in *and* every downstream SPU said MarkerSeen for it: the giver sent
+a ForwardMarker down every output channel after its last output of the moved
+keys, so those outputs are ahead of anything the receiver emits for them
+(key order holds downstream too, across processes). Keys outside incoming
+ranges never pause. An SPU may give and receive in one reconfiguration
+(different ranges).
 """
 
 from __future__ import annotations
@@ -83,11 +87,15 @@ class RangeSet:
 class ReceiverHandoff:
     """Holds tuples of incoming keys until their giver's state arrives."""
 
-    def __init__(self, reconfig_id: int, ranges: Iterable[tuple[int, int, int]], started_at: float) -> None:
+    def __init__(self, reconfig_id: int, ranges: Iterable[tuple[int, int, int]], started_at: float,
+                 downstream: Iterable[int] = ()) -> None:
         self.reconfig_id = reconfig_id
         self.ranges = tuple(sorted(ranges))  # (lo, hi, giver)
         self.started_at = started_at
         self.pending_givers = {giver for _, _, giver in self.ranges}
+        self.downstream = frozenset(downstream)  # SPUs whose MarkerSeen each giver's release waits for
+        self._state_in: set[int] = set()  # givers whose last state chunk arrived
+        self._seen: dict[int, set[int]] = {}  # giver -> downstream SPUs that saw its ForwardMarker
         self._pending = RangeSet((lo, hi) for lo, hi, _ in self.ranges)
         self.buffered: list[HeldBatch] = []
         self.first_buffered_at: float | None = None
@@ -110,6 +118,18 @@ class ReceiverHandoff:
         if self.first_buffered_at is None:
             self.first_buffered_at = now
         self.buffered.append(held)
+
+    def state_done(self, giver: int) -> None:
+        """The giver's last chunk is in: its keys' state is complete here."""
+        self._state_in.add(giver)
+
+    def marker_seen(self, giver: int, sender: int) -> None:
+        self._seen.setdefault(giver, set()).add(sender)
+
+    def ready_givers(self) -> list[int]:
+        """Pending givers whose state is in and whose ForwardMarker every downstream SPU has seen."""
+        return sorted(g for g in self.pending_givers
+                      if g in self._state_in and self.downstream <= self._seen.get(g, set()))
 
     def release(self, giver: int, now: float, hash_of: Callable[[Any], int], new_edge: Callable[[], int]
                 ) -> list[HeldBatch]:
@@ -182,11 +202,12 @@ def chunk_states(states: list[tuple[Any, bytes]], budget: int = HANDOFF_CHUNK_BY
 
 
 class EarlyMessages:
-    """Markers and hand-offs that overtook their reconfiguration's setup message."""
+    """Markers, hand-offs and MarkerSeen answers that overtook their reconfiguration's setup message."""
 
     def __init__(self) -> None:
         self.markers: dict[int, set[int]] = {}
         self.handoffs: dict[int, list[Any]] = {}  # reconfig id -> StateHandoff chunks, in arrival order
+        self.seen: dict[int, list[tuple[int, int]]] = {}  # reconfig id -> (giver, downstream SPU)
 
     def take_markers(self, reconfig_id: int) -> set[int]:
         return self.markers.pop(reconfig_id, set())

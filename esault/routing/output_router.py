@@ -176,6 +176,10 @@ class OutputRouter:
                     log.warning("unit %r SPU %d unreachable for %s: %r", route.unit, spu,
                                 type(message).__name__, exc)
 
+    def downstream_spus(self) -> frozenset[int]:
+        """Every SPU this one sends to, over all its routes."""
+        return frozenset(spu for route in self.routes for spu in route._order)
+
     def version_of(self, unit: str) -> int | None:
         for route in self.routes:
             if route.unit == unit:

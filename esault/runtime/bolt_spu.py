@@ -25,7 +25,7 @@ from esault.checkpoint.alignment import Alignment
 from esault.checkpoint.store import bucket_of, pack_entries
 from esault.runtime.messages import (
     AckUpdate, Barrier, CheckpointComplete, CheckpointStart, DataBatch, EpochMarker, HandoffFinished, Prepared,
-    PrepareGive, PrepareReceive, Probe, ProbeReturned, StateHandoff, Tick,
+    ForwardMarker, MarkerSeen, PrepareGive, PrepareReceive, Probe, ProbeReturned, StateHandoff, Tick,
 )
 from esault.runtime.pe_manager import PeManager
 from esault.runtime.sender import SenderActor
@@ -70,6 +70,8 @@ class BoltSpuActor(SenderActor):
             PrepareReceive: self._on_prepare_receive,
             EpochMarker: self._on_marker,
             StateHandoff: self._on_state,
+            ForwardMarker: self._on_forward_marker,
+            MarkerSeen: self._on_marker_seen,
             Probe: self._on_probe,
             Barrier: self._on_barrier,
             CheckpointStart: self._on_checkpoint_start,
@@ -315,7 +317,7 @@ class BoltSpuActor(SenderActor):
         self._process_data(msg)
         stats = self.stats
         stats.busy_us += int((perf_counter() - started) * 1e6)
-        stats.queue_depth = self.actor_inbox.qsize()  # messages waiting behind this one: the backlog
+        stats.backlog = self.actor_inbox.qsize()  # messages waiting behind this one
 
     def _process_data(self, msg: DataBatch) -> None:
         keys, values, edges = msg.keys, msg.values, msg.edges
@@ -467,6 +469,9 @@ class BoltSpuActor(SenderActor):
         giving = self._giving
         self._giving = None
         self.flush()
+        receivers = {r: self._giving_to[r] for r in giving.by_receiver() if r in self._giving_to}
+        # In band behind this SPU's last output of the moved keys: each downstream SPU tells the receivers.
+        self.router.broadcast(ForwardMarker(giving.reconfig_id, self.spu_id, receivers))
         moved = 0
         for receiver_id, ranges in giving.by_receiver().items():
             states: list[tuple[Any, bytes]] = []
@@ -537,12 +542,16 @@ class BoltSpuActor(SenderActor):
         return None
 
     def _on_prepare_receive(self, msg: PrepareReceive) -> None:
-        self._receiving = ReceiverHandoff(msg.reconfig_id, msg.ranges, self.job.clock.now())
+        self._receiving = ReceiverHandoff(msg.reconfig_id, msg.ranges, self.job.clock.now(),
+                                          self.router.downstream_spus())
         if self.unit_ref is not None:
             self.unit_ref.tell(Prepared(msg.reconfig_id, self.spu_id, "receiver"))
+        for giver, sender in self._early.seen.pop(msg.reconfig_id, ()):
+            self._receiving.marker_seen(giver, sender)
         early = self._early.handoffs.pop(msg.reconfig_id, None)
         for chunk in early or ():
             self._on_state(chunk)
+        self._release_ready()
 
     def _on_state(self, msg: StateHandoff) -> None:
         receiving = self._receiving
@@ -559,17 +568,41 @@ class BoltSpuActor(SenderActor):
                 log.error("topology %r: bolt %r could not restore state of key %r: %r",
                           self.job.name, self.unit_name, key, exc)
         receiving.moved += len(msg.states)
+        self.pes.used(self.job.clock.now())
+        if msg.last:  # that giver's keys stay held until its last chunk and the downstream answers
+            receiving.state_done(msg.giver_id)
+            self._release_ready()
+
+    def _on_forward_marker(self, msg: ForwardMarker) -> None:
+        """A giver upstream of this SPU handed keys off: its output for them is all here (FIFO)."""
+        for receiver in msg.receivers.values():
+            try:
+                receiver.tell(MarkerSeen(msg.reconfig_id, msg.giver, self.spu_id))
+            except Exception as exc:  # noqa: BLE001 - its process died: the job aborts the reconfiguration
+                log.warning("topology %r: receiver of a hand-off unreachable: %r", self.job.name, exc)
+
+    def _on_marker_seen(self, msg: MarkerSeen) -> None:
+        receiving = self._receiving
+        if receiving is None or receiving.reconfig_id != msg.reconfig_id:
+            self._early.seen.setdefault(msg.reconfig_id, []).append((msg.giver, msg.sender))
+            return
+        receiving.marker_seen(msg.giver, msg.sender)
+        self._release_ready()
+
+    def _release_ready(self) -> None:
+        """Run what is held for each giver whose state is in and whose downstream all saw its marker."""
+        receiving = self._receiving
+        if receiving is None:
+            return
         now = self.job.clock.now()
-        self.pes.used(now)
-        if not msg.last:
-            return  # more state to come: that giver's keys stay held until its last chunk
-        for held in receiving.release(msg.giver_id, now, key_hash, self._new_edge):
-            self._run_batch(held.source, held.keys, held.values, held.roots, held.edges)
+        for giver in receiving.ready_givers():
+            for held in receiving.release(giver, now, key_hash, self._new_edge):
+                self._run_batch(held.source, held.keys, held.values, held.roots, held.edges)
         self.stats.pes = len(self.pes)
         self.flush()
         if not receiving.done:
             return
         self._receiving = None
         self.unit_ref.tell(
-            HandoffFinished(msg.reconfig_id, self.spu_id, "receiver", receiving.moved, receiving.paused)
+            HandoffFinished(receiving.reconfig_id, self.spu_id, "receiver", receiving.moved, receiving.paused)
         )

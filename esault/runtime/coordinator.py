@@ -33,6 +33,7 @@ class ScaleRequest:
     reason: str
     assignment: dict[int, list[tuple[int, int]]] | None = None
     worker: str | None = None
+    spus: int | None = None
 
 
 class ReconfigurationCoordinator:
@@ -131,7 +132,7 @@ class ReconfigurationCoordinator:
         self.units[request.unit].tell(ScaleCommand(
             action=request.action, spu_id=request.spu_id, upstream=upstream,
             downstream_routes=downstream, reply=reply, at=request.at, into=request.into,
-            reason=request.reason, assignment=request.assignment, worker=request.worker,
+            reason=request.reason, assignment=request.assignment, worker=request.worker, spus=request.spus,
         ))
         try:
             return reply.result(timeout=self.op_timeout)

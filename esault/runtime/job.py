@@ -275,14 +275,16 @@ class Job:
         return {spu: list(owned) for spu, owned in layout.items() if owned is not None}
 
     def rescale(self, unit: str, spus: int, timeout: float | None = 60.0, reason: str = "manual") -> ScaleResult:
-        """Run key-grouped `unit` on `spus` SPUs with equal shares of the key space, in one atomic
-        reconfiguration: the existing SPUs, in key order, take the first slices (so most keep part of
-        their range), new ones start for the rest, surplus ones retire."""
-        current = sorted(self.workload(unit).items(), key=lambda item: item[1][0][0])
-        if not current:
-            raise ScalingError(f"unit {unit!r} is not key grouped: rescale works on key-grouped bolts")
+        """Run `unit` on `spus` SPUs in one atomic reconfiguration. Key grouped: equal shares of the key
+        space; the existing SPUs, in key order, take the first slices (so most keep part of their range),
+        new ones start for the rest, surplus ones retire with their state handed over. Otherwise (shuffle
+        grouping): SPUs start, or the newest retire once their queued tuples are processed."""
         if not isinstance(spus, int) or isinstance(spus, bool) or spus < 1:
             raise ScalingError(f"rescale of {unit!r} to {spus!r} SPUs: give a whole number >= 1")
+        current = sorted(self.workload(unit).items(), key=lambda item: item[1][0][0])
+        if not current:  # not key grouped: SPUs start or retire, no state moves
+            request = ScaleRequest("rescale", unit, -1, None, None, reason, spus=spus)
+            return self.coordinator.submit(request).result(timeout)
         names = [spu for spu, _ in current[:spus]] + [-(i + 1) for i in range(spus - len(current))]
         size = KEY_SPACE_MAX + 1
         target = {name: [(i * size // spus, (i + 1) * size // spus - 1)] for i, name in enumerate(names)}

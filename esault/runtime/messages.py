@@ -170,7 +170,8 @@ class ScaleCommand:
 
     `action` "split"/"merge" of SPU `spu_id`, "replace" of a lost SPU, "assign_workload" with
     `assignment` ({spu: [(lo, hi), ...]}; an id the unit does not have names a new SPU), or
-    "assign_resource": SPU `spu_id` moves, with its state, to worker process `worker`."""
+    "assign_resource": SPU `spu_id` moves, with its state, to worker process `worker`, or "rescale" of a
+    unit that is not key grouped to `spus` SPUs (a key-grouped one rescales with assign_workload)."""
 
     action: str
     spu_id: int
@@ -182,6 +183,7 @@ class ScaleCommand:
     reason: str = "manual"
     assignment: dict[int, list[tuple[int, int]]] | None = None
     worker: str | None = None
+    spus: int | None = None  # "rescale" of a unit that is not key grouped: how many SPUs
 
 
 @dataclass(frozen=True, slots=True)
@@ -516,3 +518,27 @@ class SavepointReply:
     request_id: int
     epoch: int | None
     error: str
+
+
+# --- key order downstream of a reconfiguration (docs/PROTOCOLS.md) -------------------
+
+
+@dataclass(frozen=True, slots=True)
+class ForwardMarker:
+    """giver SPU -> every downstream SPU, in band after its last output of the keys it hands off.
+
+    The downstream SPU answers each receiver with MarkerSeen: everything the giver emitted for the
+    moved keys is then ahead of anything the receivers will emit for them."""
+
+    reconfig_id: int
+    giver: int
+    receivers: dict[int, Any]
+
+
+@dataclass(frozen=True, slots=True)
+class MarkerSeen:
+    """downstream SPU -> receiver SPU: the giver's ForwardMarker reached `sender`."""
+
+    reconfig_id: int
+    giver: int
+    sender: int

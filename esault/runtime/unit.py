@@ -233,6 +233,8 @@ class UnitActor(pykka.ThreadingActor):
                 self._begin_merge(cmd)
             elif cmd.action == "assign_resource":
                 self._begin_move(cmd)
+            elif cmd.action == "rescale":
+                self._begin_rescale(cmd)
             else:
                 self._begin_assignment(cmd)
         except Exception as exc:
@@ -263,7 +265,7 @@ class UnitActor(pykka.ThreadingActor):
             if not self.spec.per_key:
                 raise ScalingError(f"bolt {name!r} is not key grouped: its SPUs own no key ranges to assign; "
                                    "change its parallelism with rescale")
-        elif cmd.spu_id not in self.spus:
+        elif cmd.action != "rescale" and cmd.spu_id not in self.spus:
             raise ScalingError(f"bolt {name!r} has no SPU {cmd.spu_id}; its SPUs are {sorted(self.spus)}")
         if (self.job.exactly_once and not self.spec.per_key
                 and getattr(self.spec.cls, "on_checkpoint", None) is not getattr(Bolt, "on_checkpoint")):
@@ -271,9 +273,17 @@ class UnitActor(pykka.ThreadingActor):
                                "cannot split or merge under exactly_once: declare it with elastic=False")
         if cmd.action == "merge" and len(self.spus) < 2:
             raise ScalingError(f"bolt {name!r} has a single SPU: there is nothing to merge it into")
+        if cmd.action == "rescale":
+            if self.spec.per_key:
+                raise ScalingError(f"bolt {name!r} is key grouped: rescale it with assign_workload (Job.rescale does)")
+            if not isinstance(cmd.spus, int) or cmd.spus < 1:
+                raise ScalingError(f"rescale of {name!r} to {cmd.spus!r} SPUs: give a whole number >= 1")
+            if cmd.spus == len(self.spus):
+                raise ScalingError(f"bolt {name!r} runs {cmd.spus} SPUs already; nothing to do")
+            return
         if cmd.action not in ("split", "merge", "assign_workload"):
             raise ScalingError(f"unknown scaling action {cmd.action!r}; use 'split', 'merge', 'assign_workload', "
-                               "'assign_resource' or 'replace'")
+                               "'assign_resource', 'rescale' or 'replace'")
 
     def _begin_split(self, cmd: ScaleCommand) -> None:
         giver, receiver = cmd.spu_id, self.job.next_id()
@@ -311,6 +321,12 @@ class UnitActor(pykka.ThreadingActor):
             raise ScalingError(f"assign_workload of {self.spec.name!r}: the assignment is the current one; "
                                "nothing to do")
         self._begin(cmd, plan, -1, -1, None, None)
+
+    def _begin_rescale(self, cmd: ScaleCommand) -> None:
+        """A unit that is not key grouped: SPUs start or retire (those that retire drain behind markers)."""
+        current = sorted(self.spus)
+        target = current[: cmd.spus] + [self.job.next_id() for _ in range(cmd.spus - len(current))]
+        self._begin(cmd, plan_instances(current, target), -1, -1, None, None)
 
     def _begin_move(self, cmd: ScaleCommand) -> None:
         """assign_resource: a new SPU on the named worker takes all of the SPU's ranges and state."""

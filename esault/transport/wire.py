@@ -94,6 +94,7 @@ FIELD_TYPES: Mapping[tuple[str, str], str] = types.MappingProxyType({
     ("RouteSpec", "spus"): "dict[int, Mailbox]",
     ("InstallRoutes", "notify"): "dict[int, Mailbox]",
     ("PrepareGive", "receivers"): "dict[int, Mailbox]",
+    ("ForwardMarker", "receivers"): "dict[int, Mailbox]",
     ("ScaleCommand", "upstream"): "dict[int, tuple[Mailbox, str]]",
     ("StatusRequest", "reply_to"): "Mailbox",
     ("SavepointRequest", "reply_to"): "Mailbox",

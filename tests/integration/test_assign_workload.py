@@ -124,3 +124,26 @@ def test_moving_an_spu_needs_worker_processes_and_says_so(cluster, config):
     with pytest.raises(ScalingError, match="has no SPU 4242"):
         job.assign_resource("check", 4242, "w1")
     assert job.spus("check")[0] == spu and len(job.split("check", spu).moves) == 1  # the unit still scales
+
+
+def test_rescaling_a_shuffle_grouped_bolt_starts_and_drains_spus_and_loses_nothing(cluster, config):
+    from esault import TopologyBuilder
+    from esault.testing import CollectorBolt, collected
+    from topology_parts import GatedListSpout, SlowBolt
+
+    items = [[f"k{i}", i] for i in range(3000)]
+    GATES["shuf"] = __import__("threading").Event()
+    builder = TopologyBuilder("shuf")
+    builder.set_spout("src", GatedListSpout, params={"items": items, "gate": "shuf", "hold_at": 1000})
+    builder.set_bolt("pass", SlowBolt, 2, params={"seconds": 0.0002}).shuffle_grouping("src")
+    builder.set_bolt("out", CollectorBolt, params={"name": "shuf"}).global_grouping("pass")
+    job = cluster.submit(builder.build(), config)
+    grown = job.rescale("pass", 4)
+    assert len(grown.started) == 2 and not grown.moves and len(job.spus("pass")) == 4
+    GATES["shuf"].set()
+    shrunk = job.rescale("pass", 1)
+    assert len(shrunk.retired) == 3 and len(job.spus("pass")) == 1
+    with pytest.raises(ScalingError, match="runs 1 SPUs already"):
+        job.rescale("pass", 1)
+    assert job.wait(60), job.status()
+    assert sorted(v for _, v in collected("shuf")) == list(range(3000))

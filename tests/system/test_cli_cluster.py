@@ -122,3 +122,47 @@ def test_a_worker_without_keys_is_told_how_to_get_them():
                             env={k: v for k, v in os.environ.items() if not k.startswith("ESAULT_")})
     assert result.returncode == 2
     assert "--secret-key worker-N.key_secret and --driver-key driver.key" in result.stderr
+
+
+KEYED = TOPOLOGY.replace("b.set_bolt('up', Upper, 2, elastic=False).shuffle_grouping('src')",
+                         "b.set_bolt('up', Upper, 2, elastic=False).key_grouping('src')")
+
+
+def test_rescale_move_and_assign_commands_reconfigure_a_running_job_over_its_api(tmp_path: Path):
+    (tmp_path / "paced.py").write_text(KEYED)
+    driver = esault("run", "paced.py", "--workers", "2", "--api-port", "0", "--duration", "120",
+                    "--guarantee", "at_least_once", "--data-dir", str(tmp_path / "data"), cwd=tmp_path)
+    try:
+        url = None
+        for line in driver.stderr:
+            match = re.search(r"control plane: (http://\S+) \(web page\)", line)
+            if match:
+                url = match.group(1)
+                break
+        assert url, "the driver printed its API address"
+
+        def run(*args: str) -> subprocess.CompletedProcess:
+            return subprocess.run([sys.executable, "-m", "esault.cli", *args], capture_output=True, text=True,
+                                  timeout=120)
+
+        done = wait_until(lambda: (r := run("rescale", url, "paced", "up", "3")).returncode == 0 and r, 60,
+                          message="the job is up and rescaled")
+        assert "assign_workload of 'up'" in done.stdout and "started [" in done.stdout
+        from esault.api.client import call
+
+        spus = call(url, "/api/jobs/paced/units")["units"]["up"]["spus"]
+        assert len(spus) == 3
+        spu, row = next(iter(spus.items()))
+        target = "w2" if row["worker"] == "w1" else "w1"
+        moved = run("move", url, "paced", "up", spu, target)
+        assert moved.returncode == 0 and f"retired [{spu}]" in moved.stdout, moved.stderr
+        bad = run("assign", url, "paced", "up", "{not json")
+        assert bad.returncode == 2 and "the assignment is not JSON" in bad.stderr
+        refused = run("rescale", url, "paced", "src", "2")
+        assert refused.returncode == 2 and "only bolts scale" in refused.stderr and "HTTP 409" in refused.stderr, \
+            refused.stderr
+        nobody = run("rescale", "http://127.0.0.1:9", "paced", "up", "2")
+        assert nobody.returncode == 2 and "no esault API answers at" in nobody.stderr
+    finally:
+        driver.terminate()
+        driver.communicate(timeout=120)

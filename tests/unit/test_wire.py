@@ -54,7 +54,7 @@ PINNED_SCHEMA = {
     16: ("ScaleCommand", ("action: str", "spu_id: int", "upstream: dict[int, tuple[Mailbox, str]]",
                           "downstream_routes: tuple[RouteSpec, ...]", "reply: Future (local only)", "at: int | None",
                           "into: int | None", "reason: str", "assignment: dict[int, list[tuple[int, int]]] | None",
-                          "worker: str | None")),
+                          "worker: str | None", "spus: int | None")),
     17: ("ScaleResult", ("action: str", "unit: str", "giver: int", "receiver: int", "lo: int | None",
                          "hi: int | None", "moved_keys: int", "paused_seconds: float", "seconds: float",
                          "reason: str", "moves: tuple[tuple[int, int, int, int], ...]", "started: tuple[int, ...]",
@@ -102,6 +102,8 @@ PINNED_SCHEMA = {
     51: ("SavepointRequest", ("request_id: int", "reply_to: Mailbox", "address: str", "topology: str",
                               "stop: bool")),
     52: ("SavepointReply", ("request_id: int", "epoch: int | None", "error: str")),
+    53: ("ForwardMarker", ("reconfig_id: int", "giver: int", "receivers: dict[int, Mailbox]")),
+    54: ("MarkerSeen", ("reconfig_id: int", "giver: int", "sender: int")),
 }
 
 
@@ -171,6 +173,8 @@ EXAMPLES: dict[type, Any] = {
                                  {13: Address("w3", "spu-13"), 14: Address("w1", "spu-14")}, frozenset({8, 9}), True),
     m.PrepareReceive: m.PrepareReceive(4, ((0, 2**30, 11), (2**30 + 5, 2**30 + 9, 12))),
     m.Prepared: m.Prepared(4, 11, "receiver"),
+    m.ForwardMarker: m.ForwardMarker(4, 11, {13: Address("w3", "spu-13")}),
+    m.MarkerSeen: m.MarkerSeen(4, 11, 20),
     m.StateHandoff: m.StateHandoff(4, 11, [("apple", b"\x81\xa1n\x05"), (("t", 1), b"")]),
     m.HandoffFinished: m.HandoffFinished(4, 11, "giver", 2, 0.0),
     m.ScaleResult: RESULT,
@@ -386,7 +390,7 @@ def test_a_future_never_crosses_processes():
         encode_frame(cmd)
     assert wire.LOCAL_ONLY == {m.ScaleCommand, m.Tick, m.Pump}
     with pytest.raises(FrameError, match=r"tag 16 \(ScaleCommand\) never crosses processes") as err:
-        decode_frame(msgpack.packb([16, "split", 11, {}, [], None, None, None, "manual", None, None]))
+        decode_frame(msgpack.packb([16, "split", 11, {}, [], None, None, None, "manual", None, None, None]))
     assert frame_error_reason(err.value) == "local_only"
 
 
@@ -424,7 +428,7 @@ GOOD_FRAMES = [encode_frame(msg) for msg in EXAMPLES.values()]
     (msgpack.packb({"tag": 1}), "not_a_frame", r"expected \[tag, fields\.\.\.\], got dict"),
     (msgpack.packb([]), "not_a_frame", r"got list \[\]"),
     (msgpack.packb(["DataBatch", 1, []]), "not_a_frame", r"not a message frame"),
-    (msgpack.packb([99, 1]), "unknown_tag", r"unknown message tag 99 \(known: 1\.\.52\)"),
+    (msgpack.packb([99, 1]), "unknown_tag", r"unknown message tag 99 \(known: 1\.\.54\)"),
     (msgpack.packb([10, 1]), "field_count", r"EpochMarker: expected 2 fields \(reconfig_id, sender\), got 1"),
     (msgpack.packb([25, 1, "soon", ["d", "m"], True]), "field_type", r"Probe\.sent_at: expected float, got str 'soon'"),
     (msgpack.packb([10, True, 1]), "field_type", r"EpochMarker\.reconfig_id: expected int, got bool True"),

@@ -1,0 +1,80 @@
+"""The driver's web page in a real headless Chromium: it renders the running job from the REST API."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import threading
+
+import pytest
+from PIL import Image
+
+from esault import LocalCluster, TopologyBuilder
+from esault.api import ControlApi
+from esault.testing import reset_collected
+from test_split_merge import sequenced_items
+from topology_parts import GATES, DriverCollectorBolt, GatedListSpout, SequenceCheckBolt
+
+pytestmark = pytest.mark.system
+
+CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+BROWSER = [CHROMIUM, "--headless=new", "--no-sandbox", "--disable-gpu", "--hide-scrollbars",
+           "--window-size=1200,900", "--virtual-time-budget=5000"]
+UNIT_FILL = (0xE3, 0xF0, 0xFB)  # a bolt's box in the topology graph (index.html's .unit rect)
+SPOUT_FILL = (0xFF, 0xF3, 0xE0)
+
+
+@pytest.fixture(scope="module")
+def page(tmp_path_factory):
+    """A job on two worker processes, the API serving it, and what Chromium made of the page."""
+    assert CHROMIUM, "Chromium is needed for this test: apt-get install chromium (.ci/run does)"
+    reset_collected()
+    items = sequenced_items(50, 5, seed=51)
+    GATES["web"] = threading.Event()
+    builder = TopologyBuilder("web")
+    builder.set_spout("src", GatedListSpout, params={"items": items, "gate": "web", "hold_at": len(items) // 2})
+    builder.set_bolt("check", SequenceCheckBolt, 2, pe_idle_timeout=None).key_grouping("src")
+    builder.set_bolt("out", DriverCollectorBolt, params={"name": "web"}).global_grouping("check")
+    out = tmp_path_factory.mktemp("web")
+    with LocalCluster(workers=2) as cluster:
+        job = cluster.submit(builder.build(), _config(out))
+        job.split("check", job.spus("check")[0])
+        api = ControlApi(lambda: cluster.jobs).start()
+        try:
+            dom = subprocess.run([*BROWSER, "--dump-dom", api.url], capture_output=True, text=True, timeout=120)
+            shot = out / "page.png"
+            subprocess.run([*BROWSER, f"--screenshot={shot}", api.url], capture_output=True, timeout=120,
+                           check=True)
+            yield job, dom.stdout, Image.open(shot).convert("RGB")
+        finally:
+            api.stop()
+            GATES["web"].set()
+            job.stop()
+
+
+def _config(out):
+    from esault import JobConfig
+    return JobConfig(data_dir=out / "data", elasticity=False, guarantee="at_least_once")
+
+
+def test_the_page_lists_every_spu_with_its_worker_intervals_and_operations(page):
+    job, dom, _ = page
+    spus = job.spus("check")
+    assert len(spus) == 3 and "esault control plane" in dom
+    for spu in spus:
+        assert f"<td>{spu}</td>" in dom
+    for worker in ("w1", "w2"):
+        assert f"move to {worker}" in dom and f"<td>{worker}</td>" in dom
+    assert dom.count(">split</button>") == 3 and ">rescale</button>" in dom
+    assert ">split</td>" in dom  # the history table shows the split made before the page loaded
+    assert "[0, " in dom  # intervals rendered
+
+
+def test_the_screenshot_shows_the_topology_graph_and_the_tables(page):
+    _, _, image = page
+    assert image.size == (1200, 900)
+    colours = image.getcolors(maxcolors=1 << 20)
+    assert colours is not None and len(colours) > 50, "a blank or single-colour page"
+    counts = {rgb: n for n, rgb in colours}
+    assert counts.get(SPOUT_FILL, 0) > 1000, "the spout's box is drawn"
+    assert counts.get(UNIT_FILL, 0) > 2000, "the bolts' boxes are drawn"
