@@ -4,16 +4,20 @@ from __future__ import annotations
 
 import shutil
 import subprocess
+import sys
 import threading
+from pathlib import Path
 
 import pytest
 from PIL import Image
 
-from esault import LocalCluster, TopologyBuilder
+from esault import JobConfig, LocalCluster, TopologyBuilder
 from esault.api import ControlApi
 from esault.testing import reset_collected
-from test_split_merge import sequenced_items
-from topology_parts import GATES, DriverCollectorBolt, GatedListSpout, SequenceCheckBolt
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "tests" / "integration"))
+from test_split_merge import sequenced_items  # noqa: E402
+from topology_parts import GATES, DriverCollectorBolt, GatedListSpout, SequenceCheckBolt  # noqa: E402
 
 pytestmark = pytest.mark.system
 
@@ -53,7 +57,6 @@ def page(tmp_path_factory):
 
 
 def _config(out):
-    from esault import JobConfig
     return JobConfig(data_dir=out / "data", elasticity=False, guarantee="at_least_once")
 
 
