@@ -201,7 +201,7 @@ class ControlApi:
         return {"name": job.name, "guarantee": status["guarantee"], "checkpoints": status["checkpoints"],
                 "pending_trees": status["pending_trees"], "spouts_finished": status["spouts_finished"],
                 "units": [spec.name for spec in topology.units], "edges": edges,
-                "workers": _workers(job)}
+                "workers": job.workers()}
 
     def _units(self, job: Any, _body: dict) -> Any:
         units = {}
@@ -269,11 +269,6 @@ def _field(body: dict[str, Any], name: str, kind: type, expected: str, required:
     if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
         raise ApiError(400, f"{name!r} must be {expected}; got {value!r:.100}")
     return value
-
-
-def _workers(job: Any) -> list[str]:
-    registry = getattr(job.launcher, "registry", None)
-    return sorted(registry.workers) if registry is not None else []
 
 
 def _spu_row(row: dict[str, Any]) -> dict[str, Any]:

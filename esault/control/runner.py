@@ -13,7 +13,7 @@ from esault.control.controller import Controller
 from esault.control.operations import AssignResource, AssignWorkload, Merge, Operation, Rescale, Split
 from esault.control.snapshot import MetricsSnapshot, SnapshotBuilder
 from esault.metrics.stats import RETIRED_SPU
-from esault.runtime.messages import GetLayout, ScaleResult
+from esault.runtime.messages import ScaleResult
 
 if TYPE_CHECKING:
     from esault.runtime.job import Job
@@ -117,16 +117,12 @@ def take_snapshot(job: "Job", builder: SnapshotBuilder) -> MetricsSnapshot:
     """Read every SPU's counters, the layout and the placement of `job` now; rates against the builder's
     previous reading."""
     topology = job.topology
-    rows = [(s.unit, s.spu, s.as_dict()) for s in job._all_stats() if s.spu != RETIRED_SPU]
+    rows = [(s.unit, s.spu, s.as_dict()) for s in job.spu_counters() if s.spu != RETIRED_SPU]
     units = [(spec.name, "spout" if spec.is_spout else "bolt", spec.per_key,
               tuple(i.source for i in spec.inputs)) for spec in topology.units]
-    layout = {spec.name: job.units[topology.host_of(spec.name)].ask(GetLayout(), timeout=10)
-              for spec in topology.units}
-    host_of = getattr(job.launcher, "host_of", None)
-    hosts = {spu: (host_of(spu) or {}).get("worker") if host_of else None
-             for spus in layout.values() for spu in spus}
-    registry = getattr(job.launcher, "registry", None)
-    workers = sorted(registry.workers) if registry is not None else []
+    layout = {spec.name: job.layout(spec.name) for spec in topology.units}
+    hosts = {spu: job.worker_of(spu) for spus in layout.values() for spu in spus}
+    workers = job.workers()
     return builder.update(time.monotonic(), rows, units, layout, hosts, workers)
 
 

@@ -367,6 +367,25 @@ class Job:
                             "recoveries": len(self.checkpoints.stats.recoveries)},
         }
 
+    def spu_counters(self) -> list[SpuStats]:
+        """Every SPU's counters now, wherever it runs (worker rows are their last heartbeat's), plus each
+        unit's retired total (spu == RETIRED_SPU)."""
+        return self._all_stats()
+
+    def workers(self) -> list[str]:
+        """The worker processes SPUs can be placed on (none for a one-process cluster)."""
+        registry = getattr(self.launcher, "registry", None)
+        return sorted(registry.workers) if registry is not None else []
+
+    def worker_of(self, spu_id: int) -> str | None:
+        """The worker process hosting an SPU (None: the driver)."""
+        worker = (self._host_of(spu_id) or {}).get("worker")
+        return None if worker in (None, "driver") else worker
+
+    def layout(self, unit: str) -> dict[int, tuple[tuple[int, int], ...] | None]:
+        """Each live SPU of `unit` and its hash intervals (None for a unit that is not key grouped)."""
+        return self.units[self.topology.host_of(unit)].ask(GetLayout(), timeout=10)
+
     def _host_of(self, spu_id: int) -> dict[str, Any]:
         """Which process runs an SPU: {"worker", "pid", "address"}."""
         host_of = getattr(self.launcher, "host_of", None)
