@@ -72,6 +72,7 @@ class _Operation:
     machine: Reconfiguration
     launched: dict[int, Any]  # new SPUs, not in UnitActor.spus until the switch
     retiring: dict[int, Any] = field(default_factory=dict)  # retired SPUs, out of UnitActor.spus after it
+    switched: float | None = None  # when the routes switched: prepare took switched - started
     giver: int = -1  # what the ScaleResult reports (-1 for assign_workload)
     receiver: int = -1
     lo: int | None = None
@@ -400,6 +401,7 @@ class UnitActor(pykka.ThreadingActor):
     def _switch_routes(self, op: _Operation, notify: frozenset[int]) -> None:
         """Sync: every upstream SPU switches tables, then marks its channel to each giver."""
         plan = op.plan
+        op.switched = time.monotonic()
         notify_boxes = {g: self._mailbox(op, g) for g in notify}
         op.retiring = {s: self.spus[s] for s in plan.retired if s in self.spus}
         if plan.table is not None:
@@ -465,6 +467,8 @@ class UnitActor(pykka.ThreadingActor):
         if not op.cmd.reply.done():
             op.cmd.reply.set_result(result)
         metrics.record_scaling_event(self.job.name, self.spec.name, op.cmd.action, op.cmd.reason)
-        log.info("topology %r: %s moved %d keys in %d range(s) (%d SPUs started, %d retired) in %.1f ms "
-                 "(keys paused %.1f ms)", self.job.name, self._describe(op), done.moved_keys, len(plan.moves),
-                 len(plan.started), len(plan.retired), result.seconds * 1000, done.paused_seconds * 1000)
+        prepare = ((op.switched or op.started) - op.started) * 1000
+        log.info("topology %r: %s moved %d keys in %d range(s) (%d SPUs started, %d retired) in %.1f ms: "
+                 "prepare %.1f ms, sync and update %.1f ms (keys paused %.1f ms)", self.job.name, self._describe(op),
+                 done.moved_keys, len(plan.moves), len(plan.started), len(plan.retired), result.seconds * 1000,
+                 prepare, result.seconds * 1000 - prepare, done.paused_seconds * 1000)
