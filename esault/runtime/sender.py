@@ -15,6 +15,7 @@ from esault.metrics import registry as metrics
 from esault.metrics.stats import SpuStats
 from esault.routing.output_router import OutputRouter
 from esault.runtime.chain import Stage, sync_emitted
+from esault.runtime.inbox import ControlFirstInbox
 from esault.runtime.context import JobContext
 from esault.runtime.emitter import build_emit
 from esault.runtime.faults import UserFaults
@@ -32,6 +33,11 @@ log = logging.getLogger("esault.spu")
 
 class SenderActor(pykka.ThreadingActor):
     """Base of SPU actors: one output router, stats, and the route-switch step of a reconfiguration."""
+
+    @staticmethod
+    def _create_actor_inbox() -> ControlFirstInbox:
+        """Reconfiguration commands go ahead of queued data (esault.runtime.inbox)."""
+        return ControlFirstInbox()
 
     def __init__(self, cfg: SpuConfig, spec: UnitSpec, job: JobContext) -> None:
         super().__init__()

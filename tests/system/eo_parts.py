@@ -29,8 +29,9 @@ def hold_while(path: str) -> None:
 class GatedCountBolt(Bolt):
     """Per word: its running count. While the file `gate` exists (`{spu}` in it is replaced by this SPU's
     id), process() holds its tuple there: the SPU answers nothing else meanwhile, so a split or merge
-    waits at the step that needs this SPU. While `handoff_gate` exists, installing a key's state
-    (restore_state(): a hand-off's chunk arriving) holds there, after touching `<handoff_gate>.reached`."""
+    waits at the step that needs this SPU. While `handoff_gate` exists (`{spu}` replaced by this SPU's id,
+    or by "all" for a file that holds every SPU, e.g. one a split has yet to start), installing a key's
+    state (restore_state(): a hand-off's chunk arriving) holds there, after touching `<that file>.reached`."""
 
     def __init__(self, gate: str = "", handoff_gate: str = "") -> None:
         self.gate = gate
@@ -39,7 +40,8 @@ class GatedCountBolt(Bolt):
     def open(self, context: Any) -> None:
         self.count = 0
         self._esault_gate = self.gate.format(spu=context.spu_id) if self.gate else ""
-        self._esault_handoff_gate = self.handoff_gate.format(spu=context.spu_id) if self.handoff_gate else ""
+        self._esault_handoff_gates = [self.handoff_gate.format(spu=s) for s in (context.spu_id, "all")] \
+            if self.handoff_gate else []
 
     def process(self, tup: Any) -> None:
         hold_while(self._esault_gate)
@@ -50,10 +52,10 @@ class GatedCountBolt(Bolt):
         return {"count": self.count}
 
     def restore_state(self, state: dict[str, Any]) -> None:
-        gate = self._esault_handoff_gate
-        if gate and os.path.exists(gate):
-            Path(gate + ".reached").touch()
-            hold_while(gate)
+        for gate in self._esault_handoff_gates:
+            if os.path.exists(gate):
+                Path(gate + ".reached").touch()
+                hold_while(gate)
         self.count = state["count"]
 
 

@@ -79,19 +79,24 @@ def test_splits_and_merges_across_processes_keep_every_key_exact(workers, config
     assert check_spus <= set().union(*workers.registry.spus_on.values()), "check's SPUs live in workers"
 
 
+def flowing_sequence_job(workers, config, name: str, spus: int, seed: int, keys: int = 200, per_key: int = 150):
+    """A sequence-checked job on the workers with a tenth of its input through and the rest flowing."""
+    items = sequenced_items(keys, per_key, seed=seed)
+    GATES[name] = threading.Event()
+    builder = TopologyBuilder(name)
+    builder.set_spout("src", GatedListSpout, params={"items": items, "gate": name, "hold_at": len(items) // 5})
+    builder.set_bolt("check", SequenceCheckBolt, spus, pe_idle_timeout=None).key_grouping("src")
+    builder.set_bolt("out", DriverCollectorBolt, params={"name": name}).global_grouping("check")
+    job = workers.submit(builder.build(), config)
+    wait_until(lambda: len(collected(name)) >= len(items) // 10, 30, message="a tenth collected")
+    GATES[name].set()
+    return job, items, keys, per_key
+
+
 def test_random_workload_assignments_across_processes_keep_every_key_exact(workers, config):
     """assign_workload moves several ranges at once between SPUs on both workers, starting and retiring
     SPUs, while tuples flow: every key's sequence stays exact."""
-    keys, per_key = 200, 150
-    items = sequenced_items(keys, per_key, seed=31)
-    GATES["mpa"] = threading.Event()
-    builder = TopologyBuilder("mpa")
-    builder.set_spout("src", GatedListSpout, params={"items": items, "gate": "mpa", "hold_at": len(items) // 5})
-    builder.set_bolt("check", SequenceCheckBolt, 3, pe_idle_timeout=None).key_grouping("src")
-    builder.set_bolt("out", DriverCollectorBolt, params={"name": "mpa"}).global_grouping("check")
-    job = workers.submit(builder.build(), config)
-    wait_until(lambda: len(collected("mpa")) >= len(items) // 10, 30, message="a tenth collected")
-    GATES["mpa"].set()
+    job, items, keys, per_key = flowing_sequence_job(workers, config, "mpa", spus=3, seed=31)
     rnd = random.Random(8)
     done = 0
     while done < 4 or (len(collected("mpa")) < len(items) and done < 20):
@@ -107,16 +112,7 @@ def test_random_workload_assignments_across_processes_keep_every_key_exact(worke
 
 
 def test_an_spu_moves_to_another_worker_with_its_state_while_tuples_flow(workers, config):
-    keys, per_key = 200, 150
-    items = sequenced_items(keys, per_key, seed=32)
-    GATES["mpr"] = threading.Event()
-    builder = TopologyBuilder("mpr")
-    builder.set_spout("src", GatedListSpout, params={"items": items, "gate": "mpr", "hold_at": len(items) // 5})
-    builder.set_bolt("check", SequenceCheckBolt, 2, pe_idle_timeout=None).key_grouping("src")
-    builder.set_bolt("out", DriverCollectorBolt, params={"name": "mpr"}).global_grouping("check")
-    job = workers.submit(builder.build(), config)
-    wait_until(lambda: len(collected("mpr")) >= len(items) // 10, 30, message="a tenth collected")
-    GATES["mpr"].set()
+    job, items, keys, per_key = flowing_sequence_job(workers, config, "mpr", spus=2, seed=32)
     spus_on = workers.registry.spus_on
     for spu in job.spus("check"):
         here = next(w for w, spus in spus_on.items() if spu in spus)

@@ -1,0 +1,45 @@
+"""The SPU mailbox: reconfiguration commands ahead of queued data, each lane in arrival order."""
+
+from __future__ import annotations
+
+import threading
+
+from hypothesis import given, strategies as st
+from pykka._envelope import Envelope
+
+from esault.runtime import messages as m
+from esault.runtime.inbox import JUMPS_QUEUE, ControlFirstInbox
+
+DATA = [m.DataBatch(1, "s", ["k"], [1], [], []), m.EpochMarker(1, 2), m.ForwardMarker(1, 2, {}),
+        m.Barrier(3, 1), m.Probe(1, 0.0, None, False)]
+CONTROL = [m.PrepareGive(1, (), {}, frozenset(), False), m.PrepareReceive(1, ()), m.MarkerSeen(1, 2, 3),
+           m.StateHandoff(1, 2, [], True)]
+
+
+@given(st.lists(st.tuples(st.booleans(), st.integers(0, 3)), max_size=40))
+def test_commands_come_out_first_and_each_lane_keeps_its_order(puts):
+    inbox = ControlFirstInbox()
+    sent = []
+    for urgent, i in puts:
+        envelope = Envelope((CONTROL if urgent else DATA)[i])
+        sent.append((urgent, envelope))
+        inbox.put(envelope)
+    assert inbox.qsize() == len(puts)
+    got = [inbox.get_nowait() for _ in puts]
+    assert got == [e for u, e in sent if u] + [e for u, e in sent if not u]
+
+
+def test_in_band_messages_never_jump():
+    assert not JUMPS_QUEUE & {type(x) for x in DATA} and {type(x) for x in CONTROL} <= JUMPS_QUEUE
+    assert m.Probe not in JUMPS_QUEUE  # a probe measures the queue, so it waits in it
+
+
+def test_a_blocked_reader_wakes_for_either_lane():
+    inbox = ControlFirstInbox()
+    got = []
+    reader = threading.Thread(target=lambda: got.extend(inbox.get(timeout=10) for _ in range(2)))
+    reader.start()
+    inbox.put(Envelope(DATA[0]))
+    inbox.put(Envelope(CONTROL[0]))
+    reader.join(10)
+    assert [e.message for e in got] in ([DATA[0], CONTROL[0]], [CONTROL[0], DATA[0]])
