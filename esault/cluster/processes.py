@@ -293,6 +293,8 @@ class ProcessLauncher:
         self._requests = itertools.count(1)
         self._where: dict[int, str] = {}
         self._submitted: set[tuple[str, str | None]] = set()  # (worker, its address) that got this job's units
+        self._latest: dict[tuple[str, str], UnitSpec] = {}  # (job, unit) -> the spec its SPUs start with now
+        self._sent: dict[tuple[tuple[str, str | None], str, str], UnitSpec] = {}  # what each worker was sent
 
     def start_spu(self, spec: UnitSpec, cfg: SpuConfig, job: JobContext, worker: str | None = None) -> Any:
         """Start an SPU where its unit runs: the driver, the worker named, or the least loaded worker."""
@@ -313,9 +315,14 @@ class ProcessLauncher:
         # The job's units, once per worker process, before its first StartSpu. Keyed by address too: a
         # worker restarted under the same name (a new process, a new port) has none of them.
         incarnation = (worker, self.registry.workers.get(worker))
-        if incarnation not in self._submitted:
-            self.postman.send(worker, "host", self._submission(spec, job))
+        self._latest[(job.name, spec.name)] = spec
+        if incarnation not in self._submitted or self._sent.get((incarnation, job.name, spec.name)) is not spec:
+            # First SPU there, or this unit's code changed since (assign_logic): the worker's units are replaced.
+            submission = self._submission(spec, job)
+            self.postman.send(worker, "host", submission)
             self._submitted.add(incarnation)
+            for name, sent in self._units_of(spec, job).items():
+                self._sent[(incarnation, job.name, name)] = sent
         self.postman.send(worker, "host", StartSpu(job.name, spec.name, cfg))
         try:
             answer = self.registry.wait_started(cfg.spu_id, self.start_timeout, worker)
@@ -329,12 +336,17 @@ class ProcessLauncher:
             raise TopologyError(f"unit {spec.name!r} cannot start on worker {worker}: {why}")
         return self.postman.remote(worker, f"spu-{cfg.spu_id}")
 
-    @staticmethod
-    def _submission(spec: UnitSpec, job: JobContext) -> SubmitJob:
-        """Every unit of the job that has SPUs of its own (chained ones travel inside their head)."""
+    def _units_of(self, spec: UnitSpec, job: JobContext) -> dict[str, UnitSpec]:
+        """Every unit of the job that has SPUs of its own (chained ones travel inside their head), each in
+        its latest code."""
         topology = job.topology
-        units = {u.name: u for u in topology.units if not topology.chained(u.name)}
+        units = {u.name: self._latest.get((job.name, u.name), u) for u in topology.units
+                 if not topology.chained(u.name)}
         units[spec.name] = spec
+        return units
+
+    def _submission(self, spec: UnitSpec, job: JobContext) -> SubmitJob:
+        units = self._units_of(spec, job)
         return SubmitJob(job.name, [unit_to_wire(u) for u in units.values()], config_to_wire(job.config))
 
     def stop_spu(self, mailbox: Any, block: bool) -> None:

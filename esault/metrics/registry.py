@@ -165,11 +165,11 @@ RECOVERY_PAUSE: Final = Histogram(
     registry=REGISTRY,
 )
 
-SCALING_ACTIONS: Final = ("split", "merge", "assign_workload", "assign_resource", "rescale")
+SCALING_ACTIONS: Final = ("split", "merge", "assign_workload", "assign_resource", "rescale", "assign_logic")
 SCALING_REASONS: Final = ("overload", "underload", "manual", "controller")
 """The reasons the runtime is expected to use; kept small so the label stays bounded."""
 
-ScalingAction = Literal["split", "merge", "assign_workload", "assign_resource", "rescale"]
+ScalingAction = Literal["split", "merge", "assign_workload", "assign_resource", "rescale", "assign_logic"]
 
 
 class SinkMetric(NamedTuple):

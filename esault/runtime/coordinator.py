@@ -21,6 +21,7 @@ from esault.dsl.topology import Topology
 from esault.errors import ScalingError
 from esault.runtime.context import log
 from esault.runtime.messages import GetRoutes, GetSpus, ScaleCommand, ScaleResult
+from esault.runtime.unit import ProposeLogic
 
 
 @dataclass(frozen=True, slots=True)
@@ -34,6 +35,7 @@ class ScaleRequest:
     assignment: dict[int, list[tuple[int, int]]] | None = None
     worker: str | None = None
     spus: int | None = None
+    logic: Any = None  # assign_logic: the UnitSpec with the new bolt (a class: it stays in this process)
 
 
 class ReconfigurationCoordinator:
@@ -129,6 +131,8 @@ class ReconfigurationCoordinator:
             for d, g in self.topology.downstream(self.topology.output_unit(request.unit))
         )
         reply: Future = Future()
+        if request.logic is not None:
+            self.units[request.unit].ask(ProposeLogic(request.logic), timeout=self.op_timeout)
         self.units[request.unit].tell(ScaleCommand(
             action=request.action, spu_id=request.spu_id, upstream=upstream,
             downstream_routes=downstream, reply=reply, at=request.at, into=request.into,

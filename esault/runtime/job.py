@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 import shutil
@@ -268,6 +269,30 @@ class Job:
 
     def assign_resource_async(self, unit: str, spu: int, worker: str, reason: str = "manual") -> Future:
         return self.coordinator.submit(ScaleRequest("assign_resource", unit, spu, None, None, reason, worker=worker))
+
+    def assign_logic(self, unit: str, bolt: type, params: Mapping[str, Any] | None = None,
+                     timeout: float | None = 60.0, reason: str = "manual") -> ScaleResult:
+        """Swap the code of key-grouped `unit` while it runs: every SPU is replaced, in one reconfiguration,
+        by one running `bolt(**params)` on the same worker and ranges; each key's state moves to it through
+        restore_state(), so the new bolt must read what the old one's snapshot_state() wrote."""
+        return self.assign_logic_async(unit, bolt, params, reason).result(timeout)
+
+    def assign_logic_async(self, unit: str, bolt: type, params: Mapping[str, Any] | None = None,
+                           reason: str = "manual") -> Future:
+        from esault.dsl.bolt import Bolt
+
+        future: Future = Future()
+        if not (isinstance(bolt, type) and issubclass(bolt, Bolt)):
+            future.set_exception(ScalingError(f"assign_logic of {unit!r} needs a Bolt subclass, got {bolt!r}"))
+            return future
+        try:
+            spec = dataclasses.replace(self.topology.unit(unit), cls=bolt, params=dict(params or {}))
+            spec.instantiate()  # the params must fit the new class: fail here, not on a worker
+        except (TypeError, ValueError) as exc:
+            future.set_exception(ScalingError(
+                f"assign_logic of {unit!r}: {bolt.__name__}(**params) cannot be built: {exc}"))
+            return future
+        return self.coordinator.submit(ScaleRequest("assign_logic", unit, -1, None, None, reason, logic=spec))
 
     def workload(self, unit: str) -> dict[int, list[tuple[int, int]]]:
         """{spu: [(lo, hi), ...]} of key-grouped `unit` now: the form assign_workload takes."""

@@ -58,6 +58,14 @@ class AbortReconfiguration:
         self.reason = reason
 
 
+class ProposeLogic:
+    """coordinator -> unit (ask), in this process only: the bolt spec the next "assign_logic" command runs.
+    A spec holds a class, so it never goes into a wire message."""
+
+    def __init__(self, spec: UnitSpec) -> None:
+        self.spec = spec
+
+
 def even_table(spu_ids: list[int]) -> IntervalTable:
     """Initial intervals of a key-grouped unit: equal slices of the key space."""
     n = len(spu_ids)
@@ -78,6 +86,7 @@ class _Operation:
     lo: int | None = None
     hi: int | None = None
     started: float = field(default_factory=time.monotonic)
+    spec: UnitSpec | None = None  # assign_logic: the new SPUs run this; the unit's own once it completes
 
     @property
     def plan(self) -> WorkloadPlan:
@@ -101,6 +110,7 @@ class UnitActor(pykka.ThreadingActor):
         self._op: _Operation | None = None
         self._discarded: list[int] = []  # SPUs a rollback discarded, whose places RelaunchSpus fills
         self.history: list[ScaleResult] = []
+        self._proposed: UnitSpec | None = None  # ProposeLogic's spec, for the assign_logic command after it
 
     def launch_initial_spus(self, epoch: int | None = None, positions: dict[int, Any] | None = None) -> None:
         """Start the unit's first SPUs (after the unit is registered, so they can name it)."""
@@ -158,15 +168,16 @@ class UnitActor(pykka.ThreadingActor):
 
     def _launch(self, spu_id: int, downstream: tuple[RouteSpec, ...], receive: PrepareReceive | None,
                 epoch: int | None = None, position: Any = None, table: IntervalTable | None = None,
-                worker: str | None = None) -> Any:
+                worker: str | None = None, spec: UnitSpec | None = None) -> Any:
         table = self.table if table is None else table
         intervals = tuple(table.intervals_of(spu_id)) if table is not None and spu_id in table else None
         cfg = SpuConfig(self.job.name, self.spec.name, spu_id, intervals, downstream, receive,
                         extra={"unit_ref": self.actor_ref}, instance=self.instance_of.get(spu_id, 0),
                         instances=self.spec.parallelism, restore_epoch=epoch, position=position)
+        spec = self.spec if spec is None else spec
         if worker is None:
-            return self.launcher.start_spu(self.spec, cfg, self.job)
-        return self.launcher.start_spu(self.spec, cfg, self.job, worker=worker)
+            return self.launcher.start_spu(spec, cfg, self.job)
+        return self.launcher.start_spu(spec, cfg, self.job, worker=worker)
 
     def on_receive(self, message: Any) -> Any:
         try:
@@ -188,6 +199,9 @@ class UnitActor(pykka.ThreadingActor):
                     return self._relaunch(message)
                 except Exception as exc:  # the control thread logs it
                     return exc
+            if kind is ProposeLogic:
+                self._proposed = message.spec
+                return None
             if kind is GetRoutes:
                 return self.route_spec(message.grouping)
             if kind is GetSpus:
@@ -236,6 +250,8 @@ class UnitActor(pykka.ThreadingActor):
                 self._begin_move(cmd)
             elif cmd.action == "rescale":
                 self._begin_rescale(cmd)
+            elif cmd.action == "assign_logic":
+                self._begin_logic(cmd)
             else:
                 self._begin_assignment(cmd)
         except Exception as exc:
@@ -255,6 +271,13 @@ class UnitActor(pykka.ThreadingActor):
         if any(i.grouping is Grouping.GLOBAL for i in self.spec.inputs):
             raise ScalingError(f"bolt {name!r} reads with global_grouping: all its data goes to one SPU, "
                                "so splitting it cannot help")
+        if cmd.action == "assign_logic":
+            if not self.spec.per_key:
+                raise ScalingError(f"unit {name!r} is not key grouped: its SPUs' state has no hand-off, so its "
+                                   "code cannot be swapped with its state yet")
+            if self._proposed is None:
+                raise ScalingError(f"assign_logic of {name!r}: no new bolt was proposed (use Job.assign_logic)")
+            return
         if cmd.action == "assign_resource":
             if cmd.spu_id not in self.spus:
                 raise ScalingError(f"unit {name!r} has no SPU {cmd.spu_id}; its SPUs are {sorted(self.spus)}")
@@ -323,6 +346,22 @@ class UnitActor(pykka.ThreadingActor):
                                "nothing to do")
         self._begin(cmd, plan, -1, -1, None, None)
 
+    def _begin_logic(self, cmd: ScaleCommand) -> None:
+        """assign_logic: every SPU is replaced by one running the new bolt, which gets each key's state
+        through restore_state() (so it must read the old bolt's snapshot_state())."""
+        spec, self._proposed = self._proposed, None
+        renamed = {spu: self.job.next_id() for spu in self.spus}
+        new_table = self.table.assign({renamed[s]: ranges for s, ranges in self.table.assignment().items()})
+        for old, new in renamed.items():
+            self.instance_of[new] = self.instance_of.get(old, 0)
+        placement = {new: self._worker_of(old) for old, new in renamed.items()}  # each on its old one's worker
+        op_plan = plan_keyed(self.table, new_table, placement=placement)
+        self._begin(cmd, op_plan, -1, -1, None, None, spec=spec)
+
+    def _worker_of(self, spu: int) -> str | None:
+        where = getattr(self.launcher, "worker_of", None)
+        return where(spu) if where is not None else None
+
     def _begin_rescale(self, cmd: ScaleCommand) -> None:
         """A unit that is not key grouped: SPUs start or retire (those that retire drain behind markers)."""
         current = sorted(self.spus)
@@ -339,16 +378,16 @@ class UnitActor(pykka.ThreadingActor):
         self._begin(cmd, plan, old, new, owned[0][0], owned[-1][1])
 
     def _begin(self, cmd: ScaleCommand, plan: WorkloadPlan, giver: int, receiver: int,
-               lo: int | None, hi: int | None) -> None:
+               lo: int | None, hi: int | None, spec: UnitSpec | None = None) -> None:
         """Prepare: start the plan's new SPUs (each told what it receives), then run the machine."""
         machine = Reconfiguration(self.job.next_id(), plan)
-        op = _Operation(cmd, machine, {}, giver=giver, receiver=receiver, lo=lo, hi=hi)
+        op = _Operation(cmd, machine, {}, giver=giver, receiver=receiver, lo=lo, hi=hi, spec=spec)
         for spu in plan.started:
             incoming = plan.incoming(spu)
             receive = PrepareReceive(machine.reconfig_id, incoming) if incoming else None
             try:
                 op.launched[spu] = self._launch(spu, cmd.downstream_routes, receive, table=plan.table,
-                                                worker=plan.placement.get(spu))
+                                                worker=plan.placement.get(spu), spec=op.spec)
             except Exception as exc:
                 for mailbox in op.launched.values():
                     self.launcher.stop_spu(mailbox, block=False)
@@ -455,6 +494,8 @@ class UnitActor(pykka.ThreadingActor):
 
     def _complete(self, op: _Operation, done: Completed) -> None:
         self._op = None
+        if op.spec is not None:
+            self.spec = op.spec  # splits, merges and relaunches from now on start the new bolt
         plan = op.plan
         result = ScaleResult(
             action=op.cmd.action, unit=self.spec.name, giver=op.giver, receiver=op.receiver,

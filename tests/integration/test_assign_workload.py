@@ -12,7 +12,7 @@ import random
 import pytest
 
 from esault import KEY_SPACE_MAX, ScalingError, key_hash
-from esault.testing import wait_until
+from esault.testing import collected, wait_until
 from test_split_merge import assert_exact, build, sequenced_items
 from topology_parts import GATES
 
@@ -147,3 +147,48 @@ def test_rescaling_a_shuffle_grouped_bolt_starts_and_drains_spus_and_loses_nothi
         job.rescale("pass", 1)
     assert job.wait(60), job.status()
     assert sorted(v for _, v in collected("shuf")) == list(range(3000))
+
+
+def swapped_exactly(name: str) -> int:
+    """Per key the flags are bools (old code) then ints (new code), never back; returns how many tuples the
+    new code processed."""
+    new = 0
+    flags: dict[str, list[bool]] = {}
+    for key, (_, in_order) in collected(name):
+        flags.setdefault(key, []).append(type(in_order) is int)
+    for key, is_new in flags.items():
+        assert is_new == sorted(is_new), f"key {key} went back to the old code: {is_new}"
+        new += sum(is_new)
+    return new
+
+
+def test_the_code_of_a_running_bolt_is_swapped_keeping_every_key_state_exact(cluster, config):
+    from topology_parts import SequenceCheckBoltV2
+
+    keys, per_key = 150, 60
+    items = sequenced_items(keys, per_key, seed=25)
+    job = cluster.submit(build("logic", items, "logic", hold_at=len(items) // 3, parallelism=2), config)
+    wait_until(lambda: job.status()["units"]["check"]["processed"] >= len(items) // 4, 30,
+               message="a quarter processed")
+    before = job.workload("check")
+    GATES["logic"].set()
+    result = job.assign_logic("check", SequenceCheckBoltV2)
+    assert result.action == "assign_logic" and set(result.retired) == set(before)
+    assert sorted(job.workload("check").values()) == sorted(before.values())  # same ranges, new SPUs
+    assert job.wait(60), job.status()
+    assert_exact("logic", keys, per_key)
+    assert swapped_exactly("logic") > 0
+
+
+def test_a_swap_that_cannot_work_is_refused_and_the_old_code_keeps_running(cluster, config):
+    from topology_parts import SlowBolt
+
+    items = sequenced_items(20, 2, seed=26)
+    job = cluster.submit(build("logicbad", items, "logicbad", hold_at=len(items), parallelism=2), config)
+    with pytest.raises(ScalingError, match="needs a Bolt subclass"):
+        job.assign_logic("check", dict)
+    with pytest.raises(ScalingError, match=r"SlowBolt\(\*\*params\) cannot be built: .*seconds"):
+        job.assign_logic("check", SlowBolt)
+    with pytest.raises(ScalingError, match="'out' reads with global_grouping"):
+        job.assign_logic("out", SlowBolt, {"seconds": 0})
+    assert job.wait(30) and len(job.spus("check")) == 2

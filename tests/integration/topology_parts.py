@@ -39,6 +39,18 @@ class SequenceCheckBolt(Bolt):
         self.emit(self.key, [tup.value, in_order])
 
 
+class SequenceCheckBoltV2(SequenceCheckBolt):
+    """The same check, a new version (for assign_logic): it reports in_order as 1/0, so a test sees which
+    code processed each tuple, and it reads the old version's state (`last`, `violations`)."""
+
+    def process(self, tup: Any) -> None:
+        in_order = tup.value == self.last + 1
+        if not in_order:
+            self.violations += 1
+        self.last = tup.value
+        self.emit(self.key, [tup.value, int(in_order)])
+
+
 class RaiseOnBadBolt(Bolt):
     """Raises for keys starting with 'bad'; passes the rest on."""
 

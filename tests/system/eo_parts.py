@@ -59,6 +59,10 @@ class GatedCountBolt(Bolt):
         self.count = state["count"]
 
 
+class GatedCountBoltV2(GatedCountBolt):
+    """The same count as a new version, for assign_logic: it reads GatedCountBolt's state."""
+
+
 class GatedSentenceSpout(wordcount.SentenceSpout):
     """SentenceSpout whose next_tuple() blocks while the file `gate` exists: the spout's SPU then cannot
     switch routes, so a split or merge waits for its EpochMarker (after the prepare step)."""

@@ -100,14 +100,16 @@ def three_way_assignment(workload: dict[int, list[tuple[int, int]]], giver: int,
 @pytest.mark.parametrize(("action", "step"), [("split", "prepare"), ("split", "switch"), ("split", "handoff"),
                                               ("merge", "prepare"), ("merge", "switch"), ("merge", "handoff"),
                                               ("assign", "prepare"), ("assign", "switch"), ("assign", "handoff"),
-                                              ("move", "prepare"), ("move", "switch"), ("move", "handoff")])
+                                              ("move", "prepare"), ("move", "switch"), ("move", "handoff"),
+                                              ("logic", "prepare"), ("logic", "switch"), ("logic", "handoff")])
 def test_a_worker_killed_at_each_step_of_a_split_or_merge_aborts_it_cleanly_and_the_result_is_exact(
         tmp_path, action, step, victim):
     """A gate file holds the operation at `step` (STEPS); then the giver's or the receiver's worker dies.
     The operation fails with ScalingError, the job rolls back, the unit splits again afterwards, and the
     counts are exact. "assign" is an assign_workload of three moves (three_way_assignment); its giver is the
     first SPU, its receiver the new one; it is held like a split. "move" is an assign_resource of the first
-    SPU to a worker that does not host it (the new SPU there is the receiver)."""
+    SPU to a worker that does not host it (the new SPU there is the receiver). "logic" is an assign_logic to
+    GatedCountBoltV2: every SPU gives, each new one receives."""
     total = 2500
     gate = tmp_path / "gate-{spu}"
     spout_gate = tmp_path / "spout-gate"
@@ -133,6 +135,9 @@ def test_a_worker_killed_at_each_step_of_a_split_or_merge_aborts_it_cleanly_and_
             g.touch()
         if action == "assign":
             pending = job.assign_workload_async("count", three_way_assignment(job.workload("count"), giver, other))
+        elif action == "logic":
+            pending = job.assign_logic_async("count", eo_parts.GatedCountBoltV2,
+                                             {"gate": str(gate), "handoff_gate": str(handoff_gate)})
         elif action == "move":
             elsewhere = next(w for w, spus in sorted(cluster.registry.spus_on.items()) if giver not in spus)
             pending = job.assign_resource_async("count", giver, elsewhere)
@@ -141,14 +146,14 @@ def test_a_worker_killed_at_each_step_of_a_split_or_merge_aborts_it_cleanly_and_
         else:
             pending = job.merge_async("count", giver, other)
         receiver = other
-        if action in ("split", "assign", "move"):
+        if action in ("split", "assign", "move", "logic"):
             receiver = next(iter(wait_until(lambda: set().union(*cluster.registry.spus_on.values()) - before, 30,
                                             message="the receiver launched")))
         if step == "handoff":
             wait_until(lambda: Path(str(gates[0]) + ".reached").exists(), 30,
                        message="the receiver installing the giver's state")
         if step in ("switch", "handoff"):
-            switched = (lambda: receiver in job.spus("count")) if action in ("split", "assign", "move") else \
+            switched = (lambda: receiver in job.spus("count")) if action in ("split", "assign", "move", "logic") else \
                 (lambda: giver not in job.spus("count"))
             wait_until(switched, 30, message="routes switched to the new layout")
         kill_worker_of(cluster, giver if victim == "giver" else receiver)

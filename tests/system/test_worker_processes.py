@@ -128,6 +128,20 @@ def test_an_spu_moves_to_another_worker_with_its_state_while_tuples_flow(workers
     assert_exact("mpr", keys, per_key)
 
 
+def test_a_bolts_code_is_swapped_on_the_workers_with_every_key_exact(workers, config):
+    from test_assign_workload import swapped_exactly
+    from topology_parts import SequenceCheckBoltV2
+
+    job, items, keys, per_key = flowing_sequence_job(workers, config, "mpl", spus=2, seed=33)
+    before = {spu: job.worker_of(spu) for spu in job.spus("check")}
+    result = job.assign_logic("check", SequenceCheckBoltV2)
+    assert set(result.retired) == set(before) and len(result.started) == 2
+    assert sorted(job.worker_of(s) for s in result.started) == sorted(before.values())  # each where its old one ran
+    assert job.wait(60), job.status()
+    assert_exact("mpl", keys, per_key)
+    assert swapped_exactly("mpl") > 0  # the workers run the new class
+
+
 def test_a_load_step_splits_a_bolt_across_processes_and_the_lull_merges_it(workers, config):
     job = load_step_splits_then_merges(workers, config, "mp-elastic", DriverCollectorBolt)
     assert set(job.spus("check")) <= set().union(*workers.registry.spus_on.values()), "SPUs live in workers"

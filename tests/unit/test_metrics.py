@@ -455,7 +455,7 @@ def test_record_scaling_event_counts_by_action_and_reason():
 
 
 def test_record_scaling_event_rejects_swapped_action_and_reason():
-    expected = r"action must be one of split, merge, assign_workload, assign_resource, rescale, got 'overload'.*not \(t, u, 'overload', 'split'\)"
+    expected = r"action must be one of split, merge, assign_workload, assign_resource, rescale, assign_logic, got 'overload'.*not \(t, u, 'overload', 'split'\)"
     with pytest.raises(ValueError, match=expected):
         record_scaling_event("t", "count", "overload", "split")  # type: ignore[arg-type]
 
