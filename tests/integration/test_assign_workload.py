@@ -33,17 +33,23 @@ def owner_of(workload: dict[int, list[tuple[int, int]]], h: int) -> int:
     return next(spu for spu, ranges in workload.items() for lo, hi in ranges if lo <= h <= hi)
 
 
+def running_job(cluster, config, name: str, keys: int, per_key: int, seed: int, spus: int, held: int):
+    """A sequence-checked job whose first 1/`held` of the input is through (the rest waits for GATES[name])."""
+    items = sequenced_items(keys, per_key, seed=seed)
+    job = cluster.submit(build(name, items, name, hold_at=len(items) // held, parallelism=spus), config)
+    wait_until(lambda: job.status()["units"]["check"]["processed"] >= len(items) // (2 * held), 30,
+               message="the first tuples processed")
+    return job
+
+
 def test_random_assignments_while_tuples_flow_keep_every_key_exact(cluster, config):
     keys, per_key = 300, 1000
-    items = sequenced_items(keys, per_key, seed=21)
-    job = cluster.submit(build("aw", items, "aw", hold_at=len(items) // 10, parallelism=3), config)
-    wait_until(lambda: job.status()["units"]["check"]["processed"] >= len(items) // 20, 30,
-               message="the first tuples processed")
+    job = running_job(cluster, config, "aw", keys, per_key, seed=21, spus=3, held=10)
     GATES["aw"].set()
     rnd = random.Random(5)
     done = 0
     # Reconfigure for as long as the input flows (and a few times more): keys move with tuples in flight.
-    while done < 6 or (job.status()["units"]["check"]["processed"] < len(items) and done < 40):
+    while done < 6 or (job.status()["units"]["check"]["processed"] < keys * per_key and done < 40):
         before = job.workload("check")
         try:
             result = job.assign_workload("check", random_assignment(rnd, before))
@@ -166,13 +172,10 @@ def test_the_code_of_a_running_bolt_is_swapped_keeping_every_key_state_exact(clu
     from topology_parts import SequenceCheckBoltV2
 
     keys, per_key = 150, 60
-    items = sequenced_items(keys, per_key, seed=25)
-    job = cluster.submit(build("logic", items, "logic", hold_at=len(items) // 3, parallelism=2), config)
-    wait_until(lambda: job.status()["units"]["check"]["processed"] >= len(items) // 4, 30,
-               message="a quarter processed")
+    job = running_job(cluster, config, "logic", keys, per_key, seed=25, spus=2, held=3)
     before = job.workload("check")
-    GATES["logic"].set()
     result = job.assign_logic("check", SequenceCheckBoltV2)
+    GATES["logic"].set()  # the other two thirds are the new code's, from the state the old code left
     assert result.action == "assign_logic" and set(result.retired) == set(before)
     assert sorted(job.workload("check").values()) == sorted(before.values())  # same ranges, new SPUs
     assert job.wait(60), job.status()

@@ -79,8 +79,10 @@ def test_splits_and_merges_across_processes_keep_every_key_exact(workers, config
     assert check_spus <= set().union(*workers.registry.spus_on.values()), "check's SPUs live in workers"
 
 
-def flowing_sequence_job(workers, config, name: str, spus: int, seed: int, keys: int = 200, per_key: int = 150):
-    """A sequence-checked job on the workers with a tenth of its input through and the rest flowing."""
+def flowing_sequence_job(workers, config, name: str, spus: int, seed: int, keys: int = 200, per_key: int = 150,
+                         flowing: bool = True):
+    """A sequence-checked job on the workers with a tenth of its input through and the rest flowing (or, if
+    not `flowing`, waiting for GATES[name])."""
     items = sequenced_items(keys, per_key, seed=seed)
     GATES[name] = threading.Event()
     builder = TopologyBuilder(name)
@@ -89,7 +91,8 @@ def flowing_sequence_job(workers, config, name: str, spus: int, seed: int, keys:
     builder.set_bolt("out", DriverCollectorBolt, params={"name": name}).global_grouping("check")
     job = workers.submit(builder.build(), config)
     wait_until(lambda: len(collected(name)) >= len(items) // 10, 30, message="a tenth collected")
-    GATES[name].set()
+    if flowing:
+        GATES[name].set()
     return job, items, keys, per_key
 
 
@@ -132,9 +135,10 @@ def test_a_bolts_code_is_swapped_on_the_workers_with_every_key_exact(workers, co
     from test_assign_workload import swapped_exactly
     from topology_parts import SequenceCheckBoltV2
 
-    job, items, keys, per_key = flowing_sequence_job(workers, config, "mpl", spus=2, seed=33)
+    job, items, keys, per_key = flowing_sequence_job(workers, config, "mpl", spus=2, seed=33, flowing=False)
     before = {spu: job.worker_of(spu) for spu in job.spus("check")}
     result = job.assign_logic("check", SequenceCheckBoltV2)
+    GATES["mpl"].set()  # the rest (four fifths) is the new code's, with the state the old code left
     assert set(result.retired) == set(before) and len(result.started) == 2
     assert sorted(job.worker_of(s) for s in result.started) == sorted(before.values())  # each where its old one ran
     assert job.wait(60), job.status()
