@@ -21,7 +21,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
-from esault.control.runner import describe, take_snapshot
+from esault.control.runner import decisions_as_dicts, take_snapshot
 from esault.control.snapshot import SnapshotBuilder
 from esault.errors import ConfigError, EsaultError, ScalingError
 
@@ -223,7 +223,7 @@ class ControlApi:
 
     def _history(self, job: Any, _body: dict) -> Any:
         return {"reconfigurations": [_result(r) for r in job.scaling_history],
-                "controllers": [d for runner in job.controllers for d in describe(runner.decisions)]}
+                "controllers": [d for runner in job.controllers for d in decisions_as_dicts(runner.decisions)]}
 
     # --- operations ------------------------------------------------------------------
 

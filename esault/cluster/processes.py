@@ -292,9 +292,9 @@ class ProcessLauncher:
         self.stop_timeout = stop_timeout
         self._requests = itertools.count(1)
         self._where: dict[int, str] = {}
-        self._submitted: set[tuple[str, str | None]] = set()  # (worker, its address) that got this job's units
         self._latest: dict[tuple[str, str], UnitSpec] = {}  # (job, unit) -> the spec its SPUs start with now
-        self._sent: dict[tuple[tuple[str, str | None], str, str], UnitSpec] = {}  # what each worker was sent
+        # What each worker incarnation, (name, address), was sent: a restarted worker (new address) has nothing.
+        self._sent: dict[tuple[tuple[str, str | None], str, str], UnitSpec] = {}
 
     def start_spu(self, spec: UnitSpec, cfg: SpuConfig, job: JobContext, worker: str | None = None) -> Any:
         """Start an SPU where its unit runs: the driver, the worker named, or the least loaded worker."""
@@ -316,11 +316,9 @@ class ProcessLauncher:
         # worker restarted under the same name (a new process, a new port) has none of them.
         incarnation = (worker, self.registry.workers.get(worker))
         self._latest[(job.name, spec.name)] = spec
-        if incarnation not in self._submitted or self._sent.get((incarnation, job.name, spec.name)) is not spec:
-            # First SPU there, or this unit's code changed since (assign_logic): the worker's units are replaced.
-            submission = self._submission(spec, job)
-            self.postman.send(worker, "host", submission)
-            self._submitted.add(incarnation)
+        if self._sent.get((incarnation, job.name, spec.name)) is not spec:
+            # The job's first SPU there, or this unit's code changed since (assign_logic): its units are replaced.
+            self.postman.send(worker, "host", self._submission(spec, job))
             for name, sent in self._units_of(spec, job).items():
                 self._sent[(incarnation, job.name, name)] = sent
         self.postman.send(worker, "host", StartSpu(job.name, spec.name, cfg))

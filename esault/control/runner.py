@@ -44,7 +44,6 @@ class ControllerRunner:
         self.name = type(controller).__name__
         self.builder = SnapshotBuilder()
         self.decisions: deque[Decision] = deque(maxlen=history)
-        self.last_snapshot: MetricsSnapshot | None = None
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name=f"esault-controller-{self.name}", daemon=True)
 
@@ -65,7 +64,6 @@ class ControllerRunner:
             except Exception:  # noqa: BLE001 - the job is stopping, or an actor is gone for a moment
                 log.debug("controller %s: no snapshot this period", self.name, exc_info=True)
                 continue
-            self.last_snapshot = snapshot
             try:
                 operations = list(self.controller.decide(snapshot) or ())
             except Exception:
@@ -126,7 +124,7 @@ def take_snapshot(job: "Job", builder: SnapshotBuilder) -> MetricsSnapshot:
     return builder.update(time.monotonic(), rows, units, layout, hosts, workers)
 
 
-def describe(decisions: Any) -> list[dict[str, Any]]:
+def decisions_as_dicts(decisions: Any) -> list[dict[str, Any]]:
     """Decisions as plain dicts (for status and the REST API)."""
     return [{"time": d.time, "controller": d.controller, "operation": repr(d.operation),
              "moved_keys": d.result.moved_keys if d.result else None,

@@ -41,10 +41,6 @@ class GiverHandoff:
         """True once no upstream SPU can still send a tuple of a moved key."""
         return not self._waiting
 
-    @property
-    def waiting_for(self) -> frozenset[int]:
-        return frozenset(self._waiting)
-
     def by_receiver(self) -> dict[int, list[tuple[int, int]]]:
         """receiver -> the (lo, hi) ranges it gets from this giver, in key order."""
         out: dict[int, list[tuple[int, int]]] = {}
@@ -77,21 +73,15 @@ class RangeSet:
         i = bisect_right(self._los, h) - 1
         return i >= 0 and h <= self._his[i]
 
-    def __bool__(self) -> bool:
-        return bool(self._los)
-
-    def ranges(self) -> list[tuple[int, int]]:
-        return list(zip(self._los, self._his))
 
 
 class ReceiverHandoff:
     """Holds tuples of incoming keys until their giver's state arrives."""
 
-    def __init__(self, reconfig_id: int, ranges: Iterable[tuple[int, int, int]], started_at: float,
-                 downstream: Iterable[int] = ()) -> None:
+    def __init__(self, reconfig_id: int, ranges: Iterable[tuple[int, int, int]], downstream: Iterable[int] = ()
+                 ) -> None:
         self.reconfig_id = reconfig_id
         self.ranges = tuple(sorted(ranges))  # (lo, hi, giver)
-        self.started_at = started_at
         self.pending_givers = {giver for _, _, giver in self.ranges}
         self.downstream = frozenset(downstream)  # SPUs whose MarkerSeen each giver's release waits for
         self._state_in: set[int] = set()  # givers whose last state chunk arrived
@@ -105,9 +95,6 @@ class ReceiverHandoff:
     @property
     def done(self) -> bool:
         return not self.pending_givers
-
-    def holds(self, h: int) -> bool:
-        return h in self._pending
 
     def divide(self, keys: list[Any], values: list[Any], hash_of: Callable[[Any], int]
                ) -> tuple[list[Any], list[Any], list[Any], list[Any]]:

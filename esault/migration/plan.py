@@ -61,10 +61,6 @@ class WorkloadPlan:
         return tuple((m.lo, m.hi, m.giver) for m in self.moves if m.receiver == spu)
 
     @property
-    def moved_hashes(self) -> int:
-        return sum(m.hi - m.lo + 1 for m in self.moves)
-
-    @property
     def empty(self) -> bool:
         return not (self.moves or self.started or self.retired)
 

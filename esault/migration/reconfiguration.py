@@ -123,10 +123,6 @@ class Reconfiguration:
         self.phase = Phase.FAILED
         return [Failed(reason)]
 
-    @property
-    def switched(self) -> bool:
-        return self.phase in (Phase.SWITCHED, Phase.DONE)
-
     def _maybe_switch(self) -> list[Effect]:
         if self.phase is not Phase.PREPARING or self.awaiting_prepared:
             return []

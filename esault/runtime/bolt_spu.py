@@ -542,8 +542,7 @@ class BoltSpuActor(SenderActor):
         return None
 
     def _on_prepare_receive(self, msg: PrepareReceive) -> None:
-        self._receiving = ReceiverHandoff(msg.reconfig_id, msg.ranges, self.job.clock.now(),
-                                          self.router.downstream_spus())
+        self._receiving = ReceiverHandoff(msg.reconfig_id, msg.ranges, self.router.downstream_spus())
         if self.unit_ref is not None:
             self.unit_ref.tell(Prepared(msg.reconfig_id, self.spu_id, "receiver"))
         for giver, sender in self._early.seen.pop(msg.reconfig_id, ()):

@@ -175,7 +175,7 @@ class Simulation:
             spu.giving.marker(message[1])
             self.maybe_hand_off(spu)
         elif kind == "PrepareReceive":
-            spu.receiving = ReceiverHandoff(1, message[1], 0.0, downstream=[DOWN])
+            spu.receiving = ReceiverHandoff(1, message[1], downstream=[DOWN])
             self.send(s, UNIT, ("Prepared", s, "receiver"))
             early, spu.early_states = spu.early_states, []
             for state in early:
