@@ -3,6 +3,7 @@
     python bench/elastic.py             # ~3 minutes: 5 s warm-up + 2 cycles of 80 s
     python bench/elastic.py --quick     # ~1 minute smoke run (figures to a temp folder)
     python bench/elastic.py --cycle-seconds 120 --peak-rate 4000 --cost 0.001
+    python bench/elastic.py --controller both   # the same curve under LatencyController, then DS2Controller
 
 A word stream (key = word, Zipf-like) into a counter bolt whose per-tuple
 lookup costs --cost seconds of GIL-free waiting, then a latency meter; see
@@ -35,6 +36,7 @@ import numpy as np
 from _report import write_section
 
 SECTION = "elastic"
+COMPARE_SECTION = "elastic-controllers"
 
 
 # --- analysis -----------------------------------------------------------------------
@@ -252,34 +254,151 @@ def print_summary(result: ec.RunResult) -> None:
           f"final {result.final}")
 
 
+def ds2_controller(workload: ec.Workload):
+    """DS2 on the counter, with the same SPU bounds the latency rules get."""
+    from esault.control import DS2Controller
+
+    return lambda: DS2Controller([ec.COUNTER], interval=2.0, min_spus=workload.elasticity["min_spus"],
+                                 max_spus=workload.elasticity["max_spus"], headroom=1.2, cooldown=6.0)
+
+
+def controller_row(name: str, result: ec.RunResult) -> dict[str, Any]:
+    """One line of the side-by-side table: what the policy spent (SPU-seconds, changes) and what it bought."""
+    s = result.latency_summary()
+    wins = windows_over(result)
+    spus = [r["spus"] for r in result.rows]
+    return {
+        "controller": name, "seconds": len(result.rows), "changes": len(result.events),
+        "keys_moved": sum(e.moved_keys for e in result.events),
+        "spu_seconds": sum(spus), "spus_max": max(spus) if spus else 0,
+        "mean_ms": s["mean_ms"], "p99_ms": s["p99_ms"],
+        "over_s": sum(e - b for b, e in wins), "lag_max": max((r["lag_s"] for r in result.rows), default=0.0),
+        "finished": result.final["finished"], "failed": result.final["failed"],
+    }
+
+
+def compare_plot(results: dict[str, ec.RunResult], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    colours = {"latency": "tab:purple", "ds2": "tab:orange"}
+    any_result = next(iter(results.values()))
+    prof = any_result.profile
+    fig, axes = plt.subplots(3, 1, figsize=(11, 9), sharex=True, gridspec_kw={"height_ratios": [2, 2, 2]})
+    for ax in axes:
+        ec.shade_phases(ax, prof)
+        ax.grid(alpha=0.3)
+    seg_t = [seg.start for seg in prof.segments] + [prof.duration]
+    seg_r = [seg.rate for seg in prof.segments] + [prof.segments[-1].rate]
+    axes[0].step(seg_t, seg_r, where="post", color="0.4", ls="--", lw=1.2, label="offered (profile)")
+    for name, result in results.items():
+        t = np.array([r["t"] for r in result.rows])
+        num = lambda key: np.array([np.nan if r[key] == "" else float(r[key]) for r in result.rows])
+        axes[0].plot(t - 0.5, num("processed_rate"), color=colours.get(name), lw=1.1, label=f"processed ({name})")
+        axes[1].step(t, num("spus"), where="pre", color=colours.get(name), lw=1.5, label=f"counter SPUs ({name})")
+        axes[2].semilogy(t - 0.5, num("latency_p99_ms"), color=colours.get(name), lw=1.0, label=f"p99 ({name})")
+    axes[0].set_ylabel("tuples / s")
+    axes[1].set_ylabel("SPUs")
+    axes[2].axhline(result_max_ms(any_result), color="k", ls=":", lw=1.2,
+                    label=f"max_latency {result_max_ms(any_result):g} ms")
+    axes[2].set_ylabel("end-to-end p99, ms")
+    axes[2].set_xlabel("seconds since the job started (grey: peak holds, blue: trough holds)")
+    axes[0].set_title(f"One load curve, two controllers: the paper's latency rules vs DS2 (rate-based); "
+                      f"{ec.placement_text()}", fontsize=10)
+    for ax in axes:
+        ax.legend(loc="upper right", fontsize=8)
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def compare_report(results: dict[str, ec.RunResult], cmd: str, figure: str) -> str:
+    rows = [controller_row(name, result) for name, result in results.items()]
+    any_result = next(iter(results.values()))
+    lines = [
+        f"`{cmd}` on {ec.machine_line()}: the same profile run twice, one controller each, back to back.",
+        "",
+        f"- Profile: {any_result.profile.describe()}.",
+        f"- Workload: {ec.workload_markdown(any_result.workload)}; the counter starts with 1 SPU.",
+        f"- `latency`: the built-in LatencyController ({ec.elasticity_markdown(any_result.workload)}).",
+        "- `ds2`: DS2Controller every 2 s, headroom 1.2, cool-down 6 s, same SPU bounds; the latency rules off.",
+        "",
+        f"![controllers compared]({figure})",
+        "",
+        "| controller | s | reconfigurations | keys moved | SPU-seconds | SPUs max | mean ms | p99 ms | "
+        "s with p99 > max | spout lag max s | finished | failed |",
+        "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
+    ]
+    for r in rows:
+        lines.append(f"| {r['controller']} | {r['seconds']} | {r['changes']} | {r['keys_moved']:,} | "
+                     f"{r['spu_seconds']} | {r['spus_max']} | {r['mean_ms']:.1f} | {r['p99_ms']:.1f} | "
+                     f"{r['over_s']:.0f} | {r['lag_max']:.1f} | {r['finished']:,} | {r['failed']} |")
+    for name, result in results.items():
+        lines += ["", f"<details><summary>Every reconfiguration of `{name}`</summary>", "",
+                  ec.events_markdown(result.events), "", "</details>"]
+    return "\n".join(lines)
+
+
+def run_one(name: str, profile: ec.Profile, workload: ec.Workload) -> ec.RunResult:
+    if name == "ds2":
+        return ec.run_profile("ds2", profile, workload, parallelism=1, elastic=False,
+                              controller=ds2_controller(workload))
+    return ec.run_profile("elastic", profile, workload, parallelism=1, elastic=True)
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ec.add_common_args(parser, cycle_seconds=80.0, cycles=2, quick_cycle=28.0, quick_cycles=2, quick_warmup=3.0)
+    parser.add_argument("--controller", choices=["latency", "ds2", "both"], default="latency",
+                        help="latency: the built-in LatencyController (the paper's Fig. 6, default); ds2: "
+                             "DS2Controller instead; both: one run each and a side-by-side comparison")
     args = parser.parse_args(argv)
     profile, workload, out, write = ec.resolve_args(args)
-    name, section = "elastic", SECTION
     print(profile.describe())
     print(f"workload: {ec.workload_markdown(workload)}")
     print(f"elasticity: {workload.elasticity}")
-    result = ec.run_profile("elastic", profile, workload, parallelism=1, elastic=True)
-    csv_path, events_path, png = out / f"{name}.csv", out / f"{name}_events.csv", out / f"{name}.png"
-    ec.write_csv(csv_path, result.rows, ec.ROW_FIELDS)
-    ec.write_csv(events_path, [ec.as_dict(e) for e in result.events], list(ec.ScalingEvent.__dataclass_fields__))
-    plot(result, png)
-    print_summary(result)
-    for d in result.decisions[:3]:
-        print(f"monitor: {d[0]} SPU {d[1]}: {d[2]}")
-    print(f"\nwrote {csv_path}, {events_path}, {png}")
-    if write:
-        rel = png.resolve()
-        try:
-            figure = str(rel.relative_to(ec.DOC.parent.resolve()))
-        except ValueError:
-            figure = str(rel)
-        write_section(ec.DOC, section, report(result, ec.command_line(argv, "elastic.py"), figure))
-        print(f"updated {ec.DOC} section {section!r}")
+    names = ["latency", "ds2"] if args.controller == "both" else [args.controller]
+    results: dict[str, ec.RunResult] = {}
+    for controller in names:
+        print(f"\n--- controller: {controller}")
+        result = results[controller] = run_one(controller, profile, workload)
+        name = "elastic" if controller == "latency" else f"elastic_{controller}"
+        csv_path, events_path, png = out / f"{name}.csv", out / f"{name}_events.csv", out / f"{name}.png"
+        ec.write_csv(csv_path, result.rows, ec.ROW_FIELDS)
+        ec.write_csv(events_path, [ec.as_dict(e) for e in result.events], list(ec.ScalingEvent.__dataclass_fields__))
+        plot(result, png)
+        print_summary(result)
+        for d in result.decisions[:3]:
+            print(f"latency controller: {d[0]} SPU {d[1]}: {d[2]}")
+        print(f"\nwrote {csv_path}, {events_path}, {png}")
+        if write and controller == "latency":
+            write_section(ec.DOC, SECTION, report(result, ec.command_line(argv, "elastic.py"), figure_path(png)))
+            print(f"updated {ec.DOC} section {SECTION!r}")
+    if len(results) > 1:
+        png = out / "elastic_controllers.png"
+        compare_plot(results, png)
+        print(f"\n{'controller':<10} {'changes':>7} {'SPU-s':>6} {'mean ms':>8} {'p99 ms':>8} {'p99>max s':>9}")
+        for r in (controller_row(n, res) for n, res in results.items()):
+            print(f"{r['controller']:<10} {r['changes']:>7} {r['spu_seconds']:>6} {r['mean_ms']:>8.1f} "
+                  f"{r['p99_ms']:>8.1f} {r['over_s']:>9.0f}")
+        if write:
+            write_section(ec.DOC, COMPARE_SECTION, compare_report(results, ec.command_line(argv, "elastic.py"),
+                                                                  figure_path(png)))
+            print(f"updated {ec.DOC} section {COMPARE_SECTION!r}")
     return 0
+
+
+def figure_path(png: Path) -> str:
+    """The figure's path relative to the doc when it is under docs/, else absolute."""
+    rel = png.resolve()
+    try:
+        return str(rel.relative_to(ec.DOC.parent.resolve()))
+    except ValueError:
+        return str(rel)
 
 
 if __name__ == "__main__":

@@ -263,6 +263,12 @@ class ProfileSpout(Spout):
         self.state = RUNS[self.run]
         self.words = self.state.words
 
+    def backlog(self) -> int:
+        """Tuples the profile owes and the spout has not emitted (what max_spout_pending held back)."""
+        state = self.state
+        elapsed = min(time.monotonic() - state.t0, state.profile.duration)
+        return max(0, int(state.profile.due(elapsed)) - self.position)
+
     def next_tuple(self) -> None:
         state = self.state
         profile = state.profile
@@ -415,7 +421,8 @@ class Sampler(threading.Thread):
     def _poll_history(self, now: float) -> None:
         history = self.job.scaling_history
         for r in history[self._seen:]:
-            self._spus += {"split": 1, "merge": -1}.get(r.action, 0)  # "replace" keeps the count
+            # split +1, merge -1, a rescale or assign_workload by what it started and retired, "replace" 0
+            self._spus += {"split": 1, "merge": -1}.get(r.action, len(r.started) - len(r.retired))
             self.events.append(ScalingEvent(
                 t_done=now, t_start=max(0.0, now - r.seconds), action=r.action, giver=r.giver,
                 receiver=r.receiver, moved_keys=r.moved_keys, paused_ms=r.paused_seconds * 1000,
@@ -497,8 +504,10 @@ class RunResult:
 
 
 def run_profile(setting: str, profile: Profile, workload: Workload, *, parallelism: int, elastic: bool,
-                log: Callable[[str], None] = print, drain_timeout: float = 60.0) -> RunResult:
-    """Run the profile once against `parallelism` counter SPUs (elastic: from there on, monitor on)."""
+                log: Callable[[str], None] = print, drain_timeout: float = 60.0,
+                controller: Callable[[], Any] | None = None) -> RunResult:
+    """Run the profile once against `parallelism` counter SPUs (elastic: from there on, the built-in
+    LatencyController on; `controller`: a factory of a user controller added to the job instead)."""
     run = f"{setting}-{os.getpid()}-{time.monotonic_ns()}"
     state = RunState(profile, zipf_words(workload))
     RUNS[run] = state
@@ -512,6 +521,8 @@ def run_profile(setting: str, profile: Profile, workload: Workload, *, paralleli
         with LocalCluster(workers=WORKERS) as cluster:
             state.t0 = time.monotonic()
             job = cluster.submit(topology, config)
+            if controller is not None:
+                job.add_controller(controller())
             sampler = Sampler(job, state)
             sampler.start()
             deadline = state.t0 + profile.duration + 0.15
@@ -526,7 +537,7 @@ def run_profile(setting: str, profile: Profile, workload: Workload, *, paralleli
                         f"{r['latency_p99_ms'] or '-':>8} ms SPUs {r['spus']} RSS {r['rss_mb']} MB "
                         f"lag {r['lag_s']:.1f} s")
             sampler.stop()
-            decisions = list(job.monitors[COUNTER].proxy().decisions.get()) if COUNTER in job.monitors else []
+            decisions = list(job.latency_controllers[COUNTER].decisions) if COUNTER in job.latency_controllers else []
             # Let the trees in flight finish before stopping: Job.stop() stops the spout first, and
             # the ack server then logs an ActorDeadError for every tree that completes afterwards.
             drained = job.wait(drain_timeout)

@@ -62,7 +62,8 @@ def build_parser() -> argparse.ArgumentParser:
                      help="a token every API request must send (Authorization: Bearer ...); env ESAULT_API_TOKEN")
     for name, what in (("rescale", "run a key-grouped unit on N SPUs (one atomic reconfiguration)"),
                        ("move", "move an SPU, with its state, to another worker process"),
-                       ("assign", "give each SPU of a unit the hash ranges a JSON object lists")):
+                       ("assign", "give each SPU of a unit the hash ranges a JSON object lists"),
+                       ("swap", "run a bolt on another version of its code, keeping each key's state")):
         op = sub.add_parser(name, help=what)
         op.add_argument("api", help="the driver's API URL, e.g. http://127.0.0.1:8088 (esault run --api-port)")
         op.add_argument("job", help="the job (topology) name")
@@ -72,6 +73,8 @@ def build_parser() -> argparse.ArgumentParser:
         elif name == "move":
             op.add_argument("spu", type=int, help="the SPU id")
             op.add_argument("worker", help="the worker process, e.g. w2")
+        elif name == "swap":
+            op.add_argument("version", help="a version the topology declares (set_bolt(..., versions={...}))")
         else:
             op.add_argument("assignment", help='JSON: {"<spu>": [[lo, hi], ...]}; a negative id starts an SPU')
         op.add_argument("--token", default=os.environ.get("ESAULT_API_TOKEN"), help="the API token, if it has one")
@@ -132,7 +135,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             return _keys(args)
         if args.command == "savepoint":
             return _savepoint(args)
-        if args.command in ("rescale", "move", "assign"):
+        if args.command in ("rescale", "move", "assign", "swap"):
             return _operation(args)
         return _status(args)
     except EsaultError as exc:
@@ -240,11 +243,15 @@ def _savepoint(args: argparse.Namespace) -> int:
 def _operation(args: argparse.Namespace) -> int:
     from esault.api.client import call, describe
 
-    base = f"/api/jobs/{args.job}/units/{args.unit}"
+    from urllib.parse import quote
+
+    base = f"/api/jobs/{quote(args.job, safe='')}/units/{quote(args.unit, safe='')}"
     if args.command == "rescale":
         result = call(args.api, f"{base}/rescale", {"spus": args.spus}, args.token)
     elif args.command == "move":
         result = call(args.api, f"{base}/spus/{args.spu}/move", {"worker": args.worker}, args.token)
+    elif args.command == "swap":
+        result = call(args.api, f"{base}/swap", {"version": args.version}, args.token)
     else:
         try:
             assignment = json.loads(args.assignment)

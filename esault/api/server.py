@@ -20,6 +20,7 @@ import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any, Callable, Mapping
+from urllib.parse import unquote
 
 from esault.control.runner import decisions_as_dicts, take_snapshot
 from esault.control.snapshot import SnapshotBuilder
@@ -160,6 +161,7 @@ class ControlApi:
         ("GET", re.compile(r"/api/jobs/(?P<job>[^/]+)/history"), "history"),
         ("POST", re.compile(r"/api/jobs/(?P<job>[^/]+)/units/(?P<unit>[^/]+)/rescale"), "rescale"),
         ("POST", re.compile(r"/api/jobs/(?P<job>[^/]+)/units/(?P<unit>[^/]+)/workload"), "workload"),
+        ("POST", re.compile(r"/api/jobs/(?P<job>[^/]+)/units/(?P<unit>[^/]+)/swap"), "swap"),
         ("POST", re.compile(r"/api/jobs/(?P<job>[^/]+)/units/(?P<unit>[^/]+)/spus/(?P<spu>\d+)/move"), "move"),
         ("POST", re.compile(r"/api/jobs/(?P<job>[^/]+)/units/(?P<unit>[^/]+)/spus/(?P<spu>\d+)/split"), "split"),
         ("POST", re.compile(r"/api/jobs/(?P<job>[^/]+)/units/(?P<unit>[^/]+)/spus/(?P<spu>\d+)/merge"), "merge"),
@@ -175,7 +177,7 @@ class ControlApi:
             if verb != method:
                 allowed.append(verb)
                 continue
-            args = match.groupdict()
+            args = {name: unquote(value) for name, value in match.groupdict().items()}  # names may be %-quoted
             job = self._find_job(args.pop("job")) if "job" in args else None
             return getattr(self, f"_{name}")(job, body, **args)
         if allowed:
@@ -209,6 +211,7 @@ class ControlApi:
             spec = job.topology.unit(name)
             units[name] = {"kind": unit["kind"], "key_grouped": spec.per_key,
                            "chained_into": unit.get("chained_into"),
+                           "versions": sorted(spec.versions), "version": job.logic_version(name),
                            "totals": {k: unit[k] for k in ("emitted", "processed", "failed", "pes") if k in unit},
                            "spus": {str(spu): _spu_row(row) for spu, row in unit["spus"].items()}}
         return {"units": units, "rates": self._rates(job)}
@@ -242,6 +245,11 @@ class ControlApi:
                 raise ApiError(400, f"assignment[{spu!r}] must map an SPU id to [[lo, hi], ...] (a negative id "
                                     f"starts a new SPU), got {ranges!r:.100}") from None
         return _result(job.assign_workload(unit, assignment))
+
+    def _swap(self, job: Any, body: dict, unit: str) -> Any:
+        version = _field(body, "version", str, 'the name of a version the topology declares, e.g. {"version": "v2"}')
+        job.topology.unit(unit).version(version)  # an unknown unit or version is the client's mistake: 400
+        return _result(job.swap(unit, version))
 
     def _move(self, job: Any, body: dict, unit: str, spu: str) -> Any:
         worker = _field(body, "worker", str, 'a worker name, e.g. {"worker": "w2"}')

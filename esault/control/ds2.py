@@ -3,13 +3,20 @@
 Kalavri et al., "Three steps is all you need" (OSDI 2018). An SPU's *true*
 rate is what it processes per second of busy time (`busy_us`), so it does
 not drop when the SPU idles for lack of input. Going through the topology in
-order, a unit's target input rate is what its inputs emit at their targets
-(a spout's target is its observed emit rate, or `source_rates`); a bolt's
+order, a unit's target input rate is what its inputs emit at their targets;
+a bolt's
 target output is its target input times its selectivity (emitted /
 processed). The unit needs ceil(target input / mean true rate per SPU),
-kept within [min_spus, max_spus]. Unlike the latency monitor, which splits or
-merges one SPU per decision, this reaches the needed parallelism in one
+kept within [min_spus, max_spus]. Unlike the latency rules, which split or
+merge one SPU per decision, this reaches the needed parallelism in one
 rescale.
+
+A spout's target is what it must emit to keep up, not what it emitted: under
+back-pressure (max_spout_pending) its emit rate is capped by the slowest bolt,
+and a controller that reads only that never sees the demand (it would settle
+on the parallelism it has). So the target is the emit rate plus the spout's
+backlog (tuples held back, and what Spout.backlog() reports) worked off over
+`catch_up` seconds; or a fixed rate from `source_rates`.
 """
 
 from __future__ import annotations
@@ -28,7 +35,7 @@ class DS2Controller(Controller):
 
     def __init__(self, units: Iterable[str] | None = None, interval: float = 2.0, min_spus: int = 1,
                  max_spus: int = 8, headroom: float = 1.2, cooldown: float = 6.0, min_busy: float = 0.02,
-                 source_rates: Mapping[str, float] | None = None) -> None:
+                 source_rates: Mapping[str, float] | None = None, catch_up: float = 30.0) -> None:
         if not 1 <= min_spus <= max_spus:
             raise ConfigError(f"DS2Controller needs 1 <= min_spus <= max_spus, got {min_spus} and {max_spus}")
         if headroom < 1:
@@ -39,7 +46,11 @@ class DS2Controller(Controller):
         self.headroom = headroom
         self.cooldown = cooldown
         self.min_busy = min_busy
+        if not catch_up > 0:
+            raise ConfigError(f"DS2Controller catch_up is the seconds to work off a spout's backlog (> 0), "
+                              f"got {catch_up!r}")
         self.source_rates = dict(source_rates or {})
+        self.catch_up = catch_up
         self._quiet_until = 0.0
         self.plans: list[dict[str, int]] = []  # each decision's needed parallelism per unit
 
@@ -50,7 +61,8 @@ class DS2Controller(Controller):
         for unit in _in_order(snapshot.units):
             name = unit.name
             if unit.kind == "spout":
-                target_out[name] = self.source_rates.get(name, unit.emitted_rate)
+                backlog = sum(spu.queue_depth for spu in unit.spus.values())
+                target_out[name] = self.source_rates.get(name, unit.emitted_rate + backlog / self.catch_up)
                 continue
             target_in = sum(target_out.get(source, 0.0) for source in unit.inputs)
             processed = unit.processed_rate

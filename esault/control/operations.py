@@ -1,8 +1,13 @@
-"""The operations a controller returns: Trisk's three, plus the paper's split and merge as shorthands."""
+"""The operations a controller returns: Trisk's three, plus the paper's split and merge as shorthands.
+
+`reason` labels the scaling-event metric and the history: one of
+esault.metrics.SCALING_REASONS, so the label set stays bounded.
+"""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Any, Mapping
 
 
 @dataclass(frozen=True)
@@ -11,6 +16,7 @@ class AssignWorkload:
 
     unit: str
     assignment: dict[int, list[tuple[int, int]]]
+    reason: str = "controller"
 
 
 @dataclass(frozen=True)
@@ -19,6 +25,7 @@ class Rescale:
 
     unit: str
     spus: int
+    reason: str = "controller"
 
 
 @dataclass(frozen=True)
@@ -28,20 +35,37 @@ class AssignResource:
     unit: str
     spu: int
     worker: str
+    reason: str = "controller"
+
+
+@dataclass(frozen=True)
+class AssignLogic:
+    """Run `unit` with bolt class `bolt` and `params` from now on; each key's state moves into the new code."""
+
+    unit: str
+    bolt: type
+    params: Mapping[str, Any] = field(default_factory=dict)
+    reason: str = "controller"
 
 
 @dataclass(frozen=True)
 class Split:
+    """Cut SPU `spu`'s keys at hash `at` (None: where its sampled load halves); the upper part moves to a new SPU."""
+
     unit: str
     spu: int
     at: int | None = None
+    reason: str = "controller"
 
 
 @dataclass(frozen=True)
 class Merge:
+    """Move all of SPU `spu`'s keys into SPU `into` (None: its less loaded neighbour) and retire it."""
+
     unit: str
     spu: int
     into: int | None = None
+    reason: str = "controller"
 
 
-Operation = AssignWorkload | Rescale | AssignResource | Split | Merge
+Operation = AssignWorkload | Rescale | AssignResource | AssignLogic | Split | Merge

@@ -10,8 +10,11 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from esault.control.controller import Controller
-from esault.control.operations import AssignResource, AssignWorkload, Merge, Operation, Rescale, Split
+from esault.control.operations import (
+    AssignLogic, AssignResource, AssignWorkload, Merge, Operation, Rescale, Split,
+)
 from esault.control.snapshot import MetricsSnapshot, SnapshotBuilder
+from esault.metrics.registry import SCALING_REASONS
 from esault.metrics.stats import RETIRED_SPU
 from esault.runtime.messages import ScaleResult
 
@@ -34,7 +37,10 @@ class Decision:
 
 class ControllerRunner:
     """A daemon thread per controller. Operations go through the job's control thread like every other
-    reconfiguration, so they never overlap a checkpoint, a rollback or each other."""
+    reconfiguration, so they never overlap a checkpoint, a rollback or each other.
+
+    It calls decide() every `interval` seconds, and also as soon as a probe or a change is recorded when
+    the controller sets `wake_on_probes` (the latency rules react to each probe, not to a period)."""
 
     def __init__(self, job: "Job", controller: Controller, history: int = 200) -> None:
         if not isinstance(controller, Controller):
@@ -44,7 +50,11 @@ class ControllerRunner:
         self.name = type(controller).__name__
         self.builder = SnapshotBuilder()
         self.decisions: deque[Decision] = deque(maxlen=history)
+        self._cursor = job.events.cursor()
         self._stop = threading.Event()
+        self._wake = threading.Event()
+        if getattr(controller, "wake_on_probes", False):
+            job.events.on_record(self._wake.set)
         self._thread = threading.Thread(target=self._run, name=f"esault-controller-{self.name}", daemon=True)
 
     def start(self) -> "ControllerRunner":
@@ -52,13 +62,19 @@ class ControllerRunner:
         return self
 
     def stop(self, timeout: float = 30.0) -> None:
+        self.job.events.off_record(self._wake.set)
         self._stop.set()
+        self._wake.set()
         if self._thread.is_alive() and threading.current_thread() is not self._thread:
             self._thread.join(timeout)
 
     def _run(self) -> None:
         interval = max(0.05, float(getattr(self.controller, "interval", 1.0)))
-        while not self._stop.wait(interval):  # a period, not synchronisation
+        while True:
+            self._wake.wait(interval)  # a period (or an event), not synchronisation
+            self._wake.clear()
+            if self._stop.is_set():
+                return
             try:
                 snapshot = self.snapshot()
             except Exception:  # noqa: BLE001 - the job is stopping, or an actor is gone for a moment
@@ -75,7 +91,10 @@ class ControllerRunner:
                 self._apply(operation)
 
     def snapshot(self) -> MetricsSnapshot:
-        return take_snapshot(self.job, self.builder)
+        events, self._cursor, dropped = self.job.events.since(self._cursor)
+        if dropped:
+            log.warning("controller %s fell behind: %d probes or changes were dropped unread", self.name, dropped)
+        return take_snapshot(self.job, self.builder, events, dropped)
 
     def _apply(self, operation: Operation) -> None:
         result: ScaleResult | None = None
@@ -96,24 +115,30 @@ class ControllerRunner:
 
     def _execute(self, op: Operation) -> ScaleResult:
         job = self.job
-        reason = "controller"  # a bounded metric label; the log and the decisions name the controller
+        if not isinstance(op, (AssignWorkload, Rescale, AssignResource, AssignLogic, Split, Merge)):
+            raise TypeError(f"controller {self.name} returned {op!r}, which is not an operation; return "
+                            "AssignWorkload, Rescale, AssignResource, AssignLogic, Split or Merge (esault.control)")
+        reason = op.reason
+        if reason not in SCALING_REASONS:  # a metric label: the set must stay bounded
+            raise ValueError(f"controller {self.name} gave {op!r} the reason {reason!r}; use one of "
+                             f"{', '.join(SCALING_REASONS)} (the log and the history name the controller)")
         if isinstance(op, AssignWorkload):
             return job.assign_workload(op.unit, op.assignment, reason=reason)
         if isinstance(op, Rescale):
             return job.rescale(op.unit, op.spus, reason=reason)
         if isinstance(op, AssignResource):
             return job.assign_resource(op.unit, op.spu, op.worker, reason=reason)
+        if isinstance(op, AssignLogic):
+            return job.assign_logic(op.unit, op.bolt, dict(op.params), reason=reason)
         if isinstance(op, Split):
             return job.split(op.unit, op.spu, op.at, reason=reason)
-        if isinstance(op, Merge):
-            return job.merge(op.unit, op.spu, op.into, reason=reason)
-        raise TypeError(f"controller {self.name} returned {op!r}, which is not an operation; return "
-                        "AssignWorkload, Rescale, AssignResource, Split or Merge (esault.control)")
+        return job.merge(op.unit, op.spu, op.into, reason=reason)
 
 
-def take_snapshot(job: "Job", builder: SnapshotBuilder) -> MetricsSnapshot:
+def take_snapshot(job: "Job", builder: SnapshotBuilder, events: list | tuple = (),
+                  dropped: int = 0) -> MetricsSnapshot:
     """Read every SPU's counters, the layout and the placement of `job` now; rates against the builder's
-    previous reading."""
+    previous reading; `events`: the ControlEvents read since then."""
     topology = job.topology
     rows = [(s.unit, s.spu, s.as_dict()) for s in job.spu_counters() if s.spu != RETIRED_SPU]
     units = [(spec.name, "spout" if spec.is_spout else "bolt", spec.per_key,
@@ -121,7 +146,7 @@ def take_snapshot(job: "Job", builder: SnapshotBuilder) -> MetricsSnapshot:
     layout = {spec.name: job.layout(spec.name) for spec in topology.units}
     hosts = {spu: job.worker_of(spu) for spus in layout.values() for spu in spus}
     workers = job.workers()
-    return builder.update(time.monotonic(), rows, units, layout, hosts, workers)
+    return builder.update(job.clock.now(), rows, units, layout, hosts, workers, events, dropped)
 
 
 def decisions_as_dicts(decisions: Any) -> list[dict[str, Any]]:

@@ -11,6 +11,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Iterable, Mapping
 
+from esault.control.events import Change, ProbeRecord
+
 
 @dataclass(frozen=True)
 class SpuMetrics:
@@ -25,7 +27,8 @@ class SpuMetrics:
     true_rate: float | None  # tuples per second of busy time: what it could do if never idle (DS2)
     queue_depth: int  # spout: tuples held back by max_pending; bolt: messages waiting in its mailbox
     pes: int
-    probe_latency: float | None = None  # seconds, from the latency monitor when it probes this unit
+    probe_latency: float | None = None  # seconds: the newest probe round trip of the period (inf: timed out)
+    key_hashes: tuple[int, ...] = ()  # key hashes it sampled lately (newest probe's): where its load lies
 
 
 @dataclass(frozen=True)
@@ -55,6 +58,9 @@ class MetricsSnapshot:
     period: float  # seconds since the previous snapshot (0 for the first)
     units: Mapping[str, UnitMetrics]
     workers: tuple[str, ...] = ()
+    probes: tuple[ProbeRecord, ...] = ()  # every probe that returned or timed out since the previous snapshot
+    changes: tuple[Change, ...] = ()  # reconfigurations that finished since the previous snapshot
+    dropped_events: int = 0  # probes or changes lost because this reader fell too far behind
 
     def unit(self, name: str) -> UnitMetrics:
         return self.units[name]
@@ -76,11 +82,14 @@ class SnapshotBuilder:
                units: Iterable[tuple[str, str, bool, tuple[str, ...]]],
                layout: Mapping[str, Mapping[int, tuple[tuple[int, int], ...] | None]],
                hosts: Mapping[int, str | None] | None = None, workers: Iterable[str] = (),
-               probe_latency: Mapping[int, float] | None = None) -> MetricsSnapshot:
+               events: Iterable[ProbeRecord | Change] = (), dropped_events: int = 0) -> MetricsSnapshot:
         """`rows`: (unit, spu, counts) of every SPU; `units`: (name, kind, key_grouped, inputs);
-        `layout`: each unit's live SPUs and their intervals; `hosts`: SPU -> worker."""
+        `layout`: each unit's live SPUs and their intervals; `hosts`: SPU -> worker; `events`: what
+        ControlEvents recorded since the previous snapshot, in order."""
         hosts = hosts or {}
-        probe_latency = probe_latency or {}
+        probes = tuple(e for e in events if isinstance(e, ProbeRecord))
+        changes = tuple(e for e in events if isinstance(e, Change))
+        newest: dict[tuple[str, int], ProbeRecord] = {(p.unit, p.spu): p for p in probes}
         reading = _Reading(now, {(unit, spu): dict(counts) for unit, spu, counts in rows})
         last = self._last
         period = now - last.time if last is not None else 0.0
@@ -91,15 +100,15 @@ class SnapshotBuilder:
                 counts = reading.counts.get((name, spu), {})
                 before = last.counts.get((name, spu)) if last is not None else None
                 spus[spu] = _spu_metrics(spu, hosts.get(spu), intervals, counts, before, period,
-                                         probe_latency.get(spu))
+                                         newest.get((name, spu)))
             out[name] = UnitMetrics(name, kind, key_grouped, tuple(inputs), spus)
         self._last = reading
-        return MetricsSnapshot(now, period, out, tuple(workers))
+        return MetricsSnapshot(now, period, out, tuple(workers), probes, changes, dropped_events)
 
 
 def _spu_metrics(spu: int, worker: str | None, intervals: tuple[tuple[int, int], ...] | None,
                  counts: Mapping[str, int], before: Mapping[str, int] | None, period: float,
-                 probe_latency: float | None) -> SpuMetrics:
+                 probe: ProbeRecord | None) -> SpuMetrics:
     processed_rate = emitted_rate = busy = true_rate = None
     if before is not None and period > 0:
         processed = counts.get("processed", 0) - before.get("processed", 0)
@@ -109,4 +118,7 @@ def _spu_metrics(spu: int, worker: str | None, intervals: tuple[tuple[int, int],
         true_rate = processed / busy_s if busy_s > 0 and processed > 0 else None
     return SpuMetrics(spu, worker, tuple(intervals) if intervals else None, processed_rate, emitted_rate, busy,
                       true_rate, int(counts.get("queue_depth", 0) + counts.get("backlog", 0)),
-                      int(counts.get("pes", 0)), probe_latency)
+                      int(counts.get("pes", 0)),
+                      None if probe is None else (probe.sample.latency if probe.sample.latency is not None
+                                                  else float("inf")),
+                      () if probe is None else probe.hashes)

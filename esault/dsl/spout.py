@@ -44,6 +44,12 @@ class Spout:
     def close(self) -> None:
         """Called once when the job stops."""
 
+    def backlog(self) -> int | None:
+        """Tuples the source holds ready but has not emitted yet (a Kafka consumer's lag, the rest of a
+        burst), or None when it cannot tell. Read on the SPU's thread at every tick and exported as the
+        spout's `backlog`: a rate-based controller (DS2) sees the demand max_spout_pending hides."""
+        return None
+
     def snapshot_position(self) -> Any:
         """Where this source is, for a checkpoint: everything emitted so far lies before it.
 

@@ -25,7 +25,9 @@ class Grouping(enum.Enum):
 
 
 _ELASTIC_FIELDS = {f.name for f in dataclasses.fields(ElasticityConfig)}
-_BOLT_OPTIONS = {"params", "pe_idle_timeout", "chain", "placement"} | _ELASTIC_FIELDS
+_BOLT_OPTIONS = {"params", "pe_idle_timeout", "chain", "placement", "versions"} | _ELASTIC_FIELDS
+DECLARED_VERSION = "declared"
+"""The version name of the class and params a bolt was declared with (set_bolt's own)."""
 _SPOUT_OPTIONS = {"params", "max_pending", "placement"}
 PLACEMENTS = ("driver", "worker")
 
@@ -56,6 +58,17 @@ class UnitSpec:
     placement: str | None = None
     """Where its SPUs run with worker processes: "driver", "worker", or None for the class's
     `esault_placement`, else the default (spouts in the driver, bolts in workers)."""
+    versions: Mapping[str, tuple[type, Mapping[str, Any]]] = field(default_factory=dict)
+    """Code this bolt may be swapped to while it runs, by name (Job.swap, the REST API, `esault swap`):
+    an operator names a version the topology file declared, never a class. Includes DECLARED_VERSION."""
+
+    def version(self, name: str) -> tuple[type, Mapping[str, Any]]:
+        """The (bolt class, params) of a declared version; TopologyError naming the ones there are."""
+        if name not in self.versions:
+            declared = ", ".join(sorted(self.versions)) or "none"
+            raise TopologyError(f"bolt {self.name!r} has no version {name!r}; declared: {declared} (declare "
+                                f"more with set_bolt({self.name!r}, ..., versions={{'v2': (NewBolt, params)}}))")
+        return self.versions[name]
 
     @property
     def where(self) -> str:
@@ -261,6 +274,7 @@ class TopologyBuilder:
             max_pending = options.get("max_pending")
             if max_pending is not None and (not isinstance(max_pending, int) or max_pending < 1):
                 raise TopologyError(f"spout {name!r}: max_pending must be a whole number >= 1, got {max_pending!r}")
+            versions = {} if is_spout else _versions(name, cls, options)
             units[name] = UnitSpec(
                 name=name,
                 cls=cls,
@@ -273,9 +287,34 @@ class TopologyBuilder:
                 elasticity=elasticity,
                 chain=bool(options.get("chain", True)),
                 placement=placement,
+                versions=versions,
             )
         plain = Topology(self.name, tuple(units[n] for n in _topological_order(units)))
         return _with_stages(plain)
+
+
+def _versions(name: str, cls: type, options: Mapping[str, Any]) -> dict[str, tuple[type, Mapping[str, Any]]]:
+    """The `versions` option checked: {name: BoltClass or (BoltClass, params)}, plus the declared one."""
+    raw = options.get("versions") or {}
+    if not isinstance(raw, Mapping):
+        raise TopologyError(f"bolt {name!r}: versions must be a dict {{'v2': NewBolt or (NewBolt, params)}}, "
+                            f"got {raw!r:.100}")
+    out: dict[str, tuple[type, Mapping[str, Any]]] = {DECLARED_VERSION: (cls, dict(options.get("params", {})))}
+    for version, value in raw.items():
+        if not isinstance(version, str) or not version.replace("_", "").replace("-", "").replace(".", "").isalnum():
+            raise TopologyError(f"bolt {name!r}: version name {version!r} is invalid: use letters, digits, "
+                                "'-', '_' and '.' (e.g. 'v2')")
+        if version == DECLARED_VERSION:
+            raise TopologyError(f"bolt {name!r}: the version name {DECLARED_VERSION!r} is taken by the class "
+                                "set_bolt declares; pick another name")
+        bolt, params = (value if isinstance(value, tuple) and len(value) == 2 else (value, {}))
+        if not (inspect.isclass(bolt) and issubclass(bolt, Bolt)):
+            raise TopologyError(f"bolt {name!r}: version {version!r} must be a Bolt subclass or (BoltClass, "
+                                f"params), got {value!r:.100}")
+        if not isinstance(params, Mapping):
+            raise TopologyError(f"bolt {name!r}: version {version!r}: params must be a dict, got {params!r:.100}")
+        out[version] = (bolt, dict(params))
+    return out
 
 
 def _with_stages(plain: Topology) -> Topology:

@@ -78,7 +78,8 @@ stops (its counts live on in its unit's retired total, esault.metrics.stats.Stat
 SPU_GAUGES: Final = (
     SpuMetric("esault_pes", "pes", "Processing elements (one per live key group) in the SPU."),
     SpuMetric("esault_queue_depth", "queue_depth", "Spout SPUs: tuples held back by max_spout_pending."),
-    SpuMetric("esault_backlog", "backlog", "Bolt SPUs: messages (mostly batches) waiting in the mailbox."),
+    SpuMetric("esault_backlog", "backlog", "Bolt SPUs: messages (mostly batches) waiting in the mailbox; spout SPUs: tuples their source "
+              "has ready but not emitted (Spout.backlog(), e.g. Kafka lag)."),
     SpuMetric("esault_inflight_tuples", "inflight",
               "Spout tuples emitted and not yet acked or failed (spout SPUs)."),
 )

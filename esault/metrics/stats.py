@@ -56,7 +56,7 @@ class SpuStats:
         self.pes = 0
         self.queue_depth = 0
         self.inflight = 0
-        self.backlog = 0  # bolts: messages waiting in the SPU's mailbox after its last batch
+        self.backlog = 0  # bolts: messages waiting in the SPU's mailbox; spouts: tuples their source has ready
 
     def as_dict(self) -> dict[str, int]:
         return {

@@ -20,18 +20,21 @@ from esault.runtime.acker import AckServerActor
 from esault.runtime.context import JobContext
 from esault.runtime.coordinator import ReconfigurationCoordinator, ScaleRequest
 from esault.control.controller import Controller
+from esault.control.events import Change, ControlEvents
+from esault.control.latency import LatencyController
 from esault.control.runner import ControllerRunner
 from esault.dsl.topology import Grouping
 from esault.runtime.unit import AbortReconfiguration
 from esault.runtime.messages import (
     Drain, FailPending, GetLayout, GetPending, GetRoutes, GetSpus, ScaleResult, SpusChanged,
 )
-from esault.runtime.monitor import LatencyMonitorActor
+from esault.runtime.prober import LatencyProberActor
 from esault.runtime.ticker import Ticker
 from esault.metrics.stats import SpuStats
 from esault.runtime.unit import LaunchSpus, SpuLauncher, UnitActor
 from esault.checkpoint.coordinator import AckCollector, CheckpointAcksActor, CheckpointCoordinator
-from esault.errors import ConfigError, ScalingError
+from esault.errors import ConfigError, EsaultError, ScalingError
+from esault.dsl.topology import DECLARED_VERSION
 from esault.keyhash import KEY_SPACE_MAX
 
 log = logging.getLogger("esault")
@@ -106,8 +109,14 @@ class Job:
             self.coordinator = ReconfigurationCoordinator(topology, self.units)
             self.coordinator.between = self.checkpoints.due_in
             self.coordinator.run_task(lambda: None)  # wakes the control thread to time the first checkpoint
-            self.monitors = self._start_monitors() if config.elasticity else {}
+            self._logic_versions: dict[str, str | None] = {}
+            self.events = ControlEvents()
+            self.coordinator.listeners.append(self._record_change)
             self.controllers: list[ControllerRunner] = []
+            self.probers: dict[str, Any] = {}
+            self.latency_controllers: dict[str, LatencyController] = {}
+            if config.elasticity:
+                self._start_latency_control()
         except Exception:
             self._stop_actors()
             gc_policy.leave(config.gc_gen0_threshold)
@@ -186,30 +195,31 @@ class Job:
         local = [s for s in self.ctx.stats.totals() if s.topology == self.name]
         return local + (self.remote_stats(self.name) if self.remote_stats else [])
 
-    def _start_monitors(self) -> dict[str, Any]:
-        """A latency monitor per elastic bolt that can scale (not global-grouped)."""
-        monitors: dict[str, Any] = {}
+    def _start_latency_control(self) -> None:
+        """The built-in policy: per elastic bolt that can scale (not global-grouped), a prober actor that
+        measures and a LatencyController that decides, run like any user controller."""
         for spec in self.topology.units:
             if spec.is_spout or not spec.elasticity.elastic or self.topology.chained(spec.name):
                 continue
             if any(i.grouping is Grouping.GLOBAL for i in spec.inputs):
                 continue
-            unit = self.units[spec.name]
-            spus, layout = unit.ask(GetSpus()), unit.ask(GetLayout())
-            monitor = self._start_named(f"monitor-{spec.name}", lambda: LatencyMonitorActor.start(
-                self.ctx, spec, self.coordinator, spus, layout))
-            self.ctx.ticker.subscribe(monitor)
-            monitors[spec.name] = monitor
-        if monitors:
-            self.coordinator.listeners.append(self._tell_monitor)
-        return monitors
+            spus = self.units[spec.name].ask(GetSpus())
+            prober = self._start_named(f"monitor-{spec.name}", lambda: LatencyProberActor.start(
+                self.ctx, spec, self.events, spus))
+            self.ctx.ticker.subscribe(prober)
+            self.probers[spec.name] = prober
+            controller = LatencyController(spec.name, spec.elasticity)
+            self.latency_controllers[spec.name] = controller
+            self.add_controller(controller)
 
-    def _tell_monitor(self, result: ScaleResult) -> None:
-        """Runs on the coordinator thread (which may ask): the monitor learns the new layout."""
-        monitor = self.monitors.get(result.unit)
-        if monitor is not None:
+    def _record_change(self, result: ScaleResult) -> None:
+        """Runs on the coordinator thread (which may ask): the prober probes the new SPUs, and every
+        controller reads the change in its next snapshot."""
+        prober = self.probers.get(result.unit)
+        if prober is not None:
             unit = self.units[result.unit]
-            monitor.tell(SpusChanged(unit.ask(GetSpus()), unit.ask(GetLayout()), result))
+            prober.tell(SpusChanged(unit.ask(GetSpus()), unit.ask(GetLayout()), result))
+        self.events.record(Change(self.clock.now(), result))
 
     @property
     def data_dir(self):
@@ -235,8 +245,9 @@ class Job:
 
     def add_controller(self, controller: Controller) -> ControllerRunner:
         """Run `controller` against this job: every controller.interval seconds it gets a MetricsSnapshot and
-        its operations are applied (esault.control). Stopped with the job. Turn the latency monitor off
-        (elasticity=False) for the units it drives, or the two policies fight."""
+        its operations are applied (esault.control). Stopped with the job. Turn the built-in
+        LatencyController off (elasticity=False, or elastic=False on the bolt) for the units it drives,
+        or the two policies fight."""
         runner = ControllerRunner(self, controller)
         self.controllers.append(runner)
         return runner.start()
@@ -292,7 +303,34 @@ class Job:
             future.set_exception(ScalingError(
                 f"assign_logic of {unit!r}: {bolt.__name__}(**params) cannot be built: {exc}"))
             return future
-        return self.coordinator.submit(ScaleRequest("assign_logic", unit, -1, None, None, reason, logic=spec))
+        submitted = self.coordinator.submit(ScaleRequest("assign_logic", unit, -1, None, None, reason, logic=spec))
+        named = [v for v, (cls, kwargs) in spec.versions.items() if cls is bolt and dict(kwargs) == spec.params]
+
+        def running(done: Future) -> None:
+            if done.exception() is None:
+                self._logic_versions[unit] = named[0] if named else None
+
+        submitted.add_done_callback(running)
+        return submitted
+
+    def swap(self, unit: str, version: str, timeout: float | None = 60.0, reason: str = "manual") -> ScaleResult:
+        """assign_logic to a version the topology declared (set_bolt(..., versions={...})): what the REST API
+        and `esault swap` use, so a client names code the operator deployed and never a class."""
+        return self.swap_async(unit, version, reason).result(timeout)
+
+    def swap_async(self, unit: str, version: str, reason: str = "manual") -> Future:
+        try:
+            bolt, params = self.topology.unit(unit).version(version)
+        except EsaultError as exc:
+            future: Future = Future()
+            future.set_exception(ScalingError(str(exc)))
+            return future
+        return self.assign_logic_async(unit, bolt, params, reason)
+
+    def logic_version(self, unit: str) -> str | None:
+        """The declared version `unit` runs now (None: code given to assign_logic that no version names)."""
+        self.topology.unit(unit)  # TopologyError for a unit that is not there
+        return self._logic_versions.get(unit, DECLARED_VERSION)
 
     def workload(self, unit: str) -> dict[int, list[tuple[int, int]]]:
         """{spu: [(lo, hi), ...]} of key-grouped `unit` now: the form assign_workload takes."""
@@ -526,9 +564,9 @@ class Job:
             except Exception as exc:  # status is best effort at shutdown
                 log.warning("could not take final status of %r: %r", self.name, exc)
             self._stopped = True
-        for monitor in getattr(self, "monitors", {}).values():
-            self.ctx.ticker.unsubscribe(monitor)
-            monitor.stop(block=True)
+        for prober in getattr(self, "probers", {}).values():
+            self.ctx.ticker.unsubscribe(prober)
+            prober.stop(block=True)
         self.coordinator.stop()
         self.ctx.ticker.stop()
         self._stop_actors()

@@ -266,7 +266,7 @@ class SpuConfig:
 
 @dataclass(frozen=True, slots=True)
 class Probe:
-    """monitor -> SPU: queue behind the data, then report latency and load (PAPER_NOTES §5)."""
+    """prober -> SPU: queue behind the data, then report latency and load (PAPER_NOTES §5)."""
 
     probe_id: int
     sent_at: float
@@ -276,7 +276,7 @@ class Probe:
 
 @dataclass(frozen=True, slots=True)
 class ProbeReturned:
-    """SPU -> monitor: `processed` tuples since its previous probe; recent key hashes for split points."""
+    """SPU -> prober: `processed` tuples since its previous probe; recent key hashes for split points."""
 
     spu_id: int
     probe_id: int
@@ -287,18 +287,11 @@ class ProbeReturned:
 
 @dataclass(frozen=True, slots=True)
 class SpusChanged:
-    """coordinator listener -> monitor: the unit's SPUs and intervals after a reconfiguration."""
+    """Job -> latency prober: the unit's SPUs and intervals after a reconfiguration."""
 
     spus: dict[int, Any]
     layout: dict[int, tuple[tuple[int, int], ...] | None]
     result: Any = None
-
-
-@dataclass(frozen=True, slots=True)
-class ScaleRefused:
-    """coordinator callback -> monitor: the requested split or merge did not happen."""
-
-    reason: str
 
 
 # --- worker processes -------------------------------------------------------

@@ -233,7 +233,21 @@ class SpoutSpuActor(SenderActor):
             self.actor_ref.tell(Pump())
 
     def _on_tick(self, msg: Tick) -> None:
+        self._read_backlog()
         self._schedule()
+
+    def _read_backlog(self) -> None:
+        try:
+            backlog = self.spout.backlog()
+        except Exception as exc:
+            self._error_log("topology %r: spout %r backlog() raised %r", self.job.name, self.unit_name, exc)
+            self.stats.user_errors += 1
+            return
+        if backlog is not None and (not isinstance(backlog, int) or isinstance(backlog, bool) or backlog < 0):
+            self._error_log("topology %r: spout %r backlog() returned %r; return a whole number >= 0 or None",
+                            self.job.name, self.unit_name, backlog)
+            backlog = None
+        self.stats.backlog = backlog or 0
 
     # --- outcomes ---------------------------------------------------------
 

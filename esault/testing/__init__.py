@@ -52,6 +52,10 @@ class ListSpout(ReplayingSpout):
         """How far into items this spout may emit now; override to hold some back."""
         return len(self.items)
 
+    def backlog(self) -> int:
+        """Items it may emit now and has not (what max_spout_pending holds back)."""
+        return max(0, self.limit() - self.position)
+
     def next_tuple(self) -> None:
         end = min(self.position + self.per_call, self.limit())
         for i in range(self.position, end):

@@ -11,6 +11,7 @@ import pytest
 
 from esault import KEY_SPACE_MAX, ConfigError
 from esault.api import ControlApi
+from esault.testing import wait_until
 from test_split_merge import assert_exact, build, sequenced_items
 from topology_parts import GATES
 
@@ -69,6 +70,30 @@ def test_reads_and_operations_through_the_api_keep_every_key_exact(cluster, conf
     GATES["api"].set()
     assert job.wait(60), job.status()
     assert_exact("api", keys, per_key)
+
+
+def test_a_swap_names_a_declared_version_and_each_key_goes_on_from_its_state(cluster, config, api):
+    from test_assign_workload import swapped_exactly
+    from topology_parts import SequenceCheckBoltV2
+
+    keys, per_key = 60, 30
+    items = sequenced_items(keys, per_key, seed=43)
+    job = cluster.submit(build("swap", items, "swap", hold_at=len(items) // 2, versions={"v2": SequenceCheckBoltV2}),
+                         config)
+    base = f"{api.url}/api/jobs/swap/units"
+    wait_until(lambda: job.status()["units"]["check"]["processed"] >= len(items) // 2, 30,
+               message="the first half processed by the declared code")
+    status, units = call(base)
+    assert (units["units"]["check"]["versions"], units["units"]["check"]["version"]) == (["declared", "v2"], "declared")
+    got, answer = call(f"{base}/check/swap", "POST", {"version": "SequenceCheckBoltV2"})
+    assert got == 400 and "has no version 'SequenceCheckBoltV2'; declared: declared, v2" in answer["error"]
+    status, result = call(f"{base}/check/swap", "POST", {"version": "v2"})
+    assert status == 200 and result["action"] == "assign_logic" and len(result["retired"]) == 2
+    assert call(base)[1]["units"]["check"]["version"] == "v2" and job.logic_version("check") == "v2"
+    GATES["swap"].set()
+    assert job.wait(60), job.status()
+    assert_exact("swap", keys, per_key)
+    assert swapped_exactly("swap") == keys * (per_key - per_key // 2), "the second half ran on the new code"
 
 
 def test_every_bad_request_gets_a_clear_error_and_the_api_goes_on(cluster, config, api):

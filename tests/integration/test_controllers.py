@@ -7,7 +7,7 @@ from pathlib import Path
 
 from esault import TopologyBuilder
 from esault.control import Controller, DS2Controller, Rescale
-from esault.testing import CollectorBolt, wait_until
+from esault.testing import CollectorBolt, ListSpout, wait_until
 from test_split_merge import assert_exact, sequenced_items
 from topology_parts import PHASES, PhasedSpout, SlowSequenceBolt
 
@@ -25,6 +25,38 @@ def phased_job(cluster, config, name: str, keys: int = 100, per_key: int = 60):
                      elastic=False).key_grouping("src")
     builder.set_bolt("out", CollectorBolt, params={"name": name}).global_grouping("check")
     return cluster.submit(builder.build(), config), keys, per_key
+
+
+class BrokenBacklogSpout(ListSpout):
+    def backlog(self) -> int:
+        raise RuntimeError("the source lost count")
+
+
+def backlog_job(cluster, config, name: str, spout: type):
+    items = sequenced_items(40, 25, seed=len(name))
+    builder = TopologyBuilder(name)
+    builder.set_spout("src", spout, params={"items": items}, max_pending=20)
+    builder.set_bolt("check", SlowSequenceBolt, 1, params={"seconds": 0.001}, elastic=False).key_grouping("src")
+    builder.set_bolt("out", CollectorBolt, params={"name": name}).global_grouping("check")
+    return cluster.submit(builder.build(), config), len(items)
+
+
+def spout_counts(job) -> dict:
+    return next(s.as_dict() for s in job.spu_counters() if s.unit == "src" and s.spu >= 0)
+
+
+def test_a_spouts_backlog_is_exported_and_a_failing_backlog_call_loses_nothing(cluster, config):
+    job, total = backlog_job(cluster, config, "backlog", ListSpout)
+    seen = wait_until(lambda: (b := spout_counts(job).get("backlog", 0)) > 100 and b, 30,
+                      message="the throttled spout reports what it holds back")
+    assert seen <= total
+    assert job.wait(60), job.status()
+    wait_until(lambda: spout_counts(job).get("backlog", 0) == 0, 10, message="nothing left once it finished")
+    assert_exact("backlog", 40, 25)
+    broken, _ = backlog_job(cluster, config, "nobacklog", BrokenBacklogSpout)
+    assert broken.wait(60), broken.status()
+    assert broken.status()["units"]["src"]["user_errors"] >= 1
+    assert_exact("nobacklog", 40, 25)
 
 
 def test_ds2_rescales_a_saturated_bolt_in_one_step_and_back_to_one_in_the_lull(cluster, config):

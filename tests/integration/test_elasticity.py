@@ -43,7 +43,7 @@ def load_step_splits_then_merges(cluster, config, name: str, collector: type = C
 
 def test_a_load_step_splits_the_bolt_and_the_lull_merges_it_back_with_exact_results(cluster, config):
     job = load_step_splits_then_merges(cluster, config, "elastic")
-    decisions = job.monitors["check"].proxy().decisions.get()
+    decisions = job.latency_controllers["check"].decisions
     assert [d[0] for d in decisions][:2] == ["split", "merge"]
     assert "timed out" in decisions[0][2] or "timeout" in decisions[0][2]
 
@@ -55,16 +55,17 @@ def test_only_the_spus_a_change_touched_start_their_load_history_over(cluster, c
     items = sequenced_items(40, 3, seed=9)
     job = cluster.submit(build("keep", items, "keep", hold_at=len(items), parallelism=3),
                          config.replace(elasticity=True))
-    monitor = job.monitors["check"].proxy()
+    controller = job.latency_controllers["check"]
     a, b, c = job.spus("check")
-    before = monitor.detectors.get()
+    before = wait_until(lambda: len(d := dict(controller.detectors)) == 3 and d, 10,
+                        message="the controller's first snapshot")
     split = job.split("check", a)
-    after_split = wait_until(lambda: (d := monitor.detectors.get()) and split.receiver in d and d, 10,
-                             message="the monitor saw the split")
+    after_split = wait_until(lambda: (d := dict(controller.detectors)) and split.receiver in d and d, 10,
+                             message="the controller saw the split")
     assert after_split[b] is before[b] and after_split[c] is before[c]
     assert after_split[a] is not before[a]
     job.merge("check", b, into=c)
-    after_merge = wait_until(lambda: (d := monitor.detectors.get()) and b not in d and d, 10,
-                             message="the monitor saw the merge")
+    after_merge = wait_until(lambda: (d := dict(controller.detectors)) and b not in d and d, 10,
+                             message="the controller saw the merge")
     assert after_merge[c] is before[c], "the merge receiver keeps its peak"
     assert after_merge[a] is after_split[a]

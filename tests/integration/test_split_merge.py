@@ -30,11 +30,12 @@ def sequenced_items(keys: int, per_key: int, seed: int) -> list[tuple[str, int]]
     return items
 
 
-def build(name: str, items, gate: str, hold_at: int, parallelism: int = 2):
+def build(name: str, items, gate: str, hold_at: int, parallelism: int = 2, versions: dict | None = None):
     GATES[gate] = threading.Event()
     builder = TopologyBuilder(name)
     builder.set_spout("src", GatedListSpout, params={"items": items, "gate": gate, "hold_at": hold_at})
-    builder.set_bolt("check", SequenceCheckBolt, parallelism, pe_idle_timeout=None).key_grouping("src")
+    builder.set_bolt("check", SequenceCheckBolt, parallelism, pe_idle_timeout=None,
+                     **({"versions": versions} if versions else {})).key_grouping("src")
     builder.set_bolt("out", CollectorBolt, params={"name": name}).global_grouping("check")
     return builder.build()
 

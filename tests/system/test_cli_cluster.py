@@ -124,11 +124,13 @@ def test_a_worker_without_keys_is_told_how_to_get_them():
     assert "--secret-key worker-N.key_secret and --driver-key driver.key" in result.stderr
 
 
-KEYED = TOPOLOGY.replace("b.set_bolt('up', Upper, 2, elastic=False).shuffle_grouping('src')",
-                         "b.set_bolt('up', Upper, 2, elastic=False).key_grouping('src')")
+KEYED = TOPOLOGY.replace(
+    "b.set_bolt('up', Upper, 2, elastic=False).shuffle_grouping('src')",
+    "class Lower(Bolt):\n    def process(self, tup):\n        self.emit(tup.key, tup.value.lower())\n\n"
+    "b.set_bolt('up', Upper, 2, elastic=False, versions={'lower': Lower}).key_grouping('src')")
 
 
-def test_rescale_move_and_assign_commands_reconfigure_a_running_job_over_its_api(tmp_path: Path):
+def test_rescale_move_assign_and_swap_commands_reconfigure_a_running_job_over_its_api(tmp_path: Path):
     (tmp_path / "paced.py").write_text(KEYED)
     driver = esault("run", "paced.py", "--workers", "2", "--api-port", "0", "--duration", "120",
                     "--guarantee", "at_least_once", "--data-dir", str(tmp_path / "data"), cwd=tmp_path)
@@ -156,6 +158,12 @@ def test_rescale_move_and_assign_commands_reconfigure_a_running_job_over_its_api
         target = "w2" if row["worker"] == "w1" else "w1"
         moved = run("move", url, "paced", "up", spu, target)
         assert moved.returncode == 0 and f"retired [{spu}]" in moved.stdout, moved.stderr
+        swapped = run("swap", url, "paced", "up", "lower")
+        assert swapped.returncode == 0 and "assign_logic of 'up'" in swapped.stdout, swapped.stderr
+        assert call(url, "/api/jobs/paced/units")["units"]["up"]["version"] == "lower"
+        unknown = run("swap", url, "paced", "up", "Upper")  # a class name is not a version: nothing is imported
+        assert unknown.returncode == 2 and "has no version 'Upper'; declared: declared, lower" in unknown.stderr, \
+            unknown.stderr
         bad = run("assign", url, "paced", "up", "{not json")
         assert bad.returncode == 2 and "the assignment is not JSON" in bad.stderr
         refused = run("rescale", url, "paced", "src", "2")

@@ -17,7 +17,9 @@ from esault.testing import reset_collected
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "tests" / "integration"))
 from test_split_merge import sequenced_items  # noqa: E402
-from topology_parts import GATES, DriverCollectorBolt, GatedListSpout, SequenceCheckBolt  # noqa: E402
+from topology_parts import (  # noqa: E402
+    GATES, DriverCollectorBolt, GatedListSpout, SequenceCheckBolt, SequenceCheckBoltV2,
+)
 
 pytestmark = pytest.mark.system
 
@@ -37,7 +39,8 @@ def page(tmp_path_factory):
     GATES["web"] = threading.Event()
     builder = TopologyBuilder("web")
     builder.set_spout("src", GatedListSpout, params={"items": items, "gate": "web", "hold_at": len(items) // 2})
-    builder.set_bolt("check", SequenceCheckBolt, 2, pe_idle_timeout=None).key_grouping("src")
+    builder.set_bolt("check", SequenceCheckBolt, 2, pe_idle_timeout=None,
+                     versions={"v2": SequenceCheckBoltV2}).key_grouping("src")
     builder.set_bolt("out", DriverCollectorBolt, params={"name": "web"}).global_grouping("check")
     out = tmp_path_factory.mktemp("web")
     with LocalCluster(workers=2) as cluster:
@@ -71,6 +74,8 @@ def test_the_page_lists_every_spu_with_its_worker_intervals_and_operations(page)
     assert dom.count(">split</button>") == 3 and ">rescale</button>" in dom
     assert ">split</td>" in dom  # the history table shows the split made before the page loaded
     assert "[0, " in dom  # intervals rendered
+    assert ">swap code</button>" in dom and "<option>v2</option>" in dom and "<b>declared</b>" in dom
+    assert '<button id="savepoint" hidden="">' in dom, "no savepoints at at_least_once: the button is hidden"
 
 
 def test_the_screenshot_shows_the_topology_graph_and_the_tables(page):

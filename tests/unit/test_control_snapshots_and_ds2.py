@@ -14,9 +14,9 @@ UNITS = [("src", "spout", False, ()), ("count", "bolt", True, ("src",)), ("out",
 LAYOUT = {"src": {1: None}, "count": {2: ((0, 99),), 3: ((100, 2**31 - 1),)}, "out": {4: None}}
 
 
-def rows(src_emitted: int, count: tuple[tuple[int, int, int], ...], out_processed: int = 0):
+def rows(src_emitted: int, count: tuple[tuple[int, int, int], ...], out_processed: int = 0, src_backlog: int = 0):
     """(processed, emitted, busy_us) per count SPU, in SPU order 2, 3."""
-    out = [("src", 1, {"emitted": src_emitted})]
+    out = [("src", 1, {"emitted": src_emitted, "backlog": src_backlog})]
     for spu, (processed, emitted, busy_us) in zip((2, 3), count):
         out.append(("count", spu, {"processed": processed, "emitted": emitted, "busy_us": busy_us,
                                    "queue_depth": 4, "pes": 10}))
@@ -47,7 +47,8 @@ def test_an_spu_that_appears_between_readings_has_no_rate_yet():
     assert snap.unit("count").spus[3].processed_rate is None and snap.unit("count").spus[3].true_rate is None
 
 
-def snapshots(src_rate: float, true_rate: float, selectivity: float = 1.0, spus: int = 2, seconds: float = 2.0):
+def snapshots(src_rate: float, true_rate: float, selectivity: float = 1.0, spus: int = 2, seconds: float = 2.0,
+              src_backlog: int = 0):
     """Two readings `seconds` apart: the spout emits src_rate/s, the count SPUs share that input and process
     it at `true_rate` tuples per busy second each."""
     builder = SnapshotBuilder()
@@ -55,7 +56,7 @@ def snapshots(src_rate: float, true_rate: float, selectivity: float = 1.0, spus:
     per_spu = src_rate * seconds / spus
     busy_us = int(per_spu / true_rate * 1e6)
     counts = tuple((int(per_spu), int(per_spu * selectivity), busy_us) for _ in range(spus))
-    return builder.update(seconds, rows(int(src_rate * seconds), counts), UNITS, LAYOUT)
+    return builder.update(seconds, rows(int(src_rate * seconds), counts, src_backlog=src_backlog), UNITS, LAYOUT)
 
 
 @given(src_rate=st.floats(100, 1e6), true_rate=st.floats(100, 1e6), headroom=st.sampled_from([1.0, 1.2, 1.5]))
@@ -87,8 +88,20 @@ def test_ds2_propagates_targets_through_selectivity_and_leaves_units_it_is_not_g
     assert DS2Controller(["other"]).needed(snap) == {}
 
 
+def test_ds2_sees_the_demand_a_throttled_spout_holds_back_in_its_backlog():
+    """Under back-pressure a spout emits what the bolts manage: DS2 on emit rates alone would keep the
+    parallelism it has. The backlog, worked off over catch_up seconds, is the demand it adds."""
+    throttled = snapshots(src_rate=1_000, true_rate=500)  # two SPUs, saturated: 1000/s is all they manage
+    assert DS2Controller(["count"], headroom=1.0).needed(throttled) == {"count": 2}
+    behind = snapshots(src_rate=1_000, true_rate=500, src_backlog=30_000)
+    assert DS2Controller(["count"], headroom=1.0, catch_up=30.0).needed(behind) == {"count": 4}  # 2000/s
+    assert DS2Controller(["count"], headroom=1.0, catch_up=10.0).needed(behind) == {"count": 8}  # 4000/s
+
+
 def test_ds2_refuses_bad_settings_clearly():
     with pytest.raises(ConfigError, match="1 <= min_spus <= max_spus"):
         DS2Controller(min_spus=3, max_spus=2)
     with pytest.raises(ConfigError, match="headroom is a factor >= 1"):
         DS2Controller(headroom=0.5)
+    with pytest.raises(ConfigError, match="catch_up is the seconds"):
+        DS2Controller(catch_up=0)

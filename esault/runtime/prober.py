@@ -1,0 +1,95 @@
+"""LatencyProberActor: sends the latency probes of one elastic bolt and records each round trip.
+
+Every probe_period a Probe goes to each SPU; it queues behind the data, so its
+round trip is that SPU's processing latency. A probe not back within
+max_latency counts as timed out at once (a late return is ignored). Each
+outcome goes to the job's ControlEvents as a ProbeRecord, where the
+LatencyController (esault/control/latency.py) reads it: this actor measures,
+the controller decides.
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+from typing import Any
+
+import pykka
+
+from esault.control.events import ControlEvents, ProbeRecord
+from esault.dsl.topology import UnitSpec
+from esault.elasticity.detector import ProbeSample
+from esault.metrics import registry as metrics
+from esault.runtime.context import JobContext
+from esault.runtime.messages import Probe, ProbeReturned, SpusChanged, Tick
+
+log = logging.getLogger("esault.elasticity")
+
+
+class LatencyProberActor(pykka.ThreadingActor):
+    """One per elastic bolt unit, in the driver."""
+
+    def __init__(self, job: JobContext, spec: UnitSpec, events: ControlEvents, spus: dict[int, Any]) -> None:
+        super().__init__()
+        self.job = job
+        self.spec = spec
+        self.cfg = spec.elasticity
+        self.events = events
+        self.spus = dict(spus)
+        self.outstanding: dict[int, tuple[int, float]] = {}  # probe id -> (spu, sent_at)
+        self._ids = itertools.count(1)
+        self.next_probe_at = job.clock.now()
+
+    def on_stop(self) -> None:
+        for spu in self.spus:  # the job is over: its probe series go with it
+            metrics.forget_probe_latency(self.job.name, self.spec.name, spu)
+
+    def on_receive(self, message: Any) -> Any:
+        try:
+            kind = type(message)
+            if kind is Tick:
+                self._on_tick(message.now)
+            elif kind is ProbeReturned:
+                self._on_probe_returned(message)
+            elif kind is SpusChanged:
+                self._on_spus_changed(message)
+            else:
+                metrics.count_unknown_message("LatencyProberActor")
+        except Exception:
+            log.exception("latency prober of %r failed handling %s", self.spec.name, type(message).__name__)
+        return None
+
+    def _on_tick(self, now: float) -> None:
+        max_latency = self.cfg.max_latency
+        for probe_id, (spu, sent_at) in list(self.outstanding.items()):
+            if now - sent_at > max_latency:
+                del self.outstanding[probe_id]
+                self.events.record(ProbeRecord(self.spec.name, spu, ProbeSample(sent_at, None, 0)))
+        if now >= self.next_probe_at:
+            self.next_probe_at = max(self.next_probe_at + self.cfg.probe_period, now)
+            for spu, mailbox in self.spus.items():
+                probe_id = next(self._ids)
+                self.outstanding[probe_id] = (spu, now)
+                mailbox.tell(Probe(probe_id, now, self.actor_ref))
+
+    def _on_probe_returned(self, msg: ProbeReturned) -> None:
+        # Latency from this actor's own record of the send, never from the echoed `sent_at`: no
+        # received clock reading decides anything. A reply must come back for the SPU probed.
+        probe = self.outstanding.get(msg.probe_id)
+        if probe is None or probe[0] != msg.spu_id:
+            return  # already counted as timed out, from an SPU that is gone, or not the one probed
+        del self.outstanding[msg.probe_id]
+        spu, sent_at = probe
+        latency = self.job.clock.now() - sent_at
+        metrics.observe_probe_latency(self.job.name, self.spec.name, spu, latency)
+        hashes = tuple(h for h in msg.hashes if isinstance(h, int))[:4096]  # a frame's content is not trusted
+        self.events.record(ProbeRecord(self.spec.name, spu, ProbeSample(sent_at, latency, max(0, int(msg.processed))),
+                                       hashes))
+
+    def _on_spus_changed(self, msg: SpusChanged) -> None:
+        for gone in set(self.spus) - set(msg.spus):  # its probe series ends with it (bounded labels)
+            metrics.forget_probe_latency(self.job.name, self.spec.name, gone)
+        self.spus = dict(msg.spus)
+        # Probes in flight measured the old layout: drop them (the controller also ignores samples of a
+        # touched SPU sent before the change finished).
+        self.outstanding.clear()
