@@ -13,7 +13,7 @@ from __future__ import annotations
 from typing import Any
 
 from esault.runtime.messages import (
-    Abandon, CheckpointComplete, CheckpointStart, Drain, DriverBeat, FailPending, TriggerCheckpoint, InstallRoutes, PeerGone, PeerAddresses, PrepareGive, PrepareReceive, Probe, Shutdown, SpusChanged, SpuStarted,
+    Abandon, CancelReconfiguration, CheckpointComplete, CheckpointStart, Drain, DriverBeat, FailPending, TriggerCheckpoint, InstallRoutes, PeerGone, PeerAddresses, PrepareGive, PrepareReceive, Probe, Shutdown, SpusChanged, SpuStarted,
     SpuStopped, StartSpu, SavepointReply, SavepointRequest, StatusReply, StatusRequest, StopSpu, SubmitJob, TreesDone, WorkerHeartbeat, WorkerHello,
 )
 from esault.transport.trust import Identity, Role
@@ -22,7 +22,7 @@ __all__ = ["DRIVER_ONLY", "refusal"]
 
 DRIVER_ONLY: frozenset[type] = frozenset({
     SubmitJob, StartSpu, StopSpu, Shutdown, PeerAddresses, DriverBeat, PeerGone,  # a worker's host: placement, lifetime
-    InstallRoutes, PrepareGive, PrepareReceive, SpusChanged, Drain,  # reconfiguration (the unit actors)
+    InstallRoutes, PrepareGive, PrepareReceive, CancelReconfiguration, SpusChanged, Drain,  # reconfiguration
     TreesDone, FailPending,  # the ack server's verdicts, and the job's order to fail what is in flight
     Probe,  # the latency monitor
     TriggerCheckpoint, CheckpointStart, CheckpointComplete, Abandon,  # the checkpoint coordinator

@@ -85,10 +85,12 @@ class ControllerRunner:
             except Exception:
                 log.exception("controller %s: decide() raised; it is called again next period", self.name)
                 continue
-            for operation in operations:
-                if self._stop.is_set():
-                    return
-                self._apply(operation)
+            if self._stop.is_set():
+                return
+            if len(operations) == 1:
+                self._apply(operations[0])
+            elif operations:
+                self._apply_group(operations)
 
     def snapshot(self) -> MetricsSnapshot:
         events, self._cursor, dropped = self.job.events.since(self._cursor)
@@ -106,6 +108,24 @@ class ControllerRunner:
         except Exception as exc:  # noqa: BLE001 - a refused operation is the controller's to handle
             error = exc
             log.warning("controller %s: %s refused: %s", self.name, operation, exc)
+        self._record(operation, result, error)
+
+    def _apply_group(self, operations: list[Operation]) -> None:
+        """The operations one decide() returned apply together, atomically (Job.apply): all or none."""
+        results: list[ScaleResult | None] = [None] * len(operations)
+        error: Exception | None = None
+        try:
+            for op in operations:
+                self._check(op)
+            results = list(self.job.apply(operations, reason=None))
+            log.info("controller %s: %d operations applied atomically", self.name, len(operations))
+        except Exception as exc:  # noqa: BLE001 - a refused group is the controller's to handle
+            error = exc
+            log.warning("controller %s: atomic group of %d operations refused: %s", self.name, len(operations), exc)
+        for operation, result in zip(operations, results):
+            self._record(operation, result, error)
+
+    def _record(self, operation: Operation, result: ScaleResult | None, error: Exception | None) -> None:
         self.decisions.append(Decision(time.time(), self.name, operation, result,
                                        None if error is None else str(error)))
         try:
@@ -113,15 +133,18 @@ class ControllerRunner:
         except Exception:
             log.exception("controller %s: applied() raised", self.name)
 
-    def _execute(self, op: Operation) -> ScaleResult:
-        job = self.job
+    def _check(self, op: Operation) -> None:
         if not isinstance(op, (AssignWorkload, Rescale, AssignResource, AssignLogic, Split, Merge)):
             raise TypeError(f"controller {self.name} returned {op!r}, which is not an operation; return "
                             "AssignWorkload, Rescale, AssignResource, AssignLogic, Split or Merge (esault.control)")
-        reason = op.reason
-        if reason not in SCALING_REASONS:  # a metric label: the set must stay bounded
-            raise ValueError(f"controller {self.name} gave {op!r} the reason {reason!r}; use one of "
+        if op.reason not in SCALING_REASONS:  # a metric label: the set must stay bounded
+            raise ValueError(f"controller {self.name} gave {op!r} the reason {op.reason!r}; use one of "
                              f"{', '.join(SCALING_REASONS)} (the log and the history name the controller)")
+
+    def _execute(self, op: Operation) -> ScaleResult:
+        job = self.job
+        self._check(op)
+        reason = op.reason
         if isinstance(op, AssignWorkload):
             return job.assign_workload(op.unit, op.assignment, reason=reason)
         if isinstance(op, Rescale):

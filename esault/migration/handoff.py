@@ -113,6 +113,11 @@ class ReceiverHandoff:
     def marker_seen(self, giver: int, sender: int) -> None:
         self._seen.setdefault(giver, set()).add(sender)
 
+    def downstream_changed(self, spus: Iterable[int]) -> None:
+        """The unit downstream reconfigured first (an atomic group commits downstream first): its SPUs now
+        are the ones the givers' ForwardMarkers reach, since givers and receivers both read from it."""
+        self.downstream = frozenset(spus)
+
     def ready_givers(self) -> list[int]:
         """Pending givers whose state is in and whose ForwardMarker every downstream SPU has seen."""
         return sorted(g for g in self.pending_givers
@@ -195,6 +200,12 @@ class EarlyMessages:
         self.markers: dict[int, set[int]] = {}
         self.handoffs: dict[int, list[Any]] = {}  # reconfig id -> StateHandoff chunks, in arrival order
         self.seen: dict[int, list[tuple[int, int]]] = {}  # reconfig id -> (giver, downstream SPU)
+
+    def forget(self, reconfig_id: int) -> None:
+        """The reconfiguration was called off: drop whatever came early for it."""
+        self.markers.pop(reconfig_id, None)
+        self.handoffs.pop(reconfig_id, None)
+        self.seen.pop(reconfig_id, None)
 
     def take_markers(self, reconfig_id: int) -> set[int]:
         return self.markers.pop(reconfig_id, set())

@@ -13,6 +13,12 @@ prepare -> sync -> update (Trisk; docs/PROTOCOLS.md):
    that giver's last chunk is in. Each side says HandoffFinished; when all
    have, retired SPUs stop and the operation completes.
 
+Held operations (one unit's part of an atomic group, docs/CONTROL_PLANE.md):
+with `hold`, step 2 waits after every participant prepared (ReadyToSwitch)
+until `commit()`; `cancel()` before that calls the operation off cleanly,
+since nothing has moved yet: participants forget their ranges, the SPUs it
+started stop.
+
 The machine never sees an actor: `UnitActor` feeds it messages and carries
 out the effects it returns, so the protocol is tested with hypothesis under
 reordered, duplicated and lost messages (tests/unit/test_reconfiguration.py).
@@ -33,6 +39,7 @@ GIVER, RECEIVER = "giver", "receiver"
 
 class Phase(enum.Enum):
     PREPARING = "preparing"
+    PREPARED = "prepared"  # held: every participant prepared, the switch waits for commit()
     SWITCHED = "switched"
     DONE = "done"
     FAILED = "failed"
@@ -74,15 +81,30 @@ class Failed:
     reason: str
 
 
-Effect = SendPrepareGive | SendPrepareReceive | SwitchRoutes | StopSpus | Completed | Failed
+@dataclass(frozen=True, slots=True)
+class ReadyToSwitch:
+    """A held operation is prepared: tell whoever holds it (the group) and wait for commit() or cancel()."""
+
+
+@dataclass(frozen=True, slots=True)
+class CancelPrepared:
+    """Before any switch: the existing participants forget their ranges, the started SPUs stop."""
+
+    spus: tuple[int, ...]
+    started: tuple[int, ...]
+
+
+Effect = (SendPrepareGive | SendPrepareReceive | SwitchRoutes | StopSpus | Completed | Failed | ReadyToSwitch
+          | CancelPrepared)
 
 
 class Reconfiguration:
     """One operation on one unit: which SPUs still owe Prepared and HandoffFinished."""
 
-    def __init__(self, reconfig_id: int, plan: WorkloadPlan) -> None:
+    def __init__(self, reconfig_id: int, plan: WorkloadPlan, hold: bool = False) -> None:
         self.reconfig_id = reconfig_id
         self.plan = plan
+        self.hold = hold
         # (spu, role): an SPU may give some ranges and receive others; each role answers for itself.
         self.participants = frozenset({(g, GIVER) for g in plan.givers} | {(r, RECEIVER) for r in plan.receivers})
         self.awaiting_prepared = set(self.participants)
@@ -117,15 +139,39 @@ class Reconfiguration:
         return self._maybe_complete()
 
     def abort(self, reason: str) -> list[Effect]:
-        """A participant died or the job rolls back: the operation fails (once)."""
+        """A participant died or the job rolls back: the operation fails (once). Before the switch that is a
+        cancel (the SPUs it started stop, and would otherwise be left running with no keys)."""
+        if self.phase in (Phase.PREPARING, Phase.PREPARED):
+            return self.cancel(reason)
         if self.phase in (Phase.DONE, Phase.FAILED):
             return []
         self.phase = Phase.FAILED
         return [Failed(reason)]
 
+    def commit(self) -> list[Effect]:
+        """A held operation may switch now (its group decided). Before ReadyToSwitch it is a mistake: ignored."""
+        if self.phase is not Phase.PREPARED:
+            return []
+        self.hold = False
+        self.phase = Phase.PREPARING
+        return self._maybe_switch()
+
+    def cancel(self, reason: str) -> list[Effect]:
+        """Call off an operation that has not switched: nothing moved, so nothing is lost. After the
+        switch it is too late (the keys are moving): ignored, the operation goes on."""
+        if self.phase not in (Phase.PREPARING, Phase.PREPARED):
+            return []
+        self.phase = Phase.FAILED
+        started = set(self.plan.started)
+        existing = tuple(sorted({spu for spu, _ in self.participants} - started))
+        return [CancelPrepared(existing, tuple(self.plan.started)), Failed(reason)]
+
     def _maybe_switch(self) -> list[Effect]:
         if self.phase is not Phase.PREPARING or self.awaiting_prepared:
             return []
+        if self.hold:
+            self.phase = Phase.PREPARED
+            return [ReadyToSwitch()]
         self.phase = Phase.SWITCHED
         return [SwitchRoutes(frozenset(self.plan.givers))] + self._maybe_complete()
 

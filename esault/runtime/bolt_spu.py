@@ -24,8 +24,9 @@ from esault.runtime.context import RateLimitedLog, log
 from esault.checkpoint.alignment import Alignment
 from esault.checkpoint.store import bucket_of, pack_entries
 from esault.runtime.messages import (
-    AckUpdate, Barrier, CheckpointComplete, CheckpointStart, DataBatch, EpochMarker, HandoffFinished, Prepared,
-    ForwardMarker, MarkerSeen, PrepareGive, PrepareReceive, Probe, ProbeReturned, StateHandoff, Tick,
+    AckUpdate, Barrier, CancelReconfiguration, CheckpointComplete, CheckpointStart, DataBatch, EpochMarker,
+    ForwardMarker, HandoffFinished, InstallRoutes, MarkerSeen, PrepareGive, PrepareReceive, Prepared, Probe, ProbeReturned,
+    StateHandoff, Tick,
 )
 from esault.runtime.pe_manager import PeManager
 from esault.runtime.sender import SenderActor
@@ -68,6 +69,7 @@ class BoltSpuActor(SenderActor):
             Tick: self._on_tick,
             PrepareGive: self._on_prepare_give,
             PrepareReceive: self._on_prepare_receive,
+            CancelReconfiguration: self._on_cancel,
             EpochMarker: self._on_marker,
             StateHandoff: self._on_state,
             ForwardMarker: self._on_forward_marker,
@@ -454,6 +456,21 @@ class BoltSpuActor(SenderActor):
         self.unit_ref.tell(Prepared(msg.reconfig_id, self.spu_id, "giver"))
         if self._giving.ready:
             self._hand_off()
+
+    def _on_install_routes(self, msg: InstallRoutes) -> None:
+        super()._on_install_routes(msg)
+        if self._receiving is not None:  # a downstream unit's SPUs changed while this receives keys
+            self._receiving.downstream_changed(self.router.downstream_spus())
+            self._release_ready()
+
+    def _on_cancel(self, msg: CancelReconfiguration) -> None:
+        """Called off before the switch: no marker came and no moved key was held, so forgetting is all."""
+        if self._giving is not None and self._giving.reconfig_id == msg.reconfig_id:
+            self._giving = None
+            self._giving_to = {}
+        if self._receiving is not None and self._receiving.reconfig_id == msg.reconfig_id:
+            self._receiving = None
+        self._early.forget(msg.reconfig_id)
 
     def _on_marker(self, msg: EpochMarker) -> None:
         giving = self._giving

@@ -64,20 +64,39 @@ class ReconfigurationCoordinator:
 
     def submit(self, request: ScaleRequest) -> "Future[ScaleResult]":
         future: Future = Future()
-        if request.unit not in self.units:
-            future.set_exception(ScalingError(
-                f"no unit {request.unit!r} in topology {self.topology.name!r}; units: {', '.join(self.units)}"
-            ))
-            return future
-        if self.topology.chained(request.unit):
-            host = self.topology.host_of(request.unit)
-            future.set_exception(ScalingError(
-                f"bolt {request.unit!r} runs chained into the SPUs of {host!r} and scales with them; "
-                f"{request.action} {host!r} instead, or declare it with set_bolt({request.unit!r}, ..., chain=False)"
-            ))
+        problem = self._refusal(request)
+        if problem is not None:
+            future.set_exception(ScalingError(problem))
             return future
         self._queue.put((self.NORMAL, next(self._seq), request, future))
         return future
+
+    def submit_group(self, requests: list[ScaleRequest]) -> "Future[list[ScaleResult]]":
+        """Several operations, on different units, applied atomically: all or none (see AtomicGroup)."""
+        future: Future = Future()
+        units = [r.unit for r in requests]
+        problem = next((p for p in map(self._refusal, requests) if p is not None), None)
+        if not requests:
+            problem = "an atomic group needs at least one operation"
+        elif len(set(units)) != len(units):
+            twice = sorted({u for u in units if units.count(u) > 1})
+            problem = (f"an atomic group may hold one operation per unit, but {', '.join(map(repr, twice))} "
+                       "appear more than once; express several changes of one unit as one assign_workload")
+        if problem is not None:
+            future.set_exception(ScalingError(problem))
+            return future
+        self._queue.put((self.NORMAL, next(self._seq), lambda: self._run_group(requests), future))
+        return future
+
+    def _refusal(self, request: ScaleRequest) -> str | None:
+        if request.unit not in self.units:
+            return f"no unit {request.unit!r} in topology {self.topology.name!r}; units: {', '.join(self.units)}"
+        if self.topology.chained(request.unit):
+            host = self.topology.host_of(request.unit)
+            return (f"bolt {request.unit!r} runs chained into the SPUs of {host!r} and scales with them; "
+                    f"{request.action} {host!r} instead, or declare it with set_bolt({request.unit!r}, ..., "
+                    "chain=False)")
+        return None
 
     def stop(self) -> None:
         self._queue.put((self.LAST, next(self._seq), None, None))
@@ -104,21 +123,31 @@ class ReconfigurationCoordinator:
                 continue
             request = item
             try:
-                result = self._execute(request)
+                result = self.wait_result(request, self.send_command(request))
             except Exception as exc:
                 log.warning("topology %r: %s of %r%s refused: %s", self.topology.name, request.action,
                             request.unit, f" SPU {request.spu_id}" if request.spu_id >= 0 else "", exc)
                 future.set_exception(exc)
                 continue
-            self.history.append(result)
-            for listener in list(self.listeners):
-                try:
-                    listener(result)
-                except Exception:
-                    log.exception("scaling listener failed")
+            self.record_result(result)
             future.set_result(result)
 
-    def _execute(self, request: ScaleRequest) -> ScaleResult:
+    def record_result(self, result: ScaleResult) -> None:
+        self.history.append(result)
+        for listener in list(self.listeners):
+            try:
+                listener(result)
+            except Exception:
+                log.exception("scaling listener failed")
+
+    def _run_group(self, requests: list[ScaleRequest]) -> list[ScaleResult]:
+        from esault.runtime.group import AtomicGroup  # it uses this module's ScaleRequest
+
+        return AtomicGroup(self, requests).run()
+
+    def send_command(self, request: ScaleRequest, prepared: Future | None = None,
+              extra_upstream: dict[int, tuple[Any, str]] | None = None) -> Future:
+        """Send one ScaleCommand; its reply future. `extra_upstream`: SPUs a group member upstream started."""
         upstream: dict[int, tuple[Any, str]] = {}
         for spec_input in self.topology.unit(request.unit).inputs:
             # The SPUs that emit this input: those of its source, or of the head that source is chained into.
@@ -126,6 +155,7 @@ class ReconfigurationCoordinator:
             spus = self.units[sender].ask(GetSpus(), timeout=self.op_timeout)
             for spu_id, mailbox in spus.items():
                 upstream[spu_id] = (mailbox, spec_input.grouping.value)
+        upstream.update(extra_upstream or {})
         downstream = tuple(
             self.units[d.name].ask(GetRoutes(g.value), timeout=self.op_timeout)
             for d, g in self.topology.downstream(self.topology.output_unit(request.unit))
@@ -137,7 +167,11 @@ class ReconfigurationCoordinator:
             action=request.action, spu_id=request.spu_id, upstream=upstream,
             downstream_routes=downstream, reply=reply, at=request.at, into=request.into,
             reason=request.reason, assignment=request.assignment, worker=request.worker, spus=request.spus,
+            prepared=prepared,
         ))
+        return reply
+
+    def wait_result(self, request: ScaleRequest, reply: Future) -> ScaleResult:
         try:
             return reply.result(timeout=self.op_timeout)
         except TimeoutError:

@@ -1,7 +1,7 @@
 """An SPU's mailbox: data in arrival order, reconfiguration commands ahead of queued data.
 
 A reconfiguration's setup and answers (PrepareGive, PrepareReceive, InstallRoutes, StateHandoff,
-MarkerSeen) carry no position in the data stream, so an SPU may act on them before the batches
+MarkerSeen, CancelReconfiguration) carry no position in the data stream, so an SPU may act on them before the batches
 queued in front; at load that backlog is most of an operation's time (docs/CONTROL_PLANE.md,
 "Where the time goes"). Everything that marks a position in a channel stays in band: batches,
 EpochMarker, ForwardMarker, checkpoint barriers, latency probes (they measure the queue).
@@ -14,9 +14,12 @@ import queue
 from collections import deque
 from typing import Any
 
-from esault.runtime.messages import InstallRoutes, MarkerSeen, PrepareGive, PrepareReceive, StateHandoff
+from esault.runtime.messages import (
+    CancelReconfiguration, InstallRoutes, MarkerSeen, PrepareGive, PrepareReceive, StateHandoff,
+)
 
-JUMPS_QUEUE: frozenset[type] = frozenset({PrepareGive, PrepareReceive, InstallRoutes, StateHandoff, MarkerSeen})
+JUMPS_QUEUE: frozenset[type] = frozenset({PrepareGive, PrepareReceive, InstallRoutes, StateHandoff, MarkerSeen,
+                                          CancelReconfiguration})
 
 
 class ControlFirstInbox(queue.Queue):

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 import os
 import shutil
@@ -29,13 +28,14 @@ from esault.runtime.messages import (
     Drain, FailPending, GetLayout, GetPending, GetRoutes, GetSpus, ScaleResult, SpusChanged,
 )
 from esault.runtime.prober import LatencyProberActor
+from esault.runtime.requests import logic_request, operation_request, rescale_request, version_of, workload_request
+from esault.control.operations import Operation, Rescale
 from esault.runtime.ticker import Ticker
 from esault.metrics.stats import SpuStats
 from esault.runtime.unit import LaunchSpus, SpuLauncher, UnitActor
 from esault.checkpoint.coordinator import AckCollector, CheckpointAcksActor, CheckpointCoordinator
 from esault.errors import ConfigError, EsaultError, ScalingError
 from esault.dsl.topology import DECLARED_VERSION
-from esault.keyhash import KEY_SPACE_MAX
 
 log = logging.getLogger("esault")
 
@@ -237,6 +237,14 @@ class Job:
         """Merge `spu` into an adjacent SPU; its keys move with their state and its slot is released."""
         return self.merge_async(unit, spu, into, reason).result(timeout)
 
+    def _submit(self, build: Callable[[], ScaleRequest]) -> Future:
+        """Submit the request `build` makes; a refusal it raises comes back as the future's exception."""
+        try:
+            request = build()
+        except ScalingError as exc:
+            return _failed(exc)
+        return self.coordinator.submit(request)
+
     def split_async(self, unit: str, spu: int, at: int | None = None, reason: str = "manual") -> Future:
         return self.coordinator.submit(ScaleRequest("split", unit, spu, at, None, reason))
 
@@ -262,15 +270,7 @@ class Job:
 
     def assign_workload_async(self, unit: str, assignment: Mapping[int, Iterable[tuple[int, int]]],
                               reason: str = "manual") -> Future:
-        try:
-            plain = {spu: [(lo, hi) for lo, hi in ranges] for spu, ranges in dict(assignment).items()}
-        except (TypeError, ValueError):
-            future: Future = Future()
-            future.set_exception(ScalingError(
-                f"assign_workload takes {{spu: [(lo, hi), ...]}}, got {assignment!r:.200}; "
-                "see Job.workload(unit) for the current one"))
-            return future
-        return self.coordinator.submit(ScaleRequest("assign_workload", unit, -1, None, None, reason, plain))
+        return self._submit(lambda: workload_request(unit, assignment, reason))
 
     def assign_resource(self, unit: str, spu: int, worker: str, timeout: float | None = 60.0,
                         reason: str = "manual") -> ScaleResult:
@@ -290,28 +290,16 @@ class Job:
 
     def assign_logic_async(self, unit: str, bolt: type, params: Mapping[str, Any] | None = None,
                            reason: str = "manual") -> Future:
-        from esault.dsl.bolt import Bolt
-
-        future: Future = Future()
-        if not (isinstance(bolt, type) and issubclass(bolt, Bolt)):
-            future.set_exception(ScalingError(f"assign_logic of {unit!r} needs a Bolt subclass, got {bolt!r}"))
-            return future
         try:
-            spec = dataclasses.replace(self.topology.unit(unit), cls=bolt, params=dict(params or {}))
-            spec.instantiate()  # the params must fit the new class: fail here, not on a worker
-        except (TypeError, ValueError) as exc:
-            future.set_exception(ScalingError(
-                f"assign_logic of {unit!r}: {bolt.__name__}(**params) cannot be built: {exc}"))
-            return future
-        submitted = self.coordinator.submit(ScaleRequest("assign_logic", unit, -1, None, None, reason, logic=spec))
-        named = [v for v, (cls, kwargs) in spec.versions.items() if cls is bolt and dict(kwargs) == spec.params]
-
-        def running(done: Future) -> None:
-            if done.exception() is None:
-                self._logic_versions[unit] = named[0] if named else None
-
-        submitted.add_done_callback(running)
+            request = logic_request(self.topology, unit, bolt, params, reason)
+        except ScalingError as exc:
+            return _failed(exc)
+        submitted = self.coordinator.submit(request)
+        submitted.add_done_callback(lambda done: done.exception() or self._ran_logic(request))
         return submitted
+
+    def _ran_logic(self, request: ScaleRequest) -> None:
+        self._logic_versions[request.unit] = version_of(request)
 
     def swap(self, unit: str, version: str, timeout: float | None = 60.0, reason: str = "manual") -> ScaleResult:
         """assign_logic to a version the topology declared (set_bolt(..., versions={...})): what the REST API
@@ -322,9 +310,7 @@ class Job:
         try:
             bolt, params = self.topology.unit(unit).version(version)
         except EsaultError as exc:
-            future: Future = Future()
-            future.set_exception(ScalingError(str(exc)))
-            return future
+            return _failed(ScalingError(str(exc)))
         return self.assign_logic_async(unit, bolt, params, reason)
 
     def logic_version(self, unit: str) -> str | None:
@@ -342,16 +328,33 @@ class Job:
         space; the existing SPUs, in key order, take the first slices (so most keep part of their range),
         new ones start for the rest, surplus ones retire with their state handed over. Otherwise (shuffle
         grouping): SPUs start, or the newest retire once their queued tuples are processed."""
-        if not isinstance(spus, int) or isinstance(spus, bool) or spus < 1:
-            raise ScalingError(f"rescale of {unit!r} to {spus!r} SPUs: give a whole number >= 1")
-        current = sorted(self.workload(unit).items(), key=lambda item: item[1][0][0])
-        if not current:  # not key grouped: SPUs start or retire, no state moves
-            request = ScaleRequest("rescale", unit, -1, None, None, reason, spus=spus)
-            return self.coordinator.submit(request).result(timeout)
-        names = [spu for spu, _ in current[:spus]] + [-(i + 1) for i in range(spus - len(current))]
-        size = KEY_SPACE_MAX + 1
-        target = {name: [(i * size // spus, (i + 1) * size // spus - 1)] for i, name in enumerate(names)}
-        return self.assign_workload(unit, target, timeout, reason)
+        request = rescale_request(unit, spus, self.workload(unit), reason)
+        return self.coordinator.submit(request).result(timeout)
+
+    def apply(self, operations: Iterable[Operation], timeout: float | None = 120.0,
+              reason: str | None = "manual") -> list[ScaleResult]:
+        """Apply several operations (esault.control: AssignWorkload, Rescale, AssignResource, AssignLogic,
+        Split, Merge), at most one per unit, atomically: all of them, or none if any is refused or fails
+        before the group is decided (docs/CONTROL_PLANE.md, "Atomic groups"). Results in the given order.
+        `reason` labels them all (None: each operation's own)."""
+        return self.apply_async(operations, reason).result(timeout)
+
+    def apply_async(self, operations: Iterable[Operation], reason: str | None = None) -> Future:
+        try:
+            requests = [operation_request(self.topology, op, self.workload(op.unit) if isinstance(op, Rescale) else {},
+                                          reason) for op in operations]
+        except (ScalingError, EsaultError) as exc:
+            return _failed(ScalingError(str(exc)))
+        submitted = self.coordinator.submit_group(requests)
+
+        def ran(done: Future) -> None:
+            if done.exception() is None:
+                for request in requests:
+                    if request.logic is not None:
+                        self._ran_logic(request)
+
+        submitted.add_done_callback(ran)
+        return submitted
 
     def replace_lost(self, lost_spus: set[int]) -> list[Future]:
         """SPUs died with their worker: exactly_once rolls the job back to its last checkpoint; otherwise
@@ -630,3 +633,9 @@ class Job:
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
+
+
+def _failed(exc: Exception) -> Future:
+    future: Future = Future()
+    future.set_exception(exc)
+    return future

@@ -184,6 +184,7 @@ class ScaleCommand:
     assignment: dict[int, list[tuple[int, int]]] | None = None
     worker: str | None = None
     spus: int | None = None  # "rescale" of a unit that is not key grouped: how many SPUs
+    prepared: Future | None = None  # set: part of an atomic group; hold after prepare, tell it a HeldOperation
 
 
 @dataclass(frozen=True, slots=True)
@@ -535,3 +536,14 @@ class MarkerSeen:
     reconfig_id: int
     giver: int
     sender: int
+
+
+# --- atomic groups of operations (docs/CONTROL_PLANE.md) ------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class CancelReconfiguration:
+    """unit -> SPU: a reconfiguration held after prepare was called off (another operation of its
+    atomic group failed) before any switch: forget its ranges; nothing moved."""
+
+    reconfig_id: int

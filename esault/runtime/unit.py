@@ -23,13 +23,14 @@ from esault.keyhash import KEY_SPACE_MAX
 from esault.metrics import registry as metrics
 from esault.migration.plan import WorkloadPlan, plan_instances, plan_keyed
 from esault.migration.reconfiguration import (
-    Completed, Effect, Failed, Reconfiguration, SendPrepareGive, SendPrepareReceive, StopSpus, SwitchRoutes,
+    CancelPrepared, Completed, Effect, Failed, ReadyToSwitch, Reconfiguration, SendPrepareGive, SendPrepareReceive,
+    StopSpus, SwitchRoutes,
 )
 from esault.routing.interval_table import IntervalTable
 from esault.checkpoint.coordinator import AbandonSpus, RelaunchSpus
 from esault.runtime.context import JobContext, log
 from esault.runtime.messages import (
-    Abandon, GetLayout, GetRoutes, GetSpus, HandoffFinished, InstallRoutes, Prepared, PrepareGive,
+    Abandon, CancelReconfiguration, GetLayout, GetRoutes, GetSpus, HandoffFinished, InstallRoutes, Prepared, PrepareGive,
     PrepareReceive, RouteSpec, ScaleCommand, ScaleResult, SpuConfig,
 )
 
@@ -64,6 +65,32 @@ class ProposeLogic:
 
     def __init__(self, spec: UnitSpec) -> None:
         self.spec = spec
+
+
+@dataclass(frozen=True)
+class HeldOperation:
+    """unit -> coordinator (a ScaleCommand's `prepared` future): this unit's part of an atomic group is
+    prepared and waits. `launched`: the SPUs it started, which a downstream member counts as upstream."""
+
+    unit: str
+    reconfig_id: int
+    launched: dict[int, Any]
+
+
+class CommitHeld:
+    """coordinator -> unit (tell), in this process only: every member of the group prepared; switch now."""
+
+    def __init__(self, reconfig_id: int) -> None:
+        self.reconfig_id = reconfig_id
+
+
+class CancelHeld:
+    """coordinator -> unit (tell), in this process only: another member failed; call this part off
+    (`reconfig_id` None: whichever held operation the unit has, before it said which)."""
+
+    def __init__(self, reconfig_id: int | None, reason: str) -> None:
+        self.reconfig_id = reconfig_id
+        self.reason = reason
 
 
 def even_table(spu_ids: list[int]) -> IntervalTable:
@@ -199,6 +226,13 @@ class UnitActor(pykka.ThreadingActor):
                     return self._relaunch(message)
                 except Exception as exc:  # the control thread logs it
                     return exc
+            if kind is CommitHeld or kind is CancelHeld:
+                op = self._op
+                ours = message.reconfig_id in (op.machine.reconfig_id, None) if op is not None else False
+                if ours and op.cmd.prepared is not None:
+                    machine = op.machine
+                    self._apply(op, machine.commit() if kind is CommitHeld else machine.cancel(message.reason))
+                return None
             if kind is ProposeLogic:
                 self._proposed = message.spec
                 return None
@@ -380,7 +414,7 @@ class UnitActor(pykka.ThreadingActor):
     def _begin(self, cmd: ScaleCommand, plan: WorkloadPlan, giver: int, receiver: int,
                lo: int | None, hi: int | None, spec: UnitSpec | None = None) -> None:
         """Prepare: start the plan's new SPUs (each told what it receives), then run the machine."""
-        machine = Reconfiguration(self.job.next_id(), plan)
+        machine = Reconfiguration(self.job.next_id(), plan, hold=cmd.prepared is not None)
         op = _Operation(cmd, machine, {}, giver=giver, receiver=receiver, lo=lo, hi=hi, spec=spec)
         for spu in plan.started:
             incoming = plan.incoming(spu)
@@ -431,11 +465,33 @@ class UnitActor(pykka.ThreadingActor):
                         self.launcher.stop_spu(mailbox, block=False)
             elif kind is Completed:
                 self._complete(op, effect)
+            elif kind is ReadyToSwitch:
+                if not op.cmd.prepared.done():
+                    op.cmd.prepared.set_result(HeldOperation(self.spec.name, rid, dict(op.launched)))
+            elif kind is CancelPrepared:
+                self._cancel_prepared(op, effect)
             elif kind is Failed:
                 if self._op is op:
                     self._op = None
                 if not op.cmd.reply.done():
                     op.cmd.reply.set_exception(ScalingError(f"{self._describe(op)} aborted: {effect.reason}"))
+
+    def _cancel_prepared(self, op: _Operation, effect: CancelPrepared) -> None:
+        """Nothing moved yet: participants forget their ranges, the SPUs the operation started stop."""
+        rid = op.machine.reconfig_id
+        for spu in effect.spus:
+            try:
+                if spu in self.spus:
+                    self.spus[spu].tell(CancelReconfiguration(rid))
+            except Exception as exc:  # noqa: BLE001 - its worker died (that may be why we cancel)
+                log.warning("unit %r: SPU %d not told of the cancel: %r", self.spec.name, spu, exc)
+        for spu in effect.started:
+            mailbox = op.launched.pop(spu, None)
+            if mailbox is not None:
+                try:
+                    self.launcher.stop_spu(mailbox, block=False)
+                except Exception as exc:  # noqa: BLE001
+                    log.warning("unit %r: started SPU %d not stopped: %r", self.spec.name, spu, exc)
 
     def _switch_routes(self, op: _Operation, notify: frozenset[int]) -> None:
         """Sync: every upstream SPU switches tables, then marks its channel to each giver."""

@@ -85,17 +85,20 @@ class Broken(Controller):
         self.calls += 1
         if self.calls % 2:
             raise RuntimeError("a bug in the user's policy")
-        return ["not an operation", Rescale("nope", 2)]
+        if self.calls % 4 == 2:  # returned together, they apply atomically: the good one does not either
+            return [Rescale("check", 2), "not an operation"]
+        return [Rescale("nope", 2)]
 
 
 def test_a_controller_that_raises_or_returns_nonsense_is_logged_and_the_job_goes_on(cluster, config):
     job, keys, per_key = phased_job(cluster, config, "broken", per_key=10)
     broken = Broken()
     runner = job.add_controller(broken)
-    wait_until(lambda: broken.calls >= 4 and len(runner.decisions) >= 2, 30, message="several periods")
+    wait_until(lambda: broken.calls >= 4 and len(runner.decisions) >= 3, 30, message="several periods")
     errors = [d.error for d in runner.decisions]
-    assert any("which is not an operation" in e for e in errors)
+    assert all(errors) and any("which is not an operation" in e for e in errors)
     assert any("no unit 'nope'" in e for e in errors)
+    assert len(job.spus("check")) == 1 and not job.scaling_history, "a refused group applies nothing"
     PHASES["broken"]["mode"] = "end"
     assert job.wait(60), job.status()
     assert_exact("broken", keys, per_key)

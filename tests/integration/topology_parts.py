@@ -209,3 +209,17 @@ class ChunkListSpout(ListSpout):
         self.position = end
         if self.position >= len(self.items):
             self.finish()
+
+
+class RelayCheckBolt(Bolt):
+    """Per-key PE downstream of SequenceCheckBolt: [seq, in_order] in, [seq, in_order and seq follows the last
+    one it saw] out, so a collector sees a break in order at either stage."""
+
+    def open(self, context: Any) -> None:
+        self.last = 0
+
+    def process(self, tup: Any) -> None:
+        seq, ok = tup.value
+        in_order = bool(ok) and seq == self.last + 1
+        self.last = seq
+        self.emit(self.key, [seq, in_order])

@@ -78,7 +78,7 @@ class GatedSentenceSpout(wordcount.SentenceSpout):
 
 def build(name: str, total: int, rate: float, gate: str = "", sink: str | None = None,
           count_parallelism: int = 2, table: str = "eo_counts", spouts: int = 1, spout_gate: str = "",
-          max_pending: int = 4000, handoff_gate: str = ""):
+          max_pending: int = 4000, handoff_gate: str = "", split_unit: bool = False):
     """sentences (rate-limited, rewindable) -> split (chained) -> count -> latest [-> Spark table].
 
     Each of the `spouts` instances emits the same `total` sentences, so every count SPU aligns barriers
@@ -86,7 +86,10 @@ def build(name: str, total: int, rate: float, gate: str = "", sink: str | None =
     builder = TopologyBuilder(name)
     builder.set_spout("sentences", GatedSentenceSpout, spouts,
                       params={"total": total, "seed": 5, "rate": rate, "gate": spout_gate}, max_pending=max_pending)
-    builder.set_bolt("split", wordcount.SplitBolt, spouts).shuffle_grouping("sentences")
+    # split_unit: the splitter gets SPUs of its own on the workers (not chained into the spout's), so it can
+    # be reconfigured too, e.g. in an atomic group with the counter it feeds.
+    builder.set_bolt("split", wordcount.SplitBolt, spouts, chain=not split_unit,
+                     elastic=False).shuffle_grouping("sentences")
     builder.set_bolt("count", GatedCountBolt, count_parallelism, params={"gate": gate, "handoff_gate": handoff_gate},
                      elastic=False,
                      pe_idle_timeout=None).key_grouping("split")

@@ -170,6 +170,55 @@ def test_a_worker_killed_at_each_step_of_a_split_or_merge_aborts_it_cleanly_and_
         assert_exact(job, total)
 
 
+@pytest.mark.parametrize("step", ["prepare", "commit"])
+def test_a_worker_killed_during_an_atomic_group_fails_the_whole_group_and_the_result_is_exact(tmp_path, step):
+    """A group: the splitter rescaled to 2 SPUs and the counter given a three-way assignment, atomically.
+    "prepare": the counter's giver is held before it prepares (the splitter already holds); "commit": every
+    member prepared, the counter (downstream, first to commit) is held installing state while the splitter
+    waits. Then the giver's worker dies: the group fails, the held member is called off, the job rolls back
+    (at "commit" the counter had switched, so it keeps its new layout, as the error says), both units
+    reconfigure again afterwards, and the counts are exact."""
+    from esault.control import AssignWorkload, Rescale
+
+    total = 2500
+    gate, handoff_gate = tmp_path / "gate-{spu}", tmp_path / "handoff-{spu}"
+    topology = eo_parts.build(f"eo-group-{step}", total, rate=1500, gate=str(gate), count_parallelism=2,
+                              max_pending=300, handoff_gate=str(handoff_gate), split_unit=True)
+    with LocalCluster(workers=3, heartbeat_timeout=1.0) as cluster:
+        job = cluster.submit(topology, eo_config(tmp_path))
+        wait_until(lambda: completed_checkpoints(job) >= 2, 60, message="two checkpoints")
+        giver, other = job.spus("count")
+        held = Path(str(gate).format(spu=giver)) if step == "prepare" else Path(str(handoff_gate).format(spu="all"))
+        held.touch()
+        before = set().union(*cluster.registry.spus_on.values())
+        pending = job.apply_async([Rescale("split", 2),
+                                   AssignWorkload("count", three_way_assignment(job.workload("count"), giver, other))])
+        if step == "prepare":
+            wait_until(lambda: len(set().union(*cluster.registry.spus_on.values()) - before) == 2, 30,
+                       message="the splitter's and the counter's new SPUs started: the counter is preparing")
+            assert len(job.spus("split")) == 1, "the splitter holds"
+        else:
+            wait_until(lambda: Path(str(held) + ".reached").exists(), 30, message="the counter installing state")
+            assert len(job.spus("split")) == 1, "the splitter waits for the counter to finish"
+        kill_worker_of(cluster, giver)
+        cluster.pool.spawn("r1")
+        expected = (r"atomic group of 2 operations refused: assign_workload of 'count'.*nothing changed"
+                    if step == "prepare" else
+                    r"assign_workload of 'count' had switched its routes: its unit keeps its new layout\. "
+                    r"Called off: rescale of 'split'")
+        with pytest.raises(ScalingError, match=expected):
+            pending.result(90)
+        held.unlink()
+        wait_until(lambda: job.checkpoints.stats.recoveries, 60, message="the rollback")
+        assert len(job.spus("split")) == 1, "the splitter's part was called off"
+        assert len(job.spus("count")) == (2 if step == "prepare" else 3)
+        again = job.apply([Rescale("split", 2), Rescale("count", 4)])  # both free again
+        assert [len(r.started) for r in again] == [1, 2 if step == "prepare" else 1]
+        assert job.wait(120), job.status()
+        job.stop()
+        assert_exact(job, total)
+
+
 def test_stop_and_restart_on_the_same_data_dir_resumes_without_duplicates(tmp_path):
     total = 4000
     topology = eo_parts.build("eo-restart", total, rate=1500, sink="pyarrow")

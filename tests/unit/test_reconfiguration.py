@@ -24,7 +24,7 @@ from esault.keyhash import KEY_SPACE_MAX
 from esault.migration.handoff import GiverHandoff, HeldBatch, ReceiverHandoff
 from esault.migration.plan import plan_keyed
 from esault.migration.reconfiguration import (
-    Completed, Failed, Phase, Reconfiguration, SendPrepareGive, SendPrepareReceive, StopSpus, SwitchRoutes,
+    CancelPrepared, Completed, Failed, Phase, Reconfiguration, SendPrepareGive, SendPrepareReceive, StopSpus, SwitchRoutes,
 )
 from esault.routing.interval_table import IntervalTable
 
@@ -319,8 +319,65 @@ def test_a_lost_message_or_a_dead_spu_never_completes_and_the_abort_fails_it_onc
         assert sim.completed == 1
         return
     assert sim.completed == 0 and sim.machine.phase in (Phase.PREPARING, Phase.SWITCHED)
-    assert sim.machine.abort("a worker died") == [Failed("a worker died")]
+    switched = sim.machine.phase is Phase.SWITCHED
+    effects = sim.machine.abort("a worker died")
+    assert effects[-1] == Failed("a worker died") and len(effects) == (1 if switched else 2)
+    if not switched:  # before the switch nothing moved: the abort is a cancel (started SPUs stop)
+        assert effects[0] == CancelPrepared(
+            tuple(sorted({spu for spu, _ in sim.machine.participants} - set(sim.plan.started))), sim.plan.started)
     assert sim.machine.abort("again") == [] and sim.machine.phase is Phase.FAILED
     # Late answers after the abort change nothing.
     for s, role in sim.machine.participants:
         assert sim.machine.prepared(s, role) == [] and sim.machine.finished(s, role, 1, 0.0) == []
+
+
+# --- held operations: one unit's part of an atomic group -------------------------------------
+
+from esault.migration.reconfiguration import ReadyToSwitch  # noqa: E402
+
+
+def held_plan():
+    """SPU 1 keeps the lower half and gives the upper to a new SPU 3; SPU 2 gives a slice to SPU 1."""
+    third = (KEY_SPACE_MAX + 1) // 3
+    old = IntervalTable.from_assignment({1: [(0, 2 * third - 1)], 2: [(2 * third, KEY_SPACE_MAX)]})
+    new = IntervalTable.from_assignment({1: [(0, third - 1), (2 * third, 2 * third + 99)],
+                                         3: [(third, 2 * third - 1)], 2: [(2 * third + 100, KEY_SPACE_MAX)]})
+    return plan_keyed(old, new)
+
+
+@settings(max_examples=200, deadline=None)
+@given(order=st.permutations(range(3)), decision=st.sampled_from(["commit", "cancel"]),
+       at=st.integers(0, 3), early_commit=st.booleans())
+def test_a_held_operation_switches_only_on_commit_and_a_cancel_before_it_moves_nothing(order, decision, at,
+                                                                                        early_commit):
+    plan = held_plan()
+    machine = Reconfiguration(9, plan, hold=True)
+    effects = machine.begin()
+    participants = sorted(machine.participants)
+    answers = [participants[i % len(participants)] for i in order] + participants  # every one answers, some twice
+    if early_commit:
+        effects += machine.commit()  # before everyone prepared: ignored, the hold stays
+    for step, (spu, role) in enumerate(answers):
+        if step == at and decision == "cancel":
+            effects += machine.cancel("another member failed")
+        effects += machine.prepared(spu, role)
+    kinds = [type(e) for e in effects]
+    assert SwitchRoutes not in kinds, "a held operation never switches by itself"
+    if decision == "commit":
+        assert kinds.count(ReadyToSwitch) == 1 and machine.phase is Phase.PREPARED
+        switched = machine.commit()
+        assert [type(e) for e in switched] == [SwitchRoutes]
+        assert machine.cancel("too late") == [] and machine.phase is Phase.SWITCHED, "after the switch keys move"
+    else:
+        cancel = next(e for e in effects if isinstance(e, CancelPrepared))
+        assert set(cancel.started) == {3} and set(cancel.spus) == {1, 2}, "the existing participants forget"
+        assert isinstance(effects[effects.index(cancel) + 1], Failed)
+        assert machine.phase is Phase.FAILED and machine.commit() == []
+
+
+def test_an_operation_without_hold_switches_as_soon_as_everyone_prepared():
+    machine = Reconfiguration(3, held_plan())
+    effects = machine.begin()
+    for spu, role in sorted(machine.participants):
+        effects += machine.prepared(spu, role)
+    assert ReadyToSwitch not in [type(e) for e in effects] and isinstance(effects[-1], SwitchRoutes)

@@ -54,7 +54,7 @@ PINNED_SCHEMA = {
     16: ("ScaleCommand", ("action: str", "spu_id: int", "upstream: dict[int, tuple[Mailbox, str]]",
                           "downstream_routes: tuple[RouteSpec, ...]", "reply: Future (local only)", "at: int | None",
                           "into: int | None", "reason: str", "assignment: dict[int, list[tuple[int, int]]] | None",
-                          "worker: str | None", "spus: int | None")),
+                          "worker: str | None", "spus: int | None", "prepared: Future (local only) | None")),
     17: ("ScaleResult", ("action: str", "unit: str", "giver: int", "receiver: int", "lo: int | None",
                          "hi: int | None", "moved_keys: int", "paused_seconds: float", "seconds: float",
                          "reason: str", "moves: tuple[tuple[int, int, int, int], ...]", "started: tuple[int, ...]",
@@ -103,6 +103,7 @@ PINNED_SCHEMA = {
     51: ("SavepointReply", ("request_id: int", "epoch: int | None", "error: str")),
     52: ("ForwardMarker", ("reconfig_id: int", "giver: int", "receivers: dict[int, Mailbox]")),
     53: ("MarkerSeen", ("reconfig_id: int", "giver: int", "sender: int")),
+    54: ("CancelReconfiguration", ("reconfig_id: int",)),
 }
 
 
@@ -174,6 +175,7 @@ EXAMPLES: dict[type, Any] = {
     m.Prepared: m.Prepared(4, 11, "receiver"),
     m.ForwardMarker: m.ForwardMarker(4, 11, {13: Address("w3", "spu-13")}),
     m.MarkerSeen: m.MarkerSeen(4, 11, 20),
+    m.CancelReconfiguration: m.CancelReconfiguration(4),
     m.StateHandoff: m.StateHandoff(4, 11, [("apple", b"\x81\xa1n\x05"), (("t", 1), b"")]),
     m.HandoffFinished: m.HandoffFinished(4, 11, "giver", 2, 0.0),
     m.ScaleResult: RESULT,
@@ -426,7 +428,7 @@ GOOD_FRAMES = [encode_frame(msg) for msg in EXAMPLES.values()]
     (msgpack.packb({"tag": 1}), "not_a_frame", r"expected \[tag, fields\.\.\.\], got dict"),
     (msgpack.packb([]), "not_a_frame", r"got list \[\]"),
     (msgpack.packb(["DataBatch", 1, []]), "not_a_frame", r"not a message frame"),
-    (msgpack.packb([99, 1]), "unknown_tag", r"unknown message tag 99 \(known: 1\.\.53\)"),
+    (msgpack.packb([99, 1]), "unknown_tag", r"unknown message tag 99 \(known: 1\.\.54\)"),
     (msgpack.packb([10, 1]), "field_count", r"EpochMarker: expected 2 fields \(reconfig_id, sender\), got 1"),
     (msgpack.packb([25, 1, "soon", ["d", "m"], True]), "field_type", r"Probe\.sent_at: expected float, got str 'soon'"),
     (msgpack.packb([10, True, 1]), "field_type", r"EpochMarker\.reconfig_id: expected int, got bool True"),

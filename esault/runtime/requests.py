@@ -1,0 +1,80 @@
+"""Operations checked and turned into ScaleRequests: one place for Job's methods, controllers and atomic groups.
+
+Everything here is refused before anything starts, with a message that says
+what was wrong: a malformed assignment, a class that is not a bolt or whose
+params do not fit, a parallelism that is not a whole number.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Iterable, Mapping
+
+from esault.control.operations import AssignLogic, AssignResource, AssignWorkload, Merge, Operation, Rescale, Split
+from esault.dsl.bolt import Bolt
+from esault.dsl.topology import Topology
+from esault.errors import ScalingError
+from esault.keyhash import KEY_SPACE_MAX
+from esault.runtime.coordinator import ScaleRequest
+
+
+def workload_request(unit: str, assignment: Mapping[int, Iterable[tuple[int, int]]], reason: str) -> ScaleRequest:
+    try:
+        plain = {spu: [(lo, hi) for lo, hi in ranges] for spu, ranges in dict(assignment).items()}
+    except (TypeError, ValueError):
+        raise ScalingError(f"assign_workload takes {{spu: [(lo, hi), ...]}}, got {assignment!r:.200}; "
+                           "see Job.workload(unit) for the current one") from None
+    return ScaleRequest("assign_workload", unit, -1, None, None, reason, plain)
+
+
+def logic_request(topology: Topology, unit: str, bolt: Any, params: Mapping[str, Any] | None,
+                  reason: str) -> ScaleRequest:
+    if not (isinstance(bolt, type) and issubclass(bolt, Bolt)):
+        raise ScalingError(f"assign_logic of {unit!r} needs a Bolt subclass, got {bolt!r}")
+    try:
+        spec = dataclasses.replace(topology.unit(unit), cls=bolt, params=dict(params or {}))
+        spec.instantiate()  # the params must fit the new class: fail here, not on a worker
+    except (TypeError, ValueError) as exc:
+        raise ScalingError(f"assign_logic of {unit!r}: {bolt.__name__}(**params) cannot be built: {exc}") from None
+    return ScaleRequest("assign_logic", unit, -1, None, None, reason, logic=spec)
+
+
+def version_of(request: ScaleRequest) -> str | None:
+    """The declared version an assign_logic request runs (None: code no version names)."""
+    spec = request.logic
+    named = [v for v, (cls, kwargs) in spec.versions.items() if cls is spec.cls and dict(kwargs) == spec.params]
+    return named[0] if named else None
+
+
+def rescale_request(unit: str, spus: Any, workload: Mapping[int, list[tuple[int, int]]], reason: str) -> ScaleRequest:
+    """Key grouped (`workload` not empty): equal shares, the existing SPUs in key order taking the first
+    slices; otherwise SPUs start or the newest retire."""
+    if not isinstance(spus, int) or isinstance(spus, bool) or spus < 1:
+        raise ScalingError(f"rescale of {unit!r} to {spus!r} SPUs: give a whole number >= 1")
+    current = sorted(workload.items(), key=lambda item: item[1][0][0])
+    if not current:
+        return ScaleRequest("rescale", unit, -1, None, None, reason, spus=spus)
+    names = [spu for spu, _ in current[:spus]] + [-(i + 1) for i in range(spus - len(current))]
+    size = KEY_SPACE_MAX + 1
+    target = {name: [(i * size // spus, (i + 1) * size // spus - 1)] for i, name in enumerate(names)}
+    return workload_request(unit, target, reason)
+
+
+def operation_request(topology: Topology, op: Operation, workload: Mapping[int, list[tuple[int, int]]],
+                      reason: str | None = None) -> ScaleRequest:
+    """The request for a controller's operation; `workload`: its unit's now (a Rescale needs it)."""
+    why = reason or op.reason
+    if isinstance(op, AssignWorkload):
+        return workload_request(op.unit, op.assignment, why)
+    if isinstance(op, Rescale):
+        return rescale_request(op.unit, op.spus, workload, why)
+    if isinstance(op, AssignResource):
+        return ScaleRequest("assign_resource", op.unit, op.spu, None, None, why, worker=op.worker)
+    if isinstance(op, AssignLogic):
+        return logic_request(topology, op.unit, op.bolt, op.params, why)
+    if isinstance(op, Split):
+        return ScaleRequest("split", op.unit, op.spu, op.at, None, why)
+    if isinstance(op, Merge):
+        return ScaleRequest("merge", op.unit, op.spu, None, op.into, why)
+    raise ScalingError(f"{op!r} is not an operation; use AssignWorkload, Rescale, AssignResource, AssignLogic, "
+                       "Split or Merge (esault.control)")
