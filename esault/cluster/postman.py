@@ -27,6 +27,7 @@ from esault.metrics.registry import count_auth_rejected, count_dropped_frame
 from esault.runtime.messages import SavepointRequest, StatusRequest, WorkerHello
 from esault.transport.address import Address
 from esault.transport.endpoint import DEFAULT_MAX_FRAME_BYTES, Endpoint, RemoteMailbox
+from esault.transport.lanes import CONTROL_LANE
 from esault.transport.trust import Identity, KeyRing, Role
 from esault.transport.wire import WireCodec
 
@@ -64,7 +65,7 @@ class Postman:
         """Messages dropped here, by reason ('not_permitted', 'held_full')."""
         codec = WireCodec(to_address=self.address_of, from_address=self.mailbox_for, max_frame_bytes=max_frame_bytes)
         self.endpoint = Endpoint(process, self._deliver, bind=bind, keys=self.keys, codec=codec,
-                                 max_frame_bytes=max_frame_bytes)
+                                 max_frame_bytes=max_frame_bytes, control=CONTROL_LANE)
 
     @property
     def address(self) -> str:

@@ -136,6 +136,14 @@ class Endpoint:
     out). `queue_size` bounds the frames waiting in the endpoint per peer,
     `hwm` the zmq queues per connection, `socket_buffer` (bytes, optional) the
     kernel buffers; `linger` bounds how long close() keeps trying to send.
+
+    Two lanes per peer: messages whose type is in `control` go on a connection
+    of their own (a second DEALER, FIFO among themselves), so they never wait
+    behind queued data frames in this endpoint, in zmq's queues or in the
+    kernel's; nor do they wait for queue space (they are few and small). Only
+    types that need no order against data may be control (esault: the
+    reconfiguration commands an SPU's mailbox lets jump its data, and the
+    worker's placement commands; esault/transport/lanes.py).
     """
 
     def __init__(
@@ -152,6 +160,7 @@ class Endpoint:
         socket_buffer: int | None = None,
         max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES,
         linger: float = 1.0,
+        control: frozenset[type] = frozenset(),
     ) -> None:
         _check_name(process_name)
         if not callable(deliver):
@@ -176,10 +185,11 @@ class Endpoint:
         self._socket_buffer = socket_buffer
         self._linger = float(linger)
         self._max_frame_bytes = max_frame_bytes
+        self._control = frozenset(control)
 
         self._lock = threading.Lock()
         self._peers: dict[str, _Peer] = {}
-        self._outbox: list[tuple[_Peer, bytes | None, bytes | None]] = []
+        self._outbox: list[tuple[tuple[_Peer, int], bytes | None, bytes | None]] = []
         self._signalled = False
         self._closing = False
         self._dropped: dict[str, int] = {}
@@ -264,7 +274,7 @@ class Endpoint:
             peer.closed = True
             peer.error = f"process {peer_process!r} was disconnected"
             peer.space.notify_all()
-            self._outbox.append((peer, None, None))
+            self._outbox.append(((peer, DATA), None, None))
             self._signal()
 
     def send(self, to: Address, message: Any, timeout: float | None = None) -> None:
@@ -287,6 +297,7 @@ class Endpoint:
                 f"{self._max_frame_bytes} (receivers drop the connection of a larger frame); send smaller batches"
             )
         actor = to.actor.encode("utf-8")
+        lane = CONTROL if type(message) in self._control else DATA
         with self._lock:
             self._check_open("send")
             peer = self._peers.get(to.process)
@@ -296,11 +307,11 @@ class Endpoint:
                     f"Endpoint({self.process!r}) has no connection to process {to.process!r} (for {to}); call "
                     f"connect({to.process!r}, 'tcp://host:port') first (connected: {known})"
                 )
-            if peer.queued >= self._queue_size or peer.queued_bytes >= self._queue_bytes:
+            if lane == DATA and (peer.queued >= self._queue_size or peer.queued_bytes >= self._queue_bytes):
                 self._wait_for_space(peer, to, timeout)
             peer.queued += 1
             peer.queued_bytes += len(frame)
-            self._outbox.append((peer, actor, frame))
+            self._outbox.append(((peer, lane), actor, frame))
             self._signal()
 
     def mailbox(self, address: Address) -> RemoteMailbox:
@@ -395,9 +406,9 @@ class Endpoint:
         self._poller.register(self._router, zmq.POLLIN)
         self._poller.register(self._wake_in, zmq.POLLIN)
         self._poller.register(self._monitor, zmq.POLLIN)
-        self._watching: set[_Peer] = set()  # peers whose DEALER is polled for POLLOUT
-        dealers: dict[_Peer, zmq.Socket] = {}
-        pending: dict[_Peer, deque[tuple[bytes, bytes]]] = {}
+        self._watching: set[tuple[_Peer, int]] = set()  # lanes whose DEALER is polled for POLLOUT
+        dealers: dict[tuple[_Peer, int], zmq.Socket] = {}  # (peer, lane) -> its DEALER
+        pending: dict[tuple[_Peer, int], deque[tuple[bytes, bytes]]] = {}
         try:
             while True:
                 events = dict(self._poller.poll())
@@ -411,15 +422,15 @@ class Endpoint:
                 if closing:
                     break
                 self._flush(dealers, pending)
-                for peer, sock in dealers.items():
+                for lane, sock in dealers.items():
                     # POLLOUT only while frames wait: an idle writable socket would spin the poller
-                    wants = bool(pending.get(peer))
-                    if wants and peer not in self._watching:
+                    wants = bool(pending.get(lane))
+                    if wants and lane not in self._watching:
                         self._poller.register(sock, zmq.POLLOUT)
-                        self._watching.add(peer)
-                    elif not wants and peer in self._watching:
+                        self._watching.add(lane)
+                    elif not wants and lane in self._watching:
                         self._poller.unregister(sock)
-                        self._watching.discard(peer)
+                        self._watching.discard(lane)
                 if self._router in events:
                     self._receive()
                 if self._monitor in events:
@@ -440,31 +451,34 @@ class Endpoint:
             except zmq.Again:
                 return
 
-    def _requeue(self, items: list, dealers: dict[_Peer, zmq.Socket], pending: dict[_Peer, deque]) -> None:
-        """Move frames from the outbox to their peer's queue; apply disconnects."""
+    def _requeue(self, items: list, dealers: dict[tuple[_Peer, int], zmq.Socket],
+                 pending: dict[tuple[_Peer, int], deque]) -> None:
+        """Move frames from the outbox to their lane's queue; apply disconnects."""
         dropped: dict[_Peer, list[int]] = {}
-        for peer, actor, frame in items:
-            if actor is None:  # disconnect
-                gone = pending.pop(peer, ())
+        for lane, actor, frame in items:
+            peer = lane[0]
+            if actor is None:  # disconnect: both lanes go
+                gone = [f for key in ((peer, DATA), (peer, CONTROL)) for _, f in pending.pop(key, ())]
+                for key in ((peer, DATA), (peer, CONTROL)):
+                    sock = dealers.pop(key, None)
+                    if sock is not None:
+                        if key in self._watching:
+                            self._poller.unregister(sock)
+                            self._watching.discard(key)
+                        sock.close(linger=0)
                 lost = len(gone)
-                sock = dealers.pop(peer, None)
-                if sock is not None:
-                    if peer in self._watching:
-                        self._poller.unregister(sock)
-                        self._watching.discard(peer)
-                    sock.close(linger=0)
                 if lost:
-                    self._release({peer: [lost, sum(len(f) for _, f in gone)]})
+                    self._release({peer: [lost, sum(len(f) for f in gone)]})
                     self._drop("disconnected", f"{lost} frame(s) queued for {peer.name!r} at disconnect", lost)
                 continue
-            if peer.closed or (peer not in dealers and not self._open_dealer(peer, dealers)):
+            if peer.closed or (lane not in dealers and not self._open_dealer(lane, dealers)):
                 counts = dropped.setdefault(peer, [0, 0])
                 counts[0] += 1
                 counts[1] += len(frame)
                 continue
-            queue = pending.get(peer)
+            queue = pending.get(lane)
             if queue is None:
-                queue = pending[peer] = deque()
+                queue = pending[lane] = deque()
             queue.append((actor, frame))
         if dropped:
             self._release(dropped)
@@ -472,7 +486,8 @@ class Endpoint:
                 reason = "connect_failed" if peer.error and "disconnected" not in peer.error else "disconnected"
                 self._drop(reason, f"{n} frame(s) for {peer.name!r}: {peer.error}", n)
 
-    def _open_dealer(self, peer: _Peer, dealers: dict[_Peer, zmq.Socket]) -> bool:
+    def _open_dealer(self, lane: tuple[_Peer, int], dealers: dict[tuple[_Peer, int], zmq.Socket]) -> bool:
+        peer = lane[0]
         sock = self._ctx.socket(zmq.DEALER)
         try:
             sock.setsockopt(zmq.LINGER, 0)
@@ -500,16 +515,18 @@ class Endpoint:
                     del self._peers[peer.name]
                 peer.space.notify_all()
             return False
-        dealers[peer] = sock
+        dealers[lane] = sock
         return True
 
-    def _flush(self, dealers: dict[_Peer, zmq.Socket], pending: dict[_Peer, deque]) -> None:
-        """Hand queued frames to zmq until each peer's queue is empty or its HWM is reached."""
+    def _flush(self, dealers: dict[tuple[_Peer, int], zmq.Socket], pending: dict[tuple[_Peer, int], deque]) -> None:
+        """Hand queued frames to zmq until each lane's queue is empty or its HWM is reached (control first)."""
         sent: dict[_Peer, list[int]] = {}
-        for peer, queue in pending.items():
+        for lane in sorted(pending, key=lambda key: -key[1]):
+            queue = pending[lane]
             if not queue:
                 continue
-            sock = dealers[peer]
+            peer = lane[0]
+            sock = dealers[lane]
             n = size = 0
             while queue:
                 try:
@@ -519,7 +536,9 @@ class Endpoint:
                 size += len(queue.popleft()[1])
                 n += 1
             if n:
-                sent[peer] = [n, size]
+                counts = sent.setdefault(peer, [0, 0])
+                counts[0] += n
+                counts[1] += size
         if sent:
             self._release(sent)
 
@@ -615,7 +634,7 @@ class Endpoint:
         if first:
             log.warning("endpoint %r: %s; further ones are only counted", self.process, detail)
 
-    def _shutdown(self, dealers: dict[_Peer, zmq.Socket], pending: dict[_Peer, deque]) -> None:
+    def _shutdown(self, dealers: dict[tuple[_Peer, int], zmq.Socket], pending: dict[tuple[_Peer, int], deque]) -> None:
         """Flush for up to `linger` seconds, then close every socket and the context."""
         deadline = time.monotonic() + self._linger
         try:
@@ -625,9 +644,9 @@ class Endpoint:
                 if remaining <= 0:
                     break
                 poller = zmq.Poller()
-                for peer, queue in pending.items():
+                for lane, queue in pending.items():
                     if queue:
-                        poller.register(dealers[peer], zmq.POLLOUT)
+                        poller.register(dealers[lane], zmq.POLLOUT)
                 poller.poll(max(1, int(remaining * 1000)))
                 self._flush(dealers, pending)
         except Exception:
@@ -650,6 +669,10 @@ class Endpoint:
         if self._auth is not None:
             self._auth.stop()
         self._ctx.term()
+
+
+DATA, CONTROL = 0, 1
+"""The two lanes to each peer (CONTROL: the `control` message types)."""
 
 
 def _check_name(name: Any) -> None:

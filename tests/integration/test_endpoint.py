@@ -237,6 +237,54 @@ def test_a_slow_receiver_makes_send_block_and_time_out_instead_of_growing_memory
     assert [msg.roots[0] for _, msg in items] == list(range(sent + 1))
 
 
+@pytest.mark.parametrize("lanes", [True, False])
+def test_a_control_message_overtakes_the_data_queued_to_a_slow_peer_and_never_waits_for_space(endpoint, lanes):
+    """With the control lane, a PrepareGive sent behind a full queue of data reaches the slow peer among the
+    first frames it reads once it reads again; on one lane (control=empty) it would come last (the check
+    that the test can fail). Data keeps its order either way."""
+    gate, entered = threading.Event(), threading.Event()
+    inbox = Inbox()
+
+    def slow(actor: str, message: Any, sender: Identity, size: int) -> None:
+        entered.set()
+        gate.wait(WAIT * 3)
+        inbox(actor, message)
+
+    control = frozenset({m.PrepareGive}) if lanes else frozenset()
+    receiver = endpoint("slow", slow, hwm=2, socket_buffer=16384)
+    sender = endpoint("fast", queue_size=8, hwm=2, socket_buffer=16384, control=control)
+    sender.connect("slow", receiver.address)
+    to = Address("slow", "spu-1")
+    payload = b"x" * 65536
+    sent = 0
+    try:
+        while True:  # fill every queue between the two: the sender's own, zmq's, the kernel's
+            try:
+                sender.send(to, m.DataBatch(1, "src", ["k"], [payload], [sent], [0]), timeout=0.3)
+            except TimeoutError:
+                break
+            sent += 1
+            if sent == 1:
+                assert entered.wait(WAIT)
+        if lanes:  # the queue is full, yet a control message is accepted at once
+            sender.send(to, m.PrepareGive(7, ((0, 9, 2),), {}, frozenset(), False), timeout=0.01)
+        else:
+            sending = threading.Thread(target=sender.send, args=(to, m.PrepareGive(7, ((0, 9, 2),), {},
+                                                                                     frozenset(), False)))
+            sending.start()
+    finally:
+        gate.set()
+    items = inbox.wait_for(sent + 1)
+    kinds = [type(msg).__name__ for _, msg in items]
+    where = kinds.index("PrepareGive")
+    assert [msg.roots[0] for _, msg in items if type(msg) is m.DataBatch] == list(range(sent))
+    if lanes:
+        assert where <= 3, f"the control message came {where}th of {len(kinds)}"
+    else:
+        sending.join(WAIT)
+        assert where == sent, "on one lane it waits behind every queued batch"
+
+
 def test_a_malformed_frame_is_dropped_counted_and_logged_once_while_later_frames_arrive(endpoint, caplog):
     caplog.set_level(logging.WARNING, logger="esault.transport.endpoint")
     inbox = Inbox()
