@@ -93,3 +93,10 @@ def test_the_main_job_counts_exactly_and_ends_with_a_spark_sql_result(tmp_path):
     spark_lines = result.stdout.split("Spark SQL over table word_counts")[1].splitlines()[4:9]
     top5 = [(w, c) for w, c in oracle.most_common(5)]
     assert [tuple(line.split()) for line in spark_lines] == [(w, str(c)) for w, c in top5]
+
+
+def test_an_unknown_esault_variable_stops_the_run_before_it_starts(tmp_path):
+    result = esault("run", str(ROOT / "examples" / "wordcount.py"), cwd=tmp_path,
+                    env={"ESAULT_MAX_RETRY": "2"}, timeout=60)
+    assert result.returncode == 2
+    assert "unknown environment variable(s) ESAULT_MAX_RETRY (did you mean ESAULT_MAX_RETRIES?)" in result.stderr
