@@ -14,6 +14,7 @@ from typing import Any, Sequence
 
 from esault.config import JobConfig
 from esault.errors import ConfigError, EsaultError
+from esault.runtime.outcome import ExitCode, judge_run
 
 log = logging.getLogger("esault.cli")
 
@@ -137,9 +138,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _status(args)
     except EsaultError as exc:
         print(f"esault: error: {exc}", file=sys.stderr)
-        return 2
+        return int(ExitCode.NOT_STARTED)
     except KeyboardInterrupt:
-        return 130
+        return int(ExitCode.INTERRUPTED)
 
 
 def _run(args: argparse.Namespace) -> int:
@@ -206,10 +207,14 @@ def _run(args: argparse.Namespace) -> int:
         print(module.summarize(job))
     if server is not None:
         server.stop()
-    if not complete and args.duration is None:
-        print(f"esault: error: the job did not complete within {args.timeout}s", file=sys.stderr)
-        return 1
-    return 0
+    outcome = judge_run(status, complete, timeout=args.timeout, duration=args.duration,
+                        dead_letter_path=str(job.dead_letter_path))
+    if not outcome.ok:
+        print(f"esault: error: topology {job.name!r} did not process all its input (exit code "
+              f"{int(outcome.exit_code)}):", file=sys.stderr)
+        for problem in outcome.problems:
+            print(f"  - {problem}", file=sys.stderr)
+    return int(outcome.exit_code)
 
 
 def _cluster_keys(args: argparse.Namespace) -> Any:

@@ -23,9 +23,9 @@ import pykka
 from esault.clock import SystemClock
 from esault.cluster.inprocess import InProcessLauncher
 from esault.cluster.postman import Postman
-from esault.cluster.unit_wire import config_to_wire, unit_to_wire
-from esault.dsl.topology import UnitSpec
-from esault.errors import ResourceError, TopologyError, WorkerLost
+from esault.cluster.unit_wire import check_sendable, config_to_wire, unit_to_wire
+from esault.dsl.topology import Topology, UnitSpec
+from esault.errors import ResourceError, UnitStartError, WorkerLost
 from esault.metrics import registry as metrics
 from esault.metrics.stats import SpuStats
 from esault.runtime.context import JobContext
@@ -296,6 +296,14 @@ class ProcessLauncher:
         # What each worker incarnation, (name, address), was sent: a restarted worker (new address) has nothing.
         self._sent: dict[tuple[tuple[str, str | None], str, str], UnitSpec] = {}
 
+    def check_topology(self, topology: Topology) -> None:
+        """Before anything starts: the job has a worker for its units and can send them there."""
+        for spec in topology.units:
+            if not topology.chained(spec.name):
+                check_sendable(spec)
+        if any(s.where == "worker" for s in topology.units if not topology.chained(s.name)):
+            self.registry.pick()  # ResourceError, saying how to start one, when no worker joined
+
     def start_spu(self, spec: UnitSpec, cfg: SpuConfig, job: JobContext, worker: str | None = None) -> Any:
         """Start an SPU where its unit runs: the driver, the worker named, or the least loaded worker."""
         if spec.where == "driver":
@@ -331,7 +339,7 @@ class ProcessLauncher:
             self.registry.removed(worker, cfg.spu_id)
             self._where.pop(cfg.spu_id, None)
             why = answer.error if answer else f"no answer within {self.start_timeout}s (is the worker alive?)"
-            raise TopologyError(f"unit {spec.name!r} cannot start on worker {worker}: {why}")
+            raise UnitStartError(f"unit {spec.name!r} cannot start on worker {worker}: {why}")
         return self.postman.remote(worker, f"spu-{cfg.spu_id}")
 
     def _units_of(self, spec: UnitSpec, job: JobContext) -> dict[str, UnitSpec]:

@@ -21,6 +21,7 @@ from esault.cluster.unit_wire import config_from_wire, unit_from_wire
 from esault.dsl.topology import Topology
 from esault.metrics.stats import STATS
 from esault.runtime.bolt_spu import BoltSpuActor
+from esault.runtime.sender import StartCheck
 from esault.runtime.spout_spu import SpoutSpuActor
 from esault.runtime.context import JobContext
 from esault.dsl.topology import UnitSpec
@@ -168,6 +169,10 @@ class HostActor(pykka.ThreadingActor):
             self.spus[spu_id] = self.postman.start_and_register(
                 f"spu-{spu_id}",
                 lambda: (SpoutSpuActor if spec.is_spout else BoltSpuActor).start(message.spu, spec, job))
+            error = self.spus[spu_id].ask(StartCheck())
+            if error is not None:
+                self._stop_spu(StopSpu(spu_id, 0), reply=False)
+                raise _Unbuildable(error)
         except Exception as exc:
             log.error("worker %s cannot start SPU %d of %r: %s", self.postman.process, spu_id, message.unit, exc)
             why = str(exc) if isinstance(exc, _Unbuildable) else f"{type(exc).__name__}: {exc}"
