@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from esault.config import JobConfig
-from esault.errors import ConfigError, EsaultError
+from esault.errors import ConfigError, DriverUnreachable, EsaultError
 from esault.runtime.outcome import ExitCode, judge_run
 
 log = logging.getLogger("esault.cli")
@@ -101,6 +101,8 @@ def build_parser() -> argparse.ArgumentParser:
                         help="the driver's public driver.key (env ESAULT_DRIVER_KEY)")
     worker.add_argument("--driver-timeout", type=float, default=30.0,
                         help="exit after this many seconds without word from the driver (default 30)")
+    worker.add_argument("--connect-timeout", type=float, default=60.0,
+                        help="exit (code 3) if the driver has not answered within this many seconds (default 60)")
     worker.add_argument("--keys-stdin", action="store_true",
                         help="read this worker's keys from stdin (how a local driver hands out fresh ones)")
 
@@ -136,6 +138,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.command in ("rescale", "move", "assign"):
             return _operation(args)
         return _status(args)
+    except DriverUnreachable as exc:
+        print(f"esault: error: {exc}", file=sys.stderr)
+        return int(ExitCode.NO_DRIVER)
     except EsaultError as exc:
         print(f"esault: error: {exc}", file=sys.stderr)
         return int(ExitCode.NOT_STARTED)
@@ -287,7 +292,8 @@ def _worker(args: argparse.Namespace) -> int:
 
         server = start_metrics_server(args.metrics_host, args.metrics_port)
     try:
-        return run_worker(args.driver, keys, args.name, args.bind_host, driver_timeout=args.driver_timeout)
+        return run_worker(args.driver, keys, args.name, args.bind_host, driver_timeout=args.driver_timeout,
+                          connect_timeout=args.connect_timeout)
     finally:
         if server is not None:
             server.stop()

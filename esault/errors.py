@@ -43,6 +43,10 @@ class ResourceError(EsaultError):
     """A resource (worker slot) could not be acquired or released."""
 
 
+class DriverUnreachable(ResourceError):
+    """`esault worker` heard nothing from its driver within --connect-timeout."""
+
+
 class WorkerLost(ResourceError):
     """The worker process an SPU was being started on died before it answered."""
 
