@@ -345,7 +345,8 @@ def _check_params_fit(kind: str, name: str, cls: type, params: Mapping[str, Any]
     try:
         signature.bind(**params)
     except TypeError as exc:
+        takes = ", ".join(str(p.replace(annotation=inspect.Parameter.empty)) for p in signature.parameters.values())
         raise TopologyError(
-            f"{kind} {name!r}: params {sorted(params)} do not fit {cls.__name__}{signature} ({exc}); params are "
+            f"{kind} {name!r}: params {sorted(params)} do not fit {cls.__name__}({takes}) ({exc}); params are "
             f"the keyword arguments of {cls.__name__}.__init__: add them to it, or fix their names"
         ) from None
