@@ -297,12 +297,10 @@ class ProcessLauncher:
         self._sent: dict[tuple[tuple[str, str | None], str, str], UnitSpec] = {}
 
     def check_topology(self, topology: Topology) -> None:
-        """Before anything starts: the job has a worker for its units and can send them there."""
+        """Before anything starts: every unit can be sent to the workers (SubmitJob carries them all)."""
         for spec in topology.units:
             if not topology.chained(spec.name):
                 check_sendable(spec)
-        if any(s.where == "worker" for s in topology.units if not topology.chained(s.name)):
-            self.registry.pick()  # ResourceError, saying how to start one, when no worker joined
 
     def start_spu(self, spec: UnitSpec, cfg: SpuConfig, job: JobContext, worker: str | None = None) -> Any:
         """Start an SPU where its unit runs: the driver, the worker named, or the least loaded worker."""

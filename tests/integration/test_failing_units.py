@@ -131,3 +131,18 @@ def test_a_bolt_exception_is_logged_with_its_traceback_and_the_other_tuples_go_o
     job.stop()
     assert any("bolt 'check' gave up tuples: 20 error(s) in total, 15 not logged" in r.getMessage()
                for r in caplog.records), "the SPU's stop reports what was only counted"
+
+
+def test_a_job_with_no_worker_to_run_its_bolts_fails_the_submit_before_anything_starts(config):
+    """Pins what the issue reported as a silent run: bolts launch before spouts, so no SPU runs."""
+    from esault import LocalCluster, ResourceError
+
+    before = spus_running()
+    b = TopologyBuilder("nobody")
+    b.set_spout("src", ListSpout, params={"items": items(10)})
+    b.set_bolt("out", CollectorBolt, chain=False).shuffle_grouping("src")
+    with LocalCluster(listen="127.0.0.1:0") as static:  # a static cluster no worker joined
+        with pytest.raises(ResourceError, match=r"no worker process has joined the driver; start one with "
+                                                r"`esault worker --driver HOST:PORT`"):
+            static.submit(b.build(), config)
+        assert spus_running() == before, "not even the spout started"
