@@ -219,8 +219,9 @@ def _read_toml(path: Path) -> dict[str, Any]:
             "esault reads only [job]: move the setting(s) into it, or remove them")
     nested = sorted(k for k, v in section.items() if isinstance(v, dict))
     if nested:
-        raise ConfigError(f"config file {path}: [job] holds table(s) {', '.join(repr(k) for k in nested)}; "
-                          "esault reads only plain settings in [job] (no sub-tables)")
+        where = "[job] holds" if "job" in data else "the file holds"
+        raise ConfigError(f"config file {path}: {where} table(s) {', '.join(repr(k) for k in nested)}, which esault "
+                          "would ignore; it reads plain settings, in [job] or at the top level (no other tables)")
     try:
         JobConfig.from_mapping(section, origin=f"config file {path}")
     except ConfigError as exc:

@@ -242,7 +242,11 @@ def test_keys_outside_the_job_table_are_refused_not_ignored(tmp_path: Path) -> N
 def test_a_table_inside_the_job_table_is_refused(tmp_path: Path) -> None:
     path = tmp_path / "job.toml"
     path.write_text("[job]\nmax_retries = 2\n[job.elasticity]\nmax_spus = 3\n", encoding="utf-8")
-    with pytest.raises(ConfigError, match=r"\[job\] holds table\(s\) 'elasticity'; esault reads only plain settings"):
+    with pytest.raises(ConfigError, match=r"\[job\] holds table\(s\) 'elasticity', which esault would ignore; it "
+                                          r"reads plain settings, in \[job\] or at the top level"):
+        JobConfig.load(path, environ={})
+    path.write_text("max_retries = 2\n[elasticity]\nmax_spus = 3\n", encoding="utf-8")
+    with pytest.raises(ConfigError, match=r"the file holds table\(s\) 'elasticity', which esault would ignore"):
         JobConfig.load(path, environ={})
 
 
