@@ -406,7 +406,9 @@ class LocalProcessPool:
         pair = KeyPair.generate()
         self.postman.keys.admit(pair.public, Role.WORKER)
         process = subprocess.Popen([sys.executable, "-m", "esault.cli", "worker", "--driver", driver,
-                                    "--name", name, "--keys-stdin", "--driver-timeout", str(self.driver_timeout)],
+                                    "--name", name, "--keys-stdin", "--driver-timeout", str(self.driver_timeout),
+                                    # the driver listens already: silence from the start is a dead driver too
+                                    "--connect-timeout", str(self.driver_timeout)],
                                    env=env, stdin=subprocess.PIPE, text=True)
         try:
             process.stdin.write(WorkerKeys(pair, self.postman.keys.own.public).to_json() + "\n")
