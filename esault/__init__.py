@@ -10,7 +10,7 @@ from esault.dsl import (
 )
 from esault.errors import (
     ConfigError, EsaultError, FrameError, ResourceError, RoutingError, ScalingError, SerializationError,
-    SinkError, TopologyError,
+    SinkError, TopologyError, UnitStartError,
 )
 from esault.keyhash import KEY_SPACE_MAX, key_hash
 from esault.runtime.job import Job
@@ -21,5 +21,5 @@ __all__ = [
     "Grouping", "Job", "JobConfig", "LocalCluster", "ReplayingSpout", "ResourceError", "RoutingError",
     "ScaleResult", "ScalingError", "SerializationError", "SinkError", "Spout", "TextFileSpout", "Topology",
     "TopologyBuilder",
-    "TopologyContext", "TopologyError", "Tuple", "key_hash",
+    "TopologyContext", "TopologyError", "Tuple", "UnitStartError", "key_hash",
 ]

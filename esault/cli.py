@@ -13,7 +13,8 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from esault.config import JobConfig
-from esault.errors import ConfigError, EsaultError
+from esault.errors import ConfigError, DriverUnreachable, EsaultError
+from esault.runtime.outcome import ExitCode, judge_run
 
 log = logging.getLogger("esault.cli")
 
@@ -103,6 +104,8 @@ def build_parser() -> argparse.ArgumentParser:
                         help="the driver's public driver.key (env ESAULT_DRIVER_KEY)")
     worker.add_argument("--driver-timeout", type=float, default=30.0,
                         help="exit after this many seconds without word from the driver (default 30)")
+    worker.add_argument("--connect-timeout", type=float, default=60.0,
+                        help="exit (code 3) if the driver has not answered within this many seconds (default 60)")
     worker.add_argument("--keys-stdin", action="store_true",
                         help="read this worker's keys from stdin (how a local driver hands out fresh ones)")
 
@@ -138,11 +141,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.command in ("rescale", "move", "assign", "swap"):
             return _operation(args)
         return _status(args)
+    except DriverUnreachable as exc:
+        print(f"esault: error: {exc}", file=sys.stderr)
+        return int(ExitCode.NO_DRIVER)
     except EsaultError as exc:
         print(f"esault: error: {exc}", file=sys.stderr)
-        return 2
+        return int(ExitCode.NOT_STARTED)
     except KeyboardInterrupt:
-        return 130
+        return int(ExitCode.INTERRUPTED)
 
 
 def _run(args: argparse.Namespace) -> int:
@@ -209,10 +215,14 @@ def _run(args: argparse.Namespace) -> int:
         print(module.summarize(job))
     if server is not None:
         server.stop()
-    if not complete and args.duration is None:
-        print(f"esault: error: the job did not complete within {args.timeout}s", file=sys.stderr)
-        return 1
-    return 0
+    outcome = judge_run(status, complete, timeout=args.timeout, duration=args.duration,
+                        dead_letter_path=str(job.dead_letter_path))
+    if not outcome.ok:
+        print(f"esault: error: topology {job.name!r} did not process all its input (exit code "
+              f"{int(outcome.exit_code)}):", file=sys.stderr)
+        for problem in outcome.problems:
+            print(f"  - {problem}", file=sys.stderr)
+    return int(outcome.exit_code)
 
 
 def _cluster_keys(args: argparse.Namespace) -> Any:
@@ -289,7 +299,8 @@ def _worker(args: argparse.Namespace) -> int:
 
         server = start_metrics_server(args.metrics_host, args.metrics_port)
     try:
-        return run_worker(args.driver, keys, args.name, args.bind_host, driver_timeout=args.driver_timeout)
+        return run_worker(args.driver, keys, args.name, args.bind_host, driver_timeout=args.driver_timeout,
+                          connect_timeout=args.connect_timeout)
     finally:
         if server is not None:
             server.stop()

@@ -7,6 +7,7 @@ elasticity parameters (the paper's MAX_LATENCY, PROBE_PERIOD, ...).
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import math
 import os
 import tomllib
@@ -115,6 +116,10 @@ class JobConfig:
     gc_gen0_threshold: int | None = 100_000
     elasticity: bool = True
     """Job-wide switch for the latency monitors; each bolt also has its own `elastic` option."""
+    max_spout_errors: int = 1000
+    """A spout whose next_tuple() raises this many times in a row is stopped and the job fails: a broken
+    source is reported, not called for ever (1000 failing calls take about 10 s: one per tick). A call that
+    returns, with or without a tuple, resets the count."""
 
     def __post_init__(self) -> None:
         o = "JobConfig"
@@ -137,6 +142,7 @@ class JobConfig:
             if not isinstance(value, int) or isinstance(value, bool) or value < 1:
                 raise ConfigError(f"{o}.{name} must be a whole number >= 1, got {value!r}")
         _whole(o, "max_retries", self.max_retries, 0)
+        _whole(o, "max_spout_errors", self.max_spout_errors, 1)
         if not isinstance(self.elasticity, bool):
             raise ConfigError(f"{o}.elasticity must be true or false, got {self.elasticity!r}")
         if not isinstance(self.acking, bool):
@@ -172,6 +178,7 @@ class JobConfig:
         if file is not None:
             values.update(_read_toml(Path(file)))
         env = os.environ if environ is None else environ
+        check_environment(env)
         for f in fields(cls):
             raw = env.get(f"ESAULT_{f.name.upper()}")
             if raw is not None:
@@ -185,8 +192,8 @@ class JobConfig:
         unknown = sorted(set(values) - known)
         if unknown:
             raise ConfigError(
-                f"{origin}: unknown setting(s) {', '.join(unknown)}; valid settings are: "
-                + ", ".join(sorted(known))
+                f"{origin}: unknown setting(s) {_with_close_matches(unknown, known)}; "
+                "valid settings are: " + ", ".join(sorted(known))
             )
         return cls(**values)
 
@@ -205,6 +212,16 @@ def _read_toml(path: Path) -> dict[str, Any]:
     section = data.get("job", data)
     if not isinstance(section, dict):
         raise ConfigError(f"config file {path}: [job] must be a table of settings")
+    if "job" in data and len(data) > 1:
+        outside = sorted(k for k in data if k != "job")
+        raise ConfigError(
+            f"config file {path}: {', '.join(repr(k) for k in outside)} outside the [job] table would be ignored; "
+            "esault reads only [job]: move the setting(s) into it, or remove them")
+    nested = sorted(k for k, v in section.items() if isinstance(v, dict))
+    if nested:
+        where = "[job] holds" if "job" in data else "the file holds"
+        raise ConfigError(f"config file {path}: {where} table(s) {', '.join(repr(k) for k in nested)}, which esault "
+                          "would ignore; it reads plain settings, in [job] or at the top level (no other tables)")
     try:
         JobConfig.from_mapping(section, origin=f"config file {path}")
     except ConfigError as exc:
@@ -237,3 +254,43 @@ def _parse_env(name: str, raw: str, annotation: Any) -> Any:
         return raw
     except ValueError:
         raise ConfigError(f"environment variable {var}={raw!r} is not a valid {text}") from None
+
+
+OTHER_VARIABLES = {
+    "ESAULT_SECRET_KEY": "esault run/worker --secret-key",
+    "ESAULT_WORKER_KEYS": "esault run --worker-keys",
+    "ESAULT_CLIENT_KEYS": "esault run --client-keys",
+    "ESAULT_DRIVER_KEY": "esault worker/status/savepoint --driver-key",
+    "ESAULT_CLIENT_SECRET_KEY": "esault status/savepoint --secret-key",
+    "ESAULT_API_TOKEN": "esault run --api-token, esault rescale/move/assign --token",
+    "ESAULT_RUNTIME_DIR": "where a local driver leaves its status key (esault.cluster.credentials)",
+    "ESAULT_SPARK_MASTER": "the Spark sink's master URL (spark_sink.session)",
+    "ESAULT_SPARK_WAREHOUSE": "the Spark sink's warehouse folder (spark_sink.session)",
+    "ESAULT_SINK_FAILPOINT": "crash tests of the Spark sink (spark_sink.failpoints)",
+    "ESAULT_TAG": "the image tag docker-compose.yml runs",
+}
+"""ESAULT_* variables read elsewhere than JobConfig, and by what: they are not unknown."""
+
+
+def known_variables() -> list[str]:
+    """Every ESAULT_* variable esault reads: one per JobConfig field, and OTHER_VARIABLES."""
+    return sorted({f"ESAULT_{f.name.upper()}" for f in fields(JobConfig)} | set(OTHER_VARIABLES))
+
+
+def check_environment(environ: Mapping[str, str]) -> None:
+    """An ESAULT_* variable esault does not read is a typo that would be ignored: refuse it."""
+    known = known_variables()
+    unknown = sorted(name for name in environ if name.startswith("ESAULT_") and name not in known)
+    if unknown:
+        raise ConfigError(
+            f"unknown environment variable(s) {_with_close_matches(unknown, known)}; esault would "
+            "ignore them: fix the name or unset them. Valid ESAULT_* variables are: " + ", ".join(known))
+
+
+def _with_close_matches(unknown: list[str], known: Any) -> str:
+    """The unknown names, each with ' (did you mean x?)' where a known name is close."""
+    named = []
+    for name in unknown:
+        close = difflib.get_close_matches(name, list(known), n=1, cutoff=0.6)
+        named.append(f"{name} (did you mean {close[0]}?)" if close else name)
+    return ", ".join(named)

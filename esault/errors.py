@@ -14,6 +14,11 @@ class TopologyError(EsaultError):
     """The topology is malformed: a cycle, an unknown source, a bad class..."""
 
 
+class UnitStartError(TopologyError):
+    """A unit's SPU could not start: its constructor, open() or restore raised, or its params cannot be sent
+    to a worker process. The job fails at once instead of running without the unit."""
+
+
 class ConfigError(EsaultError):
     """A configuration value (argument, file or ESAULT_* variable) is invalid."""
 
@@ -36,6 +41,10 @@ class ScalingError(EsaultError):
 
 class ResourceError(EsaultError):
     """A resource (worker slot) could not be acquired or released."""
+
+
+class DriverUnreachable(ResourceError):
+    """`esault worker` heard nothing from its driver within --connect-timeout."""
 
 
 class WorkerLost(ResourceError):

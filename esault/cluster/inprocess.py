@@ -6,12 +6,13 @@ from typing import Any
 
 import pykka
 
-from esault.errors import ResourceError
+from esault.errors import ResourceError, UnitStartError
 from esault.cluster.resources import InProcessResources, ResourceManager, Slot
 from esault.dsl.topology import UnitSpec
 from esault.runtime.bolt_spu import BoltSpuActor
 from esault.runtime.context import JobContext
 from esault.runtime.messages import SpuConfig
+from esault.runtime.sender import StartCheck
 from esault.runtime.spout_spu import SpoutSpuActor
 
 
@@ -30,6 +31,10 @@ class InProcessLauncher:
         cls = SpoutSpuActor if spec.is_spout else BoltSpuActor
         ref = cls.start(cfg, spec, job)
         self._slots[ref.actor_urn] = slot
+        error = ref.ask(StartCheck())
+        if error is not None:
+            self.stop_spu(ref, block=True)
+            raise UnitStartError(f"{error}; the job cannot run without it: fix the unit and run again")
         return ref
 
     def stop_spu(self, mailbox: Any, block: bool) -> None:

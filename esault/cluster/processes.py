@@ -23,9 +23,9 @@ import pykka
 from esault.clock import SystemClock
 from esault.cluster.inprocess import InProcessLauncher
 from esault.cluster.postman import Postman
-from esault.cluster.unit_wire import config_to_wire, unit_to_wire
-from esault.dsl.topology import UnitSpec
-from esault.errors import ResourceError, TopologyError, WorkerLost
+from esault.cluster.unit_wire import check_sendable, config_to_wire, unit_to_wire
+from esault.dsl.topology import Topology, UnitSpec
+from esault.errors import ResourceError, UnitStartError, WorkerLost
 from esault.metrics import registry as metrics
 from esault.metrics.stats import SpuStats
 from esault.runtime.context import JobContext
@@ -296,6 +296,12 @@ class ProcessLauncher:
         # What each worker incarnation, (name, address), was sent: a restarted worker (new address) has nothing.
         self._sent: dict[tuple[tuple[str, str | None], str, str], UnitSpec] = {}
 
+    def check_topology(self, topology: Topology) -> None:
+        """Before anything starts: every unit can be sent to the workers (SubmitJob carries them all)."""
+        for spec in topology.units:
+            if not topology.chained(spec.name):
+                check_sendable(spec)
+
     def start_spu(self, spec: UnitSpec, cfg: SpuConfig, job: JobContext, worker: str | None = None) -> Any:
         """Start an SPU where its unit runs: the driver, the worker named, or the least loaded worker."""
         if spec.where == "driver":
@@ -331,7 +337,7 @@ class ProcessLauncher:
             self.registry.removed(worker, cfg.spu_id)
             self._where.pop(cfg.spu_id, None)
             why = answer.error if answer else f"no answer within {self.start_timeout}s (is the worker alive?)"
-            raise TopologyError(f"unit {spec.name!r} cannot start on worker {worker}: {why}")
+            raise UnitStartError(f"unit {spec.name!r} cannot start on worker {worker}: {why}")
         return self.postman.remote(worker, f"spu-{cfg.spu_id}")
 
     def _units_of(self, spec: UnitSpec, job: JobContext) -> dict[str, UnitSpec]:
@@ -400,7 +406,9 @@ class LocalProcessPool:
         pair = KeyPair.generate()
         self.postman.keys.admit(pair.public, Role.WORKER)
         process = subprocess.Popen([sys.executable, "-m", "esault.cli", "worker", "--driver", driver,
-                                    "--name", name, "--keys-stdin", "--driver-timeout", str(self.driver_timeout)],
+                                    "--name", name, "--keys-stdin", "--driver-timeout", str(self.driver_timeout),
+                                    # the driver listens already: silence from the start is a dead driver too
+                                    "--connect-timeout", str(self.driver_timeout)],
                                    env=env, stdin=subprocess.PIPE, text=True)
         try:
             process.stdin.write(WorkerKeys(pair, self.postman.keys.own.public).to_json() + "\n")

@@ -19,7 +19,8 @@ from esault.config import ElasticityConfig, JobConfig
 from esault.dsl.bolt import Bolt
 from esault.dsl.spout import Spout
 from esault.dsl.topology import Grouping, InputSpec, UnitSpec
-from esault.errors import TopologyError
+from esault.errors import TopologyError, UnitStartError
+from esault.transport.codec import check_serialisable
 
 
 _MAIN_ALIAS = "__esault_main__"
@@ -48,6 +49,22 @@ def unit_to_wire(spec: UnitSpec) -> dict[str, Any]:
         "chain": spec.chain, "stages": [unit_to_wire(stage) for stage in spec.stages],
         "placement": spec.placement,
     }
+
+
+def check_sendable(spec: UnitSpec) -> None:
+    """Every param of `spec` (and of the bolts chained into it) can travel to a worker; else UnitStartError
+    naming the unit and the param, raised before any SPU starts."""
+    for unit in (spec, *spec.stages):
+        for name, value in unit.params.items():
+            try:
+                check_serialisable(value)
+            except TypeError as exc:
+                kind = "spout" if unit.is_spout else "bolt"
+                raise UnitStartError(
+                    f"{kind} {unit.name!r}: param {name!r} ({type(value).__name__}) cannot be sent to the worker "
+                    f"processes ({exc}). Give plain data in params (e.g. a path or a URL) and build the object "
+                    "in open(), or run every unit in one process with `--cluster threads` (LocalCluster())"
+                ) from None
 
 
 def unit_from_wire(data: dict[str, Any]) -> UnitSpec:

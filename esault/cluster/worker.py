@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 import os
+import socket
 import threading
 import time
 from typing import Any
@@ -21,9 +22,11 @@ from esault.cluster.unit_wire import config_from_wire, unit_from_wire
 from esault.dsl.topology import Topology
 from esault.metrics.stats import STATS
 from esault.runtime.bolt_spu import BoltSpuActor
+from esault.runtime.sender import StartCheck
 from esault.runtime.spout_spu import SpoutSpuActor
 from esault.runtime.context import JobContext
 from esault.dsl.topology import UnitSpec
+from esault.errors import ConfigError, DriverUnreachable
 from esault.runtime.messages import (
     DriverBeat, PeerAddresses, PeerGone, Shutdown, SpuStarted, SpuStopped, StartSpu, StopSpu, SubmitJob,
     WorkerHeartbeat, WorkerHello,
@@ -46,11 +49,29 @@ class _Unbuildable(Exception):
     """A unit of a submitted job that this worker could not build; the message is the cause."""
 
 
+def driver_endpoint(driver: str) -> str:
+    """tcp://HOST:PORT for `--driver`, with HOST resolved now: a typo is one clear error, not a silent wait."""
+    text = driver[len("tcp://"):] if driver.startswith("tcp://") else driver
+    host, sep, port = text.rpartition(":")
+    host = host.strip("[]")
+    if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
+        raise ConfigError(f"--driver {driver!r} is not HOST:PORT: give the address `esault run` prints as "
+                          "'driver listening on HOST:PORT', e.g. --driver 10.0.0.5:5555")
+    try:
+        socket.getaddrinfo(host, int(port), type=socket.SOCK_STREAM)
+    except (socket.gaierror, UnicodeError) as exc:
+        reason = exc.strerror if isinstance(exc, socket.gaierror) else str(exc)
+        raise ConfigError(f"--driver {driver!r}: cannot resolve host {host!r} ({reason}); check the name, "
+                          "or give the driver's IP address") from None
+    return f"tcp://{text}"
+
+
 class DriverLiveness:
     """When the driver last said it lives (DriverBeat): written by WorkerControl, read by run_worker."""
 
     def __init__(self) -> None:
         self.driver_seen = time.monotonic()
+        self.heard = False  # any DriverBeat yet: the driver admitted this worker
 
 
 class WorkerControl:
@@ -72,6 +93,7 @@ class WorkerControl:
         kind = type(message)
         if kind is DriverBeat:
             self.liveness.driver_seen = time.monotonic()
+            self.liveness.heard = True
         elif kind is PeerGone:
             self._forget_peer(message.process)
         else:
@@ -168,6 +190,10 @@ class HostActor(pykka.ThreadingActor):
             self.spus[spu_id] = self.postman.start_and_register(
                 f"spu-{spu_id}",
                 lambda: (SpoutSpuActor if spec.is_spout else BoltSpuActor).start(message.spu, spec, job))
+            error = self.spus[spu_id].ask(StartCheck())
+            if error is not None:
+                self._stop_spu(StopSpu(spu_id, 0), reply=False)
+                raise _Unbuildable(error)
         except Exception as exc:
             log.error("worker %s cannot start SPU %d of %r: %s", self.postman.process, spu_id, message.unit, exc)
             why = str(exc) if isinstance(exc, _Unbuildable) else f"{type(exc).__name__}: {exc}"
@@ -200,15 +226,20 @@ class HostActor(pykka.ThreadingActor):
 
 
 def run_worker(driver: str, keys: WorkerKeys, name: str | None = None, bind_host: str = "127.0.0.1",
-               max_frame_bytes: int | None = None, driver_timeout: float = 30.0) -> int:
+               max_frame_bytes: int | None = None, driver_timeout: float = 30.0,
+               connect_timeout: float = 60.0) -> int:
     """Join the driver at HOST:PORT and host SPUs until it says Shutdown (or the process is killed).
 
     Listens on `bind_host` (loopback unless told otherwise; 0.0.0.0 is
     advertised under this host's name). Accepts connections only from the
     driver's key and the peers' keys the driver announces, and commands only
-    from the driver. Exits when no DriverBeat came for `driver_timeout` seconds
+    from the driver. Raises ConfigError for a HOST that does not resolve and
+    DriverUnreachable when the driver has not answered within `connect_timeout`
+    seconds (nothing listens there, a firewall, or keys it does not admit).
+    Exits (3) when no DriverBeat came for `driver_timeout` seconds after that
     (the driver was killed or cut off): no orphans.
     """
+    endpoint = driver_endpoint(driver)
     name = name or f"w{os.getpid()}"
     extra = {} if max_frame_bytes is None else {"max_frame_bytes": max_frame_bytes}
     postman = Postman(name, bind=f"tcp://{bind_host}:0", keys=keys.ring(name), **extra)
@@ -216,11 +247,20 @@ def run_worker(driver: str, keys: WorkerKeys, name: str | None = None, bind_host
     hosting = DriverLiveness()
     postman.register("control", WorkerControl(postman, hosting))
     host = postman.start_and_register("host", lambda: HostActor.start(postman, done))
-    postman.connect(DRIVER, driver if driver.startswith("tcp://") else f"tcp://{driver}")
+    postman.connect(DRIVER, endpoint)
     postman.send(DRIVER, "cluster", WorkerHello(name, postman.address, os.getpid()))
-    log.info("worker %s joined driver %s from %s", name, driver, postman.address)
+    log.info("worker %s joining driver %s from %s", name, driver, postman.address)
+    started = time.monotonic()
     try:
         while not done.wait(HEARTBEAT_INTERVAL):
+            if not hosting.heard:
+                if time.monotonic() - started > connect_timeout:
+                    raise DriverUnreachable(
+                        f"worker {name}: no esault driver answered at {driver} within {connect_timeout:g} s "
+                        "(--connect-timeout). Is `esault run --cluster static --listen` running there and is the "
+                        "port reachable from here? Is --driver-key that driver's driver.key, and this worker's "
+                        "public key among its --worker-keys? (The driver's log names a key it refused.)")
+                continue  # no heartbeats before the driver admitted this worker: the hello is queued
             silent = time.monotonic() - hosting.driver_seen
             if silent > driver_timeout:
                 log.error("worker %s: no word from the driver for %.1f s (driver timeout %.1f s): exiting",

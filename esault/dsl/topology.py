@@ -235,6 +235,7 @@ class TopologyBuilder:
         params = options.get("params", {})
         if not isinstance(params, Mapping):
             raise TopologyError(f"{kind} {name!r}: params must be a dict of constructor arguments, got {params!r}")
+        _check_params_fit(kind, name, cls, params)
         self._decl[name] = (cls, parallelism, is_spout, options)
         self._inputs[name] = []
 
@@ -372,3 +373,19 @@ def _find_cycle(units: Mapping[str, UnitSpec], stuck: list[str]) -> list[str]:
         path.append(nxt)
         seen.add(nxt)
         node = nxt
+
+
+def _check_params_fit(kind: str, name: str, cls: type, params: Mapping[str, Any]) -> None:
+    """params are constructor arguments: ones the class cannot take would fail every instance at run time."""
+    try:
+        signature = inspect.signature(cls)
+    except (TypeError, ValueError):  # a class whose signature Python cannot tell: it will tell at run time
+        return
+    try:
+        signature.bind(**params)
+    except TypeError as exc:
+        takes = ", ".join(str(p.replace(annotation=inspect.Parameter.empty)) for p in signature.parameters.values())
+        raise TopologyError(
+            f"{kind} {name!r}: params {sorted(params)} do not fit {cls.__name__}({takes}) ({exc}); params are "
+            f"the keyword arguments of {cls.__name__}.__init__: add them to it, or fix their names"
+        ) from None

@@ -20,7 +20,8 @@ from esault.errors import SerializationError
 from esault.migration import handoff
 from esault.migration.handoff import EarlyMessages, GiverHandoff, HeldBatch, ReceiverHandoff, chunk_states
 from esault.runtime.anchors import BatchHold, DeferredAnchor
-from esault.runtime.context import RateLimitedLog, log
+from esault.runtime.context import log
+from esault.runtime.user_errors import UserErrorLog
 from esault.checkpoint.alignment import Alignment
 from esault.checkpoint.store import bucket_of, pack_entries
 from esault.runtime.messages import (
@@ -55,8 +56,8 @@ class BoltSpuActor(SenderActor):
         self._early = EarlyMessages()
         self._retiring = False
         self._last_expiry_scan = job.clock.now()
-        self._error_log = RateLimitedLog()
-        self._state_error_log = RateLimitedLog()
+        self._error_log = UserErrorLog(now=job.clock.now)
+        self._state_error_log = UserErrorLog(now=job.clock.now)
         self.processed_since_probe = 0
         self._parked: set[Any] = set()  # keys whose PE expired; their state waits in the unit's store
         self._park_store: StateStore | None = None
@@ -84,16 +85,29 @@ class BoltSpuActor(SenderActor):
     def on_start(self) -> None:
         self.job.stats.register(self.stats)
         self.job.ticker.subscribe(self.actor_ref)
-        self.open_stages()
-        if not self.spec.per_key:
-            self.pes.single()
-        if self.cfg.restore_epoch is not None:
-            self._restore(self.cfg.restore_epoch)
+        step = "open() of a bolt chained into it"
+        try:
+            self.open_stages()
+            if not self.spec.per_key:
+                step = "constructor or open()"
+                self.pes.single()  # one instance: its constructor and open() run now
+            if self.cfg.restore_epoch is not None:
+                step = f"restore from checkpoint {self.cfg.restore_epoch}"
+                self._restore(self.cfg.restore_epoch)
+        except Exception as exc:
+            self.failed_to_start(step, exc)
+            return
         if self.cfg.receive is not None:
             self._on_prepare_receive(self.cfg.receive)
 
     def on_stop(self) -> None:
         self.job.ticker.unsubscribe(self.actor_ref)
+        self._error_log.close(f"topology {self.job.name!r}: bolt {self.unit_name!r} on_expire()")
+        self._state_error_log.close(f"topology {self.job.name!r}: bolt {self.unit_name!r} state")
+        self.faults.close()
+        if self.start_error is not None:  # nothing opened: nothing to close or publish
+            self.job.stats.retire(self.stats)
+            return
         if self._abandoned:  # a rollback: no close(), nothing published; a restored SPU takes over
             for _, pe in self.pes.items():
                 if not self.spec.per_key:
@@ -432,7 +446,7 @@ class BoltSpuActor(SenderActor):
                 pe.on_expire()
             except Exception as exc:
                 self._error_log("topology %r: bolt %r on_expire() raised %r (key %r)",
-                                self.job.name, self.unit_name, exc, key)
+                                self.job.name, self.unit_name, exc, key, exc=exc)
         self._park(expired)
         self.stats.pes = len(self.pes)
         self.flush()
@@ -554,7 +568,7 @@ class BoltSpuActor(SenderActor):
         self._state_error_log(
             "topology %r: state of key %r in bolt %r cannot be saved or moved (%s); after a failure, a split or "
             "a merge the key restarts empty. Keep PE attributes msgpack-serialisable or override "
-            "snapshot_state()/restore_state()", self.job.name, key, self.unit_name, exc,
+            "snapshot_state()/restore_state()", self.job.name, key, self.unit_name, exc, exc=exc,
         )
         return None
 

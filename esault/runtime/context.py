@@ -57,17 +57,3 @@ class JobContext:
     def pe_idle_timeout(self, spec: UnitSpec) -> float | None:
         return self.config.pe_idle_timeout if spec.pe_idle_timeout == "job" else spec.pe_idle_timeout
 
-
-class RateLimitedLog:
-    """Logs the first `first` events, then every `every`-th: user errors can be floods."""
-
-    def __init__(self, first: int = 10, every: int = 1000) -> None:
-        self.first = first
-        self.every = every
-        self.count = 0
-
-    def __call__(self, msg: str, *args: Any) -> None:
-        self.count += 1
-        if self.count <= self.first or self.count % self.every == 0:
-            suffix = f" [{self.count} so far]" if self.count > self.first else ""
-            log.error(msg + suffix, *args)

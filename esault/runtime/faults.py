@@ -7,14 +7,12 @@ tuple is replayed because of it.
 
 from __future__ import annotations
 
-import os
-import traceback
 from typing import Any
 
 from esault.dsl.tuple import Tuple
 from esault.metrics.stats import SpuStats
-from esault.runtime.context import RateLimitedLog
 from esault.runtime.messages import DeadLettered
+from esault.runtime.user_errors import UserErrorLog, user_frame
 
 
 class UserFaults:
@@ -27,7 +25,7 @@ class UserFaults:
         self.stats = stats
         self.acker = acker
         self.max_retries = max_retries
-        self._log = RateLimitedLog()
+        self._log = UserErrorLog()
 
     def retry(self, pe: Any, view: Tuple, key: Any, value: Any, source: str, exc: Exception) -> None:
         """process() raised `exc` on (key, value): retry on the same PE, then dead-letter."""
@@ -44,24 +42,18 @@ class UserFaults:
                 exc = again
         self.give_up(key, value, exc, "process()", attempts)
 
+    def close(self) -> None:
+        """At the SPU's stop: how many failures were only counted, not logged."""
+        self._log.close(f"topology {self.topology!r}: bolt {self.unit!r} gave up tuples")
+
     def give_up(self, key: Any, value: Any, exc: BaseException, where: str, attempts: int) -> None:
         """Write the tuple to the job's dead letters (through the ack server, in the driver)."""
-        at = _where(exc)
+        at = user_frame(exc)
         reason = f"bolt {self.unit!r} {where} raised {type(exc).__name__}: {exc}{at} (key {key!r})"
         self.stats.failed += 1
         self.stats.dead_letters += 1
-        self._log("topology %r: %s; gave up after %d attempt(s), dead-lettered", self.topology, reason, attempts)
+        self._log("topology %r: %s; gave up after %d attempt(s), dead-lettered", self.topology, reason, attempts,
+                  exc=exc)
         if self.acker is not None:
             self.acker.tell(DeadLettered(self.unit, self.spu_id, key, value, reason, attempts))
 
-
-_RUNTIME_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-
-
-def _where(exc: BaseException) -> str:
-    """' at file:line' of the innermost frame in user code (outside esault), else the innermost frame."""
-    frames = traceback.extract_tb(exc.__traceback__) if exc.__traceback__ else []
-    for frame in reversed(frames):
-        if not os.path.abspath(frame.filename).startswith(_RUNTIME_DIR + os.sep):
-            return f" at {frame.filename}:{frame.lineno}"
-    return f" at {frames[-1].filename}:{frames[-1].lineno}" if frames else ""

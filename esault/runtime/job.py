@@ -57,6 +57,9 @@ class Job:
         self.ctx = JobContext(topology, config, self.clock, data_dir,
                               dead_letters=DeadLetterWriter(self.dead_letter_path))
         self._check_guarantee()  # before anything that must be undone when the job cannot start
+        check = getattr(launcher, "check_topology", None)
+        if check is not None:
+            check(topology)  # e.g. params that cannot reach a worker, or no worker at all
         self.ctx.stats.forget_topology(topology.name)
         gc_policy.enter(config.gc_gen0_threshold)
         self.ctx.ticker = Ticker(self.clock, config.tick_interval)
@@ -427,6 +430,8 @@ class Job:
             "pending_trees": self.ctx.acker.ask(GetPending()),
             "spouts_finished": self._spouts_finished(),
             "scaling_events": len(self.coordinator.history),
+            "spout_errors": self.spout_errors(),
+            "dead_letters": self.dead_letters,
             "guarantee": self.config.guarantee,
             "checkpoints": {"completed": self.checkpoints.stats.completed, "failed": self.checkpoints.stats.failed,
                             "last_epoch": self.checkpoints.stats.last_epoch,
@@ -464,6 +469,12 @@ class Job:
         progress = self.ctx.spout_progress
         return [progress.get(spu) for s in self.topology.units if s.is_spout
                 for spu in self.units[s.name].ask(GetSpus())]
+
+    def spout_errors(self) -> list[str]:
+        """Why spouts stopped early, one line each (open() raised, next_tuple() raised max_spout_errors times in
+        a row); empty while none did. A job with any is failed: wait() returns False at once."""
+        reports = list(self.ctx.spout_progress.values())
+        return sorted({p.error for p in reports if p is not None and p.error})
 
     def _spouts_finished(self) -> bool:
         return all(p is not None and p.finished for p in self._spout_states())
@@ -525,11 +536,14 @@ class Job:
             poll.wait(0.01)
 
     def wait(self, timeout: float | None = None) -> bool:
-        """Block until the spouts are exhausted and every tuple is processed; False on timeout."""
+        """Block until the spouts are exhausted and every tuple is processed; False on timeout, or at once when
+        a spout stopped by errors (spout_errors() says why)."""
         deadline = None if timeout is None else time.monotonic() + timeout
         poll = threading.Event()
         seen_complete = None
         while True:
+            if self.spout_errors():
+                return False
             if self.is_complete():
                 totals = self._totals()
                 if seen_complete == totals:  # stable across two polls: nothing in flight

@@ -388,13 +388,15 @@ class DeadLettered:
 class SpoutProgress:
     """spout SPU -> ack server (driver): it is `finished` (no more next_tuple), `drained` (nothing in flight).
 
-    Sent when either changes; `untracked` counts tuples it emitted outside any tree so far.
+    Sent when either changes; `untracked` counts tuples it emitted outside any tree so far; `error` says why
+    it finished early (open() raised, next_tuple() raised max_spout_errors times in a row), "" if it did not.
     """
 
     spu_id: int
     finished: bool
     drained: bool
     untracked: int
+    error: str = ""
 
 
 @dataclass(frozen=True, slots=True)

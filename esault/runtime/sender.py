@@ -19,6 +19,7 @@ from esault.runtime.inbox import ControlFirstInbox
 from esault.runtime.context import JobContext
 from esault.runtime.emitter import build_emit
 from esault.runtime.faults import UserFaults
+from esault.runtime.user_errors import user_frame
 from esault.checkpoint.snapshots import Snapshot, SnapshotWriter
 from esault.checkpoint.store import CheckpointStore, instance_slot
 from esault.runtime.messages import (
@@ -29,6 +30,14 @@ from esault.transport.codec import check_serialisable
 from esault.transport.frames import EncodedFrame
 
 log = logging.getLogger("esault.spu")
+
+
+class StartCheck:
+    """launcher -> SPU (ask), in the SPU's own process only: the answer is why on_start failed, or None.
+
+    An ask is answered after on_start ran, so a launcher that asks it knows the
+    SPU's user code opened before it reports the SPU started.
+    """
 
 
 class SenderActor(pykka.ThreadingActor):
@@ -60,6 +69,8 @@ class SenderActor(pykka.ThreadingActor):
         self._store: CheckpointStore | None = None
         self._abandoned = False
         self._unsaved: set[str] = set()  # units whose instance state could not be checkpointed (logged once)
+        self.start_error: str | None = None
+        """Why this SPU could not start (its user code's constructor, open() or restore raised); None if it runs."""
         self._handlers: dict[type, Any] = {
             InstallRoutes: self._on_install_routes,
             Drain: self._on_drain,
@@ -119,7 +130,15 @@ class SenderActor(pykka.ThreadingActor):
     def context(self, key: Any = None) -> TopologyContext:
         return self.context_of(self.unit_name, key)
 
+    def failed_to_start(self, what: str, exc: BaseException) -> None:
+        """User code raised in on_start: keep the cause for StartCheck; the launcher fails the unit with it."""
+        kind = "spout" if self.spec.is_spout else "bolt"
+        self.start_error = f"{kind} {self.unit_name!r} {what} raised {type(exc).__name__}: {exc}{user_frame(exc)}"
+        log.error("topology %r: %s", self.job.name, self.start_error, exc_info=(type(exc), exc, exc.__traceback__))
+
     def on_receive(self, message: Any) -> Any:
+        if type(message) is StartCheck:
+            return self.start_error
         if self._abandoned:
             return None  # a rollback discarded this SPU: its stop is on the way
         if type(message) is EncodedFrame:  # data decoded here, on this thread, not on the I/O thread

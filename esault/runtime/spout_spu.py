@@ -17,7 +17,8 @@ from typing import Any
 
 from esault.metrics import registry as metrics
 from esault.runtime.anchors import EdgeAnchor, NoAnchor
-from esault.runtime.context import RateLimitedLog, log
+from esault.runtime.context import log
+from esault.runtime.user_errors import UserErrorLog, user_frame
 from esault.runtime.emitter import build_emit_many
 from esault.runtime.messages import (
     AckInit, CheckpointAck, DeadLettered, Pump, RegisterOwner, SpoutProgress, Tick, TreesDone, TriggerCheckpoint,
@@ -49,14 +50,18 @@ class SpoutSpuActor(SenderActor):
         self._emits = 0
         self._overflow: deque[tuple[Any, Any, Any, bool]] = deque()  # key(s), value(s), msg_id, many
         self._now = job.clock.now()
-        self._error_log = RateLimitedLog()
+        self._error_log = UserErrorLog(now=job.clock.now)  # next_tuple()
+        self._callback_log = UserErrorLog(now=job.clock.now)  # ack(), fail(), drop()
+        self.max_errors = conf.max_spout_errors
+        self._errors_in_a_row = 0  # next_tuple() calls that raised since the last one that returned
+        self.error = ""  # why this spout stopped early (open() or next_tuple() kept raising); "" if it did not
         self.spout: Any = None
         self._route = self.emit_path
         self._route_many = (build_emit_many(self.router, self._route, self.check_emit) if not self.stages
                             else build_emit_many(None, self._route, self.check_emit))
         self._latency = metrics.TUPLE_LATENCY.labels(job.name, spec.name)
         self.finished = False
-        self._reported = (False, False)  # (finished, drained) as last told to the ack server
+        self._reported = (False, False, "")  # (finished, drained, error) as last told to the ack server
         self._barrier_due: TriggerCheckpoint | None = None  # injected at the next round boundary
         self._handlers.update({Pump: self._on_pump, Tick: self._on_tick, TreesDone: self._on_trees_done,
                                TriggerCheckpoint: self._on_trigger})
@@ -67,19 +72,24 @@ class SpoutSpuActor(SenderActor):
         me = Address(self.job.process, f"spu-{self.spu_id}") if self.job.process else self.actor_ref
         self.acker.tell(RegisterOwner(self.spu_id, me))
         self.job.ticker.subscribe(self.actor_ref)
-        self.open_stages()
-        self.spout = self.spec.instantiate()
-        self.spout._esault_emit = self._emit
-        self.spout._esault_emit_batch = self._emit_batch
+        step = "open() of a bolt chained into it"
         try:
+            self.open_stages()
+            step = "constructor"
+            self.spout = self.spec.instantiate()
+            self.spout._esault_emit = self._emit
+            self.spout._esault_emit_batch = self._emit_batch
+            step = "open()"
             self.spout.open(self.context())
             if self.cfg.restore_epoch is not None:
+                step = "restore from a checkpoint"
                 self.restore_stages()
                 if self.cfg.position is not None:
+                    step = "restore_position()"
                     self.spout.restore_position(self.cfg.position)
         except Exception as exc:
-            log.error("topology %r: spout %r open() or restore_position() raised %r; it emits nothing",
-                      self.job.name, self.unit_name, exc)
+            self.failed_to_start(step, exc)
+            self.error = self.start_error or ""
             self._finish()
             self.flush()
             return
@@ -93,20 +103,22 @@ class SpoutSpuActor(SenderActor):
     def _report_progress(self) -> None:
         """Tell the driver (through the ack server, wherever this SPU runs) when finished or drained change."""
         drained = not self.pending and not self._overflow and not self._batch
-        state = (self.finished, drained)
+        state = (self.finished, drained, self.error)
         if state != self._reported:
             self._reported = state
-            self.acker.tell(SpoutProgress(self.spu_id, self.finished, drained, self.stats.untracked))
+            self.acker.tell(SpoutProgress(self.spu_id, self.finished, drained, self.stats.untracked, self.error))
 
     def on_stop(self) -> None:
         self.job.ticker.unsubscribe(self.actor_ref)
+        self._error_log.close(f"topology {self.job.name!r}: spout {self.unit_name!r} next_tuple()")
+        self._callback_log.close(f"topology {self.job.name!r}: spout {self.unit_name!r} ack()/fail()/drop()")
         if self._abandoned:  # a rollback: no close(), nothing published; a restored SPU takes over
             self.abandon_stages()
             self.close_checkpointing()
             self.job.stats.retire(self.stats)
             return
         try:
-            if self.spout is not None:
+            if self.spout is not None and self.start_error is None:
                 self.spout.close()
         except Exception as exc:
             log.error("spout %r close() raised %r", self.unit_name, exc)
@@ -218,10 +230,9 @@ class SpoutSpuActor(SenderActor):
             try:
                 spout.next_tuple()
             except Exception as exc:
-                self._error_log("topology %r: spout %r next_tuple() raised %r", self.job.name,
-                                self.unit_name, exc)
-                self.stats.user_errors += 1
+                self._next_tuple_failed(exc)
                 break
+            self._errors_in_a_row = 0
             if spout._esault_finished:
                 self._finish()
             if self._emits == before:
@@ -240,14 +251,29 @@ class SpoutSpuActor(SenderActor):
         try:
             backlog = self.spout.backlog()
         except Exception as exc:
-            self._error_log("topology %r: spout %r backlog() raised %r", self.job.name, self.unit_name, exc)
+            self._callback_log("topology %r: spout %r backlog() raised %s: %s%s", self.job.name, self.unit_name,
+                               type(exc).__name__, exc, user_frame(exc), exc=exc)
             self.stats.user_errors += 1
             return
         if backlog is not None and (not isinstance(backlog, int) or isinstance(backlog, bool) or backlog < 0):
-            self._error_log("topology %r: spout %r backlog() returned %r; return a whole number >= 0 or None",
+            self._callback_log("topology %r: spout %r backlog() returned %r; return a whole number >= 0 or None",
                             self.job.name, self.unit_name, backlog)
             backlog = None
         self.stats.backlog = backlog or 0
+
+    def _next_tuple_failed(self, exc: Exception) -> None:
+        """Log it (rate-limited, with its traceback); max_spout_errors in a row stop the spout and fail the job."""
+        self.stats.user_errors += 1
+        self._errors_in_a_row += 1
+        at = user_frame(exc)
+        self._error_log("topology %r: spout %r next_tuple() raised %s: %s%s", self.job.name, self.unit_name,
+                        type(exc).__name__, exc, at, exc=exc)
+        if self._errors_in_a_row >= self.max_errors:
+            self.error = (f"spout {self.unit_name!r} next_tuple() raised {self._errors_in_a_row} times in a row "
+                          f"(last: {type(exc).__name__}: {exc}{at}); it was stopped. Fix the source, or raise "
+                          f"JobConfig.max_spout_errors ({self.max_errors}) for one that recovers")
+            log.error("topology %r: %s", self.job.name, self.error)
+            self._finish()
 
     # --- outcomes ---------------------------------------------------------
 
@@ -336,8 +362,8 @@ class SpoutSpuActor(SenderActor):
             self._call_failed(fn, msg_id, exc)
 
     def _call_failed(self, fn: Any, msg_id: Any, exc: Exception) -> None:
-        self._error_log("topology %r: spout %r %s(%r) raised %r", self.job.name, self.unit_name,
-                        fn.__name__, msg_id, exc)
+        self._callback_log("topology %r: spout %r %s(%r) raised %s: %s%s", self.job.name, self.unit_name,
+                           fn.__name__, msg_id, type(exc).__name__, exc, user_frame(exc), exc=exc)
         self.stats.user_errors += 1
 
     def _dead_letter(self, msg_id: Any, key: Any, value: Any, reason: str | None, attempts: int) -> None:

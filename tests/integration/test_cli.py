@@ -93,3 +93,87 @@ def test_the_main_job_counts_exactly_and_ends_with_a_spark_sql_result(tmp_path):
     spark_lines = result.stdout.split("Spark SQL over table word_counts")[1].splitlines()[4:9]
     top5 = [(w, c) for w, c in oracle.most_common(5)]
     assert [tuple(line.split()) for line in spark_lines] == [(w, str(c)) for w, c in top5]
+
+
+def test_an_unknown_esault_variable_stops_the_run_before_it_starts(tmp_path):
+    result = esault("run", str(ROOT / "examples" / "wordcount.py"), cwd=tmp_path,
+                    env={"ESAULT_MAX_RETRY": "2"}, timeout=60)
+    assert result.returncode == 2
+    assert "unknown environment variable(s) ESAULT_MAX_RETRY (did you mean ESAULT_MAX_RETRIES?)" in result.stderr
+
+
+FAILING = '''
+import threading
+from esault import Bolt, TopologyBuilder
+from esault.testing import ListSpout
+
+class Upper(Bolt):
+    def __init__(self, lock=None):
+        self.lock = lock
+    def process(self, tup):
+        if tup.key % 10 == 0:
+            raise ValueError("no multiples of ten")
+        self.emit(tup.key, tup.value.upper())
+
+class NoDatabase(Bolt):
+    def open(self, context):
+        raise OSError("no database")
+    def process(self, tup):
+        pass
+
+class Broken(ListSpout):
+    def next_tuple(self):
+        raise RuntimeError("broken source")
+
+b = TopologyBuilder('failing')
+b.set_spout('src', {spout}, params={{'items': [[i, 'x'] for i in range(50)]}})
+b.set_bolt('up', {bolt}, 2, chain=False{params}).shuffle_grouping('src')
+topology = b.build()
+'''
+
+
+def failing(tmp_path: Path, spout: str = "ListSpout", bolt: str = "Upper", params: str = "") -> Path:
+    path = tmp_path / "failing.py"
+    path.write_text(FAILING.format(spout=spout, bolt=bolt, params=params))
+    return path
+
+
+def line_of(path: Path, text: str) -> int:
+    return next(n for n, line in enumerate(path.read_text().splitlines(), 1) if text in line)
+
+
+def test_dead_lettered_tuples_make_the_run_exit_1_with_the_dead_letter_file_named(tmp_path):
+    result = esault("run", str(failing(tmp_path)), "--data-dir", str(tmp_path / "d"), cwd=tmp_path,
+                    env={"ESAULT_MAX_RETRIES": "0"})
+    assert result.returncode == 1, result.stderr
+    assert "up           2 SPU(s), processed 50" in result.stdout
+    assert "esault: error: topology 'failing' did not process all its input (exit code 1):" in result.stderr
+    assert (f"  - 5 tuple(s) dead-lettered (up 5): each failed every retry; they, their errors and file:line are in "
+            f"{tmp_path / 'd' / 'failing' / 'dead_letters.jsonl'}") in result.stderr
+
+
+@pytest.mark.parametrize("bolt, params, expected", [
+    ("NoDatabase", "", r"unit 'up' cannot start on worker w\d: bolt 'up' constructor or open\(\) raised OSError: "
+                       r"no database at .*failing\.py:{line}"),
+    ("Upper", ", params={'lock': threading.Lock()}", r"bolt 'up': param 'lock' \(lock\) cannot be sent to the worker "
+                                                     r"processes"),
+])
+def test_a_unit_that_cannot_start_fails_the_run_at_once_with_exit_2(tmp_path, bolt, params, expected):
+    import re
+
+    path = failing(tmp_path, bolt=bolt, params=params)
+    result = esault("run", str(path), "--data-dir", str(tmp_path / "d"), cwd=tmp_path, timeout=120)
+    assert result.returncode == 2, result.stderr
+    last = result.stderr.strip().splitlines()[-1]
+    assert last.startswith("esault: error: ") and re.search(expected.format(line=line_of(path, "no database")), last)
+    assert "ran" not in result.stdout, "nothing ran: no summary of counts"
+
+
+def test_a_spout_that_keeps_raising_is_stopped_and_the_run_exits_1(tmp_path):
+    path = failing(tmp_path, spout="Broken")
+    result = esault("run", str(path), "--data-dir", str(tmp_path / "d"), cwd=tmp_path,
+                    env={"ESAULT_MAX_SPOUT_ERRORS": "20"}, timeout=120)
+    assert result.returncode == 1, result.stderr
+    assert (f"  - spout 'src' next_tuple() raised 20 times in a row (last: RuntimeError: broken source at {path}:"
+            f"{line_of(path, 'broken source')}); it was stopped") in result.stderr
+    assert result.stderr.count("Traceback (most recent call last)") == 5, "the first 5 errors in full, then counts"

@@ -174,3 +174,30 @@ def test_rescale_move_assign_and_swap_commands_reconfigure_a_running_job_over_it
     finally:
         driver.terminate()
         driver.communicate(timeout=120)
+
+
+def test_a_worker_whose_driver_never_answers_exits_3_after_its_connect_timeout(tmp_path: Path):
+    import socket
+    import time
+
+    k = keys(tmp_path / "keys")
+    with socket.socket() as closed:  # a port nothing listens on
+        closed.bind(("127.0.0.1", 0))
+        port = closed.getsockname()[1]
+    started = time.monotonic()
+    result = subprocess.run([sys.executable, "-m", "esault.cli", "worker", "--driver", f"127.0.0.1:{port}",
+                             "--connect-timeout", "1", "--secret-key", str(k / "worker-1.key_secret"),
+                             "--driver-key", str(k / "driver.key")], capture_output=True, text=True, timeout=60)
+    assert result.returncode == 3, result.stderr
+    assert time.monotonic() - started < 20, "bounded by --connect-timeout, not the 30 s driver timeout"
+    assert f"no esault driver answered at 127.0.0.1:{port} within 1 s (--connect-timeout)" in result.stderr
+
+
+def test_a_worker_given_a_host_that_does_not_resolve_gets_one_line_not_a_traceback(tmp_path: Path):
+    k = keys(tmp_path / "keys")
+    result = subprocess.run([sys.executable, "-m", "esault.cli", "worker", "--driver", "nohost.invalid:5555",
+                             "--secret-key", str(k / "worker-1.key_secret"), "--driver-key", str(k / "driver.key")],
+                            capture_output=True, text=True, timeout=60)
+    assert result.returncode == 2
+    assert len(result.stderr.strip().splitlines()) == 1, result.stderr
+    assert "esault: error: --driver 'nohost.invalid:5555': cannot resolve host 'nohost.invalid'" in result.stderr

@@ -151,7 +151,7 @@ def test_environ_argument_replaces_the_process_environment(monkeypatch: pytest.M
 
 
 def test_unknown_keyword_arguments_list_the_valid_settings() -> None:
-    with pytest.raises(ConfigError, match=r"arguments: unknown setting\(s\) batchsize; valid settings are: acking, batch_delay, batch_size"):
+    with pytest.raises(ConfigError, match=r"arguments: unknown setting\(s\) batchsize \(did you mean batch_size\?\); valid settings are: acking, batch_delay, batch_size"):
         JobConfig.load(environ={}, batchsize=5)
 
 
@@ -188,7 +188,7 @@ def test_invalid_toml_is_reported_with_the_parser_position(tmp_path: Path) -> No
 def test_unknown_settings_in_a_file_name_the_file_and_the_valid_settings(tmp_path: Path) -> None:
     path = tmp_path / "job.toml"
     path.write_text("[job]\nbatch_size = 8\nmax_worker = 2\n", encoding="utf-8")
-    with pytest.raises(ConfigError, match=r"config file .*job\.toml: unknown setting\(s\) max_worker; valid settings are: .*max_workers"):
+    with pytest.raises(ConfigError, match=r"config file .*job\.toml: unknown setting\(s\) max_worker \(did you mean max_workers\?\); valid settings are: .*max_workers"):
         JobConfig.load(path, environ={})
 
 
@@ -223,3 +223,46 @@ def test_guarantee_none_turns_tracking_off_and_exactly_once_is_the_default() -> 
     assert JobConfig().guarantee == "exactly_once" and JobConfig().acking is True
     assert JobConfig(guarantee="none").acking is False
     assert JobConfig.load(environ={"ESAULT_GUARANTEE": "at_least_once"}).guarantee == "at_least_once"
+
+
+# ------------------------------------------------- nothing is ignored silently
+def test_a_misspelt_setting_gets_a_close_match() -> None:
+    with pytest.raises(ConfigError, match=r"unknown setting\(s\) max_retry \(did you mean max_retries\?\); valid settings"):
+        JobConfig.load(environ={}, max_retry=5)
+
+
+def test_keys_outside_the_job_table_are_refused_not_ignored(tmp_path: Path) -> None:
+    path = tmp_path / "job.toml"
+    path.write_text("batch_size = 8\n[job]\nmax_retries = 2\n[elasticity]\nmax_spus = 3\n", encoding="utf-8")
+    with pytest.raises(ConfigError, match=r"job\.toml: 'batch_size', 'elasticity' outside the \[job\] table would be "
+                                          r"ignored; esault reads only \[job\]"):
+        JobConfig.load(path, environ={})
+
+
+def test_a_table_inside_the_job_table_is_refused(tmp_path: Path) -> None:
+    path = tmp_path / "job.toml"
+    path.write_text("[job]\nmax_retries = 2\n[job.elasticity]\nmax_spus = 3\n", encoding="utf-8")
+    with pytest.raises(ConfigError, match=r"\[job\] holds table\(s\) 'elasticity', which esault would ignore; it "
+                                          r"reads plain settings, in \[job\] or at the top level"):
+        JobConfig.load(path, environ={})
+    path.write_text("max_retries = 2\n[elasticity]\nmax_spus = 3\n", encoding="utf-8")
+    with pytest.raises(ConfigError, match=r"the file holds table\(s\) 'elasticity', which esault would ignore"):
+        JobConfig.load(path, environ={})
+
+
+def test_an_unknown_esault_variable_is_named_with_a_close_match() -> None:
+    with pytest.raises(ConfigError, match=r"unknown environment variable\(s\) ESAULT_BATCHSIZE \(did you mean "
+                                          r"ESAULT_BATCH_SIZE\?\); esault would ignore them.*"
+                                          r"Valid ESAULT_\* variables are: ESAULT_ACKING, ESAULT_API_TOKEN"):
+        JobConfig.load(environ={"ESAULT_BATCHSIZE": "10"})
+
+
+def test_variables_read_outside_jobconfig_are_known_and_others_are_left_alone() -> None:
+    environ = {"ESAULT_SECRET_KEY": "k", "ESAULT_SPARK_MASTER": "local[1]", "ESAULT_RUNTIME_DIR": "/tmp",
+               "HOME": "/root", "NOT_ESAULT_X": "1", "ESAULT_MAX_SPOUT_ERRORS": "5"}
+    assert JobConfig.load(environ=environ).max_spout_errors == 5
+
+
+def test_max_spout_errors_must_be_at_least_one() -> None:
+    with pytest.raises(ConfigError, match=r"JobConfig\.max_spout_errors must be a whole number >= 1, got 0"):
+        JobConfig(max_spout_errors=0)

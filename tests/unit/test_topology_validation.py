@@ -222,6 +222,28 @@ def test_params_must_be_a_mapping() -> None:
         TopologyBuilder("wc").set_bolt("count", Count, params=[5])
 
 
+def test_params_the_class_cannot_take_are_refused_when_declared_not_per_tuple_at_run_time() -> None:
+    class Scaled(Bolt):
+        def __init__(self, factor: int, offset: int = 0) -> None:
+            self.factor, self.offset = factor, offset
+
+        def process(self, tup):
+            pass
+
+    with pytest.raises(TopologyError, match=r"bolt 'scale': params \['factr'\] do not fit Scaled\(factor, "
+                                            r"offset=0\) \(missing a required argument: 'factor'\); params "
+                                            r"are the keyword arguments of Scaled.__init__"):
+        TopologyBuilder("wc").set_bolt("scale", Scaled, params={"factr": 2})
+    class Plain(Bolt):
+        def process(self, tup):
+            pass
+
+    with pytest.raises(TopologyError, match=r"bolt 'plain': params \['start'\] do not fit Plain\(\) \(got an "
+                                            r"unexpected keyword argument 'start'\)"):
+        TopologyBuilder("wc").set_bolt("plain", Plain, params={"start": 5})
+    TopologyBuilder("wc").set_bolt("scale", Scaled, params={"factor": 2})  # fits: accepted
+
+
 def test_bad_elasticity_options_name_the_bolt() -> None:
     b = builder_with_spout()
     b.set_bolt("count", Count, max_latency=0).key_grouping("words")

@@ -1,0 +1,56 @@
+"""judge_run: a run that did not process all its input never looks like success."""
+
+from __future__ import annotations
+
+from esault.runtime.outcome import ExitCode, judge_run
+
+
+def status(emitted=50, processed=50, dead=0, spout_errors=(), pending=0):
+    return {
+        "topology": "t", "pending_trees": pending, "spout_errors": list(spout_errors), "dead_letters": dead,
+        "units": {"src": {"kind": "spout", "emitted": emitted, "processed": 0, "dead_letters": 0},
+                  "up": {"kind": "bolt", "emitted": 0, "processed": processed, "dead_letters": dead}},
+    }
+
+
+def test_a_complete_run_with_nothing_given_up_exits_0():
+    outcome = judge_run(status(), True, timeout=None, duration=None, dead_letter_path="d/t/dead_letters.jsonl")
+    assert outcome.ok and outcome.exit_code == 0 and outcome.problems == ()
+
+
+def test_dead_letters_fail_the_run_and_say_how_many_by_unit_and_where():
+    outcome = judge_run(status(dead=5), True, timeout=None, duration=None, dead_letter_path="d/t/dead_letters.jsonl")
+    assert outcome.exit_code is ExitCode.INCOMPLETE
+    assert outcome.problems == ("5 tuple(s) dead-lettered (up 5): each failed every retry; they, their errors and "
+                                "file:line are in d/t/dead_letters.jsonl",)
+
+
+def test_a_run_that_timed_out_says_how_much_was_processed():
+    outcome = judge_run(status(emitted=50, processed=20, pending=3), False, timeout=30.0, duration=None,
+                        dead_letter_path="x")
+    assert outcome.exit_code is ExitCode.INCOMPLETE
+    assert outcome.problems[0].startswith("the job did not complete within 30 s (--timeout): 20 of 50 emitted tuples "
+                                          "were processed")
+    assert "3 tuple tree(s) still in flight" in outcome.problems[0]
+
+
+def test_a_spout_stopped_by_errors_is_the_reason_given():
+    error = "spout 'src' next_tuple() raised 5 times in a row (last: ValueError: x at s.py:3); it was stopped"
+    outcome = judge_run(status(processed=10, spout_errors=[error]), False, timeout=None, duration=None,
+                        dead_letter_path="x")
+    assert outcome.exit_code is ExitCode.INCOMPLETE and outcome.problems == (error,)
+
+
+def test_a_duration_run_is_judged_by_what_it_gave_up_not_by_completion():
+    assert judge_run(status(processed=20, pending=4), False, timeout=None, duration=5.0, dead_letter_path="x").ok
+    bad = judge_run(status(dead=1), False, timeout=None, duration=5.0, dead_letter_path="x")
+    assert bad.exit_code is ExitCode.INCOMPLETE
+
+
+def test_the_exit_codes_are_distinct_and_documented():
+    assert [int(c) for c in ExitCode] == [0, 1, 2, 3, 130]
+    from pathlib import Path
+
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    for code in ExitCode:
+        assert f"| {int(code)} |" in readme, f"README's exit code table lacks {code.name}"

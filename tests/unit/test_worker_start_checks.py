@@ -1,0 +1,61 @@
+"""What is checked before a worker joins or a unit is sent to one: each mistake is one clear error."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+
+from esault import Bolt, TopologyBuilder
+from esault.cluster.unit_wire import check_sendable
+from esault.cluster.worker import driver_endpoint
+from esault.errors import ConfigError, UnitStartError
+from esault.testing import ListSpout
+
+
+@pytest.mark.parametrize("given", ["nohost", "10.0.0.5", ":5555", "host:port", "host:70000", "tcp://h"])
+def test_a_driver_address_without_host_and_port_says_what_to_give(given: str) -> None:
+    with pytest.raises(ConfigError, match=rf"--driver '{given}' is not HOST:PORT: give the address `esault run` "
+                                          r"prints as 'driver listening on HOST:PORT'"):
+        driver_endpoint(given)
+
+
+def test_a_driver_host_that_does_not_resolve_is_one_line_naming_it() -> None:
+    with pytest.raises(ConfigError, match=r"--driver 'nohost\.invalid:5555': cannot resolve host 'nohost\.invalid' "
+                                          r"\(.+\); check the name, or give the driver's IP address"):
+        driver_endpoint("nohost.invalid:5555")
+
+
+def test_a_good_driver_address_becomes_a_tcp_endpoint() -> None:
+    assert driver_endpoint("127.0.0.1:5555") == "tcp://127.0.0.1:5555"
+    assert driver_endpoint("tcp://localhost:1") == "tcp://localhost:1"
+
+
+class Holder(Bolt):
+    def __init__(self, lock=None, path="x"):
+        self.lock, self.path = lock, path
+
+    def process(self, tup):
+        pass
+
+
+def test_a_param_that_cannot_reach_a_worker_names_the_bolt_and_the_param() -> None:
+    b = TopologyBuilder("t")
+    b.set_spout("src", ListSpout, params={"items": [[1, "a"]]})
+    b.set_bolt("hold", Holder, params={"lock": threading.Lock(), "path": "p"}, chain=False).shuffle_grouping("src")
+    topology = b.build()
+    check_sendable(topology.unit("src"))
+    with pytest.raises(UnitStartError, match=r"bolt 'hold': param 'lock' \(lock\) cannot be sent to the worker "
+                                             r"processes \(.*lock.*\)\. Give plain data in params .* or run every "
+                                             r"unit in one process with `--cluster threads`"):
+        check_sendable(topology.unit("hold"))
+
+
+def test_a_chained_bolts_params_are_checked_with_its_head() -> None:
+    b = TopologyBuilder("t")
+    b.set_spout("src", ListSpout, params={"items": [[1, "a"]]})
+    b.set_bolt("hold", Holder, params={"lock": threading.Lock()}).shuffle_grouping("src")  # chained into src
+    topology = b.build()
+    assert topology.chained("hold")
+    with pytest.raises(UnitStartError, match=r"bolt 'hold': param 'lock'"):
+        check_sendable(topology.unit("src"))
