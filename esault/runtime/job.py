@@ -117,6 +117,7 @@ class Job:
             self.coordinator.listeners.append(self._record_change)
             self.controllers: list[ControllerRunner] = []
             self.probers: dict[str, Any] = {}
+            self._probe_lock = threading.Lock()
             self.latency_controllers: dict[str, LatencyController] = {}
             if config.elasticity:
                 self._start_latency_control()
@@ -198,19 +199,30 @@ class Job:
         local = [s for s in self.ctx.stats.totals() if s.topology == self.name]
         return local + (self.remote_stats(self.name) if self.remote_stats else [])
 
-    def _start_latency_control(self) -> None:
-        """The built-in policy: per elastic bolt that can scale (not global-grouped), a prober actor that
-        measures and a LatencyController that decides, run like any user controller."""
-        for spec in self.topology.units:
-            if spec.is_spout or not spec.elasticity.elastic or self.topology.chained(spec.name):
-                continue
-            if any(i.grouping is Grouping.GLOBAL for i in spec.inputs):
-                continue
+    def _scalable_bolts(self) -> list[Any]:
+        """Bolts with SPUs of their own that can be reconfigured (not chained, not global-grouped)."""
+        return [spec for spec in self.topology.units
+                if not spec.is_spout and not self.topology.chained(spec.name)
+                and not any(i.grouping is Grouping.GLOBAL for i in spec.inputs)]
+
+    def _probe(self, spec: Any) -> None:
+        """Start probing `spec`'s SPUs (once): probe latencies and key samples reach every controller."""
+        with self._probe_lock:
+            if spec.name in self.probers:
+                return
             spus = self.units[spec.name].ask(GetSpus())
             prober = self._start_named(f"monitor-{spec.name}", lambda: LatencyProberActor.start(
                 self.ctx, spec, self.events, spus))
             self.ctx.ticker.subscribe(prober)
             self.probers[spec.name] = prober
+
+    def _start_latency_control(self) -> None:
+        """The built-in policy: per elastic bolt that can scale (not global-grouped), a prober actor that
+        measures and a LatencyController that decides, run like any user controller."""
+        for spec in self._scalable_bolts():
+            if not spec.elasticity.elastic:
+                continue
+            self._probe(spec)
             controller = LatencyController(spec.name, spec.elasticity)
             self.latency_controllers[spec.name] = controller
             self.add_controller(controller)
@@ -258,7 +270,10 @@ class Job:
         """Run `controller` against this job: every controller.interval seconds it gets a MetricsSnapshot and
         its operations are applied (esault.control). Stopped with the job. Turn the built-in
         LatencyController off (elasticity=False, or elastic=False on the bolt) for the units it drives,
-        or the two policies fight."""
+        or the two policies fight. Every scalable bolt is probed from then on (each SPU every probe_period,
+        in band), so snapshots carry probe latencies and key samples for all of them."""
+        for spec in self._scalable_bolts():
+            self._probe(spec)
         runner = ControllerRunner(self, controller)
         self.controllers.append(runner)
         return runner.start()

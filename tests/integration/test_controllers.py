@@ -113,3 +113,35 @@ def test_the_example_user_controller_splits_the_busiest_spu_with_assign_workload
     PHASES["hot"]["mode"] = "end"
     assert job.wait(60), job.status()
     assert_exact("hot", keys, per_key)
+
+
+class Watcher(Controller):
+    """Decides nothing; keeps what it saw."""
+
+    interval = 0.1
+
+    def __init__(self) -> None:
+        self.seen: list = []
+
+    def decide(self, snapshot):
+        self.seen.append(snapshot)
+        return []
+
+
+def test_a_controller_sees_probe_latencies_and_key_samples_of_every_bolt_it_could_scale(cluster, config):
+    job, keys, per_key = phased_job(cluster, config, "watch", per_key=30)  # elasticity off: no built-in probes
+    assert not job.probers
+    watcher = Watcher()
+    job.add_controller(watcher)
+    assert set(job.probers) == {"check"}, "the global-grouped collector cannot scale: not probed"
+
+    def probed():
+        return next((m for snap in watcher.seen for m in snap.unit("check").spus.values()
+                     if m.probe_latency is not None and m.key_hashes), None)
+
+    metrics = wait_until(probed, 30, message="a snapshot with a probe's latency and the SPU's key samples")
+    assert 0 < metrics.probe_latency < 30 and all(isinstance(h, int) for h in metrics.key_hashes)
+    assert any(p.unit == "check" for snap in watcher.seen for p in snap.probes)
+    PHASES["watch"]["mode"] = "end"
+    assert job.wait(60), job.status()
+    assert_exact("watch", keys, per_key)
