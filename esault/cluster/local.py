@@ -45,6 +45,11 @@ class LocalCluster:
             if self.keys.local_client is not None:
                 write_status_keys(self.address, self.keys.local_client, self.keys.driver.public)
             self.registry = WorkerRegistry()
+            from esault.metrics.collector import register_stats_collector
+
+            # The driver's /metrics carries its workers' SPUs too, from their heartbeats (one scrape target).
+            self._metrics = register_stats_collector()
+            self._metrics.add_source(self.registry.live_stats)
             self._cluster_actor = self.postman.start_and_register(
                 "cluster", lambda: ClusterActor.start(self.postman, self.registry, lambda: dict(self.jobs),
                                                       heartbeat_timeout))
@@ -115,6 +120,8 @@ class LocalCluster:
         self._close_transport()
 
     def _close_transport(self) -> None:
+        if self.registry is not None:
+            self._metrics.remove_source(self.registry.live_stats)
         if self.postman is not None:
             if self.keys.local_client is not None:
                 remove_status_keys(self.address)

@@ -90,6 +90,13 @@ class WorkerRegistry:
             return self._lock.wait_for(
                 lambda: all(self.beats.get(w, 0) >= n + 2 for w, n in since.items() if w in self.workers), timeout)
 
+    def live_stats(self) -> list[SpuStats]:
+        """The last reported counts of the SPUs live workers host now (what the driver's /metrics shows for
+        them); retired and dead SPUs keep their rows for totals (stats_of) but have no series."""
+        with self._lock:
+            live = set().union(*self.spus_on.values()) if self.spus_on else set()
+            return [s for (_, _, spu), s in self.stats.items() if spu in live]
+
     def stats_of(self, topology: str) -> list[SpuStats]:
         with self._lock:
             return [s for (t, _, _), s in self.stats.items() if t == topology]

@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import threading
 import weakref
-from collections.abc import Iterator
+import logging
+from collections.abc import Callable, Iterable, Iterator
 
 from prometheus_client import CollectorRegistry
 from prometheus_client.metrics_core import CounterMetricFamily, GaugeMetricFamily, Metric
@@ -26,6 +27,7 @@ from esault.metrics.registry import (
 from esault.metrics.stats import RETIRED_SPU, STATS, SpuStats, StatsRegistry
 
 _SpuKey = tuple[str, str, int]
+log = logging.getLogger("esault.metrics")
 
 
 class SpuStatsCollector(Collector):
@@ -45,6 +47,20 @@ class SpuStatsCollector(Collector):
 
     def __init__(self, stats: StatsRegistry = STATS) -> None:
         self.stats = stats
+        self._sources: list[Callable[[], Iterable[SpuStats]]] = []
+        self._sources_lock = threading.Lock()
+
+    def add_source(self, rows: Callable[[], Iterable[SpuStats]]) -> None:
+        """Also expose what `rows()` returns at each scrape: the live SPUs of other processes, as their
+        heartbeats reported them (the driver exports its workers' SPUs this way, so one scrape target
+        has every bolt). `rows` must not return SPUs this process's own registry has too."""
+        with self._sources_lock:
+            self._sources.append(rows)
+
+    def remove_source(self, rows: Callable[[], Iterable[SpuStats]]) -> None:
+        with self._sources_lock:
+            if rows in self._sources:
+                self._sources.remove(rows)
 
     def describe(self) -> Iterator[Metric]:
         """Names only, so registering the collector reads no stats."""
@@ -54,7 +70,14 @@ class SpuStatsCollector(Collector):
         yield spus
 
     def collect(self) -> Iterator[Metric]:
-        rows = self.stats.totals()
+        rows = list(self.stats.totals())
+        with self._sources_lock:
+            sources = list(self._sources)
+        for source in sources:
+            try:
+                rows.extend(source())
+            except Exception:  # noqa: BLE001 - one bad source must not cost the scrape its local series
+                log.exception("metrics: a stats source failed; its series are missing from this scrape")
         counters, gauges, spus = self._empty_families()
         live_per_unit: dict[tuple[str, str], int] = {}
         for stats in sorted(rows, key=_key):

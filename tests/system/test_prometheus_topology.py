@@ -37,3 +37,26 @@ def test_prometheus_scrapes_non_zero_series_from_a_running_wordcount(tmp_path):
         acked = prometheus.wait_for_series('esault_tuples_acked_total{topology="wordcount"} > 0', timeout=30)
         assert float(acked[0]["value"][1]) > 0
         job.stop()
+
+
+def test_the_drivers_metrics_carry_the_bolts_running_in_worker_processes(tmp_path):
+    """Worker SPUs' counters and gauges reach the driver in heartbeats; its /metrics exports them, so the
+    dashboard's rate and SPU panels have data in the default mode. Series follow the live SPUs."""
+    topology = wordcount.build_topology(total=1_000_000, rate=2000.0, sink=None)
+    with start_metrics_server() as exporter, PrometheusServer([exporter.target]) as prometheus, \
+            LocalCluster(workers=2) as cluster:
+        job = cluster.submit(topology, JobConfig(data_dir=tmp_path, elasticity=False))
+        count_spus = job.spus("count")
+        assert all(job.worker_of(spu) for spu in count_spus), "the counter runs in worker processes"
+        prometheus.wait_for_series('esault_tuples_processed_total{topology="wordcount",unit="count"} > 0',
+                                   timeout=30)
+        prometheus.wait_for_series(f'esault_spus{{topology="wordcount",unit="count"}} == {len(count_spus)}',
+                                   timeout=30)
+        prometheus.wait_for_series('sum(esault_pes{topology="wordcount",unit="count"}) > 0', timeout=30)
+        prometheus.wait_for_series('esault_queue_depth{topology="wordcount",unit="count"}', timeout=30)
+        merged = job.merge("count", count_spus[0], count_spus[1])
+        prometheus.wait_for_series('esault_spus{topology="wordcount",unit="count"} == '
+                                   f'{len(count_spus) - 1}', timeout=30)
+        gone = f'esault_pes{{topology="wordcount",unit="count",spu="{merged.giver}"}}'
+        prometheus.wait_for_series(f'absent({gone})', timeout=30)
+        job.stop()
