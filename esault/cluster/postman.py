@@ -27,7 +27,7 @@ from esault.metrics.registry import count_auth_rejected, count_dropped_frame
 from esault.runtime.messages import SavepointRequest, StatusRequest, WorkerHello
 from esault.transport.address import Address
 from esault.transport.endpoint import DEFAULT_MAX_FRAME_BYTES, Endpoint, RemoteMailbox
-from esault.transport.lanes import CONTROL_LANE
+from esault.cluster.lanes import CONTROL_LANE
 from esault.transport.trust import Identity, KeyRing, Role
 from esault.transport.wire import WireCodec
 

@@ -143,7 +143,7 @@ class Endpoint:
     kernel's; nor do they wait for queue space (they are few and small). Only
     types that need no order against data may be control (esault: the
     reconfiguration commands an SPU's mailbox lets jump its data, and the
-    worker's placement commands; esault/transport/lanes.py).
+    worker's placement commands; esault/cluster/lanes.py).
     """
 
     def __init__(
