@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import itertools
 import logging
+import math
 import os
 import subprocess
 import sys
@@ -378,6 +379,14 @@ class ProcessLauncher:
 
     def worker_of(self, spu_id: int) -> str | None:
         return self._where.get(spu_id)
+
+    def last_beat_of(self, spu_id: int) -> float:
+        """time.monotonic() of the last heartbeat from the worker hosting SPU `spu_id`: inf for an SPU in
+        the driver (always alive), -inf when its worker is gone (declared dead)."""
+        worker = self._where.get(spu_id)
+        if worker is None:
+            return math.inf
+        return self.registry.last_beat.get(worker, -math.inf)
 
     def host_of(self, spu_id: int) -> dict[str, Any]:
         """Where SPU `spu_id` runs: {"worker": process name, "pid", "address"} (the driver for local SPUs)."""

@@ -176,7 +176,9 @@ class Job:
                 mine = {s for s in lost if placed is not None and placed(s) is not None}
                 if not mine:
                     return None
-                return self.checkpoints.recover(frozenset(mine), f"{reason} holding SPUs {sorted(mine)}")
+                recovered = self.checkpoints.recover(frozenset(mine), f"{reason} holding SPUs {sorted(mine)}")
+                self._refresh_probers(set())  # the rollback relaunched every SPU under new ids
+                return recovered
             finally:
                 with self._recovery_lock:
                     self._recovering -= 1
@@ -211,8 +213,9 @@ class Job:
             if spec.name in self.probers:
                 return
             spus = self.units[spec.name].ask(GetSpus())
+            beats = getattr(self.launcher, "last_beat_of", None)
             prober = self._start_named(f"monitor-{spec.name}", lambda: LatencyProberActor.start(
-                self.ctx, spec, self.events, spus))
+                self.ctx, spec, self.events, spus, *([beats] if beats else [])))
             self.ctx.ticker.subscribe(prober)
             self.probers[spec.name] = prober
 
@@ -226,6 +229,16 @@ class Job:
             controller = LatencyController(spec.name, spec.elasticity)
             self.latency_controllers[spec.name] = controller
             self.add_controller(controller)
+
+    def _refresh_probers(self, lost: set[int]) -> None:
+        """Probe the units' SPUs as they are now, without `lost` (dead with their worker): their unconfirmed
+        timeouts are dropped, never read as overload."""
+        for name, prober in list(self.probers.items()):
+            try:
+                spus = {s: m for s, m in self.units[name].ask(GetSpus(), timeout=10).items() if s not in lost}
+                prober.tell(SpusChanged(spus, {}, None))
+            except Exception:  # noqa: BLE001 - the job is stopping
+                log.debug("prober of %r not refreshed", name, exc_info=True)
 
     def _record_change(self, result: ScaleResult) -> None:
         """Runs on the coordinator thread (which may ask): the prober probes the new SPUs, and every
@@ -377,9 +390,12 @@ class Job:
     def replace_lost(self, lost_spus: set[int]) -> list[Future]:
         """SPUs died with their worker: exactly_once rolls the job back to its last checkpoint; otherwise
         each one's interval goes to a fresh SPU (no state moves) and trees in flight fail."""
+        self._refresh_probers(set(lost_spus))
         if self.ctx.exactly_once:
             return [self._recover(set(lost_spus), "a worker died")] if lost_spus else []
         self.lost_spus |= set(lost_spus)
+        for unit in self.units.values():  # an operation still preparing waits for the dead in vain: call it off
+            unit.tell(AbortReconfiguration(f"a worker died holding SPUs {sorted(lost_spus)}", before_switch=True))
         futures = []
         for spec in self.topology.units:
             for spu in sorted(set(self.units[spec.name].ask(GetSpus())) & set(lost_spus)):

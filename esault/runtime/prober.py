@@ -6,13 +6,22 @@ max_latency counts as timed out at once (a late return is ignored). Each
 outcome goes to the job's ControlEvents as a ProbeRecord, where the
 LatencyController (esault/control/latency.py) reads it: this actor measures,
 the controller decides.
+
+A timeout is only recorded once the SPU's worker is known to have been alive
+after it (a heartbeat received later, or a later probe back): the probes of an
+SPU on a dead worker must never read as overload (a split of a dead SPU would
+wait out its timeout, and the job's recovery behind it). Until the worker's
+death is declared they wait unconfirmed, then they are dropped with the SPU.
+Costs at most one heartbeat interval of reaction time for worker SPUs.
 """
 
 from __future__ import annotations
 
 import itertools
 import logging
-from typing import Any
+import math
+import time
+from typing import Any, Callable
 
 import pykka
 
@@ -29,7 +38,8 @@ log = logging.getLogger("esault.elasticity")
 class LatencyProberActor(pykka.ThreadingActor):
     """One per elastic bolt unit, in the driver."""
 
-    def __init__(self, job: JobContext, spec: UnitSpec, events: ControlEvents, spus: dict[int, Any]) -> None:
+    def __init__(self, job: JobContext, spec: UnitSpec, events: ControlEvents, spus: dict[int, Any],
+                 last_beat_of: Callable[[int], float] = lambda spu: math.inf) -> None:
         super().__init__()
         self.job = job
         self.spec = spec
@@ -37,6 +47,8 @@ class LatencyProberActor(pykka.ThreadingActor):
         self.events = events
         self.spus = dict(spus)
         self.outstanding: dict[int, tuple[int, float]] = {}  # probe id -> (spu, sent_at)
+        self.last_beat_of = last_beat_of  # time.monotonic() of the SPU's worker's last heartbeat
+        self.unconfirmed: dict[int, list[tuple[float, float]]] = {}  # spu -> [(sent_at, timed out at)]
         self._ids = itertools.count(1)
         self.next_probe_at = job.clock.now()
 
@@ -64,7 +76,8 @@ class LatencyProberActor(pykka.ThreadingActor):
         for probe_id, (spu, sent_at) in list(self.outstanding.items()):
             if now - sent_at > max_latency:
                 del self.outstanding[probe_id]
-                self.events.record(ProbeRecord(self.spec.name, spu, ProbeSample(sent_at, None, 0)))
+                self.unconfirmed.setdefault(spu, []).append((sent_at, time.monotonic()))
+        self._confirm()
         if now >= self.next_probe_at:
             self.next_probe_at = max(self.next_probe_at + self.cfg.probe_period, now)
             for spu, mailbox in self.spus.items():
@@ -80,16 +93,29 @@ class LatencyProberActor(pykka.ThreadingActor):
             return  # already counted as timed out, from an SPU that is gone, or not the one probed
         del self.outstanding[msg.probe_id]
         spu, sent_at = probe
+        self._confirm(alive=spu)  # an answer proves its worker alive: its earlier timeouts count first
         latency = self.job.clock.now() - sent_at
         metrics.observe_probe_latency(self.job.name, self.spec.name, spu, latency)
         hashes = tuple(h for h in msg.hashes if isinstance(h, int))[:4096]  # a frame's content is not trusted
         self.events.record(ProbeRecord(self.spec.name, spu, ProbeSample(sent_at, latency, max(0, int(msg.processed))),
                                        hashes))
 
+    def _confirm(self, alive: int | None = None) -> None:
+        """Record the timeouts whose SPU's worker beat after them (or SPU `alive`'s, proven alive)."""
+        for spu in list(self.unconfirmed):
+            beat = math.inf if spu == alive else self.last_beat_of(spu)
+            pending = self.unconfirmed[spu]
+            while pending and beat > pending[0][1]:
+                sent_at, _ = pending.pop(0)
+                self.events.record(ProbeRecord(self.spec.name, spu, ProbeSample(sent_at, None, 0)))
+            if not pending:
+                del self.unconfirmed[spu]
+
     def _on_spus_changed(self, msg: SpusChanged) -> None:
         for gone in set(self.spus) - set(msg.spus):  # its probe series ends with it (bounded labels)
             metrics.forget_probe_latency(self.job.name, self.spec.name, gone)
         self.spus = dict(msg.spus)
         # Probes in flight measured the old layout: drop them (the controller also ignores samples of a
-        # touched SPU sent before the change finished).
+        # touched SPU sent before the change finished), and timeouts no live worker confirmed.
         self.outstanding.clear()
+        self.unconfirmed.clear()

@@ -23,7 +23,7 @@ from esault.keyhash import KEY_SPACE_MAX
 from esault.metrics import registry as metrics
 from esault.migration.plan import WorkloadPlan, plan_instances, plan_keyed
 from esault.migration.reconfiguration import (
-    CancelPrepared, Completed, Effect, Failed, ReadyToSwitch, Reconfiguration, SendPrepareGive, SendPrepareReceive,
+    CancelPrepared, Completed, Effect, Failed, Phase, ReadyToSwitch, Reconfiguration, SendPrepareGive, SendPrepareReceive,
     StopSpus, SwitchRoutes,
 )
 from esault.routing.interval_table import IntervalTable
@@ -53,10 +53,12 @@ class LaunchSpus:
 
 class AbortReconfiguration:
     """job -> unit (tell), in this process only: fail the split or merge in flight now (a worker died); the
-    rollback that follows discards its SPUs. Frees the control thread, which waits for that result."""
+    rollback that follows discards its SPUs. Frees the control thread, which waits for that result.
+    `before_switch`: only an operation that has not switched (without a rollback, one that has must finish)."""
 
-    def __init__(self, reason: str) -> None:
+    def __init__(self, reason: str, before_switch: bool = False) -> None:
         self.reason = reason
+        self.before_switch = before_switch
 
 
 class ProposeLogic:
@@ -216,7 +218,8 @@ class UnitActor(pykka.ThreadingActor):
                     return exc
             if kind is AbortReconfiguration:
                 op = self._op
-                if op is not None:
+                if op is not None and not (message.before_switch and op.machine.phase not in (
+                        Phase.PREPARING, Phase.PREPARED)):
                     self._apply(op, op.machine.abort(message.reason))
                 return None
             if kind is AbandonSpus:
