@@ -195,13 +195,19 @@ def _run(args: argparse.Namespace) -> int:
         if args.cluster == "static":
             cluster.wait_for_workers(args.min_workers)
         job = cluster.submit(topology, config)
+        print(f"topology {job.name!r} running (Ctrl-C stops it in order)", file=sys.stderr, flush=True)
         progress = _Progress(job, sys.stderr) if sys.stderr.isatty() else None
+        interrupted = False
         try:
             if args.duration is not None:
                 threading.Event().wait(args.duration)
                 complete = job.is_complete()
             else:
                 complete = job.wait(args.timeout)
+        except KeyboardInterrupt:
+            interrupted, complete = True, False
+            print("esault: interrupted: stopping the job (what is queued drains; Ctrl-C again quits at once)",
+                  file=sys.stderr, flush=True)
         finally:
             if progress:
                 progress.stop()
@@ -215,6 +221,10 @@ def _run(args: argparse.Namespace) -> int:
         print(module.summarize(job))
     if server is not None:
         server.stop()
+    if interrupted:
+        print(f"esault: topology {job.name!r} was interrupted after {elapsed:.1f} s; the counts above are what "
+              "it processed", file=sys.stderr)
+        return int(ExitCode.INTERRUPTED)
     outcome = judge_run(status, complete, timeout=args.timeout, duration=args.duration,
                         dead_letter_path=str(job.dead_letter_path))
     if not outcome.ok:

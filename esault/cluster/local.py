@@ -59,7 +59,7 @@ class LocalCluster:
                                                  driver_timeout=heartbeat_timeout)
                 if min_workers:
                     self.wait_for_workers(min_workers, join_timeout)
-            except Exception:
+            except BaseException:  # a Ctrl-C while workers join too: their actors would keep the process alive
                 self.shutdown()
                 raise
 

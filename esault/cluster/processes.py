@@ -405,9 +405,15 @@ class LocalProcessPool:
         self.registry = registry
         self.driver_timeout = driver_timeout
         self.processes: list[subprocess.Popen] = []
-        for i in range(count):
-            self.spawn(f"w{i + 1}")
-        if not registry.wait_for(count, join_timeout):
+        self.names: list[str] = []  # the worker name of each process, in the same order
+        try:
+            for i in range(count):
+                self.spawn(f"w{i + 1}")
+            joined = registry.wait_for(count, join_timeout)
+        except BaseException:  # a Ctrl-C while they start: none may outlive the driver by its timeout
+            self.shutdown(timeout=5.0)
+            raise
+        if not joined:
             self.shutdown()
             raise ResourceError(
                 f"only {len(registry.workers)} of {count} worker processes joined within {join_timeout}s; "
@@ -425,21 +431,29 @@ class LocalProcessPool:
                                     "--name", name, "--keys-stdin", "--driver-timeout", str(self.driver_timeout),
                                     # the driver listens already: silence from the start is a dead driver too
                                     "--connect-timeout", str(self.driver_timeout)],
-                                   env=env, stdin=subprocess.PIPE, text=True)
+                                   env=env, stdin=subprocess.PIPE, text=True,
+                                   # its own session: a Ctrl-C at the terminal reaches the driver only, which
+                                   # then stops the job in order and shuts its workers down itself
+                                   start_new_session=True)
         try:
             process.stdin.write(WorkerKeys(pair, self.postman.keys.own.public).to_json() + "\n")
             process.stdin.close()
         except OSError:  # it died at once; the join wait reports it
             pass
         self.processes.append(process)
+        self.names.append(name)
         return process
 
     def shutdown(self, timeout: float = 20.0) -> None:
-        for worker in list(self.registry.workers):
+        joined = set(self.registry.workers)
+        for worker in joined:
             try:
                 self.postman.send(worker, "host", Shutdown(), timeout=2.0)
             except Exception:
                 pass
+        for name, process in zip(self.names, self.processes):
+            if name not in joined and process.poll() is None:  # still starting: nobody could tell it to stop
+                process.terminate()
         deadline = time.monotonic() + timeout
         for process in self.processes:
             try:

@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import os
 import re
+import signal
 import subprocess
 import sys
 import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -201,3 +203,32 @@ def test_a_worker_given_a_host_that_does_not_resolve_gets_one_line_not_a_traceba
     assert result.returncode == 2
     assert len(result.stderr.strip().splitlines()) == 1, result.stderr
     assert "esault: error: --driver 'nohost.invalid:5555': cannot resolve host 'nohost.invalid'" in result.stderr
+
+
+def test_ctrl_c_stops_a_job_on_worker_processes_within_seconds_with_its_summary(tmp_path: Path):
+    """SIGINT to the driver's process group, as a terminal's Ctrl-C: the spawned workers are in sessions of
+    their own, so the driver stops the job in order (draining), prints the counts and exits 130."""
+    (tmp_path / "paced.py").write_text(TOPOLOGY)
+    driver = subprocess.Popen([sys.executable, "-m", "esault.cli", "run", "paced.py", "--workers", "2",
+                               "--guarantee", "at_least_once", "--data-dir", str(tmp_path / "data")],
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=tmp_path,
+                              start_new_session=True)
+    lines: list[str] = []
+    reader = threading.Thread(target=lambda: lines.extend(driver.stderr), daemon=True)
+    reader.start()
+    try:
+        wait_until(lambda: any("topology 'paced' running" in line for line in lines), 60,
+                   message="the job running on its workers")
+        os.killpg(driver.pid, signal.SIGINT)
+        sent = time.monotonic()
+        driver.wait(30)  # stderr is the reader's; stdout is small enough for the pipe
+        took = time.monotonic() - sent
+        out = driver.stdout.read()
+    finally:
+        if driver.poll() is None:
+            driver.kill()
+    reader.join(10)
+    assert driver.returncode == 130, "".join(lines)
+    assert took < 15, f"Ctrl-C took {took:.1f} s"
+    assert "interrupted: stopping the job" in "".join(lines) and "was interrupted after" in "".join(lines)
+    assert re.search(r"\bup\b", out), f"the per-unit counts are printed: {out!r}"
