@@ -128,7 +128,7 @@ class LatencyController(Controller):
             table = IntervalTable.from_intervals(
                 [(lo, s) for s, ranges in self.layout.items() for lo, _ in ranges or ()])
             into = choose_merge_target(table, spu, self.load)
-        return Merge(self.unit, spu, None if into is None else into, reason="underload")
+        return Merge(self.unit, spu, into, reason="underload")
 
 
 def _touched(result: ScaleResult) -> set[int]:
