@@ -48,7 +48,10 @@ class SpoutSpuActor(SenderActor):
         self._extra_xor = 0  # edges of anchors deferred in this round, acked by their anchors
         self._pumping = False
         self._emits = 0
-        self._overflow: deque[tuple[Any, Any, Any, bool]] = deque()  # key(s), value(s), msg_id, many
+        # key(s), value(s), msg_id, many, when the spout emitted them (their latency counts from then)
+        self._overflow: deque[tuple[Any, Any, Any, bool, float]] = deque()
+        self._emitted_at: float | None = None  # set while held-back tuples go out: their original emit time
+        self._batch_since: float | None = None  # the earliest emit time of the tracked tuples in the batch
         self._now = job.clock.now()
         self._error_log = UserErrorLog(now=job.clock.now)  # next_tuple()
         self._callback_log = UserErrorLog(now=job.clock.now)  # ack(), fail(), drop()
@@ -140,11 +143,14 @@ class SpoutSpuActor(SenderActor):
             replay = msg_id in self.failures
         except TypeError:
             raise TypeError(f"spout {self.unit_name!r}: msg_id {msg_id!r} must be hashable (an int or str)") from None
+        at = self._now if self._emitted_at is None else self._emitted_at
         if self.pending_count + self._batch_count >= self.max_pending:
-            self._overflow.append((key, value, msg_id, False))  # sent when trees complete: the bound is strict
+            self._overflow.append((key, value, msg_id, False, at))  # sent when trees complete: the bound is strict
             return
         self._route(key, value)
         self._batch.append((msg_id, key, value, 1))
+        if self._batch_since is None or at < self._batch_since:
+            self._batch_since = at
         self._batch_count += 1
         if replay:
             self.stats.replayed += 1
@@ -171,12 +177,15 @@ class SpoutSpuActor(SenderActor):
             replay = msg_id in self.failures
         except TypeError:
             raise TypeError(f"spout {self.unit_name!r}: msg_id {msg_id!r} must be hashable (an int or str)") from None
+        at = self._now if self._emitted_at is None else self._emitted_at
         if self.pending_count + self._batch_count >= self.max_pending:
-            self._overflow.append((keys, values, msg_id, True))
+            self._overflow.append((keys, values, msg_id, True, at))
             return
         self._route_many(keys, values)
         self._batch.append((msg_id, keys, values, n))
         self._batch_count += n
+        if self._batch_since is None or at < self._batch_since:
+            self._batch_since = at
         if replay:
             self.stats.replayed += n
 
@@ -187,7 +196,10 @@ class SpoutSpuActor(SenderActor):
             self._batch = []
             root = self._root or getrandbits(64) | 1
             sent, xors = self.router.flush([root])
-            self.pending[root] = (entries, self._now)
+            # End-to-end latency counts from the spout's emit: for tuples max_pending held back, the
+            # emit call, not the round that released them (one sample per batch, from its oldest).
+            self.pending[root] = (entries, self._now if self._batch_since is None else self._batch_since)
+            self._batch_since = None
             self.pending_count += self._batch_count
             self._batch_count = 0
             self.acker.tell(AckInit(self.spu_id, [(root, xors[0] ^ self._extra_xor)]))
@@ -208,8 +220,11 @@ class SpoutSpuActor(SenderActor):
     def _drain_overflow(self) -> None:
         overflow = self._overflow
         while overflow and self.pending_count + self._batch_count < self.max_pending:
-            key, value, msg_id, many = overflow.popleft()
-            (self._emit_batch if many else self._emit)(key, value, msg_id)
+            key, value, msg_id, many, self._emitted_at = overflow.popleft()
+            try:
+                (self._emit_batch if many else self._emit)(key, value, msg_id)
+            finally:
+                self._emitted_at = None
 
     def _schedule(self) -> None:
         if not self._pumping and self._can_emit():

@@ -198,3 +198,27 @@ def test_a_key_idle_longer_than_pe_idle_timeout_keeps_its_state(cluster, config,
     assert job.wait(30), job.status()
     job.stop()
     assert_exact(name, keys, per_key)
+
+
+def test_tuple_latency_counts_from_the_emit_also_for_tuples_max_pending_held_back(cluster, config):
+    """60 tuples emitted in one call, 5 let through at a time, 10 ms of work each: the last ones wait
+    ~0.5 s in the spout before they go out, and that wait is part of their end-to-end latency."""
+    from esault import TopologyBuilder
+    from esault.metrics.registry import REGISTRY
+    from esault.testing import ListSpout
+    from topology_parts import SlowBolt
+
+    builder = TopologyBuilder("heldback")
+    builder.set_spout("src", ListSpout, params={"items": [[f"k{i}", i] for i in range(60)], "per_call": 60},
+                      max_pending=5)
+    builder.set_bolt("work", SlowBolt, params={"seconds": 0.01}, elastic=False).shuffle_grouping("src")
+    job = cluster.submit(builder.build(), config.replace(guarantee="at_least_once"))
+    assert job.wait(60), job.status()
+    labels = {"topology": "heldback", "unit": "src"}
+    count = REGISTRY.get_sample_value("esault_tuple_latency_seconds_count", labels)
+    total = REGISTRY.get_sample_value("esault_tuple_latency_seconds_sum", labels)
+    fast = REGISTRY.get_sample_value("esault_tuple_latency_seconds_bucket", {**labels, "le": "0.25"})
+    assert count and count >= 5
+    assert fast < count, "the tuples held back longest waited more than 0.25 s since their emit"
+    assert total / count > 0.1, f"mean {total / count:.3f} s: measured from the release, not the emit"
+    job.stop()
