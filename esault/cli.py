@@ -90,6 +90,7 @@ def build_parser() -> argparse.ArgumentParser:
                            help="the driver's public driver.key")
     status = sub.add_parser("status", help="print units, SPUs and rates of a running driver")
     status.add_argument("address", help="the driver's HOST:PORT")
+    status.add_argument("--timeout", type=float, default=10.0, help="seconds to wait for the driver (default 10)")
 
     worker = sub.add_parser("worker", help="start a worker process that hosts SPUs for a driver")
     worker.add_argument("--driver", required=True, help="the driver's HOST:PORT")
@@ -326,9 +327,9 @@ def _status(args: argparse.Namespace) -> int:
         if not (args.secret_key and args.driver_key):
             raise ConfigError("esault status needs both --secret-key (a client key) and --driver-key, or neither")
         keys = WorkerKeys.from_files(args.secret_key, args.driver_key)
-    first = fetch_status(args.address, keys=keys)
+    first = fetch_status(args.address, timeout=args.timeout, keys=keys)
     threading.Event().wait(1.0)  # two snapshots a second apart give the rates
-    reply = fetch_status(args.address, keys=keys)
+    reply = fetch_status(args.address, timeout=args.timeout, keys=keys)
     print(f"driver {args.address}: {len(reply.workers)} worker(s): {', '.join(sorted(reply.workers)) or '-'}")
     if not reply.jobs:
         print("no job running")

@@ -104,8 +104,8 @@ def test_a_static_cluster_runs_with_a_separate_worker_and_answers_status(tmp_pat
 
 def test_status_of_an_address_with_no_driver_says_so(tmp_path: Path):
     k = keys(tmp_path / "keys")
-    result = subprocess.run([sys.executable, "-m", "esault.cli", "status", "127.0.0.1:1", "--secret-key",
-                             str(k / "client-1.key_secret"), "--driver-key", str(k / "driver.key")],
+    result = subprocess.run([sys.executable, "-m", "esault.cli", "status", "127.0.0.1:1", "--timeout", "1",
+                             "--secret-key", str(k / "client-1.key_secret"), "--driver-key", str(k / "driver.key")],
                             capture_output=True, text=True, timeout=60)
     assert result.returncode == 2
     assert "no esault driver answered at 127.0.0.1:1" in result.stderr or "could not reach" in result.stderr
