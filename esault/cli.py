@@ -37,6 +37,8 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--workers", type=int, default=None,
                      help="local worker processes to spawn (default: max_workers of the job config)")
     run.add_argument("--listen", default=None, help="HOST:PORT the driver listens on for workers and status")
+    run.add_argument("--advertise", default=None, metavar="HOST[:PORT]",
+                     help="the address workers and status clients are told to use, if not the --listen one")
     run.add_argument("--min-workers", type=int, default=1,
                      help="static cluster: start the topology once this many workers joined")
     run.add_argument("--timeout", type=float, default=None, help="give up waiting for completion after S seconds")
@@ -86,6 +88,9 @@ def build_parser() -> argparse.ArgumentParser:
     savepoint.add_argument("--timeout", type=float, default=120.0, help="seconds to wait for it")
     savepoint.add_argument("--secret-key", default=os.environ.get("ESAULT_CLIENT_SECRET_KEY"),
                            help="a client-N.key_secret (default: the local driver's status key)")
+    savepoint.add_argument("--advertise", default=None, metavar="HOST[:PORT]",
+                        help="where the driver sends its reply, if the route toward it is not reachable back "
+                             "(NAT); listens on all interfaces at PORT (default any)")
     savepoint.add_argument("--driver-key", default=os.environ.get("ESAULT_DRIVER_KEY"),
                            help="the driver's public driver.key")
     status = sub.add_parser("status", help="print units, SPUs and rates of a running driver")
@@ -97,8 +102,13 @@ def build_parser() -> argparse.ArgumentParser:
     worker.add_argument("--name", default=None, help="this worker's process name (default w<pid>)")
     worker.add_argument("--metrics-port", type=int, default=None, help="serve this worker's /metrics here")
     worker.add_argument("--metrics-host", default="127.0.0.1", help="address for /metrics (default 127.0.0.1)")
-    worker.add_argument("--bind-host", default="127.0.0.1",
-                        help="interface to listen on for peers (default 127.0.0.1; 0.0.0.0 for other machines)")
+    worker.add_argument("--bind-host", default=None,
+                        help="interface to listen on for the driver and peers (default: the one that routes to "
+                             "the driver, 127.0.0.1 for a local driver; 0.0.0.0 for all)")
+    worker.add_argument("--port", type=int, default=0, help="port to listen on (default 0: any free port)")
+    worker.add_argument("--advertise", default=None, metavar="HOST[:PORT]",
+                        help="the address the driver and peers connect to, if not the bound one (NAT, port "
+                             "forwarding, a DNS name); PORT defaults to the bound port")
     worker.add_argument("--secret-key", default=os.environ.get("ESAULT_SECRET_KEY"),
                         help="this worker's worker-N.key_secret (env ESAULT_SECRET_KEY)")
     worker.add_argument("--driver-key", default=os.environ.get("ESAULT_DRIVER_KEY"),
@@ -113,6 +123,9 @@ def build_parser() -> argparse.ArgumentParser:
     status.add_argument("--secret-key", default=os.environ.get("ESAULT_CLIENT_SECRET_KEY"),
                         help="a status client's client-N.key_secret (default: the key a local driver left for "
                              "this user)")
+    status.add_argument("--advertise", default=None, metavar="HOST[:PORT]",
+                        help="where the driver sends its reply, if the route toward it is not reachable back "
+                             "(NAT); listens on all interfaces at PORT (default any)")
     status.add_argument("--driver-key", default=os.environ.get("ESAULT_DRIVER_KEY"), help="the driver's public driver.key")
 
     keys = sub.add_parser("keys", help="make CurveZMQ keys for a static cluster")
@@ -179,7 +192,7 @@ def _run(args: argparse.Namespace) -> int:
     started = time.monotonic()
     if args.cluster == "static" and not args.listen:
         raise ConfigError("--cluster static needs --listen HOST:PORT for the workers to join")
-    cluster_args: dict[str, Any] = {"listen": args.listen}
+    cluster_args: dict[str, Any] = {"listen": args.listen, "advertise": args.advertise}
     if args.cluster == "processes":
         cluster_args["workers"] = args.workers or config.max_workers
     if args.cluster == "static" or args.secret_key or args.worker_keys:
@@ -252,7 +265,7 @@ def _savepoint(args: argparse.Namespace) -> int:
     from esault.cluster.status import request_savepoint
 
     keys = WorkerKeys.from_files(args.secret_key, args.driver_key) if args.secret_key and args.driver_key else None
-    reply = request_savepoint(args.address, args.job, args.stop, args.timeout, keys)
+    reply = request_savepoint(args.address, args.job, args.stop, args.timeout, keys, advertise=args.advertise)
     if reply.error:
         print(f"esault: error: {reply.error}", file=sys.stderr)
         return 1
@@ -311,7 +324,7 @@ def _worker(args: argparse.Namespace) -> int:
         server = start_metrics_server(args.metrics_host, args.metrics_port)
     try:
         return run_worker(args.driver, keys, args.name, args.bind_host, driver_timeout=args.driver_timeout,
-                          connect_timeout=args.connect_timeout)
+                          connect_timeout=args.connect_timeout, port=args.port, advertise=args.advertise)
     finally:
         if server is not None:
             server.stop()
@@ -327,9 +340,9 @@ def _status(args: argparse.Namespace) -> int:
         if not (args.secret_key and args.driver_key):
             raise ConfigError("esault status needs both --secret-key (a client key) and --driver-key, or neither")
         keys = WorkerKeys.from_files(args.secret_key, args.driver_key)
-    first = fetch_status(args.address, timeout=args.timeout, keys=keys)
+    first = fetch_status(args.address, timeout=args.timeout, keys=keys, advertise=args.advertise)
     threading.Event().wait(1.0)  # two snapshots a second apart give the rates
-    reply = fetch_status(args.address, timeout=args.timeout, keys=keys)
+    reply = fetch_status(args.address, timeout=args.timeout, keys=keys, advertise=args.advertise)
     print(f"driver {args.address}: {len(reply.workers)} worker(s): {', '.join(sorted(reply.workers)) or '-'}")
     if not reply.jobs:
         print("no job running")

@@ -25,11 +25,14 @@ class LocalCluster:
     driver's key pair and the worker and status-client keys it admits; spawned
     workers get fresh pairs. `esault status` finds this cluster's client key in
     a file only this user can read (esault.cluster.credentials).
+    `listen` (HOST:PORT, port 0 = any) is where the driver binds, `advertise`
+    (HOST[:PORT]) what it tells workers and prints, if not the bound address.
     """
 
     def __init__(self, clock: Clock | None = None, workers: int = 0, listen: str | None = None,
                  min_workers: int = 0, join_timeout: float = 120.0, heartbeat_timeout: float = 10.0,
-                 keys: ClusterKeys | None = None, max_frame_bytes: int | None = None) -> None:
+                 keys: ClusterKeys | None = None, max_frame_bytes: int | None = None,
+                 advertise: str | None = None) -> None:
         self.clock = clock
         self.jobs: dict[str, Job] = {}
         self.postman = self.registry = self.pool = None
@@ -41,7 +44,7 @@ class LocalCluster:
             bind = listen if (listen or "").startswith("tcp://") else f"tcp://{listen or '127.0.0.1:0'}"
             self.keys = keys or ClusterKeys.fresh()
             extra = {} if max_frame_bytes is None else {"max_frame_bytes": max_frame_bytes}
-            self.postman = Postman("driver", bind=bind, keys=self.keys.ring(), **extra)
+            self.postman = Postman("driver", bind=bind, keys=self.keys.ring(), advertise=advertise, **extra)
             if self.keys.local_client is not None:
                 write_status_keys(self.address, self.keys.local_client, self.keys.driver.public)
             self.registry = WorkerRegistry()

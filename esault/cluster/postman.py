@@ -16,11 +16,11 @@ counted (esault_auth_rejected_total{reason="not_permitted"}) and logged.
 from __future__ import annotations
 
 import logging
-import socket
 import threading
 import time
 from typing import Any, Callable
 
+from esault.cluster.addresses import advertised
 from esault.cluster.authority import refusal
 from esault.errors import SerializationError
 from esault.metrics.registry import count_auth_rejected, count_dropped_frame
@@ -52,8 +52,12 @@ class Postman:
     """Endpoint + the registry of this process's named actors."""
 
     def __init__(self, process: str, bind: str = "tcp://127.0.0.1:0", keys: KeyRing | None = None,
-                 max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES, held_bytes: int = DEFAULT_HELD_BYTES) -> None:
+                 max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES, held_bytes: int = DEFAULT_HELD_BYTES,
+                 advertise: str | None = None, toward: str | None = None) -> None:
         self.process = process
+        self._advertise = advertise
+        self._toward = toward
+        self._address: str | None = None
         self.keys = keys or KeyRing.solo(process)
         self._lock = threading.Lock()
         self._refs: dict[str, Any] = {}
@@ -69,13 +73,11 @@ class Postman:
 
     @property
     def address(self) -> str:
-        """Where peers reach this process: the bound address, with a wildcard host replaced by
-        this machine's host name (e.g. a docker-compose service name)."""
-        address = self.endpoint.address
-        if "://0.0.0.0:" in address or "://*:" in address:
-            port = address.rsplit(":", 1)[1]
-            return f"tcp://{socket.gethostname()}:{port}"
-        return address
+        """Where peers reach this process: `advertise` (HOST[:PORT]) if given, else the bound address
+        with a wildcard host replaced by the route toward `toward` or the host name (esault.cluster.addresses)."""
+        if self._address is None:  # fixed once bound; the route lookup opens a socket
+            self._address = advertised(self.endpoint.address, self._advertise, self._toward)
+        return self._address
 
     def register(self, name: str, ref: Any) -> None:
         """Name a local actor; messages held for it are told first, in arrival order."""

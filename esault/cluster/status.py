@@ -7,6 +7,7 @@ import os
 import threading
 from typing import Any, Callable
 
+from esault.cluster.addresses import bind_host_toward, split_host_port
 from esault.cluster.credentials import WorkerKeys, read_status_keys, status_key_file
 from esault.cluster.postman import Postman
 from esault.transport.trust import KeyRing, Role
@@ -32,26 +33,34 @@ class _Inbox:
             self.arrived.set()
 
 
-def fetch_status(address: str, timeout: float = 10.0, keys: WorkerKeys | None = None) -> StatusReply:
+def fetch_status(address: str, timeout: float = 10.0, keys: WorkerKeys | None = None,
+                 advertise: str | None = None) -> StatusReply:
     """The driver's StatusReply, or ConfigError saying that nothing answered at `address`.
 
     `keys`: a status client's key pair (as `own`) and the driver's public key;
-    default: the ones a local driver at `address` left for this user.
+    default: the ones a local driver at `address` left for this user. The
+    driver connects back for the reply: to the interface that routes to it
+    (loopback for a local driver), or to `advertise` (HOST[:PORT]; then this
+    client listens on all interfaces, at PORT if given).
     """
-    return _ask(address, lambda inbox, me: StatusRequest(1, inbox, me), StatusReply, timeout, keys)
+    return _ask(address, lambda inbox, me: StatusRequest(1, inbox, me), StatusReply, timeout, keys, advertise)
 
 
 def request_savepoint(address: str, topology: str, stop: bool = False, timeout: float = 120.0,
-                      keys: WorkerKeys | None = None) -> SavepointReply:
+                      keys: WorkerKeys | None = None, advertise: str | None = None) -> SavepointReply:
     """Ask the driver at `address` for a savepoint of job `topology` (ending its spouts if `stop`)."""
     return _ask(address, lambda inbox, me: SavepointRequest(1, inbox, me, topology, stop), SavepointReply,
-                timeout, keys)
+                timeout, keys, advertise)
 
 
 def _ask(address: str, request: Callable[[Any, str], Any], reply: type, timeout: float,
-         keys: WorkerKeys | None) -> Any:
-    if ":" not in address:
-        raise ConfigError(f"esault status needs the driver's HOST:PORT, got {address!r}")
+         keys: WorkerKeys | None, advertise: str | None) -> Any:
+    driver_host, _ = split_host_port(address, "the driver's address")
+    if advertise:
+        port = split_host_port(advertise, "--advertise", port_required=False)[1] or 0
+        bind = f"tcp://0.0.0.0:{port}"
+    else:
+        bind = f"tcp://{bind_host_toward(driver_host)}:0"
     keys = keys or read_status_keys(address)
     if keys is None:
         raise ConfigError(f"no status key for the driver at {address}: a driver started by this user on this "
@@ -60,7 +69,7 @@ def _ask(address: str, request: Callable[[Any, str], Any], reply: type, timeout:
     name = f"status-{os.getpid()}-{next(_calls)}"
     ring = KeyRing(keys.own, name, Role.CLIENT)
     ring.admit(keys.driver, Role.DRIVER, "driver")
-    postman = Postman(name, keys=ring)
+    postman = Postman(name, bind=bind, keys=ring, advertise=advertise)
     inbox = _Inbox(reply)
     postman.register("status", inbox)
     try:

@@ -17,6 +17,7 @@ from typing import Any
 import pykka
 
 from esault.clock import SystemClock
+from esault.cluster.addresses import bind_host_toward, split_host_port
 from esault.cluster.postman import Postman
 from esault.cluster.unit_wire import config_from_wire, unit_from_wire
 from esault.dsl.topology import Topology
@@ -225,13 +226,15 @@ class HostActor(pykka.ThreadingActor):
             self.postman.send(DRIVER, "cluster", SpuStopped(message.spu_id, message.request_id))
 
 
-def run_worker(driver: str, keys: WorkerKeys, name: str | None = None, bind_host: str = "127.0.0.1",
+def run_worker(driver: str, keys: WorkerKeys, name: str | None = None, bind_host: str | None = None,
                max_frame_bytes: int | None = None, driver_timeout: float = 30.0,
-               connect_timeout: float = 60.0) -> int:
+               connect_timeout: float = 60.0, port: int = 0, advertise: str | None = None) -> int:
     """Join the driver at HOST:PORT and host SPUs until it says Shutdown (or the process is killed).
 
-    Listens on `bind_host` (loopback unless told otherwise; 0.0.0.0 is
-    advertised under this host's name). Accepts connections only from the
+    Listens on `bind_host`:`port` (default: the interface that routes to the
+    driver, loopback for a local driver; port 0 = any free one) and tells the
+    driver and peers `advertise` (HOST[:PORT]; default: the bound address, a
+    wildcard replaced by the route toward the driver). Accepts connections only from the
     driver's key and the peers' keys the driver announces, and commands only
     from the driver. Raises ConfigError for a HOST that does not resolve and
     DriverUnreachable when the driver has not answered within `connect_timeout`
@@ -242,7 +245,11 @@ def run_worker(driver: str, keys: WorkerKeys, name: str | None = None, bind_host
     endpoint = driver_endpoint(driver)
     name = name or f"w{os.getpid()}"
     extra = {} if max_frame_bytes is None else {"max_frame_bytes": max_frame_bytes}
-    postman = Postman(name, bind=f"tcp://{bind_host}:0", keys=keys.ring(name), **extra)
+    driver_host = split_host_port(endpoint, "--driver")[0]
+    if bind_host is None:
+        bind_host = bind_host_toward(driver_host)
+    postman = Postman(name, bind=f"tcp://{bind_host}:{port}", keys=keys.ring(name), advertise=advertise,
+                      toward=driver_host, **extra)
     done = threading.Event()
     hosting = DriverLiveness()
     postman.register("control", WorkerControl(postman, hosting))
