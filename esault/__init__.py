@@ -4,6 +4,7 @@ Write spouts and bolts, wire them with TopologyBuilder, submit to a cluster.
 """
 
 from esault.cluster.local import LocalCluster
+from esault.cluster.role import in_worker
 from esault.config import ElasticityConfig, JobConfig
 from esault.dsl import (
     Anchor, Bolt, Grouping, ReplayingSpout, Spout, TextFileSpout, Topology, TopologyBuilder, TopologyContext, Tuple,
@@ -21,5 +22,5 @@ __all__ = [
     "Grouping", "Job", "JobConfig", "LocalCluster", "ReplayingSpout", "ResourceError", "RoutingError",
     "ScaleResult", "ScalingError", "SerializationError", "SinkError", "Spout", "TextFileSpout", "Topology",
     "TopologyBuilder",
-    "TopologyContext", "TopologyError", "Tuple", "UnitStartError", "key_hash",
+    "TopologyContext", "TopologyError", "Tuple", "UnitStartError", "in_worker", "key_hash",
 ]

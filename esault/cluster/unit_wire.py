@@ -11,7 +11,9 @@ import dataclasses
 import importlib
 import importlib.util
 import inspect
+import logging
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +24,11 @@ from esault.dsl.topology import Grouping, InputSpec, UnitSpec
 from esault.errors import TopologyError, UnitStartError
 from esault.transport.codec import check_serialisable
 
+
+log = logging.getLogger("esault.worker")
+
+SLOW_IMPORT_SECONDS = 1.0
+"""A worker warns when importing a topology module takes longer: module-level work is repeated per worker."""
 
 _MAIN_ALIAS = "__esault_main__"
 """The name a worker loads the driver's main script under (multiprocessing's __mp_main__), so the
@@ -73,10 +80,17 @@ def unit_from_wire(data: dict[str, Any]) -> UnitSpec:
     if folder and folder not in sys.path:
         sys.path.insert(0, folder)
     try:
+        fresh = data["module"] not in sys.modules
+        started = time.monotonic()
         if data["module"] in ("__main__", _MAIN_ALIAS) and data.get("main_file"):
             obj: Any = _load_main(data["main_file"])
         else:
             obj = importlib.import_module(data["module"])
+        took = time.monotonic() - started
+        if fresh and took > SLOW_IMPORT_SECONDS:
+            log.warning("importing %s for unit %r took %.1f s in this worker: a topology module's module-level "
+                        "code runs in every worker process. Move driver-only work into build_topology() or "
+                        "under `if not esault.in_worker():`", data["module"], data["name"], took)
         for part in data["qualname"].split("."):
             obj = getattr(obj, part)
     except (ImportError, AttributeError) as exc:

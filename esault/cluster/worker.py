@@ -19,6 +19,7 @@ import pykka
 from esault.clock import SystemClock
 from esault.cluster.addresses import bind_host_toward, split_host_port
 from esault.cluster.postman import Postman
+from esault.cluster.role import mark_worker
 from esault.cluster.unit_wire import config_from_wire, unit_from_wire
 from esault.dsl.topology import Topology
 from esault.metrics.stats import STATS
@@ -242,6 +243,7 @@ def run_worker(driver: str, keys: WorkerKeys, name: str | None = None, bind_host
     Exits (3) when no DriverBeat came for `driver_timeout` seconds after that
     (the driver was killed or cut off): no orphans.
     """
+    mark_worker()
     endpoint = driver_endpoint(driver)
     name = name or f"w{os.getpid()}"
     extra = {} if max_frame_bytes is None else {"max_frame_bytes": max_frame_bytes}

@@ -8,7 +8,8 @@ def test_the_public_names_are_exactly_these():
         "KEY_SPACE_MAX", "Anchor", "Bolt", "ConfigError", "ElasticityConfig", "EsaultError", "FrameError",
         "Grouping", "Job", "JobConfig", "LocalCluster", "ReplayingSpout", "ResourceError", "RoutingError",
         "ScaleResult", "ScalingError", "SerializationError", "SinkError", "Spout", "Topology",
-        "TextFileSpout", "TopologyBuilder", "TopologyContext", "TopologyError", "Tuple", "UnitStartError", "key_hash",
+        "TextFileSpout", "TopologyBuilder", "TopologyContext", "TopologyError", "Tuple", "UnitStartError", "in_worker",
+        "key_hash",
     ])
     for name in esault.__all__:
         assert getattr(esault, name) is not None, name
