@@ -39,6 +39,10 @@ from esault.dsl.topology import DECLARED_VERSION
 
 log = logging.getLogger("esault")
 
+LOSS_SETTLE_SECONDS = 2.0
+"""Guarantee "none" after a worker died: how long totals must stand still (nothing queued) before the
+tuples never processed count as lost and the job completes (ten heartbeats: the counts come with them)."""
+
 
 class Job:
     """A running topology. Thread-safe; call from the driver's thread, never from an actor."""
@@ -68,6 +72,9 @@ class Job:
         self.remote_stats = remote_stats
         self.fresh_reports = fresh_reports
         self.lost_spus: set[int] = set()
+        self.unaccounted = 0
+        """Guarantee "none": tuples emitted but never processed once a dead worker's loss settled."""
+        self._settle: tuple[tuple[int, int], float] | None = None
         if config.fresh_start:
             for suffix in ("", "-wal", "-shm"):
                 (data_dir / f"checkpoints.sqlite{suffix}").unlink(missing_ok=True)
@@ -463,6 +470,8 @@ class Job:
             "scaling_events": len(self.coordinator.history),
             "spout_errors": self.spout_errors(),
             "dead_letters": self.dead_letters,
+            "lost_spus": sorted(self.lost_spus),
+            "unaccounted": self.unaccounted,
             "guarantee": self.config.guarantee,
             "checkpoints": {"completed": self.checkpoints.stats.completed, "failed": self.checkpoints.stats.failed,
                             "last_epoch": self.checkpoints.stats.last_epoch,
@@ -538,7 +547,23 @@ class Job:
             return False
         if self.config.acking and self.lost_spus:
             return True
-        return emitted == processed and self._every_spu_reported()
+        if emitted == processed and self._every_spu_reported():
+            return True
+        if not self.config.acking and self.lost_spus and self._every_spu_reported():
+            return self._settled_with_loss(emitted, processed)
+        return False
+
+    def _settled_with_loss(self, emitted: int, processed: int) -> bool:
+        """Guarantee "none" after a worker died: nothing tracks what it held, so once nothing is queued
+        and the totals stay still for LOSS_SETTLE_SECONDS the rest is counted lost and the job is done."""
+        now = time.monotonic()
+        if self._settle is None or self._settle[0] != (emitted, processed):
+            self._settle = ((emitted, processed), now)
+            return False
+        if now - self._settle[1] < LOSS_SETTLE_SECONDS:
+            return False
+        self.unaccounted = max(0, emitted - processed)
+        return True
 
     def _every_spu_reported(self) -> bool:
         """Counts of SPUs in worker processes arrive with heartbeats: until each live SPU's have,

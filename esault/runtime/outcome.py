@@ -61,6 +61,11 @@ def judge_run(status: dict[str, Any], completed: bool, *, timeout: float | None,
         problems.append(f"the job did not complete{waited}: {processed} of {emitted} emitted tuples were "
                         f"processed (the rest are still queued or were lost), {status.get('pending_trees', 0)} "
                         "tuple tree(s) still in flight")
+    unaccounted = status.get("unaccounted", 0)
+    if unaccounted:
+        problems.append(f"{unaccounted} emitted tuple(s) were never processed: worker process(es) died holding "
+                        f"SPUs {status.get('lost_spus', [])} and guarantee 'none' does not replay; run with "
+                        "--guarantee at_least_once or exactly_once to replay what a dead worker held")
     dead = status.get("dead_letters", 0)
     if dead:
         per_unit = ", ".join(f"{name} {u['dead_letters']}" for name, u in units.items() if u.get("dead_letters"))

@@ -192,6 +192,36 @@ def test_at_least_once_killing_a_worker_mid_run_still_counts_every_word_at_least
         assert list(cluster.registry.workers) == [w for w in ("w1", "w2") if w != victim]
 
 
+def test_guarantee_none_losing_a_worker_ends_the_job_without_a_timeout_and_counts_the_loss(tmp_path, config):
+    """Nothing tracks tuples under "none": the job must still end once the loss settles, and say so."""
+    from topology_parts import SlowIncrementBolt
+
+    from esault.runtime.outcome import ExitCode, judge_run
+
+    items = [(f"w{i % 40}", i) for i in range(1200)]
+    GATES["none-kill"] = threading.Event()
+    builder = TopologyBuilder("none-kill")
+    builder.set_spout("src", GatedListSpout, params={"items": items, "gate": "none-kill", "hold_at": 200})
+    builder.set_bolt("count", SlowIncrementBolt, 2, params={"seconds": 0.002}, elastic=False).key_grouping("src")
+    builder.set_bolt("out", DriverCollectorBolt, params={"name": "none-kill"}).global_grouping("count")
+    with LocalCluster(workers=2, heartbeat_timeout=1.0) as cluster:
+        job = cluster.submit(builder.build(), config.replace(data_dir=tmp_path, guarantee="none"))
+        wait_until(lambda: len(collected("none-kill")) >= 100, 30, message="the first tuples counted")
+        GATES["none-kill"].set()
+        backlog = lambda: (lambda u: u["src"]["emitted"] - u["count"]["processed"])(job.status()["units"])  # noqa: E731
+        wait_until(lambda: backlog() >= 40, 30, message="tuples queued in workers")
+        victim = max(cluster.registry.workers, key=lambda w: len(cluster.registry.spus_on[w]))
+        lost = set(cluster.registry.spus_on[victim])
+        cluster.pool.processes[int(victim[1:]) - 1].kill()
+        assert job.wait(60), f"the job must end once the loss settled: {job.status()}"
+        job.stop()
+        status = job.status()
+        assert set(status["lost_spus"]) == lost
+        assert 0 < status["unaccounted"] <= len(items) - 100, status["unaccounted"]
+        outcome = judge_run(status, True, timeout=None, duration=None, dead_letter_path="x")
+        assert outcome.exit_code is ExitCode.INCOMPLETE and "guarantee 'none' does not replay" in outcome.problems[0]
+
+
 def test_a_bolt_chained_into_a_worker_hosted_bolt_follows_its_splits_and_merges(workers, config):
     from topology_parts import RaiseOnBadBolt
 

@@ -54,3 +54,12 @@ def test_the_exit_codes_are_distinct_and_documented():
     readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
     for code in ExitCode:
         assert f"| {int(code)} |" in readme, f"README's exit code table lacks {code.name}"
+
+
+def test_tuples_a_dead_worker_took_with_it_under_guarantee_none_fail_the_run_naming_the_spus():
+    lost = {**status(emitted=50, processed=41), "unaccounted": 9, "lost_spus": [3, 4]}
+    outcome = judge_run(lost, True, timeout=None, duration=None, dead_letter_path="x")
+    assert outcome.exit_code is ExitCode.INCOMPLETE
+    assert outcome.problems == ("9 emitted tuple(s) were never processed: worker process(es) died holding SPUs [3, 4] "
+                                "and guarantee 'none' does not replay; run with --guarantee at_least_once or "
+                                "exactly_once to replay what a dead worker held",)
