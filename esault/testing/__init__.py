@@ -77,7 +77,15 @@ _collected_lock = threading.Lock()
 
 
 class CollectorBolt(Bolt):
-    """Records every tuple it gets into an in-process list named by params `name` (default: unit)."""
+    """Records every tuple it gets into a list of this process named by params `name` (default: the unit).
+
+    Its SPUs run in the driver, also when the job has worker processes
+    (esault_placement = "driver"), so collected(name) in the test's process
+    sees what it received whatever the grouping into it and its parallelism.
+    Never chained: it is a unit of its own, after the bolt it reads.
+    """
+
+    esault_placement = "driver"
 
     def __init__(self, name: str | None = None) -> None:
         self._name = name
