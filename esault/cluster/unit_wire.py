@@ -28,6 +28,16 @@ _MAIN_ALIAS = "__esault_main__"
 script's `if __name__ == "__main__":` block does not run there."""
 
 
+_importing: list[str] = []
+"""What unit_from_wire is importing now (a worker's host thread): the driver's script or a module."""
+
+
+def importing_for_worker() -> str | None:
+    """The script or module a worker is importing for a unit's class right now, else None. Code that must not
+    run then (starting a cluster: the script lacks its `if __name__ == "__main__":`) asks this."""
+    return _importing[-1] if _importing else None
+
+
 def _main_file() -> str:
     main = sys.modules.get("__main__")
     path = getattr(main, "__file__", None)
@@ -72,11 +82,10 @@ def unit_from_wire(data: dict[str, Any]) -> UnitSpec:
     folder = data.get("folder")
     if folder and folder not in sys.path:
         sys.path.insert(0, folder)
+    main = data["module"] in ("__main__", _MAIN_ALIAS) and data.get("main_file")
+    _importing.append(f"the driver's script {data['main_file']}" if main else f"module {data['module']}")
     try:
-        if data["module"] in ("__main__", _MAIN_ALIAS) and data.get("main_file"):
-            obj: Any = _load_main(data["main_file"])
-        else:
-            obj = importlib.import_module(data["module"])
+        obj: Any = _load_main(data["main_file"]) if main else importlib.import_module(data["module"])
         for part in data["qualname"].split("."):
             obj = getattr(obj, part)
     except (ImportError, AttributeError) as exc:
@@ -84,6 +93,8 @@ def unit_from_wire(data: dict[str, Any]) -> UnitSpec:
             f"worker cannot import {data['module']}:{data['qualname']} for unit {data['name']!r} ({exc}); "
             "the topology's modules must be importable on every worker (same files or package installed)"
         ) from None
+    finally:
+        _importing.pop()
     base = Spout if data["is_spout"] else Bolt
     if not (inspect.isclass(obj) and issubclass(obj, base)):
         raise TopologyError(
