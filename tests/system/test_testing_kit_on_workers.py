@@ -35,6 +35,8 @@ def test_collectors_read_in_the_tests_process_every_tuple_from_bolts_on_worker_p
     assert {job.worker_of(spu) for spu in job.spus("count")} == {"w1", "w2"}, "the counting runs in both workers"
     collectors = [spu for unit in ("by_key", "shuffled", "all") for spu in job.spus(unit)]
     assert len(collectors) == 5 and all(job.worker_of(spu) is None for spu in collectors), "collectors: the driver"
+    split = job.split("by_key", job.spus("by_key")[0])
+    assert job.worker_of(split.receiver) is None, "a collector scales within the driver"
     job.stop()
     expected = expected_per_key(items)
     for unit in ("by_key", "all"):
