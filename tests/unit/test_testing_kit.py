@@ -4,14 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from esault import Bolt, TopologyBuilder
+from esault import TopologyBuilder
 from esault.errors import ConfigError, TopologyError
 from esault.testing import CollectorBolt, ListSpout, run_to_completion
-
-
-class Pass(Bolt):
-    def process(self, tup) -> None:
-        self.emit(tup.key, tup.value)
 
 
 def small(collector_options: dict | None = None, second: dict | None = None) -> TopologyBuilder:
