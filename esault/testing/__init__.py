@@ -17,6 +17,7 @@ from esault.clock import ManualClock
 from esault.dsl.spout import ReplayingSpout
 from esault.errors import RunIncomplete
 from esault.testing.collect import CollectorBolt, collected, reset_collected
+from esault.testing.run import RunResult, run_to_completion
 
 T = TypeVar("T")
 
@@ -77,6 +78,3 @@ class ListSpout(ReplayingSpout):
 
     def restore_position(self, position: int) -> None:
         self.position = int(position)
-
-
-from esault.testing.run import RunResult, run_to_completion  # noqa: E402 - it runs ListSpouts into CollectorBolts
