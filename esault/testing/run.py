@@ -98,7 +98,7 @@ def run_to_completion(topology: Topology | TopologyBuilder, *, workers: int | st
     config: default JobConfig.load() with data_dir a temporary directory
     removed afterwards. A given config always starts fresh (an earlier run's
     checkpoints in its data_dir are discarded) unless it sets restore_from.
-    Each collector's list (collected(name)) is emptied before the run.
+    Each collector's list (collected(name)) is emptied before the run and after it (the result has it).
     """
     if isinstance(topology, TopologyBuilder):
         topology = topology.build()
@@ -146,6 +146,8 @@ def run_to_completion(topology: Topology | TopologyBuilder, *, workers: int | st
         result = RunResult(topology.name, {unit: collected(name) for unit, name in collectors.items()}, outcome,
                            status, read_dead_letters(job.dead_letter_path)[earlier:], completed)
     finally:
+        for name in set(collectors.values()):
+            reset_collected(name)  # the result holds them: nothing lingers for the next run or test
         if own is not None:
             own.shutdown()
         if scratch is not None:

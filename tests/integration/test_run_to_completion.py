@@ -11,7 +11,7 @@ import pytest
 
 from esault import Bolt, TopologyBuilder
 from esault.errors import RunIncomplete
-from esault.testing import CollectorBolt, ListSpout, run_to_completion
+from esault.testing import CollectorBolt, ListSpout, collected, run_to_completion
 
 
 class RunningCount(Bolt):
@@ -120,11 +120,12 @@ def test_a_given_config_starts_fresh_so_a_second_run_on_its_data_dir_outputs_eve
     assert_counted(second, items)
 
 
-def test_a_collectors_list_is_emptied_before_the_run():
+def test_a_collectors_list_is_emptied_before_and_after_the_run():
     items = keyed_items(30)
     run_to_completion(counting_topology("twice", items), workers="in-process", timeout=20)
     again = run_to_completion(counting_topology("twice", items), workers="in-process", timeout=20)
     assert len(again["all"]) == 30, "not 60: the first run's tuples are gone"
+    assert collected("all") == [], "and the run leaves none behind for the next test"
     with pytest.raises(KeyError, match=r"topology 'twice' has no CollectorBolt unit 'count'; its collectors: "
                                        r"'by_key', 'shuffled', 'all'"):
         again["count"]

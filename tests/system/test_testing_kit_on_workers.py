@@ -9,7 +9,7 @@ import pytest
 
 from esault import LocalCluster, TopologyBuilder
 from esault.errors import RunIncomplete
-from esault.testing import CollectorBolt, collected, run_to_completion
+from esault.testing import CollectorBolt, collected, reset_collected, run_to_completion
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "tests" / "integration"))
@@ -29,6 +29,7 @@ def workers():
 
 def test_collectors_read_in_the_tests_process_every_tuple_from_bolts_on_worker_processes(workers, config):
     """CollectorBolt alone, no run_to_completion: key, shuffle and global groupings into it, 2 SPUs each."""
+    reset_collected()
     items = keyed_items(400, keys=13)
     job = workers.submit(counting_topology("kit-collect", items).build(), config)
     assert job.wait(30), job.status()
