@@ -62,9 +62,16 @@ def unit_to_wire(spec: UnitSpec) -> dict[str, Any]:
 
 
 def check_sendable(spec: UnitSpec) -> None:
-    """Every param of `spec` (and of the bolts chained into it) can travel to a worker; else UnitStartError
-    naming the unit and the param, raised before any SPU starts."""
+    """Every param of `spec` (and of the bolts chained into it) can travel to a worker, and a worker can import
+    its class; else UnitStartError naming the unit and the param or class, raised before any SPU starts."""
     for unit in (spec, *spec.stages):
+        if spec.where == "worker" and unit.cls.__module__ in ("__main__", _MAIN_ALIAS) and not _main_file():
+            kind = "spout" if unit.is_spout else "bolt"
+            raise UnitStartError(
+                f"{kind} {unit.name!r}: its class {unit.cls.__qualname__} is defined in an interactive session "
+                "(__main__ has no file), which worker processes cannot import. Put the class in a .py file (a "
+                "module you import, or the script you run), or run every unit in one process: LocalCluster(), "
+                "`--cluster threads`, run_to_completion(..., workers='in-process')")
         for name, value in unit.params.items():
             try:
                 check_serialisable(value)
