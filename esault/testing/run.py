@@ -98,7 +98,8 @@ def run_to_completion(topology: Topology | TopologyBuilder, *, workers: int | st
     config: default JobConfig.load() with data_dir a temporary directory
     removed afterwards. A given config always starts fresh (an earlier run's
     checkpoints in its data_dir are discarded) unless it sets restore_from.
-    Each collector's list (collected(name)) is emptied before the run and after it (the result has it).
+    Each collector's list (collected(name)) is emptied before the run and
+    after it (the result has it).
     """
     if isinstance(topology, TopologyBuilder):
         topology = topology.build()
@@ -140,9 +141,10 @@ def run_to_completion(topology: Topology | TopologyBuilder, *, workers: int | st
         finally:
             job.stop()
         status = job.final_status or {}
-        outcome = judge_run(status, completed, timeout=timeout, duration=None,
-                            dead_letter_path=str(job.dead_letter_path) if scratch is None else
-                            "RunResult.dead_letters (the run's temporary data dir is removed)", timeout_option="run_to_completion(timeout=)")
+        dead_letter_path = (str(job.dead_letter_path) if scratch is None
+                            else "RunResult.dead_letters (the run's temporary data dir is removed)")
+        outcome = judge_run(status, completed, timeout=timeout, duration=None, dead_letter_path=dead_letter_path,
+                            timeout_option="run_to_completion(timeout=)")
         result = RunResult(topology.name, {unit: collected(name) for unit, name in collectors.items()}, outcome,
                            status, read_dead_letters(job.dead_letter_path)[earlier:], completed)
     finally:

@@ -87,8 +87,9 @@ def test_a_spout_that_never_finishes_raises_run_incomplete_with_what_was_collect
     b = TopologyBuilder("endless")
     b.set_spout("src", EndlessSpout, params={"items": items})
     b.set_bolt("out", CollectorBolt).global_grouping("src")
-    with pytest.raises(RunIncomplete, match=r"topology 'endless' did not run to completion on one process:\n  - the "
-                                            r"job did not complete within 1 s \(run_to_completion\(timeout=\)\)") as err:
+    with pytest.raises(RunIncomplete, match=r"topology 'endless' did not run to completion on one process:\n  - "
+                                            r"the job did not complete within 1 s \(run_to_completion\(timeout=\)\)"
+                       ) as err:
         run_to_completion(b, workers="in-process", config=config, timeout=1.0)
     result = err.value.result
     assert not result.completed and not result.ok
