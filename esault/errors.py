@@ -51,6 +51,15 @@ class WorkerLost(ResourceError):
     """The worker process an SPU was being started on died before it answered."""
 
 
+class RunIncomplete(EsaultError):
+    """esault.testing.run_to_completion: the run did not process all its input (timed out, a spout stopped,
+    tuples dead-lettered). `result` holds what it did produce: outputs so far, counts, dead letters."""
+
+    def __init__(self, message: str, result: object = None) -> None:
+        super().__init__(message)
+        self.result = result
+
+
 class SinkError(EsaultError):
     """The Spark sink could not start or commit."""
 

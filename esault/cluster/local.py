@@ -7,6 +7,7 @@ from typing import Any
 from esault.clock import Clock
 from esault.cluster.credentials import ClusterKeys, remove_status_keys, write_status_keys
 from esault.cluster.inprocess import InProcessLauncher
+from esault.cluster.unit_wire import importing_for_worker
 from esault.config import JobConfig
 from esault.dsl.topology import Topology
 from esault.errors import ResourceError, TopologyError
@@ -33,6 +34,12 @@ class LocalCluster:
                  min_workers: int = 0, join_timeout: float = 120.0, heartbeat_timeout: float = 10.0,
                  keys: ClusterKeys | None = None, max_frame_bytes: int | None = None,
                  advertise: str | None = None) -> None:
+        importing = importing_for_worker()
+        if importing is not None:
+            raise TopologyError(
+                f"{importing} started a LocalCluster while a worker process imported it for the topology's "
+                "classes: put the code that runs the job under `if __name__ == \"__main__\":` (worker processes "
+                "import the script, as multiprocessing does), or the classes in a module of their own")
         self.clock = clock
         self.jobs: dict[str, Job] = {}
         self.postman = self.registry = self.pool = None

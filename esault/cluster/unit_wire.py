@@ -35,6 +35,16 @@ _MAIN_ALIAS = "__esault_main__"
 script's `if __name__ == "__main__":` block does not run there."""
 
 
+_importing: list[str] = []
+"""What unit_from_wire is importing now (a worker's host thread): the driver's script or a module."""
+
+
+def importing_for_worker() -> str | None:
+    """The script or module a worker is importing for a unit's class right now, else None. Code that must not
+    run then (starting a cluster: the script lacks its `if __name__ == "__main__":`) asks this."""
+    return _importing[-1] if _importing else None
+
+
 def _main_file() -> str:
     main = sys.modules.get("__main__")
     path = getattr(main, "__file__", None)
@@ -59,9 +69,16 @@ def unit_to_wire(spec: UnitSpec) -> dict[str, Any]:
 
 
 def check_sendable(spec: UnitSpec) -> None:
-    """Every param of `spec` (and of the bolts chained into it) can travel to a worker; else UnitStartError
-    naming the unit and the param, raised before any SPU starts."""
+    """Every param of `spec` (and of the bolts chained into it) can travel to a worker, and a worker can import
+    its class; else UnitStartError naming the unit and the param or class, raised before any SPU starts."""
     for unit in (spec, *spec.stages):
+        if spec.where == "worker" and unit.cls.__module__ in ("__main__", _MAIN_ALIAS) and not _main_file():
+            kind = "spout" if unit.is_spout else "bolt"
+            raise UnitStartError(
+                f"{kind} {unit.name!r}: its class {unit.cls.__qualname__} is defined in an interactive session "
+                "(__main__ has no file), which worker processes cannot import. Put the class in a .py file (a "
+                "module you import, or the script you run), or run every unit in one process: LocalCluster(), "
+                "`--cluster threads`, run_to_completion(..., workers='in-process')")
         for name, value in unit.params.items():
             try:
                 check_serialisable(value)
@@ -79,13 +96,12 @@ def unit_from_wire(data: dict[str, Any]) -> UnitSpec:
     folder = data.get("folder")
     if folder and folder not in sys.path:
         sys.path.insert(0, folder)
+    main = data["module"] in ("__main__", _MAIN_ALIAS) and data.get("main_file")
+    _importing.append(f"the driver's script {data['main_file']}" if main else f"module {data['module']}")
     try:
-        fresh = data["module"] not in sys.modules
+        fresh = (_MAIN_ALIAS if main else data["module"]) not in sys.modules
         started = time.monotonic()
-        if data["module"] in ("__main__", _MAIN_ALIAS) and data.get("main_file"):
-            obj: Any = _load_main(data["main_file"])
-        else:
-            obj = importlib.import_module(data["module"])
+        obj: Any = _load_main(data["main_file"]) if main else importlib.import_module(data["module"])
         took = time.monotonic() - started
         if fresh and took > SLOW_IMPORT_SECONDS:
             log.warning("importing %s for unit %r took %.1f s in this worker: a topology module's module-level "
@@ -98,6 +114,8 @@ def unit_from_wire(data: dict[str, Any]) -> UnitSpec:
             f"worker cannot import {data['module']}:{data['qualname']} for unit {data['name']!r} ({exc}); "
             "the topology's modules must be importable on every worker (same files or package installed)"
         ) from None
+    finally:
+        _importing.pop()
     base = Spout if data["is_spout"] else Bolt
     if not (inspect.isclass(obj) and issubclass(obj, base)):
         raise TopologyError(

@@ -42,11 +42,12 @@ class RunOutcome:
 
 
 def judge_run(status: dict[str, Any], completed: bool, *, timeout: float | None, duration: float | None,
-              dead_letter_path: str) -> RunOutcome:
+              dead_letter_path: str, timeout_option: str = "--timeout") -> RunOutcome:
     """The outcome of a run from the job's final status (Job.final_status).
 
     `completed`: Job.wait() returned True (or, with `duration`, the job was
-    stopped on time, which is how a --duration run ends).
+    stopped on time, which is how a --duration run ends). `timeout_option`:
+    how the caller names its timeout in the summary.
     """
     problems: list[str] = []
     for error in status.get("spout_errors") or ():
@@ -57,7 +58,7 @@ def judge_run(status: dict[str, Any], completed: bool, *, timeout: float | None,
     if not completed and duration is None and not status.get("spout_errors"):
         # With tracking on, a tuple lost with a worker is replayed (or rolled back): a job that completes
         # lost nothing. Without it (guarantee "none") lost tuples keep it from completing: they show here.
-        waited = f" within {timeout:g} s (--timeout)" if timeout is not None else ""
+        waited = f" within {timeout:g} s ({timeout_option})" if timeout is not None else ""
         problems.append(f"the job did not complete{waited}: {processed} of {emitted} emitted tuples were "
                         f"processed (the rest are still queued or were lost), {status.get('pending_trees', 0)} "
                         "tuple tree(s) still in flight")

@@ -1,20 +1,28 @@
-"""Test kit for esault users and esault's own tests: conditions, list spouts, collecting bolts."""
+"""Test kit for esault users and esault's own tests: conditions, list spouts, collecting bolts, runs to completion.
+
+ListSpout is a finite source and CollectorBolt a sink whose SPUs run in the
+driver, so collected(name) reads it in the test's process also when bolts run
+in worker processes; run_to_completion runs a topology until every spout is
+exhausted and every tuple done and returns what each collector got
+(docs/TESTING.md).
+"""
 
 from __future__ import annotations
 
 import threading
 import time
-from collections import defaultdict
 from typing import Any, Callable, Iterable, TypeVar
 
 from esault.clock import ManualClock
-from esault.dsl.bolt import Bolt
 from esault.dsl.spout import ReplayingSpout
-from esault.dsl.tuple import Tuple
+from esault.errors import RunIncomplete
+from esault.testing.collect import CollectorBolt, collected, reset_collected
+from esault.testing.run import RunResult, run_to_completion
 
 T = TypeVar("T")
 
-__all__ = ["CollectorBolt", "ListSpout", "ManualClock", "WaitTimeout", "collected", "reset_collected", "wait_until"]
+__all__ = ["CollectorBolt", "ListSpout", "ManualClock", "RunIncomplete", "RunResult", "WaitTimeout", "collected",
+           "reset_collected", "run_to_completion", "wait_until"]
 
 
 class WaitTimeout(AssertionError):
@@ -70,39 +78,3 @@ class ListSpout(ReplayingSpout):
 
     def restore_position(self, position: int) -> None:
         self.position = int(position)
-
-
-_collected: dict[str, list[tuple[Any, Any]]] = defaultdict(list)
-_collected_lock = threading.Lock()
-
-
-class CollectorBolt(Bolt):
-    """Records every tuple it gets into an in-process list named by params `name` (default: unit)."""
-
-    def __init__(self, name: str | None = None) -> None:
-        self._name = name
-
-    def open(self, context: Any) -> None:
-        if self._name is None:
-            self._name = context.unit
-
-    def process(self, tup: Tuple) -> None:
-        with _collected_lock:
-            _collected[self._name].append((tup.key, tup.value))
-
-    def snapshot_state(self) -> dict[str, Any]:
-        return {}
-
-
-def collected(name: str) -> list[tuple[Any, Any]]:
-    """A copy of what CollectorBolts named `name` received so far."""
-    with _collected_lock:
-        return list(_collected.get(name, ()))
-
-
-def reset_collected(name: str | None = None) -> None:
-    with _collected_lock:
-        if name is None:
-            _collected.clear()
-        else:
-            _collected.pop(name, None)

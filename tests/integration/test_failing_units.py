@@ -140,7 +140,7 @@ def test_a_job_with_no_worker_to_run_its_bolts_fails_the_submit_before_anything_
     before = spus_running()
     b = TopologyBuilder("nobody")
     b.set_spout("src", ListSpout, params={"items": items(10)})
-    b.set_bolt("out", CollectorBolt, chain=False).shuffle_grouping("src")
+    b.set_bolt("out", RaiseOnOdd, chain=False).shuffle_grouping("src")  # a bolt for the workers
     with LocalCluster(listen="127.0.0.1:0") as static:  # a static cluster no worker joined
         with pytest.raises(ResourceError, match=r"no worker process has joined the driver; start one with "
                                                 r"`esault worker --driver HOST:PORT`"):

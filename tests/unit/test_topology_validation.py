@@ -274,14 +274,14 @@ def test_pe_idle_timeout_defaults_to_the_job_setting_and_accepts_none() -> None:
 # --- operator chaining ------------------------------------------------------------
 
 def _chain_topology(**split_options):
-    from esault.testing import CollectorBolt, ListSpout
+    from esault.testing import ListSpout
 
     b = TopologyBuilder("chain")
     b.set_spout("src", ListSpout, params={"items": []})
-    b.set_bolt("split", CollectorBolt, **split_options).shuffle_grouping("src")
-    b.set_bolt("count", CollectorBolt, 2).key_grouping("split")
-    b.set_bolt("format", CollectorBolt, 2).shuffle_grouping("count")
-    b.set_bolt("out", CollectorBolt).global_grouping("format")
+    b.set_bolt("split", Split, **split_options).shuffle_grouping("src")
+    b.set_bolt("count", Split, 2).key_grouping("split")
+    b.set_bolt("format", Split, 2).shuffle_grouping("count")
+    b.set_bolt("out", Split).global_grouping("format")
     return b.build()
 
 
@@ -299,16 +299,16 @@ def test_chaining_is_off_for_chain_false_other_parallelism_a_second_reader_or_a_
     assert not _chain_topology(chain=False).chained("split")
     assert not _chain_topology(parallelism=2).chained("split")
 
-    from esault.testing import CollectorBolt, ListSpout
+    from esault.testing import ListSpout
 
-    class DriverOnly(CollectorBolt):
+    class DriverOnly(Split):
         esault_placement = "driver"
 
     b = TopologyBuilder("two-readers")
     b.set_spout("src", ListSpout, params={"items": []})
-    b.set_bolt("a", CollectorBolt).shuffle_grouping("src")
+    b.set_bolt("a", Split).shuffle_grouping("src")
     b.set_bolt("b", DriverOnly).shuffle_grouping("a")
-    b.set_bolt("c", CollectorBolt).shuffle_grouping("src")
+    b.set_bolt("c", Split).shuffle_grouping("src")
     t = b.build()
     assert not t.chained("a") and not t.chained("c")  # src has two readers
     assert not t.chained("b")  # asks for a placement
@@ -316,27 +316,27 @@ def test_chaining_is_off_for_chain_false_other_parallelism_a_second_reader_or_a_
 
 
 def test_a_chain_of_chains_fuses_every_stage_into_the_head():
-    from esault.testing import CollectorBolt, ListSpout
+    from esault.testing import ListSpout
 
     b = TopologyBuilder("long")
     b.set_spout("src", ListSpout, params={"items": []})
-    b.set_bolt("a", CollectorBolt).shuffle_grouping("src")
-    b.set_bolt("b", CollectorBolt).shuffle_grouping("a")
-    b.set_bolt("c", CollectorBolt, 3).key_grouping("b")
+    b.set_bolt("a", Split).shuffle_grouping("src")
+    b.set_bolt("b", Split).shuffle_grouping("a")
+    b.set_bolt("c", Split, 3).key_grouping("b")
     t = b.build()
     assert [s.name for s in t.unit("src").stages] == ["a", "b"]
     assert t.host_of("b") == "src" and t.output_unit("a") == "b"
 
 
 def test_placement_is_driver_or_worker_and_defaults_by_kind():
-    from esault.testing import CollectorBolt, ListSpout
+    from esault.testing import ListSpout
 
     b = TopologyBuilder("places")
     b.set_spout("src", ListSpout, params={"items": []}, placement="worker")
-    b.set_bolt("a", CollectorBolt, 2).key_grouping("src")
-    b.set_bolt("b", CollectorBolt, placement="driver").global_grouping("a")
+    b.set_bolt("a", Split, 2).key_grouping("src")
+    b.set_bolt("b", Split, placement="driver").global_grouping("a")
     t = b.build()
     assert [t.unit(n).where for n in ("src", "a", "b")] == ["worker", "worker", "driver"]
     with pytest.raises(TopologyError, match=r"bolt 'c': placement must be one of 'driver', 'worker' or None, "
                                             r"got 'gpu'"):
-        TopologyBuilder("bad").set_bolt("c", CollectorBolt, placement="gpu").shuffle_grouping("x")
+        TopologyBuilder("bad").set_bolt("c", Split, placement="gpu").shuffle_grouping("x")

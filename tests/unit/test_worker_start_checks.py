@@ -59,3 +59,25 @@ def test_a_chained_bolts_params_are_checked_with_its_head() -> None:
     assert topology.chained("hold")
     with pytest.raises(UnitStartError, match=r"bolt 'hold': param 'lock'"):
         check_sendable(topology.unit("src"))
+
+
+def test_a_class_typed_into_an_interactive_session_is_refused_for_the_workers_naming_the_way_out(monkeypatch) -> None:
+    from esault.cluster import unit_wire
+
+    class Typed(Bolt):
+        def process(self, tup):
+            pass
+
+    Typed.__module__ = "__main__"
+    b = TopologyBuilder("t")
+    b.set_spout("src", ListSpout, params={"items": [[1, "a"]]})
+    b.set_bolt("typed", Typed, chain=False).shuffle_grouping("src")
+    b.set_bolt("here", Typed, placement="driver").shuffle_grouping("typed")
+    topology = b.build()
+    check_sendable(topology.unit("typed"))  # a script run with `python file.py`: the workers load the file
+    monkeypatch.setattr(unit_wire, "_main_file", lambda: "")  # a REPL or notebook: no file to load
+    with pytest.raises(UnitStartError, match=r"bolt 'typed': its class .*Typed is defined in an interactive session "
+                                             r"\(__main__ has no file\), which worker processes cannot import\. Put "
+                                             r"the class in a \.py file .* or run every unit in one process"):
+        check_sendable(topology.unit("typed"))
+    check_sendable(topology.unit("here"))  # it runs in the driver: nothing to import elsewhere
