@@ -1,0 +1,159 @@
+"""WindowBolt: windowed aggregation per key, a key-grouped Bolt whose window state is its PE state.
+
+    class Totals(WindowBolt):
+        window = Sliding(size=60, slide=10)
+        aggregate = Sum()
+        time = EventTime(max_out_of_orderness=5, allowed_lateness=10)
+        def timestamp(self, tup): return tup.value["ts"]
+        def value(self, tup): return tup.value["amount"]
+
+    b.set_bolt("totals", Totals, parallelism=2, pe_idle_timeout=None).key_grouping("payments")
+
+Where time lives: each SPU keeps one watermark for all its keys (max
+timestamp seen - max_out_of_orderness), in spu_local; each key keeps its
+own watermark in its state (how far its windows have fired). Windows fire on
+the SPU's ticks (every esault_tick_interval), never inside process(), so a
+key that goes quiet still fires once other keys move the watermark, and
+tuples held during a hand-off all run before a window judges them. A key
+that moves takes its windows and its watermark along: it never fires a window
+twice nor lets in a tuple it already judged late.
+
+Output, emitted under the window's key:
+- a result: {"start", "end", "result", "update"} (update=True for a re-fire
+  caused by a late tuple within allowed_lateness);
+- key windows (key_windows = True, Sliding only): {"start", "end",
+  "result", "empty"}, one per change point: the result of window [start,
+  end) and of every later window of the key up to its next output; empty=True
+  once the key's data has all left its windows;
+- the side output for late tuples: {"late": value, "timestamp": ts}.
+Tell them apart by the "late" field (esault.windows.is_late).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from esault.aggregates import aggregate_of
+from esault.dsl.bolt import Bolt
+from esault.dsl.tuple import Tuple
+from esault.errors import TopologyError
+from esault.windows.assigners import Sliding, check_assigner
+from esault.windows.key_windows import KeyWindows
+from esault.windows.watermark import EventTime, ProcessingTime, WatermarkTracker
+from esault.windows.window_set import WindowSet
+
+_TRACKER = "esault.windows.watermark"
+
+
+def is_late(value: Any) -> bool:
+    """True for a WindowBolt's side output (a late tuple), False for a window result."""
+    return isinstance(value, dict) and "late" in value
+
+
+class WindowBolt(Bolt):
+    """Set window, aggregate and time as class attributes; override timestamp()/value() for your tuples.
+
+    By default a tuple's value is a [timestamp, value] pair. Declare it with
+    key_grouping; pe_idle_timeout=None keeps quiet keys in memory (a PE with
+    windows pending never expires anyway: its ticks count as use).
+    """
+
+    window: Any = None
+    aggregate: Any = "count"
+    time: EventTime | ProcessingTime = EventTime()
+    key_windows: bool = False
+    flush_on_close: bool = False
+    """Bounded input: when the job stops, fire every pending window (a watermark of +infinity). Leave False
+    for a job that is stopped to resume later: it would fire incomplete windows."""
+
+    _esault_core: Any = None
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        if cls.window is not None:
+            cls._esault_core = _core_of(cls)
+
+    def timestamp(self, tup: Tuple) -> float:
+        """The tuple's event time (same unit as the window sizes)."""
+        return tup.value[0]
+
+    def value(self, tup: Tuple) -> Any:
+        """What the aggregate folds."""
+        return tup.value[1]
+
+    def open(self, context: Any) -> None:
+        if self._esault_core is None:
+            raise TopologyError(f"{type(self).__name__} is a WindowBolt without a window: set the class attribute "
+                                "window = Tumbling(size), Sliding(size, slide) or Session(gap)")
+        if not context.per_key:
+            raise TopologyError(f"{type(self).__name__} is a WindowBolt: declare it with key_grouping(source), "
+                                "windows are per key")
+        self.window_state = self._esault_core.new_state()
+
+    def _watermark(self) -> float:
+        if isinstance(self.time, ProcessingTime):
+            return self.now()
+        tracker = self.spu_local.get(_TRACKER)
+        return -math.inf if tracker is None else tracker.watermark
+
+    def process(self, tup: Tuple) -> None:
+        if isinstance(self.time, ProcessingTime):
+            ts = self.now()
+        else:
+            ts = self.timestamp(tup)
+            local = self.spu_local
+            tracker = local.get(_TRACKER)
+            if tracker is None:
+                tracker = local[_TRACKER] = WatermarkTracker(self.time.max_out_of_orderness)
+            tracker.observe(ts)
+        core = self._esault_core
+        for out in core.add(self.window_state, ts, self.value(tup)):
+            self.emit(self.key, out)
+        if core.pending(self.window_state):
+            self.want_ticks(True)
+
+    def on_tick(self, now: float) -> None:
+        self._advance(self._watermark())
+
+    def _advance(self, watermark: float) -> None:
+        core = self._esault_core
+        for out in core.advance(self.window_state, watermark):
+            self.emit(self.key, out)
+        if not core.pending(self.window_state):
+            self.want_ticks(False)
+
+    def restore_state(self, state: dict[str, Any]) -> None:
+        super().restore_state(state)
+        if self._esault_core.pending(self.window_state):
+            self.want_ticks(True)  # a moved or restored key keeps firing on its new SPU
+
+    def close(self) -> None:
+        if self.flush_on_close and self.key is not None:
+            self._advance(math.inf)
+
+
+def _core_of(cls: type) -> Any:
+    """The window core for a WindowBolt subclass; TopologyError naming the class and the fix."""
+    name = cls.__name__
+    try:
+        assigner = check_assigner(f"{name}.window", cls.window)
+        aggregate = aggregate_of(cls.aggregate)
+    except ValueError as exc:
+        raise TopologyError(f"{name}: {exc}") from None
+    if not isinstance(cls.time, (EventTime, ProcessingTime)):
+        raise TopologyError(f"{name}.time must be EventTime(max_out_of_orderness=..., allowed_lateness=...) or "
+                            f"ProcessingTime() from esault.windows, got {cls.time!r}")
+    lateness = cls.time.allowed_lateness if isinstance(cls.time, EventTime) else 0
+    if cls.key_windows:
+        if not isinstance(assigner, Sliding) or assigner.offset:
+            raise TopologyError(f"{name}: key_windows = True needs window = Sliding(size, slide) without offset, "
+                                f"got {assigner!r}")
+        if lateness:
+            raise TopologyError(f"{name}: key windows never revise a result, so they take no allowed_lateness "
+                                f"(got {lateness}); use EventTime(allowed_lateness=0) or key_windows = False")
+        try:
+            return KeyWindows(assigner.size, assigner.slide, aggregate)
+        except ValueError as exc:
+            raise TopologyError(f"{name}: {exc}") from None
+    return WindowSet(assigner, aggregate, lateness)
