@@ -37,7 +37,7 @@ class KeyWindows:
     State: {"wm": key watermark, "j": last evaluated window or None,
     "panes": {p: acc} not yet in a window, "back": [[p, acc], ...] with
     "back_acc" their merge, "front": [[p, acc of p and every younger front pane], ...]
-    oldest last, "has": whether the last result was non-empty}.
+    oldest last}.
     """
 
     def __init__(self, size: float, slide: float, aggregate: Aggregate) -> None:
@@ -49,7 +49,7 @@ class KeyWindows:
 
     def new_state(self) -> dict[str, Any]:
         return {"wm": -math.inf, "j": None, "panes": {}, "back": [], "back_acc": self.aggregate.create(),
-                "front": [], "has": False}
+                "front": []}
 
     def pane(self, ts: float) -> int:
         return math.floor(ts / self.slide)
@@ -105,23 +105,20 @@ class KeyWindows:
         state["j"] = j
         start = j * self.slide
         if front or back:
-            state["has"] = True
             total = agg.merge(agg.merge(agg.create(), front[-1][1]), state["back_acc"]) if front \
                 else state["back_acc"]
             return {"start": start, "end": start + self.size, "result": agg.result(total), "empty": False}
-        state["has"] = False
         return {"start": start, "end": start + self.size, "result": agg.result(agg.create()), "empty": True}
 
     def _flip(self, state: dict[str, Any]) -> None:
         """Move the back stack to the front, computing suffix merges (youngest first). O(panes moved)."""
         agg = self.aggregate
-        front: list = []
+        front, back = state["front"], state["back"]  # in place: callers hold these lists
         acc = None
-        for p, pane_acc in reversed(state["back"]):
+        for p, pane_acc in reversed(back):
             acc = pane_acc if acc is None else agg.merge(pane_acc, acc)
             front.append([p, acc])
-        state["front"] = front
-        state["back"] = []
+        back.clear()
         state["back_acc"] = agg.create()
 
     def pending(self, state: dict[str, Any]) -> bool:
