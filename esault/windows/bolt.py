@@ -54,7 +54,8 @@ def is_late(value: Any) -> bool:
 class WindowBolt(Bolt):
     """Set window, aggregate and time as class attributes; override timestamp()/value() for your tuples.
 
-    By default a tuple's value is a [timestamp, value] pair. Declare it with
+    By default a tuple's value is a [timestamp, value] pair (on processing
+    time, just the value). Declare it with
     key_grouping; pe_idle_timeout=None keeps quiet keys in memory (a PE with
     windows pending never expires anyway: its ticks count as use).
     """
@@ -79,8 +80,8 @@ class WindowBolt(Bolt):
         return tup.value[0]
 
     def value(self, tup: Tuple) -> Any:
-        """What the aggregate folds."""
-        return tup.value[1]
+        """What the aggregate folds: by default value[1] on event time, the whole value on processing time."""
+        return tup.value if isinstance(self.time, ProcessingTime) else tup.value[1]
 
     def open(self, context: Any) -> None:
         if self._esault_core is None:
