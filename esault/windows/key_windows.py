@@ -25,17 +25,22 @@ sliding windows would still fold it into its later windows.
 from __future__ import annotations
 
 import math
+from bisect import bisect_left
 from typing import Any
 
 from esault.aggregates import Aggregate
 from esault.windows.window_set import Output, late_output
 
 
+def _first(pair: list) -> Any:
+    return pair[0]
+
+
 class KeyWindows:
     """Key-window evaluation of Sliding(size, slide) for every key; per-key state in plain dicts.
 
     State: {"wm": key watermark, "j": last evaluated window or None,
-    "panes": {p: acc} not yet in a window, "back": [[p, acc], ...] with
+    "panes": [[p, acc], ...] by p, not yet in a window, "back": [[p, acc], ...] with
     "back_acc" their merge, "front": [[p, acc of p and every younger front pane], ...]
     oldest last}.
     """
@@ -48,7 +53,7 @@ class KeyWindows:
         self.aggregate = aggregate
 
     def new_state(self) -> dict[str, Any]:
-        return {"wm": -math.inf, "j": None, "panes": {}, "back": [], "back_acc": self.aggregate.create(),
+        return {"wm": -math.inf, "j": None, "panes": [], "back": [], "back_acc": self.aggregate.create(),
                 "front": []}
 
     def pane(self, ts: float) -> int:
@@ -60,8 +65,15 @@ class KeyWindows:
         if (p + 1) * self.slide <= state["wm"]:
             return [late_output(ts, value)]
         panes = state["panes"]
-        acc = panes.get(p)
-        panes[p] = self.aggregate.add(self.aggregate.create() if acc is None else acc, value)
+        agg = self.aggregate
+        if panes and panes[-1][0] < p:  # in order: the common case
+            panes.append([p, agg.add(agg.create(), value)])
+            return []
+        i = bisect_left(panes, p, key=_first)
+        if i < len(panes) and panes[i][0] == p:
+            panes[i][1] = agg.add(panes[i][1], value)
+        else:
+            panes.insert(i, [p, agg.add(agg.create(), value)])
         return []
 
     def next_change(self, state: dict[str, Any]) -> int | None:
@@ -72,7 +84,7 @@ class KeyWindows:
         elif state["back"]:
             candidates.append(state["back"][0][0] + 1)
         if state["panes"]:
-            candidates.append(min(state["panes"]) - self.m + 1)
+            candidates.append(state["panes"][0][0] - self.m + 1)
         return min(candidates) if candidates else None
 
     def advance(self, state: dict[str, Any], watermark: float) -> list[Output]:
@@ -98,10 +110,15 @@ class KeyWindows:
             else:
                 break
         panes = state["panes"]
-        for p in sorted(q for q in panes if q <= j + self.m - 1):  # panes of window j enter
-            acc = panes.pop(p)
+        last = j + self.m - 1
+        entering = 0
+        for p, acc in panes:  # panes of window j enter, oldest first
+            if p > last:
+                break
             back.append([p, acc])
             state["back_acc"] = agg.merge(state["back_acc"], acc)
+            entering += 1
+        del panes[:entering]
         state["j"] = j
         start = j * self.slide
         if front or back:
