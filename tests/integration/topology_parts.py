@@ -247,3 +247,9 @@ class SlidingKeyWindowSums(_WindowBolt):
     time = _EventTime(max_out_of_orderness=5)
     key_windows = True
     flush_on_close = True
+
+
+class ResumableTumblingSums(TumblingSums):
+    """TumblingSums for a job stopped to be resumed: no firing at close."""
+
+    flush_on_close = False
