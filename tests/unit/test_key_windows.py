@@ -47,7 +47,7 @@ SHAPES = [(10, 1), (10, 5), (12, 3), (6, 6), (30, 2)]
 AGGREGATES = [Sum, Count, Max, Mean]
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=120, deadline=None)
 @given(stream=bounded_streams(), shape=st.sampled_from(SHAPES), make=st.sampled_from(AGGREGATES),
        roundtrip=st.booleans())
 def test_key_windows_give_the_naive_sliding_result_for_every_window(stream, shape, make, roundtrip):
@@ -62,7 +62,7 @@ def test_key_windows_give_the_naive_sliding_result_for_every_window(stream, shap
     assert not KeyWindows(size, slide, make()).pending(state)
 
 
-@settings(max_examples=100, deadline=None)
+@settings(max_examples=60, deadline=None)
 @given(stream=bounded_streams())
 def test_key_windows_and_the_naive_window_state_machine_agree_fed_the_same_way(stream):
     events, ticks = stream
