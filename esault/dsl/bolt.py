@@ -65,7 +65,7 @@ class Bolt:
         """
 
     def on_tick(self, now: float) -> None:
-        """Called on the SPU's thread every esault_tick_interval while this instance wants_ticks(True).
+        """Called on the SPU's thread every esault_tick_interval while this instance asked for ticks (want_ticks()).
 
         `now` is the job clock. It may emit (unanchored, like on_expire()). For
         a PE, a tick counts as use: a ticking PE does not expire, and what the

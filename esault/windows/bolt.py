@@ -55,9 +55,8 @@ class WindowBolt(Bolt):
     """Set window, aggregate and time as class attributes; override timestamp()/value() for your tuples.
 
     By default a tuple's value is a [timestamp, value] pair (on processing
-    time, just the value). Declare it with
-    key_grouping; pe_idle_timeout=None keeps quiet keys in memory (a PE with
-    windows pending never expires anyway: its ticks count as use).
+    time, just the value). Declare it with key_grouping. A PE with windows
+    pending never expires (its ticks count as use); one without parks as usual.
     """
 
     window: Any = None

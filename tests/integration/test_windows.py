@@ -113,3 +113,19 @@ def test_window_state_survives_a_stop_and_a_restart_from_the_final_checkpoint(cl
         # A window that fired after the final checkpoint fires again after the restart (a transactional sink
         # keeps one): never with another result.
         assert v["result"] == want, f"key {key} window {v['start']}: {v['result']} != {want}"
+
+
+def test_a_pe_with_pending_windows_outlives_the_idle_timeout_that_parks_a_pe_without(cluster, config):
+    items = [("quiet", [1, 7]), ("done", [-100, 1])] + [("busy", [ts, 1]) for ts in range(2, 40)]
+    GATES["wpark"] = threading.Event()
+    b = TopologyBuilder("wpark")
+    b.set_spout("src", GatedListSpout, params={"items": items, "gate": "wpark", "hold_at": 2})
+    b.set_bolt("win", TumblingSums, 1, pe_idle_timeout=0.2).key_grouping("src")
+    b.set_bolt("out", CollectorBolt, params={"name": "wpark"}).global_grouping("win")
+    job = cluster.submit(b.build(), config)
+    wait_until(lambda: [v for k, v in collected("wpark") if k == "done"], 10, message="done's window fired")
+    wait_until(lambda: job.status()["units"]["win"]["pes"] == 1, 10, message="the key without windows parked")
+    GATES["wpark"].set()
+    fired = wait_until(lambda: [v for k, v in collected("wpark") if k == "quiet"], 10, message="quiet fired")
+    assert fired == [{"start": 0, "end": 10, "result": 7, "update": False}]
+    assert job.wait(30)
