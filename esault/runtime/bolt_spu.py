@@ -445,6 +445,7 @@ class BoltSpuActor(SenderActor):
         if timeout is None or msg.now - self._last_expiry_scan < min(timeout / 4, 1.0):
             return
         self._last_expiry_scan = msg.now
+        self._keep_ticking_pes(msg.now)
         expired = self.pes.idle(msg.now)
         if not expired:
             return
@@ -459,23 +460,24 @@ class BoltSpuActor(SenderActor):
         self.flush()
 
     def _tick_pes(self, now: float) -> None:
-        """on_tick() on every PE that asked for ticks, every esault_tick_interval. O(ticking PEs).
+        """on_tick() on the PEs that asked for ticks, every esault_tick_interval.
 
-        Paused while keys arrive in a hand-off: their held tuples must run
-        before time-driven work (a window firing) judges them. A tick is a use
-        of the PE: it stays in memory and its state enters the next checkpoint."""
+        O(ticking PEs) per tick, or O(due PEs) when the bolt class tells which
+        are due (a classmethod esault_due_keys(spu_local, now), as WindowBolt
+        does). Paused while keys arrive in a hand-off: their held tuples must
+        run before time-driven work (a window firing) judges them. A ticked PE
+        counts as used: what the tick changed enters the next checkpoint."""
         if now - self._last_pe_tick < self._tick_interval:
             return
         self._last_pe_tick = now
         ticking = self.services.ticking
-        for key in list(ticking):
-            if self.spec.per_key:
-                pe = self.pes.active.get(key)
-                if pe is None:
-                    pe = self.pes.wake_or_create(key) if self.pes.get(key) is not None else None
-            else:
-                pe = self.pes.single()
-            if pe is None:  # moved away or expired: it asks again when it comes back
+        due = getattr(self.spec.cls, "esault_due_keys", None)
+        keys = list(ticking) if due is None else [k for k in due(self.services.local, now) if k in ticking]
+        if not keys:
+            return
+        for key in keys:
+            pe = self._ticking_pe(key)
+            if pe is None:  # moved away: it asks again on its new SPU
                 ticking.discard(key)
                 continue
             try:
@@ -486,6 +488,27 @@ class BoltSpuActor(SenderActor):
         if self.spec.per_key:
             self.pes.used(now)
         self.flush()
+
+    def _ticking_pe(self, key: Any) -> Any:
+        """The PE of a key that asked for ticks, made active (a use); None if it left this SPU."""
+        if not self.spec.per_key:
+            return self.pes.single()
+        pe = self.pes.active.get(key)
+        if pe is None and self.pes.get(key) is not None:
+            pe = self.pes.wake_or_create(key)
+        return pe
+
+    def _keep_ticking_pes(self, now: float) -> None:
+        """Before an expiry scan: PEs waiting for ticks are in use (a window pending), so they do not expire.
+
+        O(ticking PEs) once per scan (at most every second), not per tick."""
+        ticking = self.services.ticking
+        if not ticking or not self.spec.per_key:
+            return
+        for key in list(ticking):
+            if self._ticking_pe(key) is None:
+                ticking.discard(key)
+        self.pes.used(now)
 
     # --- latency probes (PAPER_NOTES §5) -------------------------------------
 

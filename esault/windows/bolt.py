@@ -31,6 +31,8 @@ Tell them apart by the "late" field (esault.windows.is_late).
 
 from __future__ import annotations
 
+import heapq
+import itertools
 import math
 from typing import Any
 
@@ -44,6 +46,38 @@ from esault.windows.watermark import EventTime, ProcessingTime, WatermarkTracker
 from esault.windows.window_set import WindowSet
 
 _TRACKER = "esault.windows.watermark"
+_DUE = "esault.windows.due"
+_SEQ = itertools.count()  # ties in the due heap: keys need not be comparable
+
+
+class _DueKeys:
+    """One SPU's keys by the watermark at which their windows are due: a heap, one live entry per key.
+
+    O(log keys) per schedule and per due key; entries of keys that left the SPU are dropped when due."""
+
+    __slots__ = ("heap", "earliest")
+
+    def __init__(self) -> None:
+        self.heap: list[tuple[float, int, Any]] = []
+        self.earliest: dict[Any, float] = {}
+
+    def schedule(self, key: Any, due: float) -> None:
+        if due == math.inf:
+            return
+        known = self.earliest.get(key)
+        if known is not None and known <= due:
+            return  # an earlier entry wakes the key; it schedules again then
+        self.earliest[key] = due
+        heapq.heappush(self.heap, (due, next(_SEQ), key))
+
+    def pop_due(self, watermark: float) -> list[Any]:
+        heap, out = self.heap, []
+        while heap and heap[0][0] <= watermark:
+            due, _, key = heapq.heappop(heap)
+            if self.earliest.get(key) == due:
+                del self.earliest[key]
+            out.append(key)
+        return out
 
 
 def is_late(value: Any) -> bool:
@@ -92,10 +126,33 @@ class WindowBolt(Bolt):
         self.window_state = self._esault_core.new_state()
 
     def _watermark(self) -> float:
-        if isinstance(self.time, ProcessingTime):
-            return self.now()
-        tracker = self.spu_local.get(_TRACKER)
+        return self._spu_watermark(self.spu_local, self.now)
+
+    @classmethod
+    def _spu_watermark(cls, local: dict[str, Any], now: Any) -> float:
+        if isinstance(cls.time, ProcessingTime):
+            return now() if callable(now) else now
+        tracker = local.get(_TRACKER)
         return -math.inf if tracker is None else tracker.watermark
+
+    @classmethod
+    def esault_due_keys(cls, local: dict[str, Any], now: float) -> list[Any]:
+        """The SPU asks on each tick which PEs to tick: the keys with a window due at its watermark."""
+        due = local.get(_DUE)
+        return due.pop_due(cls._spu_watermark(local, now)) if due is not None else []
+
+    def _schedule(self) -> None:
+        """Ask for ticks while windows are pending, and for a tick when the next one is due."""
+        core = self._esault_core
+        if not core.pending(self.window_state):
+            self.want_ticks(False)
+            return
+        self.want_ticks(True)
+        local = self.spu_local
+        due = local.get(_DUE)
+        if due is None:
+            due = local[_DUE] = _DueKeys()
+        due.schedule(self.key, core.due(self.window_state))
 
     def process(self, tup: Tuple) -> None:
         if isinstance(self.time, ProcessingTime):
@@ -107,26 +164,21 @@ class WindowBolt(Bolt):
             if tracker is None:
                 tracker = local[_TRACKER] = WatermarkTracker(self.time.max_out_of_orderness)
             tracker.observe(ts)
-        core = self._esault_core
-        for out in core.add(self.window_state, ts, self.value(tup)):
+        for out in self._esault_core.add(self.window_state, ts, self.value(tup)):
             self.emit(self.key, out)
-        if core.pending(self.window_state):
-            self.want_ticks(True)
+        self._schedule()
 
     def on_tick(self, now: float) -> None:
         self._advance(self._watermark())
 
     def _advance(self, watermark: float) -> None:
-        core = self._esault_core
-        for out in core.advance(self.window_state, watermark):
+        for out in self._esault_core.advance(self.window_state, watermark):
             self.emit(self.key, out)
-        if not core.pending(self.window_state):
-            self.want_ticks(False)
+        self._schedule()
 
     def restore_state(self, state: dict[str, Any]) -> None:
         super().restore_state(state)
-        if self._esault_core.pending(self.window_state):
-            self.want_ticks(True)  # a moved or restored key keeps firing on its new SPU
+        self._schedule()  # a moved or restored key keeps firing on its new SPU
 
     def close(self) -> None:
         if self.flush_on_close and self.key is not None:

@@ -138,6 +138,11 @@ class KeyWindows:
         back.clear()
         state["back_acc"] = agg.create()
 
+    def due(self, state: dict[str, Any]) -> float:
+        """The least watermark at which advance() emits (inf: nothing pending)."""
+        j = self.next_change(state)
+        return math.inf if j is None else j * self.slide + self.size
+
     def pending(self, state: dict[str, Any]) -> bool:
         """True while the key holds panes (more results will come as the watermark advances)."""
         return bool(state["panes"] or state["front"] or state["back"])

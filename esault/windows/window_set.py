@@ -131,6 +131,11 @@ class WindowSet:
             out.sort(key=_start)
         return out
 
+    @staticmethod
+    def due(state: dict[str, Any]) -> float:
+        """The least watermark at which advance() has something to do (inf: nothing)."""
+        return state["due"]
+
     def pending(self, state: dict[str, Any]) -> bool:
         """True while the key holds windows (it needs watermark advances)."""
         return bool(state["w"])

@@ -14,7 +14,7 @@ from esault.windows import Tumbling, is_late
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "tests" / "integration"))
-from test_windows import bounded_items, oracle  # noqa: E402
+from test_windowed_topologies import bounded_items, oracle  # noqa: E402
 from topology_parts import GATES, DriverCollectorBolt, GatedListSpout, TumblingSums  # noqa: E402
 
 pytestmark = pytest.mark.system

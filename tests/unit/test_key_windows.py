@@ -10,7 +10,7 @@ from hypothesis import given, settings, strategies as st
 from esault.aggregates import Count, Max, Mean, Sum
 from esault.transport.codec import decode, encode
 from esault.windows import KeyWindows, Sliding, WatermarkTracker, WindowSet
-from test_windows import bounded_streams, fixed_oracle, results
+from test_window_set import bounded_streams, fixed_oracle, results
 
 
 def run_key_windows(kw: KeyWindows, events, ticks, bound, roundtrip=False):

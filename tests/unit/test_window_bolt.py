@@ -125,3 +125,16 @@ def test_a_window_bolt_without_a_window_or_key_grouping_says_so_at_open():
         BoltHarness(NoWindow, per_key=True, key="a")
     with pytest.raises(TopologyError, match="declare it with key_grouping"):
         BoltHarness(Totals, per_key=False)
+
+
+def test_the_spu_ticks_only_the_keys_whose_windows_are_due_each_once():
+    a = BoltHarness(Totals, per_key=True, key="a")
+    b = BoltHarness(Totals, per_key=True, key="b")
+    b.bolt._esault_spu = a.services
+    a.feed("a", [1, 5])  # [0, 10): due at watermark 10
+    b.feed("b", [15, 1])  # [10, 20): due at 20; the SPU's watermark is 13 now
+    assert Totals.esault_due_keys(a.services.local, 0.0) == ["a"]
+    assert Totals.esault_due_keys(a.services.local, 0.0) == [], "a due key is handed out once"
+    assert a.services.ticking == {"a", "b"}
+    b.feed("b", [30, 1])
+    assert Totals.esault_due_keys(a.services.local, 0.0) == ["b"]
