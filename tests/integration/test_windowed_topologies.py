@@ -7,7 +7,6 @@ import threading
 from collections import defaultdict
 
 from esault import TopologyBuilder
-from esault.aggregates import Sum
 from esault.testing import CollectorBolt, collected, wait_until
 from esault.windows import Sliding, Tumbling, is_late
 from topology_parts import GATES, GatedListSpout, ResumableTumblingSums, SlidingKeyWindowSums, TumblingSums
