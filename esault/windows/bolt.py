@@ -90,7 +90,7 @@ class WindowBolt(Bolt):
 
     By default a tuple's value is a [timestamp, value] pair (on processing
     time, just the value). Declare it with key_grouping. A PE with windows
-    pending never expires (its ticks count as use); one without parks as usual.
+    pending never expires (it asked for ticks); one without parks as usual.
     """
 
     window: Any = None
@@ -125,13 +125,11 @@ class WindowBolt(Bolt):
                                 "windows are per key")
         self.window_state = self._esault_core.new_state()
 
-    def _watermark(self) -> float:
-        return self._spu_watermark(self.spu_local, self.now)
-
     @classmethod
-    def _spu_watermark(cls, local: dict[str, Any], now: Any) -> float:
+    def _spu_watermark(cls, local: dict[str, Any], now: float) -> float:
+        """The SPU's watermark: its greatest timestamp - the bound (event time), or the job clock."""
         if isinstance(cls.time, ProcessingTime):
-            return now() if callable(now) else now
+            return now
         tracker = local.get(_TRACKER)
         return -math.inf if tracker is None else tracker.watermark
 
@@ -169,7 +167,7 @@ class WindowBolt(Bolt):
         self._schedule()
 
     def on_tick(self, now: float) -> None:
-        self._advance(self._watermark())
+        self._advance(self._spu_watermark(self.spu_local, now))
 
     def _advance(self, watermark: float) -> None:
         for out in self._esault_core.advance(self.window_state, watermark):
