@@ -9,7 +9,7 @@ from esault.dsl.context import TopologyContext
 from esault.dsl.tuple import Tuple
 
 
-_FRAMEWORK = ("key", "emit", "_esault_emit", "_esault_defer")
+_FRAMEWORK = ("key", "emit", "_esault_emit", "_esault_defer", "_esault_spu")
 """Instance attributes the runtime sets on a PE; they are not the user's state."""
 
 
@@ -19,6 +19,16 @@ class Anchor(Protocol):
     def ack(self) -> None: ...
 
     def fail(self, reason: str) -> None: ...
+
+
+class SpuServices(Protocol):
+    """What the SPU running a PE offers it beyond emit (esault.runtime.pe_services implements it)."""
+
+    local: dict[str, Any]
+
+    def now(self) -> float: ...
+
+    def ticks(self, key: Any, on: bool) -> None: ...
 
 
 class Bolt:
@@ -34,6 +44,9 @@ class Bolt:
     key: Any = None
     _esault_emit: Callable[[Any, Any], None] | None = None
     _esault_defer: Callable[[], Anchor] | None = None
+    _esault_spu: SpuServices | None = None
+    esault_tick_interval: float = 0.05
+    """At most how often (seconds) on_tick() runs on a PE that asked for ticks."""
 
     def open(self, context: TopologyContext) -> None:
         """Called once before the first process() (for a PE: before its key's first tuple)."""
@@ -50,6 +63,38 @@ class Bolt:
         unit's state store and restored when the key's next tuple arrives, so
         expiry never loses state: reset attributes here to start the key afresh.
         """
+
+    def on_tick(self, now: float) -> None:
+        """Called on the SPU's thread every esault_tick_interval while this instance asked for ticks (want_ticks()).
+
+        `now` is the job clock. It may emit (unanchored, like on_expire()). For
+        a PE, a tick counts as use: a ticking PE does not expire, and what the
+        tick changes enters the next checkpoint. Ticks pause while the SPU
+        receives keys in a hand-off (their held tuples run first).
+        """
+
+    def want_ticks(self, on: bool = True) -> None:
+        """Ask for on_tick() calls (on=True) or stop them. Call again after a move (restore_state())."""
+        spu = self._esault_spu
+        if spu is None:
+            raise RuntimeError(f"{type(self).__name__}.want_ticks() was called outside the runtime; "
+                               "call it from open(), process(), on_tick() or restore_state()")
+        spu.ticks(self.key, on)
+
+    def now(self) -> float:
+        """The job clock (seconds, monotonic): processing time."""
+        spu = self._esault_spu
+        if spu is None:
+            raise RuntimeError(f"{type(self).__name__}.now() was called outside the runtime")
+        return spu.now()
+
+    @property
+    def spu_local(self) -> dict[str, Any]:
+        """A dict shared by the PEs of this SPU, in memory only: not state, it neither moves nor is checkpointed."""
+        spu = self._esault_spu
+        if spu is None:
+            raise RuntimeError(f"{type(self).__name__}.spu_local was used outside the runtime")
+        return spu.local
 
     def close(self) -> None:
         """Called once when the job stops (not when a PE expires or migrates)."""

@@ -30,6 +30,7 @@ from esault.runtime.messages import (
     StateHandoff, Tick,
 )
 from esault.runtime.pe_manager import PeManager
+from esault.runtime.pe_services import PeServices
 from esault.runtime.sender import SenderActor
 from esault.state.store import StateStore
 from esault.transport.codec import decode, encode
@@ -47,6 +48,9 @@ class BoltSpuActor(SenderActor):
         super().__init__(cfg, spec, job)
         self.unit_ref = cfg.extra.get("unit_ref")
         self.pes = PeManager(self._make_pe, spec.per_key, job.pe_idle_timeout(spec), job.clock.now())
+        self.services = PeServices(job.clock)
+        self._tick_interval = float(getattr(spec.cls, "esault_tick_interval", 0.05))
+        self._last_pe_tick = float("-inf")
         self.sampler = HashSampler(capacity=1024, every=_SAMPLE_EVERY)
         self._acks: dict[int, int] = {}
         self._view = Tuple()
@@ -147,6 +151,7 @@ class BoltSpuActor(SenderActor):
         pe.emit = self.emit_path  # an instance attribute: user emits call the router directly
         pe._esault_emit = self.emit_path
         pe._esault_defer = self._defer
+        pe._esault_spu = self.services
         pe.open(self.context(key))
         if self._parked and key in self._parked:
             self._unpark(key, pe)
@@ -434,10 +439,13 @@ class BoltSpuActor(SenderActor):
     # --- timers -----------------------------------------------------------
 
     def _on_tick(self, msg: Tick) -> None:
+        if self.services.ticking and self._receiving is None:
+            self._tick_pes(msg.now)
         timeout = self.pes.idle_timeout
         if timeout is None or msg.now - self._last_expiry_scan < min(timeout / 4, 1.0):
             return
         self._last_expiry_scan = msg.now
+        self._keep_ticking_pes(msg.now)
         expired = self.pes.idle(msg.now)
         if not expired:
             return
@@ -450,6 +458,57 @@ class BoltSpuActor(SenderActor):
         self._park(expired)
         self.stats.pes = len(self.pes)
         self.flush()
+
+    def _tick_pes(self, now: float) -> None:
+        """on_tick() on the PEs that asked for ticks, every esault_tick_interval.
+
+        O(ticking PEs) per tick, or O(due PEs) when the bolt class tells which
+        are due (a classmethod esault_due_keys(spu_local, now), as WindowBolt
+        does). Paused while keys arrive in a hand-off: their held tuples must
+        run before time-driven work (a window firing) judges them. A ticked PE
+        counts as used: what the tick changed enters the next checkpoint."""
+        if now - self._last_pe_tick < self._tick_interval:
+            return
+        self._last_pe_tick = now
+        ticking = self.services.ticking
+        due = getattr(self.spec.cls, "esault_due_keys", None)
+        keys = list(ticking) if due is None else [k for k in due(self.services.local, now) if k in ticking]
+        if not keys:
+            return
+        for key in keys:
+            pe = self._ticking_pe(key)
+            if pe is None:  # moved away: it asks again on its new SPU
+                ticking.discard(key)
+                continue
+            try:
+                pe.on_tick(now)
+            except Exception as exc:
+                self._error_log("topology %r: bolt %r on_tick() raised %r (key %r)",
+                                self.job.name, self.unit_name, exc, key, exc=exc)
+        if self.spec.per_key:
+            self.pes.used(now)
+        self.flush()
+
+    def _ticking_pe(self, key: Any) -> Any:
+        """The PE of a key that asked for ticks, made active (a use); None if it left this SPU."""
+        if not self.spec.per_key:
+            return self.pes.single()
+        pe = self.pes.active.get(key)
+        if pe is None and self.pes.get(key) is not None:
+            pe = self.pes.wake_or_create(key)
+        return pe
+
+    def _keep_ticking_pes(self, now: float) -> None:
+        """Before an expiry scan: PEs waiting for ticks are in use (a window pending), so they do not expire.
+
+        O(ticking PEs) once per scan (at most every second), not per tick."""
+        ticking = self.services.ticking
+        if not ticking or not self.spec.per_key:
+            return
+        for key in list(ticking):
+            if self._ticking_pe(key) is None:
+                ticking.discard(key)
+        self.pes.used(now)
 
     # --- latency probes (PAPER_NOTES §5) -------------------------------------
 

@@ -21,7 +21,9 @@ import time
 from pathlib import Path
 from typing import Any, Iterable
 
+from esault.clock import ManualClock
 from esault.dsl.context import TopologyContext
+from esault.runtime.pe_services import PeServices
 from esault.dsl.tuple import Tuple
 
 
@@ -74,6 +76,7 @@ class BoltHarness:
         source: str = "src",
         open: bool = True,
         guarantee: str = "at_least_once",
+        clock: Any = None,
     ) -> None:
         self.params = dict(params or {})
         if data_dir is None:
@@ -98,6 +101,10 @@ class BoltHarness:
         self.opened = False
         self.closed = False
         self.bolt._esault_emit = self._emit
+        self.clock = clock if clock is not None else ManualClock()
+        """The bolt's now() and the time tick() passes: a ManualClock unless given."""
+        self.services = PeServices(self.clock)
+        self.bolt._esault_spu = self.services
         if open:
             self.open()
 
@@ -134,6 +141,13 @@ class BoltHarness:
         for key, value in pairs:
             out.extend(self.feed(key, value))
         return out
+
+    def tick(self) -> bool:
+        """Call on_tick(clock.now()) if the bolt asked for ticks (want_ticks); True if it did."""
+        if self.bolt.key not in self.services.ticking:
+            return False
+        self.bolt.on_tick(self.clock.now())
+        return True
 
     def close(self) -> None:
         """Call bolt.close() once."""

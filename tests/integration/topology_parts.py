@@ -223,3 +223,33 @@ class RelayCheckBolt(Bolt):
         in_order = bool(ok) and seq == self.last + 1
         self.last = seq
         self.emit(self.key, [seq, in_order])
+
+
+from esault.aggregates import Sum as _Sum  # noqa: E402
+from esault.windows import EventTime as _EventTime, Sliding as _Sliding, Tumbling as _Tumbling, \
+    WindowBolt as _WindowBolt  # noqa: E402
+
+
+class TumblingSums(_WindowBolt):
+    """Sums of [ts, value] tuples per key over tumbling windows of 10, out-of-order by up to 5."""
+
+    window = _Tumbling(10)
+    aggregate = _Sum()
+    time = _EventTime(max_out_of_orderness=5)
+    flush_on_close = True
+
+
+class SlidingKeyWindowSums(_WindowBolt):
+    """The same over sliding windows of 20 every 5, evaluated as key windows."""
+
+    window = _Sliding(20, 5)
+    aggregate = _Sum()
+    time = _EventTime(max_out_of_orderness=5)
+    key_windows = True
+    flush_on_close = True
+
+
+class ResumableTumblingSums(TumblingSums):
+    """TumblingSums for a job stopped to be resumed: no firing at close."""
+
+    flush_on_close = False
