@@ -74,6 +74,7 @@ def test_a_class_typed_into_an_interactive_session_is_refused_for_the_workers_na
     b.set_bolt("typed", Typed, chain=False).shuffle_grouping("src")
     b.set_bolt("here", Typed, placement="driver").shuffle_grouping("typed")
     topology = b.build()
+    monkeypatch.setattr(unit_wire, "_main_file", lambda: "/jobs/script.py")
     check_sendable(topology.unit("typed"))  # a script run with `python file.py`: the workers load the file
     monkeypatch.setattr(unit_wire, "_main_file", lambda: "")  # a REPL or notebook: no file to load
     with pytest.raises(UnitStartError, match=r"bolt 'typed': its class .*Typed is defined in an interactive session "
