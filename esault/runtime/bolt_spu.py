@@ -13,6 +13,7 @@ from time import perf_counter
 from random import getrandbits
 from typing import Any
 
+from esault.dsl.bolt import Bolt
 from esault.dsl.tuple import Tuple
 from esault.elasticity.planner import HashSampler
 from esault.keyhash import key_hash
@@ -55,6 +56,8 @@ class BoltSpuActor(SenderActor):
         self._receiving: ReceiverHandoff | None = None
         self._early = EarlyMessages()
         self._retiring = False
+        overridden = not spec.per_key and getattr(spec.cls, "on_batch_end", None) is not Bolt.on_batch_end
+        self._batch_end = True if overridden else None  # called only for bolts that define it
         self._last_expiry_scan = job.clock.now()
         self._error_log = UserErrorLog(now=job.clock.now)
         self._state_error_log = UserErrorLog(now=job.clock.now)
@@ -359,6 +362,8 @@ class BoltSpuActor(SenderActor):
                 self._process_keyed(source, keys, values)
             else:
                 self._process_single(source, keys, values)
+                if self._batch_end is not None:
+                    self._end_batch()
             n = len(keys)
             self.stats.processed += n
             self.processed_since_probe += n
@@ -413,6 +418,14 @@ class BoltSpuActor(SenderActor):
             except Exception as exc:
                 self.faults.retry(pe, view, key, value, source, exc)
 
+    def _end_batch(self) -> None:
+        try:
+            self.pes.single().on_batch_end()
+        except Exception as exc:
+            self.stats.user_errors += 1
+            self._error_log("topology %r: bolt %r on_batch_end() raised %r", self.job.name, self.unit_name, exc,
+                            exc=exc)
+
     def _open_pe(self, key: Any, value: Any, source: str) -> Any:
         """The key's first tuple: create its PE; on a failing open() the tuple is given up."""
         try:
@@ -434,6 +447,7 @@ class BoltSpuActor(SenderActor):
     # --- timers -----------------------------------------------------------
 
     def _on_tick(self, msg: Tick) -> None:
+        self.load_feed.on_tick(msg.now)
         timeout = self.pes.idle_timeout
         if timeout is None or msg.now - self._last_expiry_scan < min(timeout / 4, 1.0):
             return
