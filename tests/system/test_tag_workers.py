@@ -1,0 +1,39 @@
+"""TAG aggregates with the SPUs in real worker processes: the aggregate travels as data, results stay exact."""
+
+from __future__ import annotations
+
+import sys
+import threading
+from pathlib import Path
+
+import pytest
+
+from esault import LocalCluster, TopologyBuilder
+from esault.aggregates import TopK
+from esault.testing import reset_collected, wait_until
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT / "tests" / "integration"))
+from test_tag_grouping import last_per_key, oracle, zipf_items  # noqa: E402
+from topology_parts import GATES, DriverCollectorBolt, GatedListSpout  # noqa: E402
+
+pytestmark = pytest.mark.system
+
+
+def test_a_tag_grouped_top_k_split_mid_stream_across_two_workers_equals_a_plain_fold(config):
+    reset_collected()
+    items = zipf_items(8000, seed=21)
+    GATES["tag-workers"] = threading.Event()
+    b = TopologyBuilder("tag-workers")
+    b.set_spout("src", GatedListSpout, params={"items": items, "gate": "tag-workers", "hold_at": 3000})
+    b.aggregate("top", TopK(3), parallelism=2).tag_grouping("src")
+    b.set_bolt("out", DriverCollectorBolt, params={"name": "tag-workers"}).global_grouping("top")
+    with LocalCluster(workers=2) as cluster:
+        job = cluster.submit(b.build(), config.replace(guarantee="at_least_once"))
+        wait_until(lambda: job.status()["units"]["top_partial"]["processed"] >= 1500, 30, message="first part")
+        job.split("top_partial", job.spus("top_partial")[0])
+        GATES["tag-workers"].set()
+        assert job.wait(60), job.status()
+        assert len(job.spus("top_partial")) == 3
+        job.stop()
+    assert last_per_key("tag-workers") == oracle(items, TopK(3))
