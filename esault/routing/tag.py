@@ -3,7 +3,9 @@
 TAG (time-aware grouping, PAPER_NOTES section 7), for a unit whose aggregate can
 be combined downstream, so a key may be processed on several SPUs:
 
-- heavy keys are found per window with the Space-Saving sketch (1/epsilon counters);
+- heavy keys are found per window with the Space-Saving sketch (1/epsilon counters): a
+  key whose count reaches heavy_share of the window (after `warmup` tuples) is heavy
+  from then on, and the window's end re-decides for the next one;
 - a heavy key is cut into segments, ceil(2 x its share x SPUs) of them (at least 2),
   each placed on SPU i with probability proportional to 1/t_i (t_i: that SPU's
   measured mean completion time per tuple), without replacement, so its
@@ -45,7 +47,7 @@ class TagPartitioner:
     """Per-sender routing state for one TAG (or PKG) grouped downstream unit. Not thread-safe."""
 
     def __init__(self, spus: Iterable[int], mode: str = "tag", epsilon: float = 0.001,
-                 heavy_share: float | None = None, seed: int = 0) -> None:
+                 heavy_share: float | None = None, seed: int = 0, warmup: int = 1000) -> None:
         if mode not in MODES:
             raise ValueError(f"TagPartitioner mode must be one of {MODES}, got {mode!r}")
         if heavy_share is not None and not 0 < heavy_share <= 1:
@@ -53,6 +55,8 @@ class TagPartitioner:
         self.mode = mode
         self.seed = seed
         self.heavy_share = heavy_share
+        self.warmup = warmup
+        """Tuples a window must have seen before a key can turn heavy inside it (too few say nothing)."""
         self.sketch = SpaceSaving(epsilon) if mode == "tag" else None
         self.window = 0
         self.spus: list[int] = []
@@ -68,14 +72,16 @@ class TagPartitioner:
     def choose(self, key: Any) -> int:
         """The SPU for one tuple of `key`; counts it as queued there."""
         sketch = self.sketch
+        candidates = None
         if sketch is not None:
             try:
                 sketch.add(key)
                 candidates = self.heavy.get(key)
+                if candidates is None and sketch.total >= self.warmup and \
+                        sketch.count(key) >= self._share() * sketch.total:
+                    candidates = self._promote(key, sketch.count(key), sketch.total)
             except TypeError:  # unhashable: not tracked as heavy
                 candidates = None
-        else:
-            candidates = None
         if candidates is None:
             try:
                 candidates = self._choices[key]
@@ -92,6 +98,14 @@ class TagPartitioner:
                 best, best_load = spu, load
         queued[best] += 1
         return best
+
+    def _promote(self, key: Any, count: int, total: int) -> list[int] | None:
+        """A key turned heavy inside the window (no need to wait for its end): place its segments now."""
+        if len(self.spus) < 2:
+            return None
+        self.segments[key] = max(2, math.ceil(2 * count / total * len(self.spus)))
+        candidates = self.heavy[key] = self._segment_spus(key, min(len(self.spus), self.segments[key]))
+        return candidates
 
     def load(self, spu: int) -> float:
         return self.time[spu] * (self.queued[spu] + 1)
@@ -116,9 +130,9 @@ class TagPartitioner:
     def report(self, spu: int, mean_time: float | None, queued: float) -> None:
         """SPU `spu`'s measured mean completion time per tuple (None: unknown, keep the last) and queue, in tuples.
 
-        PKG ignores times (it balances what this sender sent). Unknown SPUs are ignored.
+        PKG ignores reports (it balances what this sender sent). Unknown SPUs are ignored.
         """
-        if spu not in self.time:
+        if spu not in self.time or self.mode == "pkg":
             return
         if self.mode == "tag" and mean_time is not None and mean_time > 0:
             self.time[spu] = float(mean_time)

@@ -137,3 +137,14 @@ def test_bad_settings_are_refused():
         TagPartitioner([1], heavy_share=2)
     with pytest.raises(ValueError, match="at least one SPU"):
         TagPartitioner([])
+
+
+def test_a_key_turns_heavy_inside_the_window_once_its_share_shows_after_the_warmup():
+    p = TagPartitioner(range(8), epsilon=0.01, warmup=100)
+    for i in range(98):
+        p.choose("hot" if i % 2 else f"c{i}")
+    assert "hot" not in p.heavy  # 98 tuples: still warming up
+    for i in range(98, 200):
+        p.choose("hot" if i % 2 else f"c{i}")
+    assert "hot" in p.heavy and len(p.heavy["hot"]) == 8  # half the window: cut over every SPU
+    assert set(p.heavy) == {"hot"}
