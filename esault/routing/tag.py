@@ -33,6 +33,8 @@ from esault.routing.space_saving import SpaceSaving
 
 MODES = ("tag", "pkg")
 _CHOICE_CACHE_LIMIT = 1 << 16
+TIME_SMOOTHING = 0.3
+"""Weight of a new completion-time reading in t_i's moving average."""
 
 
 def second_hash(h: int) -> int:
@@ -65,6 +67,7 @@ class TagPartitioner:
         self.heavy: dict[Any, list[int]] = {}  # heavy key -> its candidate SPUs (distinct)
         self.segments: dict[Any, int] = {}  # heavy key -> how many segments it is cut into
         self._choices: dict[Any, tuple[int, int]] = {}
+        self._measured: set[int] = set()  # SPUs whose time is measured, not a default
         self.set_spus(spus)
 
     # --- the per-tuple decision ------------------------------------------------
@@ -134,8 +137,12 @@ class TagPartitioner:
         """
         if spu not in self.time or self.mode == "pkg":
             return
-        if self.mode == "tag" and mean_time is not None and mean_time > 0:
-            self.time[spu] = float(mean_time)
+        if mean_time is not None and mean_time > 0:
+            if spu in self._measured:  # an EWMA: one short interval's reading is noisy
+                self.time[spu] += TIME_SMOOTHING * (float(mean_time) - self.time[spu])
+            else:
+                self.time[spu] = float(mean_time)
+                self._measured.add(spu)
         self.queued[spu] = max(0.0, float(queued))
 
     def end_window(self) -> None:
@@ -182,6 +189,7 @@ class TagPartitioner:
         self.time = {s: self.time.get(s, mean_time) for s in new}
         self.queued = {s: self.queued.get(s, least) for s in new}
         self.spus = new
+        self._measured &= set(new)
         self._choices.clear()
         self._place_segments()  # the same heavy keys and segment counts, placed over the new set
 

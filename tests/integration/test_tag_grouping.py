@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+import time
 from collections import defaultdict
 
 import numpy as np
@@ -10,7 +11,8 @@ import pytest
 
 from esault import TopologyBuilder
 from esault.aggregates import Count, Mean, Min, Sum, TopK, aggregate_of
-from esault.testing import CollectorBolt, collected, wait_until
+from esault.dsl.aggregation import FinalAggregate, PartialAggregate
+from esault.testing import CollectorBolt, ListSpout, collected, wait_until
 
 from topology_parts import GATES, GatedListSpout
 
@@ -82,3 +84,33 @@ def test_splitting_and_merging_the_partial_stage_mid_stream_loses_and_double_cou
     assert job.wait(30), job.status()
     assert len(job.spus("agg_partial")) == 2
     assert last_per_key(name) == oracle(items, Sum())
+
+
+class SlowFirstPartial(PartialAggregate):
+    """A partial stage whose first SPU takes 1 ms per tuple (a slowed worker); the others take nothing."""
+
+    def open(self, context) -> None:
+        self._slow = context.instance == 0
+
+    def process(self, tup) -> None:
+        if self._slow:
+            time.sleep(0.001)
+        super().process(tup)
+
+
+@pytest.mark.parametrize("grouping", ["tag", "partial_key"])
+def test_tag_routes_around_a_slow_spu_that_pkg_feeds_its_even_share(cluster, config, grouping):
+    items = [(f"k{i % 500}", 1) for i in range(6000)]
+    b = TopologyBuilder(f"slow-{grouping}")
+    b.set_spout("src", ListSpout, params={"items": items})
+    partial = b.set_bolt("agg_partial", SlowFirstPartial, 3, params={"aggregate": "count"}, chain=False)
+    getattr(partial, f"{grouping}_grouping")("src")
+    b.set_bolt("agg", FinalAggregate, 1, params={"aggregate": "count", "merge": True}).key_grouping("agg_partial")
+    job = cluster.submit(b.build(), config.replace(max_spout_pending=300, guarantee="at_least_once"))
+    assert job.wait(30), job.status()
+    spus = job.status()["units"]["agg_partial"]["spus"]
+    slow_share = spus[min(spus)]["processed"] / len(items)
+    if grouping == "tag":  # t_i measured from the SPU's busy time: the slow SPU is shunned
+        assert slow_share < 0.15, slow_share
+    else:  # PKG balances counts: a third each whatever the speed
+        assert slow_share > 0.25, slow_share

@@ -148,3 +148,13 @@ def test_a_key_turns_heavy_inside_the_window_once_its_share_shows_after_the_warm
         p.choose("hot" if i % 2 else f"c{i}")
     assert "hot" in p.heavy and len(p.heavy["hot"]) == 8  # half the window: cut over every SPU
     assert set(p.heavy) == {"hot"}
+
+
+def test_measured_times_are_smoothed_after_the_first_reading_and_new_spus_start_at_the_mean():
+    p = TagPartitioner([1, 2])
+    p.report(1, 1.0, 0)
+    p.report(1, 2.0, 0)
+    p.report(2, 3.0, 5)
+    assert p.time == {1: pytest.approx(1.3), 2: 3.0} and p.queued[2] == 5
+    p.set_spus([1, 2, 3])
+    assert p.time[3] == pytest.approx(2.15) and p.queued[3] == 0
