@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import threading
-import time
 from collections import defaultdict
 
 import numpy as np
@@ -11,10 +10,10 @@ import pytest
 
 from esault import TopologyBuilder
 from esault.aggregates import Count, Mean, Min, Sum, TopK, aggregate_of
-from esault.dsl.aggregation import FinalAggregate, PartialAggregate
+from esault.dsl.aggregation import FinalAggregate
 from esault.testing import CollectorBolt, ListSpout, collected, wait_until
 
-from topology_parts import GATES, GatedListSpout
+from topology_parts import GATES, GatedListSpout, SlowFirstPartial
 
 
 def zipf_items(n: int, seed: int) -> list[tuple[str, int]]:
@@ -84,18 +83,6 @@ def test_splitting_and_merging_the_partial_stage_mid_stream_loses_and_double_cou
     assert job.wait(30), job.status()
     assert len(job.spus("agg_partial")) == 2
     assert last_per_key(name) == oracle(items, Sum())
-
-
-class SlowFirstPartial(PartialAggregate):
-    """A partial stage whose first SPU takes 1 ms per tuple (a slowed worker); the others take nothing."""
-
-    def open(self, context) -> None:
-        self._slow = context.instance == 0
-
-    def process(self, tup) -> None:
-        if self._slow:
-            time.sleep(0.001)
-        super().process(tup)
 
 
 @pytest.mark.parametrize("grouping", ["tag", "partial_key"])

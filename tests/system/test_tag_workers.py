@@ -10,12 +10,13 @@ import pytest
 
 from esault import LocalCluster, TopologyBuilder
 from esault.aggregates import TopK
-from esault.testing import reset_collected, wait_until
+from esault.dsl.aggregation import FinalAggregate
+from esault.testing import ListSpout, reset_collected, wait_until
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "tests" / "integration"))
 from test_tag_grouping import last_per_key, oracle, zipf_items  # noqa: E402
-from topology_parts import GATES, DriverCollectorBolt, GatedListSpout  # noqa: E402
+from topology_parts import GATES, DriverCollectorBolt, GatedListSpout, SlowFirstPartial  # noqa: E402
 
 pytestmark = pytest.mark.system
 
@@ -37,3 +38,23 @@ def test_a_tag_grouped_top_k_split_mid_stream_across_two_workers_equals_a_plain_
         assert len(job.spus("top_partial")) == 3
         job.stop()
     assert last_per_key("tag-workers") == oracle(items, TopK(3))
+
+
+@pytest.mark.parametrize("grouping", ["tag", "partial_key"])
+def test_the_driver_relays_spu_loads_so_a_spout_in_the_driver_shuns_a_slow_worker_spu(config, grouping):
+    items = [(f"k{i % 500}", 1) for i in range(12000)]
+    b = TopologyBuilder(f"slow-workers-{grouping}")
+    b.set_spout("src", ListSpout, params={"items": items})  # in the driver: every partial SPU is remote
+    partial = b.set_bolt("agg_partial", SlowFirstPartial, 3, params={"aggregate": "count"}, chain=False)
+    getattr(partial, f"{grouping}_grouping")("src")
+    b.set_bolt("agg", FinalAggregate, 1, params={"aggregate": "count", "merge": True}).key_grouping("agg_partial")
+    with LocalCluster(workers=2) as cluster:
+        job = cluster.submit(b.build(), config.replace(max_spout_pending=300, guarantee="at_least_once"))
+        assert job.wait(60), job.status()
+        job.stop()
+        spus = job.final_status["units"]["agg_partial"]["spus"]
+    slow_share = spus[min(spus)]["processed"] / len(items)
+    if grouping == "tag":
+        assert slow_share < 0.2, slow_share
+    else:  # PKG balances counts: a third each whatever the speed
+        assert slow_share > 0.25, slow_share
