@@ -40,8 +40,9 @@ class SpaceSaving:
     def __contains__(self, item: Hashable) -> bool:
         return item in self._count
 
-    def add(self, item: Hashable) -> None:
-        """Count one occurrence of `item`. Counts only grow by one, so the least count moves up by at most one."""
+    def add(self, item: Hashable) -> int:
+        """Count one occurrence of `item`; its count now. Counts only grow by one, so the least count moves up
+        by at most one."""
         self.total += 1
         count = self._count.get(item)
         if count is not None:
@@ -53,13 +54,13 @@ class SpaceSaving:
                     self._min = count + 1
             self._count[item] = count + 1
             self._bucket_of(count + 1)[item] = None
-            return
+            return count + 1
         if len(self._count) < self.capacity:
             self._count[item] = 1
             self._error[item] = 0
             self._bucket_of(1)[item] = None
             self._min = 1
-            return
+            return 1
         least = self._min  # full: the newcomer replaces an item of the least count and inherits it as error
         bucket = self._buckets[least]
         victim = next(iter(bucket))
@@ -70,6 +71,7 @@ class SpaceSaving:
         self._count[item] = least + 1
         self._error[item] = least
         self._bucket_of(least + 1)[item] = None
+        return least + 1
 
     def _bucket_of(self, count: int) -> dict[Hashable, None]:
         bucket = self._buckets.get(count)

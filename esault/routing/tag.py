@@ -78,11 +78,11 @@ class TagPartitioner:
         candidates = None
         if sketch is not None:
             try:
-                sketch.add(key)
+                count = sketch.add(key)
                 candidates = self.heavy.get(key)
-                if candidates is None and sketch.total >= self.warmup and \
-                        sketch.count(key) >= self._share() * sketch.total:
-                    candidates = self._promote(key, sketch.count(key), sketch.total)
+                total = sketch.total
+                if candidates is None and total >= self.warmup and count >= self._heavy_at * total:
+                    candidates = self._promote(key, count, total)
             except TypeError:  # unhashable: not tracked as heavy
                 candidates = None
         if candidates is None:
@@ -189,6 +189,7 @@ class TagPartitioner:
         self.time = {s: self.time.get(s, mean_time) for s in new}
         self.queued = {s: self.queued.get(s, least) for s in new}
         self.spus = new
+        self._heavy_at = self._share()
         self._measured &= set(new)
         self._choices.clear()
         self._place_segments()  # the same heavy keys and segment counts, placed over the new set

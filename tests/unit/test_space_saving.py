@@ -16,7 +16,7 @@ epsilons = st.sampled_from([0.5, 0.25, 0.1, 0.05, 0.02])
 def test_every_count_over_estimates_by_at_most_its_error_and_epsilon_n(stream, epsilon):
     sketch = SpaceSaving(epsilon)
     for item in stream:
-        sketch.add(item)
+        assert sketch.add(item) == sketch.count(item)
         sketch.check_invariants()
     exact = Counter(stream)
     n = len(stream)
