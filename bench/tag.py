@@ -29,6 +29,7 @@ Writes docs/results/tag.md (--no-write to skip).
 from __future__ import annotations
 
 import argparse
+import os
 import re
 import sys
 import threading
@@ -225,9 +226,17 @@ def main() -> None:
                     help="paced runs offer this share of what a speed-blind even split sustains (n / (slow x cost))")
     ap.add_argument("--paced-seconds", type=float, default=4.0)
     ap.add_argument("--max-pending", type=int, default=4000, help="max_spout_pending")
+    ap.add_argument("--inputs", default="zipf,text", help="comma-separated: zipf, text")
+    ap.add_argument("--plans", default=",".join(PLANS), help=f"comma-separated, of {', '.join(PLANS)} "
+                    "(partial_key is the baseline of the 'vs PKG' columns)")
     ap.add_argument("--quick", action="store_true", help="fewer tuples, nothing written")
     ap.add_argument("--no-write", action="store_true")
     args = ap.parse_args()
+    inputs, plans = args.inputs.split(","), args.plans.split(",")
+    if not set(inputs) <= {"zipf", "text"} or not set(plans) <= set(PLANS) or "partial_key" not in plans:
+        raise SystemExit(f"--inputs must name zipf and/or text, --plans some of {PLANS} including partial_key")
+    if (inputs, plans) != (["zipf", "text"], list(PLANS)):
+        args.no_write = True  # docs/results/tag.md holds full runs only
     if args.quick:
         args.tuples, args.paced_seconds, args.no_write = 15_000, 2.0, True
     n = max(args.tuples, int(args.paced_seconds * args.parallelism / args.cost) + 1)
@@ -239,8 +248,8 @@ def main() -> None:
     rows = []
     import tempfile
     with tempfile.TemporaryDirectory() as tmp, LocalCluster() as cluster:
-        for input in ("zipf", "text"):
-            for plan in PLANS:
+        for input in inputs:
+            for plan in plans:
                 sat = run(cluster, plan, input, args.tuples, None, args, Path(tmp) / f"{plan}-{input}-s")
                 paced = run(cluster, plan, input, paced_total, rate, args, Path(tmp) / f"{plan}-{input}-p")
                 rows.append({"input": input, "plan": plan, **{f"sat_{k}": v for k, v in sat.items()},
@@ -268,7 +277,8 @@ def report(rows: list[dict], args, corpus: str, capacity: float, rate: float) ->
         f"even split blind to speed sustains, {args.parallelism} x the slow SPU's rate) for {args.paced_seconds:g} s. Latency: spout emit -> the final per-key aggregate includes "
         "the tuple. One process (LocalCluster threads), at_least_once, no elasticity.", "",
         f"Inputs: zipf = Zipf(s=1.2) over 50,000 ranks (top key "
-        f"{top_share(INPUTS['zipf']):.1%}); text = words of {corpus} (top word {top_share(INPUTS['text']):.1%}).", "",
+        f"{top_share(INPUTS['zipf']):.1%}); text = words of {corpus} (top word {top_share(INPUTS['text']):.1%}). "
+        f"Machine load average at the end: {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs.", "",
         "| input | plan | throughput t/s | vs PKG | sat. mean ms | sat. p99 ms | paced mean ms | paced p99 ms "
         "| vs PKG (paced mean) | busiest SPU | slow SPU | final stage tuples |",
         "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
