@@ -126,7 +126,8 @@ class Topology:
 
         A bolt is chained when it has one input, shuffle-grouped, from a unit
         with the same parallelism whose only reader it is, it does not ask for
-        a placement (esault_placement), and it was not declared chain=False.
+        a placement (esault_placement), does not define on_batch_end(), and it
+        was not declared chain=False.
         It then costs a function call per tuple instead of a batch, a message
         and (across processes) encoding; it scales with its upstream.
         """
@@ -136,6 +137,8 @@ class Topology:
         (edge,) = spec.inputs
         if edge.grouping is not Grouping.SHUFFLE or spec.placement or getattr(spec.cls, "esault_placement", None):
             return False
+        if getattr(spec.cls, "on_batch_end", None) is not Bolt.on_batch_end:
+            return False  # a chained stage sees tuples one by one, never a batch's end: it keeps its own SPUs
         upstream = self.unit(edge.source)
         readers = self.downstream(upstream.name)
         return upstream.parallelism == spec.parallelism and len(readers) == 1

@@ -107,7 +107,8 @@ class Route:
                     out = buf[:]
                     buf.clear()
                     if self.spread:
-                        sizes[spu] = 0.8 * sizes.get(spu, len(out) / 2) + 0.1 * len(out)
+                        tuples = len(out) // 2
+                        sizes[spu] = 0.8 * sizes.get(spu, tuples) + 0.2 * tuples
                     yield spu, out
             return
         flat = self.pending

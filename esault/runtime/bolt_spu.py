@@ -56,8 +56,8 @@ class BoltSpuActor(SenderActor):
         self._receiving: ReceiverHandoff | None = None
         self._early = EarlyMessages()
         self._retiring = False
-        overridden = not spec.per_key and getattr(spec.cls, "on_batch_end", None) is not Bolt.on_batch_end
-        self._batch_end = True if overridden else None  # called only for bolts that define it
+        # on_batch_end() is called only for bolts that are not key grouped and define it (a combiner)
+        self._calls_batch_end = not spec.per_key and getattr(spec.cls, "on_batch_end", None) is not Bolt.on_batch_end
         self._last_expiry_scan = job.clock.now()
         self._error_log = UserErrorLog(now=job.clock.now)
         self._state_error_log = UserErrorLog(now=job.clock.now)
@@ -362,7 +362,7 @@ class BoltSpuActor(SenderActor):
                 self._process_keyed(source, keys, values)
             else:
                 self._process_single(source, keys, values)
-                if self._batch_end is not None:
+                if self._calls_batch_end:
                     self._end_batch()
             n = len(keys)
             self.stats.processed += n

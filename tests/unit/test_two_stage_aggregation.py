@@ -127,3 +127,25 @@ def test_aggregate_mistakes_say_what_to_do():
         declared.shuffle_grouping("words")
     with pytest.raises(TopologyError, match="duplicate unit name 'c_partial'"):
         b.aggregate("c", Count()).partial_key_grouping("words")
+
+
+class Combiner(Bolt):
+    def process(self, tup) -> None:
+        pass
+
+    def on_batch_end(self) -> None:
+        pass
+
+
+class Plain(Bolt):
+    def process(self, tup) -> None:
+        pass
+
+
+def test_a_bolt_that_flushes_at_batch_ends_is_never_chained_where_it_would_never_see_one():
+    b = TopologyBuilder("t")
+    b.set_spout("words", Words)
+    b.set_bolt("combine", Combiner).shuffle_grouping("words")
+    b.set_bolt("plain", Plain).shuffle_grouping("combine")
+    topology = b.build()
+    assert not topology.chained("combine") and topology.chained("plain")
