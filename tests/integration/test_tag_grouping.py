@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import threading
 from collections import defaultdict
 
@@ -101,3 +102,23 @@ def test_tag_routes_around_a_slow_spu_that_pkg_feeds_its_even_share(cluster, con
         assert slow_share < 0.15, slow_share
     else:  # PKG balances counts: a third each whatever the speed
         assert slow_share > 0.25, slow_share
+
+
+def test_the_hot_keys_example_counts_exactly_under_tag_and_key_grouping_and_tag_spreads_the_hot_word(cluster, config):
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "examples"))
+    import hot_keys
+
+    spread = {}
+    for grouping in ("tag", "key"):
+        job = cluster.submit(hot_keys.build_topology(total=1500, parallelism=3, grouping=grouping),
+                             config.replace(data_dir=config.data_dir / grouping))
+        assert job.wait(30), job.status()
+        job.stop()
+        counts = json.loads((job.data_dir / "wordcount.json").read_text())
+        assert counts == hot_keys.oracle(1500)
+        first = job.final_status["units"]["count_partial" if grouping == "tag" else "count"]["spus"]
+        spread[grouping] = max(s["processed"] for s in first.values()) / sum(s["processed"] for s in first.values())
+    assert spread["tag"] < spread["key"], spread
