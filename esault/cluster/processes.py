@@ -25,7 +25,7 @@ from esault.clock import SystemClock
 from esault.cluster.inprocess import InProcessLauncher
 from esault.cluster.postman import Postman
 from esault.cluster.unit_wire import check_sendable, config_to_wire, unit_to_wire
-from esault.dsl.topology import Topology, UnitSpec
+from esault.dsl.topology import Grouping, Topology, UnitSpec
 from esault.errors import ResourceError, UnitStartError, WorkerLost
 from esault.metrics import registry as metrics
 from esault.metrics.stats import SpuStats
@@ -41,6 +41,7 @@ from esault.cluster.worker import HEARTBEAT_INTERVAL
 from esault.runtime.ticker import Ticker
 from esault.transport.endpoint import RemoteMailbox
 from esault.transport.heartbeat import HeartbeatMonitor
+from esault.runtime.load_feed import REMOTE_LOADS, tag_load_rows
 
 log = logging.getLogger("esault.cluster")
 
@@ -187,12 +188,21 @@ class ClusterActor(pykka.ThreadingActor):
         self.ticker.stop()
 
     def _beat_workers(self) -> None:
-        """Tell every worker the driver lives, every tick (each exits after its driver timeout without one)."""
+        """Tell every worker the driver lives, every tick (each exits after its driver timeout without one),
+        with the TAG-grouped units' SPU loads the workers reported (their senders weigh SPUs by speed)."""
+        loads = self._tag_loads()
+        REMOTE_LOADS.replace(loads)  # for the senders in the driver (spouts), like a worker does on the beat
+        beat = DriverBeat(loads)
         for worker in list(self.registry.workers):
             try:
-                self.postman.send(worker, "control", DriverBeat(), timeout=0.0)
+                self.postman.send(worker, "control", beat, timeout=0.0)
             except Exception:  # noqa: BLE001 - a full or gone peer: its own heartbeats tell
                 pass
+
+    def _tag_loads(self) -> list:
+        units = {(name, spec.name) for name, job in self.jobs().items() if not job._stopped
+                 for spec in job.topology.units if any(i.grouping is Grouping.TAG for i in spec.inputs)}
+        return tag_load_rows(self.registry.live_stats(), units) if units else []
 
     def _check_hearts(self) -> None:
         for worker in self.hearts.dead():

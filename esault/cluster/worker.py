@@ -34,6 +34,7 @@ from esault.runtime.messages import (
     WorkerHeartbeat, WorkerHello,
 )
 from esault.cluster.credentials import WorkerKeys
+from esault.runtime.load_feed import REMOTE_LOADS
 from esault.runtime.ticker import Ticker
 
 log = logging.getLogger("esault.worker")
@@ -96,6 +97,7 @@ class WorkerControl:
         if kind is DriverBeat:
             self.liveness.driver_seen = time.monotonic()
             self.liveness.heard = True
+            REMOTE_LOADS.replace(message.loads)
         elif kind is PeerGone:
             self._forget_peer(message.process)
         else:

@@ -56,6 +56,14 @@ class Bolt:
             f"{type(self).__name__} must implement process(tup), calling self.emit(key, value)"
         )
 
+    def on_batch_end(self) -> None:
+        """Not key-grouped bolts: every tuple of one input batch went through process().
+
+        Emits here join that batch's trees (acked, replayed and checkpointed with
+        it): a combiner (TAG's partial aggregates) flushes what it folded here, so
+        nothing it holds outlives the batch.
+        """
+
     def on_expire(self) -> None:
         """A PE idle for pe_idle_timeout is about to leave memory; it may emit (unanchored).
 

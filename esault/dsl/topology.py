@@ -22,6 +22,8 @@ class Grouping(enum.Enum):
     SHUFFLE = "shuffle"  # round robin over SPUs
     ALL = "all"  # a copy to every SPU
     GLOBAL = "global"  # everything to the first SPU
+    TAG = "tag"  # per tuple: heavy keys over several SPUs weighted by speed, light keys the less loaded of two
+    PARTIAL_KEY = "partial_key"  # per tuple: the less loaded of two hash choices (PKG), by what this sender sent
 
 
 _ELASTIC_FIELDS = {f.name for f in dataclasses.fields(ElasticityConfig)}
@@ -124,7 +126,8 @@ class Topology:
 
         A bolt is chained when it has one input, shuffle-grouped, from a unit
         with the same parallelism whose only reader it is, it does not ask for
-        a placement (esault_placement), and it was not declared chain=False.
+        a placement (esault_placement), does not define on_batch_end(), and it
+        was not declared chain=False.
         It then costs a function call per tuple instead of a batch, a message
         and (across processes) encoding; it scales with its upstream.
         """
@@ -134,6 +137,8 @@ class Topology:
         (edge,) = spec.inputs
         if edge.grouping is not Grouping.SHUFFLE or spec.placement or getattr(spec.cls, "esault_placement", None):
             return False
+        if getattr(spec.cls, "on_batch_end", None) is not Bolt.on_batch_end:
+            return False  # a chained stage sees tuples one by one, never a batch's end: it keeps its own SPUs
         upstream = self.unit(edge.source)
         readers = self.downstream(upstream.name)
         return upstream.parallelism == spec.parallelism and len(readers) == 1
@@ -182,6 +187,69 @@ class BoltDeclarer:
     def global_grouping(self, source: str) -> "BoltDeclarer":
         return self._add(source, Grouping.GLOBAL)
 
+    def tag_grouping(self, source: str) -> "BoltDeclarer":
+        """TAG, time-aware grouping (docs/GROUPING.md): a key's tuples may reach several SPUs (heavy keys are
+        spread over the fast ones), so the bolt's per-key results must be combined downstream; one instance
+        per SPU. TopologyBuilder.aggregate(...).tag_grouping(source) builds both stages for you."""
+        return self._add(source, Grouping.TAG)
+
+    def partial_key_grouping(self, source: str) -> "BoltDeclarer":
+        """Partial Key Grouping: each key's tuples go to the less loaded of two SPUs (combine downstream)."""
+        return self._add(source, Grouping.PARTIAL_KEY)
+
+
+class AggregateDeclarer:
+    """Returned by aggregate(); its grouping picks the plan (esault.dsl.aggregation): key_grouping runs one
+    key-grouped stage, tag/partial_key/shuffle_grouping a partial stage `<name>_partial` and a final key-grouped
+    merge `<name>`. Call exactly one."""
+
+    def __init__(self, builder: "TopologyBuilder", name: str, aggregate: Any, parallelism: int,
+                 final_parallelism: int | None, options: dict[str, Any]) -> None:
+        self._builder = builder
+        self._name = name
+        self._aggregate = aggregate
+        self._parallelism = parallelism
+        self._final_parallelism = final_parallelism
+        self._options = options
+        self._grouping: Grouping | None = None
+
+    def _declare(self, source: str, grouping: Grouping) -> "AggregateDeclarer":
+        from esault.dsl.aggregation import PARTIAL_SUFFIX, FinalAggregate, PartialAggregate, aggregate_to_wire
+
+        if self._grouping is not None:
+            raise TopologyError(
+                f"aggregate {self._name!r} already reads with {self._grouping.value}_grouping: an aggregate has "
+                "one input; aggregate a bolt that merges the streams instead")
+        wire = aggregate_to_wire(self._aggregate)
+        b, name = self._builder, self._name
+        final = self._final_parallelism or self._parallelism
+        if grouping is Grouping.KEY:
+            b.set_bolt(name, FinalAggregate, final, params={"aggregate": wire}, **self._options).key_grouping(source)
+        else:
+            partial = name + PARTIAL_SUFFIX
+            b.set_bolt(partial, PartialAggregate, self._parallelism, params={"aggregate": wire}, chain=False,
+                       **self._options)._add(source, grouping)
+            b.set_bolt(name, FinalAggregate, final, params={"aggregate": wire, "merge": True},
+                       **self._options).key_grouping(partial)
+        self._grouping = grouping
+        return self
+
+    def tag_grouping(self, source: str) -> "AggregateDeclarer":
+        """TAG: heavy keys spread over the fast SPUs, partials merged per key downstream (docs/GROUPING.md)."""
+        return self._declare(source, Grouping.TAG)
+
+    def partial_key_grouping(self, source: str) -> "AggregateDeclarer":
+        """Partial Key Grouping: every key over the less loaded of two SPUs, partials merged downstream."""
+        return self._declare(source, Grouping.PARTIAL_KEY)
+
+    def shuffle_grouping(self, source: str) -> "AggregateDeclarer":
+        """Shuffle + combine: any key on any SPU, partials merged downstream."""
+        return self._declare(source, Grouping.SHUFFLE)
+
+    def key_grouping(self, source: str) -> "AggregateDeclarer":
+        """Plain key grouping: one stage, each key folded by its one PE (a hot key loads one SPU)."""
+        return self._declare(source, Grouping.KEY)
+
 
 class TopologyBuilder:
     """Declare a topology Storm-style, then build() a validated Topology."""
@@ -199,6 +267,30 @@ class TopologyBuilder:
     def set_bolt(self, name: str, bolt_class: type, parallelism: int = 1, **options: Any) -> BoltDeclarer:
         self._declare(name, bolt_class, parallelism, False, options)
         return BoltDeclarer(self, name)
+
+    def aggregate(self, name: str, aggregate: Any, parallelism: int = 1, final_parallelism: int | None = None,
+                  **options: Any) -> AggregateDeclarer:
+        """A per-key aggregate of a stream, emitting (key, result) on every update; chain its grouping:
+        `.aggregate("counts", Count(), parallelism=4).tag_grouping("words")`.
+
+        `aggregate`: an esault.aggregates.Aggregate (instance or class) or "count", "sum", "min", "max",
+        "mean". `final_parallelism`: SPUs of the final merge stage (default: parallelism). Other options
+        as set_bolt's, for both stages.
+        """
+        from esault.aggregates import aggregate_of
+
+        try:
+            agg = aggregate_of(aggregate)
+        except ValueError as exc:
+            raise TopologyError(f"aggregate {name!r}: {exc}") from None
+        if final_parallelism is not None and (not isinstance(final_parallelism, int)
+                                              or isinstance(final_parallelism, bool) or final_parallelism < 1):
+            raise TopologyError(f"aggregate {name!r}: final_parallelism must be a whole number >= 1, "
+                                f"got {final_parallelism!r}")
+        if "params" in options:
+            raise TopologyError(f"aggregate {name!r}: takes no params (the aggregate is the logic); give an "
+                                "Aggregate instance, e.g. aggregate(name, TopK(5))")
+        return AggregateDeclarer(self, name, agg, parallelism, final_parallelism, options)
 
     def _declare(self, name: str, cls: type, parallelism: int, is_spout: bool, options: dict[str, Any]) -> None:
         kind = "spout" if is_spout else "bolt"

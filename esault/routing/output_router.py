@@ -16,9 +16,13 @@ from typing import Any, Callable, Iterable, Iterator
 
 from esault.keyhash import key_hash
 from esault.routing.interval_table import IntervalTable
+from esault.routing.tag import TagPartitioner
 from esault.runtime.messages import DataBatch, RouteSpec
 
 _CACHE_LIMIT = 1 << 18
+SPREAD = {"tag": "tag", "partial_key": "pkg"}
+"""Groupings that choose an SPU per tuple, and their TagPartitioner mode."""
+GROUPINGS = ("key", "shuffle", "global", "all", *SPREAD)
 NO_ROOTS: list[int] = []
 """The trees of an untracked batch (acking off, or emits outside process()); never mutated."""
 log = logging.getLogger("esault.routing")
@@ -32,19 +36,26 @@ class Route:
     changes what they point to in place.
     """
 
-    __slots__ = ("unit", "grouping", "version", "broadcast", "keyed", "buffers", "pending", "_mailboxes",
-                 "_order", "_table", "_cache", "_rr")
+    __slots__ = ("unit", "grouping", "version", "broadcast", "keyed", "spread", "partitioner", "buffers", "pending",
+                 "batch_tuples", "_mailboxes", "_order", "_table", "_cache", "_rr")
 
-    def __init__(self, spec: RouteSpec) -> None:
-        if spec.grouping not in ("key", "shuffle", "global", "all"):
+    def __init__(self, spec: RouteSpec, seed: int = 0) -> None:
+        if spec.grouping not in GROUPINGS:
             raise ValueError(f"unknown grouping {spec.grouping!r} for route to {spec.unit!r}")
         self.unit = spec.unit
         self.grouping = spec.grouping
         self.broadcast = spec.grouping == "all"
         self.keyed = spec.grouping == "key"
+        self.spread = spec.grouping in SPREAD
+        """TAG and PKG: each tuple's SPU is chosen when it is emitted (TagPartitioner), not cached per key."""
+        self.partitioner: TagPartitioner | None = (
+            TagPartitioner(spec.spus, mode=SPREAD[spec.grouping], seed=seed) if self.spread else None)
         self._cache: dict[Any, list] = {}
         self.pending: list = []
         self.buffers: dict[int, list] = {}
+        self.batch_tuples: dict[int, float] = {}
+        """Spread routes: a moving mean of the tuples per batch sent to each SPU (turns its queue of batches
+        into tuples for TAG's load t_i x queued)."""
         self._rr = 0
         self.update(spec)
 
@@ -59,7 +70,9 @@ class Route:
         self.version = spec.version
         self._mailboxes: dict[int, Any] = dict(spec.spus)
         self._order = sorted(self._mailboxes)
-        self.buffers: dict[int, list] = {spu: [] for spu in self._order} if self.keyed else {}
+        self.buffers: dict[int, list] = {spu: [] for spu in self._order} if self.keyed or self.spread else {}
+        if self.partitioner is not None:
+            self.partitioner.set_spus(self._order)
         self._table = IntervalTable.from_wire(spec.table) if self.keyed else None
         self._cache.clear()
         self._rr = 0
@@ -67,6 +80,8 @@ class Route:
     def buffer_for(self, key: Any) -> list:
         """The flat buffer an emit of `key` appends to. O(1) for cached keys, O(log SPUs) otherwise."""
         if not self.keyed:
+            if self.spread:
+                return self.buffers[self.partitioner.choose(key)]
             return self.pending
         buf = self._cache.get(key)
         if buf is None:
@@ -85,11 +100,15 @@ class Route:
         Shuffle deals the shared buffer out in equal runs, starting at a rotating SPU (tiny
         batches still spread); global sends it to the first SPU, all to every SPU.
         """
-        if self.keyed:
+        if self.keyed or self.spread:
+            sizes = self.batch_tuples
             for spu, buf in self.buffers.items():
                 if buf:
                     out = buf[:]
                     buf.clear()
+                    if self.spread:
+                        tuples = len(out) // 2
+                        sizes[spu] = 0.8 * sizes.get(spu, tuples) + 0.2 * tuples
                     yield spu, out
             return
         flat = self.pending
@@ -125,7 +144,7 @@ class OutputRouter:
     def __init__(self, sender: int, source: str, specs: Iterable[RouteSpec]) -> None:
         self.sender = sender
         self.source = source
-        self.routes: list[Route] = [Route(s) for s in specs]
+        self.routes: list[Route] = [Route(s, seed=sender) for s in specs]
 
     def install(self, spec: RouteSpec) -> None:
         """Switch the route to spec.unit in place; call flush() first so old-table tuples leave first."""

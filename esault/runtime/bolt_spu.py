@@ -13,6 +13,7 @@ from time import perf_counter
 from random import getrandbits
 from typing import Any
 
+from esault.dsl.bolt import Bolt
 from esault.dsl.tuple import Tuple
 from esault.elasticity.planner import HashSampler
 from esault.keyhash import key_hash
@@ -59,6 +60,8 @@ class BoltSpuActor(SenderActor):
         self._receiving: ReceiverHandoff | None = None
         self._early = EarlyMessages()
         self._retiring = False
+        # on_batch_end() is called only for bolts that are not key grouped and define it (a combiner)
+        self._calls_batch_end = not spec.per_key and getattr(spec.cls, "on_batch_end", None) is not Bolt.on_batch_end
         self._last_expiry_scan = job.clock.now()
         self._error_log = UserErrorLog(now=job.clock.now)
         self._state_error_log = UserErrorLog(now=job.clock.now)
@@ -364,6 +367,8 @@ class BoltSpuActor(SenderActor):
                 self._process_keyed(source, keys, values)
             else:
                 self._process_single(source, keys, values)
+                if self._calls_batch_end:
+                    self._end_batch()
             n = len(keys)
             self.stats.processed += n
             self.processed_since_probe += n
@@ -418,6 +423,14 @@ class BoltSpuActor(SenderActor):
             except Exception as exc:
                 self.faults.retry(pe, view, key, value, source, exc)
 
+    def _end_batch(self) -> None:
+        try:
+            self.pes.single().on_batch_end()
+        except Exception as exc:
+            self.stats.user_errors += 1
+            self._error_log("topology %r: bolt %r on_batch_end() raised %r", self.job.name, self.unit_name, exc,
+                            exc=exc)
+
     def _open_pe(self, key: Any, value: Any, source: str) -> Any:
         """The key's first tuple: create its PE; on a failing open() the tuple is given up."""
         try:
@@ -439,6 +452,7 @@ class BoltSpuActor(SenderActor):
     # --- timers -----------------------------------------------------------
 
     def _on_tick(self, msg: Tick) -> None:
+        self.load_feed.on_tick(msg.now)
         if self.services.ticking and self._receiving is None:
             self._tick_pes(msg.now)
         timeout = self.pes.idle_timeout

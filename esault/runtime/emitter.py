@@ -46,6 +46,18 @@ def build_emit(router: OutputRouter, check: Callable[[Any, Any], None]) -> Calla
 
             return emit_keyed
 
+        if route.spread:  # TAG, PKG: the partitioner picks an SPU per tuple
+            pick = route.buffer_for
+
+            def emit_spread(key: Any, value: Any) -> None:
+                if type(key) not in simple or type(value) not in simple:
+                    check(key, value)
+                buf = pick(key)
+                buf.append(key)
+                buf.append(value)
+
+            return emit_spread
+
         append = route.pending.append  # shuffle, global, all: one buffer, dealt out at flush
 
         def emit_one(key: Any, value: Any) -> None:
@@ -83,7 +95,7 @@ def build_emit_many(router: OutputRouter | None, emit: Callable[[Any, Any], None
             for key, value in zip(keys, values):
                 check(key, value)
 
-    if router is not None and len(routes) == 1 and not routes[0].keyed:
+    if router is not None and len(routes) == 1 and not routes[0].keyed and not routes[0].spread:
         extend = routes[0].pending.extend
 
         def emit_many_flat(keys: list, values: list) -> None:

@@ -18,6 +18,7 @@ from esault.runtime.chain import Stage, sync_emitted
 from esault.runtime.inbox import ControlFirstInbox
 from esault.runtime.context import JobContext
 from esault.runtime.emitter import build_emit
+from esault.runtime.load_feed import LoadFeed
 from esault.runtime.faults import UserFaults
 from esault.runtime.user_errors import user_frame
 from esault.checkpoint.snapshots import Snapshot, SnapshotWriter
@@ -61,6 +62,8 @@ class SenderActor(pykka.ThreadingActor):
         self.faults = UserFaults(job.name, spec.name, cfg.spu_id, self.stats, job.acker, job.config.max_retries)
         out = spec.stages[-1].name if spec.stages else spec.name
         self.router = OutputRouter(cfg.spu_id, out, cfg.downstream)
+        self.load_feed = LoadFeed(job.name, self.router, job.stats, job.clock.now())
+        """TAG/PKG routes: downstream loads in, heavy-key windows closed (on ticks)."""
         self.stages: list[Stage] = []
         self.emit_path = self._build_emit_path()
         """emit(key, value) for this SPU's user code: into the first chained stage, or the router."""

@@ -259,6 +259,7 @@ class SpoutSpuActor(SenderActor):
             self.actor_ref.tell(Pump())
 
     def _on_tick(self, msg: Tick) -> None:
+        self.load_feed.on_tick(msg.now)
         self._read_backlog()
         self._schedule()
 

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import threading
+import time
 from typing import Any
 
 from esault import Bolt
+from esault.dsl.aggregation import PartialAggregate
 from esault.testing import CollectorBolt, ListSpout
 
 GATES: dict[str, threading.Event] = {}
@@ -223,6 +225,18 @@ class RelayCheckBolt(Bolt):
         in_order = bool(ok) and seq == self.last + 1
         self.last = seq
         self.emit(self.key, [seq, in_order])
+
+
+class SlowFirstPartial(PartialAggregate):
+    """A TAG partial stage whose first SPU takes 1 ms per tuple (a slowed worker); the others take nothing."""
+
+    def open(self, context: Any) -> None:
+        self._slow = context.instance == 0
+
+    def process(self, tup: Any) -> None:
+        if self._slow:
+            time.sleep(0.001)
+        super().process(tup)
 
 
 from esault.aggregates import Sum as _Sum  # noqa: E402
