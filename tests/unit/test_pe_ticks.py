@@ -13,7 +13,7 @@ from esault.runtime.pe_services import PeServices
 def spu_stub(receiving):
     ticked: list[float] = []
     stub = SimpleNamespace(services=PeServices(ManualClock()), _receiving=receiving, _tick_pes=ticked.append,
-                           pes=SimpleNamespace(idle_timeout=None))
+                           pes=SimpleNamespace(idle_timeout=None), load_feed=SimpleNamespace(on_tick=lambda now: None))
     return stub, ticked
 
 
