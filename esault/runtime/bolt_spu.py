@@ -147,6 +147,7 @@ class BoltSpuActor(SenderActor):
         pe.emit = self.emit_path  # an instance attribute: user emits call the router directly
         pe._esault_emit = self.emit_path
         pe._esault_defer = self._defer
+        pe._esault_stats = self.stats  # for counts a bolt keeps itself (a join's shed tuples)
         pe.open(self.context(key))
         if self._parked and key in self._parked:
             self._unpark(key, pe)

@@ -1,0 +1,119 @@
+"""JoinBolt: a windowed stream join per key, each key's join an S2J chain (esault.joins.chain).
+
+Declared by `TopologyBuilder.join(...)`: key-grouped on both inputs, so tuples
+join only with tuples of the other stream that carry the same key (as Flink's
+keyed interval join; emit one constant key for a global join). Each key is a
+PE whose state is its chain: esault's split/merge moves keys with their chains
+between SPUs (worker processes), checkpoints carry them, and `assign_logic`
+to the same class with another `workers` resizes every key's chain (applied
+on the key's next tuple, with the chain's exact add/remove).
+
+Output: key = the input key, value = {"query": name, "left": r, "right": s}.
+"""
+
+from __future__ import annotations
+
+import time as _time
+from typing import Any, Mapping, Sequence
+
+from esault.dsl.bolt import Bolt
+from esault.dsl.tuple import Tuple
+from esault.joins.chain import JoinChain
+from esault.joins.queries import JoinQuery, extractor
+from esault.joins.shedding import ShedPolicy
+
+
+def query_from(spec: Mapping[str, Any]) -> JoinQuery:
+    """A JoinQuery from its declaration {"name", "kind", "on", "band"} (what crosses to worker processes)."""
+    on = spec.get("on")
+    left, right = (on, on) if not isinstance(on, (list, tuple)) else on
+    name = spec["name"]
+    return JoinQuery(name, spec.get("kind", "equi"), extractor(left, f"{name!r} on"), extractor(right, f"{name!r} on"),
+                     band=spec.get("band", 0.0))
+
+
+class JoinBolt(Bolt):
+    """One PE per key: an S2J chain over that key's tuples of `left` and `right`."""
+
+    def __init__(self, left: str, right: str, queries: Sequence[Mapping[str, Any]], window: float,
+                 time: Any = "ts", zeta: int = 20, workers: int = 1, shed: Mapping[str, Any] | None = None,
+                 flush_interval: float | None = 1.0) -> None:
+        self._left, self._right = left, right
+        self._specs = list(queries)
+        self._queries = [query_from(q) for q in self._specs]
+        self._window, self._zeta, self._workers = window, zeta, workers
+        self._time = extractor(time, "time")
+        self._shed_config = dict(shed) if shed else None
+        self._flush_interval = flush_interval
+        self._chain = JoinChain(self._queries, window, zeta=zeta, workers=workers)
+        self._policy = (ShedPolicy(**{k: v for k, v in self._shed_config.items() if k != "period"})
+                        if self._shed_config else None)
+        self._period_start = _time.perf_counter()
+        self._busy = 0.0
+        self._last_flush = self._period_start
+        self.shed = 0
+        self.joined = 0
+
+    # --- the data path ---
+
+    def process(self, tup: Tuple) -> None:
+        now = _time.perf_counter()
+        if self._chain.size != self._workers and not self._chain.changing:
+            self._resize()
+        side = "R" if tup.source == self._left else "S"
+        if self._policy is not None:
+            self._observe(now)
+            if not self._policy.admit():
+                self._count_shed()
+                return
+        pairs = self._chain.ingest(side, self._time(tup.value), tup.value)
+        pairs += self._chain.run()
+        if self._flush_interval is not None and now - self._last_flush >= self._flush_interval:
+            self._last_flush = now
+            pairs += self._chain.drain()
+        self._emit(pairs)
+        self._busy += _time.perf_counter() - now
+
+    def on_expire(self) -> None:
+        """The key went idle: push every tuple through, so the pairs still waiting to meet come out."""
+        self._emit(self._chain.drain())
+
+    def _emit(self, pairs: list) -> None:
+        for p in pairs:
+            self.emit(self.key, {"query": p.query, "left": p.r[2], "right": p.s[2]})
+        self.joined += len(pairs)
+
+    def _resize(self) -> None:
+        pairs: list = []
+        while self._chain.size < self._workers:
+            pairs += self._chain.add_worker() + self._chain.run()
+        while self._chain.size > self._workers:
+            pairs += self._chain.remove_worker() + self._chain.run()
+        self._emit(pairs)
+
+    # --- load shedding (S2J tau1), counted ---
+
+    def _observe(self, now: float) -> None:
+        elapsed = now - self._period_start
+        if elapsed >= self._policy_period:
+            self._policy.observe(self._busy / elapsed, self._chain.size)
+            self._busy, self._period_start = 0.0, now
+
+    @property
+    def _policy_period(self) -> float:
+        return float((self._shed_config or {}).get("period", 1.0))
+
+    def _count_shed(self) -> None:
+        self.shed += 1
+        stats = getattr(self, "_esault_stats", None)
+        if stats is not None:
+            stats.shed += 1
+
+    # --- state: the chain moves and checkpoints with the key ---
+
+    def snapshot_state(self) -> dict[str, Any]:
+        return {"chain": self._chain.snapshot(), "shed": self.shed, "joined": self.joined}
+
+    def restore_state(self, state: dict[str, Any]) -> None:
+        self._chain = JoinChain.restore(self._queries, self._window, state["chain"], zeta=self._zeta)
+        self.shed, self.joined = state["shed"], state["joined"]
