@@ -45,14 +45,15 @@ def oracle(lefts, rights, window):
                    and abs(r["ts"] - s["ts"]) <= window for name, check in checks.items() if check(r, s))
 
 
-def join_topology(lefts, rights, window, stage, holds_l, holds_r, workers=2, shed=None):
+def join_topology(lefts, rights, window, stage, holds_l, holds_r, workers=2, shed=None, odd: Any = odd_sum,
+                  collector: type = CollectorBolt):
     b = TopologyBuilder("joins")
     b.set_spout("orders", StagedSpout, params={"items": lefts, "stage": stage, "holds": holds_l})
     b.set_spout("payments", StagedSpout, params={"items": rights, "stage": stage, "holds": holds_r})
     b.join("j", "orders", "payments", on="k", window=window, zeta=3, workers=workers, flush_interval=None,
-           also=[{"name": "near", "kind": "band", "on": "x", "band": 1}, {"name": "odd", "kind": odd_sum}],
+           also=[{"name": "near", "kind": "band", "on": "x", "band": 1}, {"name": "odd", "kind": odd}],
            parallelism=2, pe_idle_timeout=0.3, shed=shed)
-    b.set_bolt("out", CollectorBolt).global_grouping("j")
+    b.set_bolt("out", collector).global_grouping("j")
     return b
 
 
@@ -61,11 +62,16 @@ def processed(job, unit):
 
 
 def test_every_pair_joins_exactly_once_while_chain_workers_are_added_and_removed_and_keys_move(cluster, config):
+    run_and_check_exactly_once(cluster, config)
+
+
+def run_and_check_exactly_once(cluster, config, **topology_options):
+    """Chains of 2 workers, then 4 (and an SPU split moving keys), then 1; the result against a nested loop."""
     window, n = 15, 300
     lefts, rights = make_stream(n, 1), make_stream(n, 2)
     holds = [n // 3, 2 * n // 3, n]
     STAGES["chain"] = 0
-    topology = join_topology(lefts, rights, window, "chain", holds, holds).build()
+    topology = join_topology(lefts, rights, window, "chain", holds, holds, **topology_options).build()
     params = dict(topology.unit("j").params)
     job = cluster.submit(topology, config)
     wait_until(lambda: processed(job, "j") == 2 * holds[0], timeout=20)
