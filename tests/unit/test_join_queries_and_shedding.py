@@ -69,3 +69,20 @@ def test_shedding_is_graded_above_tau1_and_every_shed_tuple_is_counted():
 def test_inconsistent_thresholds_are_refused():
     with pytest.raises(ValueError, match="tau0 < tau2"):
         ShedPolicy(tau0=0.9, tau2=0.5)
+
+
+def join_snapshot(t: float, busy: list[float]):
+    from esault.control.snapshot import MetricsSnapshot, SpuMetrics, UnitMetrics
+    spus = {i: SpuMetrics(i, None, ((0, 1),), 10.0, 10.0, b, 100.0, 0, 1) for i, b in enumerate(busy)}
+    return MetricsSnapshot(t, 1.0, {"j": UnitMetrics("j", "bolt", True, ("l", "r"), spus)})
+
+
+def test_the_join_controller_adds_an_spu_after_sustained_high_utilisation_and_removes_one_when_idle():
+    from esault.control import Rescale
+    from esault.joins import JoinController
+    controller = JoinController(["j"], tau0=0.2, tau2=0.7, sustain=2, max_spus=3)
+    assert controller.decide(join_snapshot(1, [0.9])) == []
+    assert controller.decide(join_snapshot(2, [0.8])) == [Rescale("j", 2, reason="join utilisation 0.80")]
+    assert controller.decide(join_snapshot(3, [0.1, 0.2])) == []  # mean 0.15, once
+    assert [op.spus for op in controller.decide(join_snapshot(4, [0.1, 0.1]))] == [1]
+    assert controller.decide(join_snapshot(5, [])) == []  # no busy readings yet: no decision
