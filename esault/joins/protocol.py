@@ -7,7 +7,7 @@ left -> right) or "S" (right stream, travels right -> left).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 LEFT, RIGHT = -1, 1
 
@@ -45,9 +45,9 @@ class Send:
     message: Any
 
 
-@dataclass(frozen=True, slots=True)
-class Joined:
-    """Effect: pair (r, s) matched query `query` (r and s are (seq, ts, value))."""
+class Joined(NamedTuple):
+    """Effect: pair (r, s) matched query `query` (r and s are (seq, ts, value)). A NamedTuple: one per result
+    pair, so it must be cheap to make."""
 
     query: str
     r: tuple

@@ -3,8 +3,9 @@
 Utilisation tau is the busy fraction of the join's time (0..1, may exceed 1
 when input queues up). The policy is a pure class fed one sample per period:
 `observe(tau)` returns what to do with the chain ("add", "remove" or None)
-and sets the fraction of new tuples to shed. Shedding is graded: nothing at
-tau1, rising linearly to `max_shed` at tau = 1 + (1 - tau1), and it is
+and sets the fraction of new tuples to shed. Shedding is graded: nothing up
+to tau1, above it 1 - tau1/tau (what brings the admitted load back to tau1:
+at twice the capacity with tau1 = 0.9, 55%), at most `max_shed`. It is
 deterministic (every k-th tuple, not a coin), so a run can be replayed.
 Every shed tuple is counted by the caller: shedding is never silent.
 """
@@ -41,8 +42,7 @@ class ShedPolicy:
         """One utilisation sample; returns "add", "remove" or None, and updates the shed fraction."""
         self._above = self._above + 1 if tau > self.tau2 else 0
         self._below = self._below + 1 if tau < self.tau0 else 0
-        over = tau - self.tau1
-        self.shed_fraction = 0.0 if over <= 0 else min(self.max_shed, self.max_shed * over / max(1 - self.tau1, 1e-9))
+        self.shed_fraction = 0.0 if tau <= self.tau1 else min(self.max_shed, 1.0 - self.tau1 / tau)
         if self._above >= self.sustain and workers < self.max_workers:
             self._above = 0
             return "add"

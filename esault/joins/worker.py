@@ -85,6 +85,7 @@ class ChainWorker:
         self.r = SideStore("R", self.queries)
         self.s = SideStore("S", self.queries)
         self.sent_right: dict[int, tuple] = {}  # R blocks sent right, not yet acknowledged
+        self.r_flight = SideStore("R", self.queries)  # the tuples of sent_right, indexed for the crossing probe
         self.sent_left: dict[int, tuple] = {}  # S blocks sent left, not yet acknowledged
         self.has_left = self.has_right = False
         self.paused = {LEFT: False, RIGHT: False}  # no blocks that way (a chain change is quiescing the link)
@@ -117,6 +118,8 @@ class ChainWorker:
             block = sent.pop(message.block)
             if message.side == "R":
                 self.known_right_r += len(block)
+                for r in block:
+                    self.r_flight.remove(r)
             else:
                 self.known_left_s += len(block)
         elif isinstance(message, SizeChange):
@@ -155,12 +158,11 @@ class ChainWorker:
                     for r in index.probe(s[2]):
                         if abs(r[1] - s[1]) <= window:
                             effects.append(Joined(query.name, r, s))
-                for block in self.sent_right.values():  # R tuples crossing s on the link right now
-                    for r in block:
-                        if abs(r[1] - s[1]) <= window:
-                            for query in self.queries:
-                                if query.matches(r[2], s[2]):
-                                    effects.append(Joined(query.name, r, s))
+                if self.sent_right:  # R tuples crossing s on the link right now (indexed like the store)
+                    for query, index in self.r_flight.indexes:
+                        for r in index.probe(s[2]):
+                            if abs(r[1] - s[1]) <= window:
+                                effects.append(Joined(query.name, r, s))
                 self.comparisons += len(self.r)
                 self.s.add(s)
                 if s[1] > self.wm_s:
@@ -206,6 +208,9 @@ class ChainWorker:
             block = tuple(store.oldest(n))
             for tup in block:
                 store.remove(tup)
+            if side == "R":
+                for tup in block:
+                    self.r_flight.add(tup)
             self.next_block += 1
             sent[self.next_block] = block
             effects.append(Send(direction, TupleBlock(side, self.next_block, block)))

@@ -32,7 +32,7 @@ steps = st.lists(st.one_of(
 ), min_size=20, max_size=200)
 
 
-@settings(max_examples=100, deadline=None)
+@settings(max_examples=80, deadline=None)
 @given(steps=steps, zeta=st.sampled_from([1, 2, 3, 20]), workers=st.integers(1, 4), window=st.integers(0, 12),
        inflight=st.integers(1, 3))
 def test_every_pair_in_the_window_joins_exactly_once_under_any_interleaving_and_chain_changes(

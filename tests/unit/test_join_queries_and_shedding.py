@@ -59,11 +59,14 @@ def test_shedding_is_graded_above_tau1_and_every_shed_tuple_is_counted():
     policy = ShedPolicy(tau0=0.1, tau1=0.5, tau2=0.9, max_shed=1.0)
     policy.observe(0.5, 1)
     assert sum(policy.admit() for _ in range(100)) == 100 and policy.shed == 0
-    policy.observe(0.75, 1)  # halfway from tau1 to 1: shed half
+    policy.observe(1.0, 1)  # twice tau1: shed half, so the admitted load is tau1 again
     assert sum(policy.admit() for _ in range(100)) == 50
-    policy.observe(2.0, 1)
-    assert sum(policy.admit() for _ in range(100)) == 0
-    assert (policy.admitted, policy.shed) == (150, 150)
+    policy.observe(4.0, 1)  # 1 - 0.5/4 = 87.5%
+    assert sum(policy.admit() for _ in range(800)) == 100
+    capped = ShedPolicy(tau0=0.1, tau1=0.5, tau2=0.9, max_shed=0.6)
+    capped.observe(4.0, 1)
+    assert capped.shed_fraction == 0.6
+    assert (policy.admitted, policy.shed) == (250, 750)
 
 
 def test_inconsistent_thresholds_are_refused():
