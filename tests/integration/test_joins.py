@@ -114,3 +114,24 @@ def test_a_join_declaration_says_what_is_wrong():
         b.join("j", "a", "b", kind="theta")
     with pytest.raises(TopologyError, match="each of also= must be a dict"):
         b.join("j", "a", "b", also=["x"])
+
+
+def test_a_stopped_join_resumes_its_chains_from_the_final_checkpoint_and_still_joins_every_pair_once(cluster,
+                                                                                                   config):
+    window, n = 20, 240
+    lefts, rights = make_stream(n, 5), make_stream(n, 6)
+    STAGES["resume"] = 0
+    build = lambda: join_topology(lefts, rights, window, "resume", [n // 2, n], [n // 2, n], workers=3).build()
+    config = config.replace(checkpoint_interval=0.2)
+    job = cluster.submit(build(), config)
+    wait_until(lambda: processed(job, "j") == n, timeout=20)
+    job.stop()  # a final checkpoint: each key's chain (3 workers, tuples not yet met) is in it
+    STAGES["resume"] = 1
+    job = cluster.submit(build(), config)
+    assert job.restored_from is not None
+    assert job.wait(60), job.status()
+    expected = oracle(lefts, rights, window)
+    got = lambda: Counter((v["query"], k, v["left"]["id"], v["right"]["id"]) for k, v in collected("out"))
+    wait_until(lambda: sum(got().values()) >= sum(expected.values()), timeout=20)
+    job.stop()
+    assert got() == expected
