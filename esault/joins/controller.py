@@ -39,5 +39,5 @@ class JoinController(Controller):
             if action:
                 want = spus + (1 if action == "add" else -1)
                 self.decisions.append((name, tau, want))
-                ops.append(Rescale(name, want, reason=f"join utilisation {tau:.2f}"))
+                ops.append(Rescale(name, want))  # the reason is "controller"; tau is in self.decisions
         return ops

@@ -28,8 +28,8 @@ class ShedPolicy:
     max_shed: float = 0.9
 
     def __post_init__(self) -> None:
-        if not (0 <= self.tau0 < self.tau2 and 0 < self.tau1):
-            raise ValueError(f"need 0 <= tau0 < tau2 and tau1 > 0, got tau0={self.tau0}, tau1={self.tau1}, "
+        if not (self.tau0 < self.tau2 and 0 < self.tau1):
+            raise ValueError(f"need tau0 < tau2 and tau1 > 0, got tau0={self.tau0}, tau1={self.tau1}, "
                              f"tau2={self.tau2}")
         if not 0 <= self.max_shed <= 1 or self.sustain < 1 or not 1 <= self.min_workers <= self.max_workers:
             raise ValueError("max_shed must be in [0, 1], sustain >= 1 and 1 <= min_workers <= max_workers")

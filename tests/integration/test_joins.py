@@ -135,3 +135,24 @@ def test_a_stopped_join_resumes_its_chains_from_the_final_checkpoint_and_still_j
     wait_until(lambda: sum(got().values()) >= sum(expected.values()), timeout=20)
     job.stop()
     assert got() == expected
+
+
+def test_the_join_controller_grows_a_busy_join_unit_through_esaults_rescale_and_pairs_stay_exact(cluster, config):
+    from esault.joins import JoinController
+
+    window, n = 15, 240
+    lefts, rights = make_stream(n, 7), make_stream(n, 8)
+    STAGES["grow"] = 0
+    job = cluster.submit(join_topology(lefts, rights, window, "grow", [n // 2, n], [n // 2, n]).build(), config)
+    wait_until(lambda: processed(job, "j") == n, timeout=20)
+    before = len(job.spus("j"))
+    controller = JoinController(["j"], interval=0.1, tau0=-1.0, tau2=-0.5, sustain=1, max_spus=before + 1)
+    job.add_controller(controller)  # any utilisation is "above tau2": one more SPU, once (max_spus)
+    wait_until(lambda: len(job.spus("j")) == before + 1, timeout=20, message="the controller's rescale")
+    STAGES["grow"] = 1
+    assert job.wait(60), job.status()
+    expected = oracle(lefts, rights, window)
+    got = lambda: Counter((v["query"], k, v["left"]["id"], v["right"]["id"]) for k, v in collected("out"))
+    wait_until(lambda: sum(got().values()) >= sum(expected.values()), timeout=20)
+    job.stop()
+    assert got() == expected and controller.decisions[0][2] == before + 1
