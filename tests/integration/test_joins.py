@@ -156,3 +156,12 @@ def test_the_join_controller_grows_a_busy_join_unit_through_esaults_rescale_and_
     wait_until(lambda: sum(got().values()) >= sum(expected.values()), timeout=20)
     job.stop()
     assert got() == expected and controller.decisions[0][2] == before + 1
+
+
+def test_the_run_summary_names_the_tuples_a_join_shed(capsys):
+    from esault.cli import _print_status
+
+    unit = {"kind": "bolt", "spus": {1: {}}, "processed": 800, "pes": 3}
+    _print_status({"topology": "joins", "units": {"j": {**unit, "shed": 37}, "out": unit}}, 1.0)
+    lines = capsys.readouterr().out.splitlines()
+    assert "shed 37 under overload" in lines[1] and "shed" not in lines[2]
