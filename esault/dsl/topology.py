@@ -236,7 +236,7 @@ class TopologyBuilder:
             JoinBolt(**params)  # a bad kind, band or field spec fails here, at declaration
         except (TypeError, ValueError) as exc:
             raise TopologyError(f"join {name!r}: {exc}") from None
-        options.setdefault("pe_idle_timeout", max(2.0 * (flush_interval or 1.0), 1.0))
+        options.setdefault("pe_idle_timeout", 0.5)  # an idle key drains its chain: its held inputs are acked
         declarer = self.set_bolt(name, JoinBolt, parallelism, params=params, **options)
         return declarer.key_grouping(left).key_grouping(right)
 

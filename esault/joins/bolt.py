@@ -23,6 +23,10 @@ from esault.joins.queries import JoinQuery, extractor
 from esault.joins.shedding import ShedPolicy
 
 
+MAX_HELD = 512
+"""Inputs a PE holds unacked before it drains its chain (max_spout_pending must not stall on them)."""
+
+
 def query_from(spec: Mapping[str, Any]) -> JoinQuery:
     """A JoinQuery from its declaration {"name", "kind", "on", "band"} (what crosses to worker processes)."""
     on = spec.get("on")
@@ -51,6 +55,7 @@ class JoinBolt(Bolt):
         self._period_start = _time.perf_counter()
         self._busy = 0.0
         self._last_flush = self._period_start
+        self._held: list = []  # anchors of inputs whose pairs may not all be out yet (chains of 2+ workers)
         self.shed = 0
         self.joined = 0
 
@@ -68,15 +73,35 @@ class JoinBolt(Bolt):
                 return
         pairs = self._chain.ingest(side, self._time(tup.value), tup.value)
         pairs += self._chain.run()
-        if self._flush_interval is not None and now - self._last_flush >= self._flush_interval:
-            self._last_flush = now
-            pairs += self._chain.drain()
         self._emit(pairs)
+        if self._chain.size > 1:  # a pair may wait for its tuples to cross: the input is acked once it cannot
+            self._held.append(self.defer())
+            if self._input_idle() or self._flush_due(now) or len(self._held) >= MAX_HELD:
+                self._drain()
         self._busy += _time.perf_counter() - now
+
+    def _drain(self) -> None:
+        """Push every tuple to its far end: every pair of the tuples so far is out; ack the inputs held."""
+        self._last_flush = _time.perf_counter()
+        if self._esault_emit is None:  # outside the runtime (a harness calling snapshot_state): nothing to emit
+            return
+        self._emit(self._chain.drain())
+        held, self._held = self._held, []
+        for anchor in held:
+            anchor.ack()
+
+    def _input_idle(self) -> bool:
+        """Nothing waits behind this batch in the SPU's mailbox: spare time, so push every pair out now
+        (a pair waits for its tuples to cross only while the join is busy)."""
+        stats = getattr(self, "_esault_stats", None)
+        return stats is not None and stats.backlog == 0
+
+    def _flush_due(self, now: float) -> bool:
+        return self._flush_interval is not None and now - self._last_flush >= self._flush_interval
 
     def on_expire(self) -> None:
         """The key went idle: push every tuple through, so the pairs still waiting to meet come out."""
-        self._emit(self._chain.drain())
+        self._drain()
 
     def _emit(self, pairs: list) -> None:
         for p in pairs:
@@ -112,6 +137,10 @@ class JoinBolt(Bolt):
     # --- state: the chain moves and checkpoints with the key ---
 
     def snapshot_state(self) -> dict[str, Any]:
+        """Drained first (at a checkpoint, before its barrier; when the key moves, its pairs so far leave from
+        here), so no input stays held by an instance that may be dropped: the state owes no pair."""
+        if self._held:
+            self._drain()
         return {"chain": self._chain.snapshot(), "shed": self.shed, "joined": self.joined}
 
     def restore_state(self, state: dict[str, Any]) -> None:

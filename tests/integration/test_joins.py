@@ -165,3 +165,15 @@ def test_the_run_summary_names_the_tuples_a_join_shed(capsys):
     _print_status({"topology": "joins", "units": {"j": {**unit, "shed": 37}, "out": unit}}, 1.0)
     lines = capsys.readouterr().out.splitlines()
     assert "shed 37 under overload" in lines[1] and "shed" not in lines[2]
+
+
+def test_a_finite_run_with_a_chain_of_several_workers_is_complete_when_the_job_is(cluster, config):
+    """Inputs stay unacked until their chain drained, so job.wait() covers the pairs still waiting to cross."""
+    window, n = 25, 300
+    lefts, rights = make_stream(n, 9), make_stream(n, 10)
+    STAGES["finite"] = 0
+    job = cluster.submit(join_topology(lefts, rights, window, "finite", [n], [n], workers=3).build(), config)
+    assert job.wait(60), job.status()
+    job.stop()  # no waiting for idle keys here: a stopped job's queued tuples drain, nothing more
+    got = Counter((v["query"], k, v["left"]["id"], v["right"]["id"]) for k, v in collected("out"))
+    assert got == oracle(lefts, rights, window)
