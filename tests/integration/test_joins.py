@@ -177,3 +177,17 @@ def test_a_finite_run_with_a_chain_of_several_workers_is_complete_when_the_job_i
     job.stop()  # no waiting for idle keys here: a stopped job's queued tuples drain, nothing more
     got = Counter((v["query"], k, v["left"]["id"], v["right"]["id"]) for k, v in collected("out"))
     assert got == oracle(lefts, rights, window)
+
+
+def test_the_join_example_counts_what_a_nested_loop_counts(cluster, config):
+    import json
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "examples"))
+    import joins as example
+
+    job = cluster.submit(example.build_topology(total=300), config)
+    assert job.wait(60), job.status()
+    job.stop()
+    assert json.loads((job.data_dir / "pairs.json").read_text()) == example.oracle(300)
