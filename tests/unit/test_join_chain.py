@@ -24,11 +24,13 @@ def produced(pairs):
 
 
 values = st.fixed_dictionaries({"k": st.integers(0, 3), "x": st.integers(0, 10)})
-# one step: ("R"|"S", ts increment, value) enters, ("deliver", link choice), ("add"|"remove", position)
+# one step: ("R"|"S", ts increment, value) enters, ("deliver", link choice), ("add"|"remove", position),
+# ("drain",) or ("checkpoint",): snapshot and restore
 steps = st.lists(st.one_of(
     st.tuples(st.sampled_from(["R", "S"]), st.integers(0, 3), values),
     st.tuples(st.just("deliver"), st.integers(0, 1000)),
     st.tuples(st.sampled_from(["add", "remove"]), st.integers(0, 5)),
+    st.tuples(st.sampled_from(["drain", "checkpoint"])),
 ), min_size=20, max_size=200)
 
 
@@ -50,6 +52,11 @@ def test_every_pair_in_the_window_joins_exactly_once_under_any_interleaving_and_
             busy = chain.busy_links()
             if busy:
                 out += chain.deliver(busy[step[1] % len(busy)])
+        elif step[0] == "drain":
+            out += chain.drain()
+        elif step[0] == "checkpoint":  # what a PE does: quiet, snapshot, and a restore from it
+            out += chain.run()
+            chain = JoinChain.restore(queries, window, chain.snapshot(), zeta=zeta, max_inflight=inflight)
         elif not chain.changing:
             if step[0] == "add" and chain.size < 6:
                 out += chain.add_worker(step[1] % (chain.size + 1))
