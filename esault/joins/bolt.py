@@ -54,6 +54,7 @@ class JoinBolt(Bolt):
                         if self._shed_config else None)
         self._period_start = _time.perf_counter()
         self._busy = 0.0
+        self._spu_busy_us: int | None = None  # the SPU's busy counter at the last sample
         self._last_flush = self._period_start
         self._held: list = []  # anchors of inputs whose pairs may not all be out yet (chains of 2+ workers)
         self.shed = 0
@@ -119,10 +120,23 @@ class JoinBolt(Bolt):
     # --- load shedding (S2J tau1), counted ---
 
     def _observe(self, now: float) -> None:
+        """One utilisation sample per period: the SPU's busy fraction (all its keys; this key's alone would
+        read low when many keys share the SPU), or this PE's outside the runtime."""
         elapsed = now - self._period_start
-        if elapsed >= self._policy_period:
-            self._policy.observe(self._busy / elapsed, self._chain.size)
-            self._busy, self._period_start = 0.0, now
+        if elapsed < self._policy_period:
+            return
+        stats = getattr(self, "_esault_stats", None)
+        if stats is not None:
+            if self._spu_busy_us is None:  # a new PE: its first sample starts here
+                self._spu_busy_us, self._period_start = stats.busy_us, now
+                return
+            if stats.busy_us == self._spu_busy_us:
+                return  # the SPU counts busy time per batch: no batch finished since the last sample
+            busy, self._spu_busy_us = (stats.busy_us - self._spu_busy_us) / 1e6, stats.busy_us
+        else:
+            busy = self._busy
+        self._policy.observe(busy / elapsed if elapsed > 0 else 0.0, self._chain.size)
+        self._busy, self._period_start = 0.0, now
 
     @property
     def _policy_period(self) -> float:
