@@ -6,4 +6,7 @@ from esault.joins.protocol import Ack, Joined, SizeChange, TupleBlock
 from esault.joins.queries import JoinQuery
 from esault.joins.shedding import ShedPolicy
 
-__all__ = ["Ack", "ChainChangeError", "JoinChain", "JoinController", "JoinQuery", "Joined", "ShedPolicy", "SizeChange", "TupleBlock"]
+__all__ = [
+    "Ack", "ChainChangeError", "JoinChain", "JoinController", "JoinQuery", "Joined", "ShedPolicy", "SizeChange",
+    "TupleBlock",
+]
