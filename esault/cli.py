@@ -364,6 +364,8 @@ def _print_status(status: dict[str, Any], elapsed: float) -> None:
         verb = "processed" if unit["kind"] == "bolt" else "emitted"
         extra = f", acked {unit['acked']}, failed {unit['failed']}, replayed {unit['replayed']}" \
             if unit["kind"] == "spout" else f", {unit['pes']} PEs"
+        if unit.get("shed"):  # load shedding (a stream join's) is never silent
+            extra += f", shed {unit['shed']} under overload"
         print(f"  {name:<12} {len(unit['spus'])} SPU(s), {verb} {count}{extra}")
     ckpt = status.get("checkpoints")
     if ckpt and status.get("guarantee") == "exactly_once":

@@ -9,7 +9,7 @@ from esault.dsl.context import TopologyContext
 from esault.dsl.tuple import Tuple
 
 
-_FRAMEWORK = ("key", "emit", "_esault_emit", "_esault_defer", "_esault_spu")
+_FRAMEWORK = ("key", "emit", "_esault_emit", "_esault_defer", "_esault_spu", "_esault_stats")
 """Instance attributes the runtime sets on a PE; they are not the user's state."""
 
 

@@ -292,6 +292,46 @@ class TopologyBuilder:
                                 "Aggregate instance, e.g. aggregate(name, TopK(5))")
         return AggregateDeclarer(self, name, agg, parallelism, final_parallelism, options)
 
+    def join(self, name: str, left: str, right: str, on: Any = None, window: float = 60.0, kind: Any = "equi",
+             band: float = 0.0, time: Any = "ts", parallelism: int = 1, zeta: int = 20, workers: int = 1,
+             also: list[Mapping[str, Any]] | None = None, shed: Mapping[str, Any] | None = None,
+             flush_interval: float | None = 1.0, **options: Any) -> BoltDeclarer:
+        """A windowed stream join of `left` (R) with `right` (S): an S2J chain per key (docs/JOINS.md).
+
+        Tuples join when they carry the same key, their event times (`time`: a
+        field of dict values or a callable) are at most `window` apart, and
+        `kind` accepts them: "equi" (left `on` == right `on`), "band" (|left
+        `on` - right `on`| <= `band`) or a predicate (r, s) -> bool, given as a
+        callable or "module:function" (needed with worker processes). `on` is
+        a field name, a (left, right) pair of them, or callables. `also` adds
+        queries {"name", "kind", "on", "band"} that share the same chain.
+        Emits (key, {"query", "left", "right"}). `shed` turns on S2J's load
+        shedding: ShedPolicy fields (tau1, max_shed, ...) and "period".
+        """
+        from esault.joins.bolt import JoinBolt  # the dsl stays importable without the join's dependencies
+
+        if left == right:
+            raise TopologyError(f"join {name!r}: left and right are both {left!r}; a self-join needs the stream "
+                                "declared twice (two spouts, or a bolt that copies it)")
+        for label, value in (("window", window), ("zeta", zeta), ("workers", workers)):
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or value < (0 if label == "window" else 1):
+                raise TopologyError(f"join {name!r}: {label} must be a number >= {0 if label == 'window' else 1}, "
+                                    f"got {value!r}")
+        queries = [{"name": name, "kind": kind, "on": on, "band": band}, *(also or [])]
+        for q in queries[1:]:
+            if not isinstance(q, Mapping) or "name" not in q:
+                raise TopologyError(f"join {name!r}: each of also= must be a dict with a 'name' (and 'kind', 'on', "
+                                    f"'band'), got {q!r:.80}")
+        params = {"left": left, "right": right, "queries": queries, "window": window, "time": time, "zeta": zeta,
+                  "workers": workers, "shed": dict(shed) if shed else None, "flush_interval": flush_interval}
+        try:
+            JoinBolt(**params)  # a bad kind, band or field spec fails here, at declaration
+        except (TypeError, ValueError) as exc:
+            raise TopologyError(f"join {name!r}: {exc}") from None
+        options.setdefault("pe_idle_timeout", 0.5)  # an idle key drains its chain: its held inputs are acked
+        declarer = self.set_bolt(name, JoinBolt, parallelism, params=params, **options)
+        return declarer.key_grouping(left).key_grouping(right)
+
     def _declare(self, name: str, cls: type, parallelism: int, is_spout: bool, options: dict[str, Any]) -> None:
         kind = "spout" if is_spout else "bolt"
         if not isinstance(name, str) or not name or not name.replace("_", "").replace("-", "").isalnum():

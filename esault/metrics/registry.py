@@ -71,6 +71,8 @@ SPU_COUNTERS: Final = (
     SpuMetric("esault_busy_seconds_total", "busy_us",
               "Seconds the bolt SPU spent processing batches (not waiting): rate() of it is its busy fraction.",
               1e-6),
+    SpuMetric("esault_tuples_shed_total", "shed",
+              "Tuples a bolt dropped on purpose under overload (a stream join's load shedding): never silent."),
 )
 """Counters, labelled topology/unit/spu, for live SPUs only: a retired SPU's series end when it
 stops (its counts live on in its unit's retired total, esault.metrics.stats.StatsRegistry.totals)."""

@@ -20,6 +20,7 @@ RETIRED_SPU: Final = -1
 
 COUNTERS: Final = (
     "emitted", "processed", "acked", "failed", "replayed", "user_errors", "dead_letters", "untracked", "busy_us",
+    "shed",
 )
 """SpuStats attributes that only grow: a retired SPU's are added to its unit's retired total."""
 
@@ -52,6 +53,7 @@ class SpuStats:
         self.user_errors = 0
         self.dead_letters = 0
         self.untracked = 0  # spouts: tuples emitted outside any tracked tree (no msg_id, or acking off)
+        self.shed = 0  # tuples a bolt dropped on purpose under overload (a join's load shedding)
         self.busy_us = 0  # bolts: microseconds spent processing batches (DS2's "useful time")
         self.pes = 0
         self.queue_depth = 0

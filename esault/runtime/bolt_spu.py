@@ -155,6 +155,7 @@ class BoltSpuActor(SenderActor):
         pe._esault_emit = self.emit_path
         pe._esault_defer = self._defer
         pe._esault_spu = self.services
+        pe._esault_stats = self.stats  # for counts a bolt keeps itself (a join's shed tuples)
         pe.open(self.context(key))
         if self._parked and key in self._parked:
             self._unpark(key, pe)

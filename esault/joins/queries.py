@@ -1,0 +1,191 @@
+"""Join queries and the per-worker indexes that find a tuple's partners without a full scan.
+
+A query says which (r, s) pairs join: `equi` (left key == right key, a hash
+index: O(1) probe), `band` (|left - right| <= band, a sortedcontainers index:
+O(log n + matches) probe) or any predicate (a scan). Several queries over the
+same stream pair share one chain: each keeps its own index over the same
+stored tuples.
+"""
+
+from __future__ import annotations
+
+import importlib
+from dataclasses import dataclass, field
+from typing import Any, Callable, Iterable
+
+from sortedcontainers import SortedKeyList
+
+from esault.errors import TopologyError
+
+KINDS = ("equi", "band")
+Extractor = Callable[[Any], Any]
+Predicate = Callable[[Any, Any], bool]
+
+
+def extractor(on: str | Extractor | None, what: str) -> Extractor:
+    """A field name of dict values, or a callable on the value; None means the value itself."""
+    if on is None:
+        return _identity
+    if callable(on):
+        return on
+    if isinstance(on, str):
+        return _Field(on, what)
+    raise TopologyError(f"join {what}: expected a field name (str) or a callable on the tuple value, got {on!r}")
+
+
+def _identity(value: Any) -> Any:
+    return value
+
+
+@dataclass(frozen=True, slots=True)
+class _Field:
+    name: str
+    what: str
+
+    def __call__(self, value: Any) -> Any:
+        try:
+            return value[self.name]
+        except (KeyError, TypeError, IndexError):
+            raise TopologyError(f"join {self.what}: the value {value!r:.80} has no field {self.name!r}; emit dict "
+                                f"values with {self.name!r}, or pass a callable") from None
+
+
+def resolve_predicate(kind: Any, name: str) -> Predicate:
+    """A callable, or "module:function" (what a topology file sends to worker processes)."""
+    if callable(kind):
+        return kind
+    if isinstance(kind, str) and ":" in kind:
+        module, _, attr = kind.partition(":")
+        try:
+            return getattr(importlib.import_module(module), attr)
+        except (ImportError, AttributeError) as exc:
+            raise TopologyError(f"join {name!r}: cannot import predicate {kind!r} ({exc})") from None
+    raise TopologyError(f"join {name!r}: kind must be 'equi', 'band', a predicate (r, s) -> bool, or "
+                        f"'module:function' naming one; got {kind!r}")
+
+
+@dataclass(frozen=True)
+class JoinQuery:
+    """One join over the stream pair: which pairs match, and the index that finds them."""
+
+    name: str
+    kind: str | Predicate = "equi"
+    left_on: Extractor = _identity
+    right_on: Extractor = _identity
+    band: float = 0.0
+    _predicate: Predicate | None = field(default=None, repr=False)
+
+    def __post_init__(self) -> None:
+        if self.kind in KINDS:
+            if self.kind == "band" and not (isinstance(self.band, (int, float)) and self.band >= 0):
+                raise TopologyError(f"join {self.name!r}: a band join needs band >= 0 (the largest |left - right| "
+                                    f"that joins), got {self.band!r}")
+            return
+        object.__setattr__(self, "_predicate", resolve_predicate(self.kind, self.name))
+
+    @property
+    def kind_name(self) -> str:
+        return self.kind if self.kind in KINDS else "predicate"
+
+    def matches(self, r: Any, s: Any) -> bool:
+        """Whether values r (left stream) and s (right stream) join: the nested-loop definition."""
+        if self.kind == "equi":
+            return self.left_on(r) == self.right_on(s)
+        if self.kind == "band":
+            return abs(self.left_on(r) - self.right_on(s)) <= self.band
+        return bool(self._predicate(r, s))
+
+    def index(self, side: str) -> "JoinIndex":
+        """An index over stored tuples of `side` ("R" or "S"), probed by the other side's values."""
+        stored, probe = (self.left_on, self.right_on) if side == "R" else (self.right_on, self.left_on)
+        if self.kind == "equi":
+            return HashIndex(stored, probe)
+        if self.kind == "band":
+            return BandIndex(stored, probe, self.band)
+        matches = self.matches
+        return ScanIndex((lambda stored_v, probe_v: matches(stored_v, probe_v)) if side == "R"
+                         else (lambda stored_v, probe_v: matches(probe_v, stored_v)))
+
+
+class JoinIndex:
+    """Stored tuples (seq, ts, value) of one side, for one query. probe() returns candidates that match."""
+
+    def add(self, tup: tuple) -> None: ...
+
+    def remove(self, tup: tuple) -> None: ...
+
+    def probe(self, value: Any) -> Iterable[tuple]: ...
+
+    def __len__(self) -> int: ...
+
+
+class HashIndex(JoinIndex):
+    """key -> {seq: tuple}: an equi-join probe is one dict lookup."""
+
+    def __init__(self, stored: Extractor, probe: Extractor) -> None:
+        self._stored, self._probe = stored, probe
+        self._buckets: dict[Any, dict[int, tuple]] = {}
+        self._n = 0
+
+    def add(self, tup: tuple) -> None:
+        self._buckets.setdefault(self._stored(tup[2]), {})[tup[0]] = tup
+        self._n += 1
+
+    def remove(self, tup: tuple) -> None:
+        key = self._stored(tup[2])
+        bucket = self._buckets[key]
+        del bucket[tup[0]]
+        if not bucket:
+            del self._buckets[key]
+        self._n -= 1
+
+    def probe(self, value: Any) -> Iterable[tuple]:
+        bucket = self._buckets.get(self._probe(value))
+        return list(bucket.values()) if bucket else ()
+
+    def __len__(self) -> int:
+        return self._n
+
+
+class BandIndex(JoinIndex):
+    """Tuples sorted by join attribute (sortedcontainers): a band probe is a range scan."""
+
+    def __init__(self, stored: Extractor, probe: Extractor, band: float) -> None:
+        self._probe, self._band = probe, band
+        self._sorted = SortedKeyList(key=lambda t: (stored(t[2]), t[0]))
+        self._stored = stored
+
+    def add(self, tup: tuple) -> None:
+        self._sorted.add(tup)
+
+    def remove(self, tup: tuple) -> None:
+        self._sorted.remove(tup)
+
+    def probe(self, value: Any) -> Iterable[tuple]:
+        v = self._probe(value)
+        lo, hi = v - self._band, v + self._band
+        return list(self._sorted.irange_key((lo, float("-inf")), (hi, float("inf"))))
+
+    def __len__(self) -> int:
+        return len(self._sorted)
+
+
+class ScanIndex(JoinIndex):
+    """No index: an arbitrary predicate is checked against every stored tuple."""
+
+    def __init__(self, test: Callable[[Any, Any], bool]) -> None:
+        self._test = test
+        self._tuples: dict[int, tuple] = {}
+
+    def add(self, tup: tuple) -> None:
+        self._tuples[tup[0]] = tup
+
+    def remove(self, tup: tuple) -> None:
+        del self._tuples[tup[0]]
+
+    def probe(self, value: Any) -> Iterable[tuple]:
+        test = self._test
+        return [t for t in self._tuples.values() if test(t[2], value)]
+
+    def __len__(self) -> int:
+        return len(self._tuples)
