@@ -11,15 +11,17 @@ import ipaddress
 import socket
 import threading
 from dataclasses import dataclass, field
+from collections.abc import Iterable, Iterator
 from types import TracebackType
 from typing import Any
 from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 
 from prometheus_client import CollectorRegistry, make_wsgi_app
+from prometheus_client.metrics_core import Metric
 from prometheus_client.exposition import ThreadingWSGIServer
 
 from esault.errors import ConfigError
-from esault.metrics.collector import register_stats_collector
+from esault.metrics.collector import SpuStatsCollector, register_stats_collector
 from esault.metrics.registry import REGISTRY
 from esault.metrics.stats import STATS, StatsRegistry
 
@@ -77,24 +79,32 @@ def start_metrics_server(
     *,
     registry: CollectorRegistry = REGISTRY,
     stats: StatsRegistry = STATS,
+    spu_series: bool = True,
 ) -> MetricsServer:
     """Serve ``registry`` (with the SpuStats collector of ``stats``) on http://host:port/metrics.
 
     ``port=0`` picks a free port; read it back from ``.port``. Bind ``0.0.0.0``
     inside a container so Prometheus can reach it. Registering the collector is
     idempotent, so calling this twice in one process serves the same series twice.
+    ``spu_series=False`` leaves the per-SPU series out (a worker of a cluster: the
+    driver exports its SPUs from heartbeats, and serving them twice would double
+    every sum over both scrape targets); the rest of ``registry`` is served.
     Raises ConfigError if the port is invalid or already in use.
     """
     if not isinstance(port, int) or isinstance(port, bool) or not 0 <= port <= 65535:
         raise ConfigError(f"metrics port must be 0-65535 (0 = pick a free port), got {port!r}")
-    register_stats_collector(registry, stats)
+    served: Any = registry
+    if spu_series:
+        register_stats_collector(registry, stats)
+    else:
+        served = _WithoutSpuSeries(registry)
     try:
         family, bind_host = _best_family(host, port)
 
         class _Server(ThreadingWSGIServer):
             address_family = family
 
-        httpd = make_server(bind_host, port, make_wsgi_app(registry), _Server,
+        httpd = make_server(bind_host, port, make_wsgi_app(served), _Server,
                             handler_class=_QuietHandler)
     except OSError as exc:
         raise ConfigError(
@@ -109,6 +119,21 @@ def start_metrics_server(
     )
     thread.start()
     return MetricsServer(host=host, port=httpd.server_port, _httpd=httpd, _thread=thread)
+
+
+class _WithoutSpuSeries:
+    """A view of a CollectorRegistry without the SpuStats collector's families (whoever registered it)."""
+
+    _NAMES = frozenset(family.name for family in SpuStatsCollector(StatsRegistry()).describe())
+
+    def __init__(self, registry: CollectorRegistry) -> None:
+        self.registry = registry
+
+    def collect(self) -> Iterator[Metric]:
+        return (family for family in self.registry.collect() if family.name not in self._NAMES)
+
+    def restricted_registry(self, names: Iterable[str]) -> Any:
+        return _WithoutSpuSeries(self.registry.restricted_registry(names))
 
 
 class _QuietHandler(WSGIRequestHandler):

@@ -572,3 +572,53 @@ def test_an_endpoint_exposes_every_reason_it_can_drop_a_frame_for_at_zero():
                    for r in ("handshake", "no_curve", "unknown_key"))
     finally:
         endpoint.close()
+
+
+def test_a_server_without_spu_series_serves_everything_else_even_with_the_stats_collector_registered():
+    topology = "test-no-spu-series"
+    STATS.register(make_stats(topology, "count", 0, processed=7))
+    register_stats_collector()  # as a driver in the same process would have
+    try:
+        record_scaling_event(topology, "count", "split", "overload")
+        with start_metrics_server(spu_series=False) as server:
+            samples = scrape(server)
+    finally:
+        STATS.forget_topology(topology)
+
+    spu_names = {m.name for m in SPU_COUNTERS + SPU_GAUGES} | {"esault_spus"}
+    assert not [key for key in samples if key[0] in spu_names]
+    scaling = frozenset({"topology": topology, "unit": "count", "action": "split", "reason": "overload"}.items())
+    assert samples[("esault_scaling_events_total", scaling)] >= 1
+    assert ("esault_workers", frozenset()) in samples
+
+
+def test_esault_worker_serves_metrics_without_its_spus_series(monkeypatch):
+    """A worker's SPUs are on the driver's /metrics (heartbeats); on its own too, sums would count them twice."""
+    import esault.cli as cli
+    import esault.cluster.credentials as credentials
+    import esault.cluster.worker as worker
+
+    topology = "test-worker-metrics"
+    STATS.register(make_stats(topology, "count", 3, processed=5))
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    served: list[Samples] = []
+
+    def fake_run_worker(*args, **kwargs) -> int:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as response:
+            text = response.read().decode()
+        served.append({(s.name, frozenset(s.labels.items())): s.value
+                       for family in text_string_to_metric_families(text) for s in family.samples})
+        return 0
+
+    monkeypatch.setattr(credentials.WorkerKeys, "from_files", staticmethod(lambda *args: object()))
+    monkeypatch.setattr(worker, "run_worker", fake_run_worker)
+    try:
+        assert cli.main(["worker", "--driver", "127.0.0.1:5555", "--secret-key", "k", "--driver-key", "d",
+                         "--metrics-port", str(port)]) == 0
+    finally:
+        STATS.forget_topology(topology)
+    assert served, "the worker did not run"
+    assert not [key for key in served[0] if key[0].startswith("esault_tuples_") or key[0] == "esault_spus"]
+    assert ("esault_workers", frozenset()) in served[0]
