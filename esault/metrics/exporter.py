@@ -22,6 +22,7 @@ from prometheus_client.exposition import ThreadingWSGIServer
 
 from esault.errors import ConfigError
 from esault.metrics.collector import SpuStatsCollector, register_stats_collector
+from esault.metrics.forwarded import FORWARDED_METRICS, WithForwardedSamples
 from esault.metrics.registry import REGISTRY
 from esault.metrics.stats import STATS, StatsRegistry
 
@@ -79,25 +80,27 @@ def start_metrics_server(
     *,
     registry: CollectorRegistry = REGISTRY,
     stats: StatsRegistry = STATS,
-    spu_series: bool = True,
+    worker: bool = False,
 ) -> MetricsServer:
     """Serve ``registry`` (with the SpuStats collector of ``stats``) on http://host:port/metrics.
 
     ``port=0`` picks a free port; read it back from ``.port``. Bind ``0.0.0.0``
     inside a container so Prometheus can reach it. Registering the collector is
     idempotent, so calling this twice in one process serves the same series twice.
-    ``spu_series=False`` leaves the per-SPU series out (a worker of a cluster: the
-    driver exports its SPUs from heartbeats, and serving them twice would double
-    every sum over both scrape targets); the rest of ``registry`` is served.
+    ``worker=True`` (a worker of a cluster) leaves out what the driver serves for
+    it from its heartbeats -- its SPUs' series and the forwarded metrics
+    (esault.metrics.forwarded) -- since serving them twice would double every
+    sum over both scrape targets; the rest (process_*, python_gc_*) is served.
     Raises ConfigError if the port is invalid or already in use.
     """
     if not isinstance(port, int) or isinstance(port, bool) or not 0 <= port <= 65535:
         raise ConfigError(f"metrics port must be 0-65535 (0 = pick a free port), got {port!r}")
-    served: Any = registry
-    if spu_series:
-        register_stats_collector(registry, stats)
+    # The process registry also carries the workers' forwarded samples (a driver's; empty elsewhere).
+    served: Any = WithForwardedSamples(registry) if registry is REGISTRY else registry
+    if worker:
+        served = _WithoutDriverExported(served)
     else:
-        served = _WithoutSpuSeries(registry)
+        register_stats_collector(registry, stats)
     try:
         family, bind_host = _best_family(host, port)
 
@@ -121,10 +124,12 @@ def start_metrics_server(
     return MetricsServer(host=host, port=httpd.server_port, _httpd=httpd, _thread=thread)
 
 
-class _WithoutSpuSeries:
-    """A view of a CollectorRegistry without the SpuStats collector's families (whoever registered it)."""
+class _WithoutDriverExported:
+    """A view of a CollectorRegistry without the families the driver exports for a worker: the SpuStats
+    collector's (whoever registered it) and the forwarded metrics."""
 
-    _NAMES = frozenset(family.name for family in SpuStatsCollector(StatsRegistry()).describe())
+    _NAMES = frozenset(family.name for family in SpuStatsCollector(StatsRegistry()).describe()) | frozenset(
+        family.name for metric in FORWARDED_METRICS for family in metric.describe())
 
     def __init__(self, registry: CollectorRegistry) -> None:
         self.registry = registry
@@ -133,7 +138,7 @@ class _WithoutSpuSeries:
         return (family for family in self.registry.collect() if family.name not in self._NAMES)
 
     def restricted_registry(self, names: Iterable[str]) -> Any:
-        return _WithoutSpuSeries(self.registry.restricted_registry(names))
+        return _WithoutDriverExported(self.registry.restricted_registry(names))
 
 
 class _QuietHandler(WSGIRequestHandler):
