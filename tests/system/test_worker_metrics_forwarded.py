@@ -43,3 +43,14 @@ def test_a_connection_a_spawned_worker_refused_is_counted_on_the_drivers_metrics
                        message=f"the refused connection counted for {worker} on the driver's /metrics")
         finally:
             plain.close()
+
+
+def test_a_closed_clusters_workers_leave_the_drivers_metrics():
+    from esault.metrics.forwarded import FORWARDED
+
+    with LocalCluster(workers=1) as cluster:
+        assert cluster.registry.wait_for(1, 30), "the worker did not join"
+        worker = next(iter(cluster.registry.workers))
+        wait_until(lambda: any(s.labels.get("process") == worker for samples in FORWARDED.by_family().values()
+                               for s in samples), 15, message="the worker's forwarded samples at the driver")
+    assert not any(s.labels.get("process") == worker for samples in FORWARDED.by_family().values() for s in samples)
