@@ -29,6 +29,13 @@ ForwardedRow = tuple[str, str, dict[str, str], float]
 FORWARDED_METRICS: Final = (FRAMES_DROPPED, AUTH_REJECTED, UNKNOWN_MESSAGES, TUPLE_LATENCY)
 """What a worker forwards; everything else it observes on prometheus_client objects is driver-side."""
 
+_LABELS: Final = {family.name: frozenset(metric._labelnames) | {"le"}
+                   for metric in FORWARDED_METRICS for family in metric.describe()}
+"""The label names each forwarded family may carry (le: a histogram bucket's)."""
+
+MAX_ROWS_PER_WORKER: Final = 1000
+"""A worker's samples beyond this are dropped: a misbehaving worker cannot grow the driver's /metrics."""
+
 PROCESS_LABEL: Final = "process"
 REFRESH_BEATS: Final = 25
 """A worker resends unchanged samples every this many heartbeats (5 s at 0.2 s): a lost beat heals."""
@@ -72,11 +79,16 @@ class ForwardedSamples:
         self._by_process: dict[str, list[ForwardedRow]] = {}
 
     def update(self, process: str, rows: list[ForwardedRow]) -> None:
-        """Keep `rows` as `process`'s samples; an empty list means "unchanged" and is ignored."""
+        """Keep `rows` as `process`'s samples; an empty list means "unchanged" and is ignored.
+
+        Only samples of the forwarded families with their own label names are kept, at most
+        MAX_ROWS_PER_WORKER: the series a worker can add to the driver's /metrics stay bounded.
+        """
         if not rows:
             return
+        kept = [row for row in rows if row[0] in _LABELS and row[2].keys() <= _LABELS[row[0]]]
         with self._lock:
-            self._by_process[process] = list(rows)
+            self._by_process[process] = kept[:MAX_ROWS_PER_WORKER]
 
     def forget(self, process: str) -> None:
         with self._lock:
