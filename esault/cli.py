@@ -321,7 +321,9 @@ def _worker(args: argparse.Namespace) -> int:
     if args.metrics_port is not None:
         from esault.metrics.exporter import start_metrics_server
 
-        server = start_metrics_server(args.metrics_host, args.metrics_port)
+        # Its SPUs' series and its own esault metrics reach the driver's /metrics in heartbeats: served here
+        # too, they would count twice. This /metrics has the worker's process_* and python_gc_*.
+        server = start_metrics_server(args.metrics_host, args.metrics_port, worker=True)
     try:
         return run_worker(args.driver, keys, args.name, args.bind_host, driver_timeout=args.driver_timeout,
                           connect_timeout=args.connect_timeout, port=args.port, advertise=args.advertise)

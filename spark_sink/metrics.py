@@ -12,7 +12,8 @@ ROWS_COMMITTED = Counter(
 BATCHES = Counter("esault_sink_batches", "Batches committed into the Spark table.", LABELS)
 COMMIT_SECONDS = Histogram(
     "esault_sink_commit_seconds",
-    "Seconds to commit one batch (encode, Spark write, publish, log).",
+    "Seconds to commit one batch (encode, Spark write, publish, log); under exactly_once, to stage one "
+    "checkpoint epoch's batches (encode, write, log; publishing them is a rename).",
     LABELS,
     buckets=(0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0),
 )

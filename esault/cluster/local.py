@@ -132,6 +132,8 @@ class LocalCluster:
     def _close_transport(self) -> None:
         if self.registry is not None:
             self._metrics.remove_source(self.registry.live_stats)
+            for worker in list(self.registry.workers):  # their forwarded samples end with the cluster
+                self.registry.forwarded.forget(worker)
         if self.postman is not None:
             if self.keys.local_client is not None:
                 remove_status_keys(self.address)

@@ -23,7 +23,8 @@ from typing import Any, Callable
 from esault.cluster.addresses import advertised
 from esault.cluster.authority import refusal
 from esault.errors import SerializationError
-from esault.metrics.registry import count_auth_rejected, count_dropped_frame
+from esault.metrics.registry import (count_auth_rejected, count_dropped_frame, init_auth_rejected_series,
+                                     init_frame_drop_series)
 from esault.runtime.messages import SavepointRequest, StatusRequest, WorkerHello
 from esault.transport.address import Address
 from esault.transport.endpoint import DEFAULT_MAX_FRAME_BYTES, Endpoint, RemoteMailbox
@@ -67,6 +68,8 @@ class Postman:
         self._held_cap = held_bytes
         self.refused: dict[str, int] = {}
         """Messages dropped here, by reason ('not_permitted', 'held_full')."""
+        init_frame_drop_series(("held_full",))
+        init_auth_rejected_series(("not_permitted",))
         codec = WireCodec(to_address=self.address_of, from_address=self.mailbox_for, max_frame_bytes=max_frame_bytes)
         self.endpoint = Endpoint(process, self._deliver, bind=bind, keys=self.keys, codec=codec,
                                  max_frame_bytes=max_frame_bytes, control=CONTROL_LANE)

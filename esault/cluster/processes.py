@@ -28,6 +28,7 @@ from esault.cluster.unit_wire import check_sendable, config_to_wire, unit_to_wir
 from esault.dsl.topology import Grouping, Topology, UnitSpec
 from esault.errors import ResourceError, UnitStartError, WorkerLost
 from esault.metrics import registry as metrics
+from esault.metrics.forwarded import FORWARDED, ForwardedSamples
 from esault.metrics.stats import SpuStats
 from esault.runtime.context import JobContext
 from esault.runtime.messages import (
@@ -49,8 +50,10 @@ log = logging.getLogger("esault.cluster")
 class WorkerRegistry:
     """Thread-safe record of the workers, their SPUs and their last reported counts."""
 
-    def __init__(self) -> None:
+    def __init__(self, forwarded: ForwardedSamples = FORWARDED) -> None:
         self._lock = threading.Condition()
+        self.forwarded = forwarded
+        """Each worker's own low-rate metric samples from its heartbeats, served by the driver's /metrics."""
         self.workers: dict[str, str] = {}
         self.spus_on: dict[str, set[int]] = {}
         self.last_beat: dict[str, float] = {}
@@ -75,6 +78,7 @@ class WorkerRegistry:
         with self._lock:
             self.last_beat[beat.process] = time.monotonic()
             self.beats[beat.process] = self.beats.get(beat.process, 0) + 1
+            self.forwarded.update(beat.process, beat.samples)
             for topology, unit, spu, counts in beat.stats:
                 stats = self.stats.get((topology, unit, spu))
                 if stats is None:
@@ -113,6 +117,7 @@ class WorkerRegistry:
         with self._lock:
             self.workers.pop(process, None)
             self.last_beat.pop(process, None)
+            self.forwarded.forget(process)
             self._lock.notify_all()  # a launcher waiting for this worker's answer gives up now
             return self.spus_on.pop(process, set())
 

@@ -22,6 +22,7 @@ from esault.cluster.postman import Postman
 from esault.cluster.role import mark_worker
 from esault.cluster.unit_wire import config_from_wire, unit_from_wire
 from esault.dsl.topology import Topology
+from esault.metrics.forwarded import SampleSender
 from esault.metrics.stats import STATS
 from esault.runtime.bolt_spu import BoltSpuActor
 from esault.runtime.sender import StartCheck
@@ -262,6 +263,7 @@ def run_worker(driver: str, keys: WorkerKeys, name: str | None = None, bind_host
     postman.send(DRIVER, "cluster", WorkerHello(name, postman.address, os.getpid()))
     log.info("worker %s joining driver %s from %s", name, driver, postman.address)
     started = time.monotonic()
+    samples = SampleSender()
     try:
         while not done.wait(HEARTBEAT_INTERVAL):
             if not hosting.heard:
@@ -278,7 +280,7 @@ def run_worker(driver: str, keys: WorkerKeys, name: str | None = None, bind_host
                           name, silent, driver_timeout)
                 return 3
             try:
-                postman.send(DRIVER, "cluster", WorkerHeartbeat(name, stats_rows()), timeout=5.0)
+                postman.send(DRIVER, "cluster", WorkerHeartbeat(name, stats_rows(), samples.next_rows()), timeout=5.0)
             except TimeoutError:
                 log.warning("worker %s: driver not reading heartbeats", name)
     finally:

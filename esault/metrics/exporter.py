@@ -11,15 +11,18 @@ import ipaddress
 import socket
 import threading
 from dataclasses import dataclass, field
+from collections.abc import Iterable, Iterator
 from types import TracebackType
 from typing import Any
 from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 
 from prometheus_client import CollectorRegistry, make_wsgi_app
+from prometheus_client.metrics_core import Metric
 from prometheus_client.exposition import ThreadingWSGIServer
 
 from esault.errors import ConfigError
-from esault.metrics.collector import register_stats_collector
+from esault.metrics.collector import SpuStatsCollector, register_stats_collector
+from esault.metrics.forwarded import FORWARDED_METRICS, WithForwardedSamples
 from esault.metrics.registry import REGISTRY
 from esault.metrics.stats import STATS, StatsRegistry
 
@@ -77,24 +80,34 @@ def start_metrics_server(
     *,
     registry: CollectorRegistry = REGISTRY,
     stats: StatsRegistry = STATS,
+    worker: bool = False,
 ) -> MetricsServer:
     """Serve ``registry`` (with the SpuStats collector of ``stats``) on http://host:port/metrics.
 
     ``port=0`` picks a free port; read it back from ``.port``. Bind ``0.0.0.0``
     inside a container so Prometheus can reach it. Registering the collector is
     idempotent, so calling this twice in one process serves the same series twice.
+    ``worker=True`` (a worker of a cluster) leaves out what the driver serves for
+    it from its heartbeats -- its SPUs' series and the forwarded metrics
+    (esault.metrics.forwarded) -- since serving them twice would double every
+    sum over both scrape targets; the rest (process_*, python_gc_*) is served.
     Raises ConfigError if the port is invalid or already in use.
     """
     if not isinstance(port, int) or isinstance(port, bool) or not 0 <= port <= 65535:
         raise ConfigError(f"metrics port must be 0-65535 (0 = pick a free port), got {port!r}")
-    register_stats_collector(registry, stats)
+    # The process registry also carries the workers' forwarded samples (a driver's; empty elsewhere).
+    served: Any = WithForwardedSamples(registry) if registry is REGISTRY else registry
+    if worker:
+        served = _WithoutDriverExported(served)
+    else:
+        register_stats_collector(registry, stats)
     try:
         family, bind_host = _best_family(host, port)
 
         class _Server(ThreadingWSGIServer):
             address_family = family
 
-        httpd = make_server(bind_host, port, make_wsgi_app(registry), _Server,
+        httpd = make_server(bind_host, port, make_wsgi_app(served), _Server,
                             handler_class=_QuietHandler)
     except OSError as exc:
         raise ConfigError(
@@ -109,6 +122,23 @@ def start_metrics_server(
     )
     thread.start()
     return MetricsServer(host=host, port=httpd.server_port, _httpd=httpd, _thread=thread)
+
+
+class _WithoutDriverExported:
+    """A view of a CollectorRegistry without the families the driver exports for a worker: the SpuStats
+    collector's (whoever registered it) and the forwarded metrics."""
+
+    _NAMES = frozenset(family.name for family in SpuStatsCollector(StatsRegistry()).describe()) | frozenset(
+        family.name for metric in FORWARDED_METRICS for family in metric.describe())
+
+    def __init__(self, registry: CollectorRegistry) -> None:
+        self.registry = registry
+
+    def collect(self) -> Iterator[Metric]:
+        return (family for family in self.registry.collect() if family.name not in self._NAMES)
+
+    def restricted_registry(self, names: Iterable[str]) -> Any:
+        return _WithoutDriverExported(self.registry.restricted_registry(names))
 
 
 class _QuietHandler(WSGIRequestHandler):

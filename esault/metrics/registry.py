@@ -22,6 +22,7 @@ enough for a few calls per probe period, not per tuple.
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable
 from typing import Final, Literal, NamedTuple
 
 from prometheus_client import REGISTRY as _PROCESS_REGISTRY
@@ -208,7 +209,8 @@ def exposed_sample_names() -> frozenset[str]:
     """
     names: set[str] = set()
     for metric in (PROBE_LATENCY, TUPLE_LATENCY, SCALING_EVENTS, WORKERS,
-                   FRAMES_DROPPED, AUTH_REJECTED, UNKNOWN_MESSAGES):
+                   FRAMES_DROPPED, AUTH_REJECTED, UNKNOWN_MESSAGES,
+                   CHECKPOINTS, CHECKPOINT_DURATION, RECOVERIES, RECOVERY_PAUSE):
         for family in metric.describe():
             names.update(_sample_names(family.name, family.type))
     for spu_metric in SPU_COUNTERS:
@@ -290,6 +292,47 @@ def count_auth_rejected(reason: str) -> None:
 def count_unknown_message(actor: str) -> None:
     """Count one message an actor did not handle; ``actor`` is its class name, e.g. 'SpuActor'."""
     UNKNOWN_MESSAGES.labels(actor).inc()
+
+
+# --- zero series: a labelled series exists (at 0) before its first event ----------------------
+# Prometheus's rate()/increase() cannot see the first increment of a counter series that appears
+# with value 1, and a panel over a series that does not exist yet shows "No data" rather than 0.
+# So each process creates, at start, the series whose label values it knows: bounded, fixed sets.
+
+AUTOMATIC_SCALING: Final = (("split", "overload"), ("merge", "underload"))
+"""The (action, reason) pairs the built-in latency controller records for the units it controls."""
+
+
+def init_frame_drop_series(reasons: Iterable[str]) -> None:
+    """Create esault_frames_dropped_total{reason} at 0 for each reason this process's transport can drop for."""
+    for reason in reasons:
+        FRAMES_DROPPED.labels(reason)
+
+
+def init_auth_rejected_series(reasons: Iterable[str]) -> None:
+    """Create esault_auth_rejected_total{reason} at 0 for each reason this process can refuse a key for."""
+    for reason in reasons:
+        AUTH_REJECTED.labels(reason)
+
+
+def init_unknown_message_series(actor: str) -> None:
+    """Create esault_unknown_messages_total{actor} at 0 (an actor class, when an instance starts)."""
+    UNKNOWN_MESSAGES.labels(actor)
+
+
+def init_scaling_series(topology: str, unit: str) -> None:
+    """Create the automatic split/merge series of a unit the latency controller controls, at 0."""
+    for action, reason in AUTOMATIC_SCALING:
+        SCALING_EVENTS.labels(topology, unit, action, reason)
+
+
+def init_checkpoint_series(topology: str) -> None:
+    """Create a checkpointing job's checkpoint (completed, failed) and recovery series, at 0."""
+    for outcome in ("completed", "failed"):
+        CHECKPOINTS.labels(topology, outcome)
+    CHECKPOINT_DURATION.labels(topology)
+    RECOVERIES.labels(topology)
+    RECOVERY_PAUSE.labels(topology)
 
 
 def record_checkpoint(topology: str, completed: bool, seconds: float) -> None:

@@ -28,6 +28,7 @@ class AckServerActor(pykka.ThreadingActor):
         self.job = job
         self.tracker = AckTracker(job.clock, job.config.message_timeout)
         self.owners: dict[int, Any] = {}
+        metrics.init_unknown_message_series("AckServerActor")
 
     def on_receive(self, message: Any) -> Any:
         try:

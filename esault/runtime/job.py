@@ -31,6 +31,7 @@ from esault.runtime.prober import LatencyProberActor
 from esault.runtime.requests import logic_request, operation_request, rescale_request, version_of, workload_request
 from esault.control.operations import Operation, Rescale
 from esault.runtime.ticker import Ticker
+from esault.metrics import registry as metrics
 from esault.metrics.stats import SpuStats
 from esault.runtime.unit import LaunchSpus, SpuLauncher, UnitActor
 from esault.checkpoint.coordinator import AckCollector, CheckpointAcksActor, CheckpointCoordinator
@@ -90,6 +91,8 @@ class Job:
         self.ctx.checkpoints = self._start_named("checkpoints", lambda: CheckpointAcksActor.start(collector))
         try:
             self.checkpoints = CheckpointCoordinator(self, collector)
+            if self.ctx.exactly_once:
+                metrics.init_checkpoint_series(self.name)
             self.restored_from = self.checkpoints.restore_point(config.restore_from) if self.ctx.exactly_once else None
             if self.restored_from is not None:
                 log.warning("topology %r: resuming from checkpoint %d (%s) in %s", self.name,
@@ -233,6 +236,7 @@ class Job:
             if not spec.elasticity.elastic:
                 continue
             self._probe(spec)
+            metrics.init_scaling_series(self.name, spec.name)
             controller = LatencyController(spec.name, spec.elasticity)
             self.latency_controllers[spec.name] = controller
             self.add_controller(controller)

@@ -51,6 +51,7 @@ class LatencyProberActor(pykka.ThreadingActor):
         self.unconfirmed: dict[int, list[tuple[float, float]]] = {}  # spu -> [(sent_at, timed out at)]
         self._ids = itertools.count(1)
         self.next_probe_at = job.clock.now()
+        metrics.init_unknown_message_series("LatencyProberActor")
 
     def on_stop(self) -> None:
         for spu in self.spus:  # the job is over: its probe series go with it

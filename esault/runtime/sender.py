@@ -57,6 +57,7 @@ class SenderActor(pykka.ThreadingActor):
         self.spu_id = cfg.spu_id
         self.unit_name = spec.name
         self.stats = SpuStats(job.name, spec.name, cfg.spu_id)
+        metrics.init_unknown_message_series(type(self).__name__)
         self.acking = job.config.acking
         self.acker = job.acker
         self.faults = UserFaults(job.name, spec.name, cfg.spu_id, self.stats, job.acker, job.config.max_retries)

@@ -140,6 +140,7 @@ class UnitActor(pykka.ThreadingActor):
         self._discarded: list[int] = []  # SPUs a rollback discarded, whose places RelaunchSpus fills
         self.history: list[ScaleResult] = []
         self._proposed: UnitSpec | None = None  # ProposeLogic's spec, for the assign_logic command after it
+        metrics.init_unknown_message_series("UnitActor")
 
     def launch_initial_spus(self, epoch: int | None = None, positions: dict[int, Any] | None = None) -> None:
         """Start the unit's first SPUs (after the unit is registered, so they can name it)."""

@@ -46,11 +46,12 @@ from zmq.auth.thread import ThreadAuthenticator
 from zmq.utils.monitor import parse_monitor_message
 
 from esault.errors import ConfigError, FrameError, SerializationError
-from esault.metrics.registry import count_auth_rejected, count_dropped_frame
+from esault.metrics.registry import (count_auth_rejected, count_dropped_frame, init_auth_rejected_series,
+                                     init_frame_drop_series)
 from esault.transport.address import MAX_PROCESS_NAME_BYTES, Address
 from esault.transport.frames import DATA_FRAME_PREFIX, EncodedFrame
 from esault.transport.trust import Identity, KeyRing
-from esault.transport.wire import WireCodec, frame_error_reason
+from esault.transport.wire import FRAME_ERROR_REASONS, WireCodec, frame_error_reason
 
 __all__ = ["ENDPOINT_DROP_REASONS", "Endpoint", "RemoteMailbox"]
 
@@ -163,6 +164,8 @@ class Endpoint:
         control: frozenset[type] = frozenset(),
     ) -> None:
         _check_name(process_name)
+        init_frame_drop_series(FRAME_ERROR_REASONS + ENDPOINT_DROP_REASONS)  # counted from 0, so rate() sees the first drop
+        init_auth_rejected_series(_HANDSHAKE_FAILURES.values())
         if not callable(deliver):
             raise ConfigError(f"Endpoint({process_name!r}): deliver must be callable(actor_name, message, sender, size), "
                               f"got {deliver!r}")

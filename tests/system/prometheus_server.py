@@ -13,6 +13,8 @@ condition polled against a deadline, never a bare sleep.
 from __future__ import annotations
 
 import json
+import math
+import re
 import shutil
 import socket
 import subprocess
@@ -239,6 +241,56 @@ class PrometheusServer:
 def values(result: list[dict[str, Any]]) -> list[float]:
     """The float values of an instant-query result."""
     return [float(item["value"][1]) for item in result]
+
+
+DASHBOARDS = Path(__file__).resolve().parents[2] / "deploy" / "grafana" / "dashboards"
+
+GRAFANA_VARIABLES = {
+    "$__rate_interval": "1m",
+    "$__interval": "15s",
+    "$__range": "5m",
+    "$topology": ".*",
+    "$unit": ".*",
+}
+"""What Grafana substitutes before a dashboard query reaches Prometheus (All selected)."""
+
+
+def dashboard_queries(path: Path, annotations: bool = True) -> list[tuple[str, str]]:
+    """(panel title, PromQL) of every target of every panel of one Grafana dashboard JSON, rows'
+    nested panels included; with `annotations`, also the annotation queries ("annotation NAME")."""
+    dashboard = json.loads(path.read_text())
+    queries: list[tuple[str, str]] = []
+
+    def walk(panels: list[dict[str, Any]]) -> None:
+        for panel in panels:
+            walk(panel.get("panels", []))
+            for target in panel.get("targets", []):
+                if target.get("expr"):
+                    queries.append((panel["title"], target["expr"]))
+
+    walk(dashboard.get("panels", []))
+    if annotations:
+        for annotation in dashboard.get("annotations", {}).get("list", []):
+            if annotation.get("expr"):
+                queries.append((f"annotation {annotation['name']}", annotation["expr"]))
+    return queries
+
+
+def with_grafana_variables(expr: str, variables: dict[str, str] | None = None) -> str:
+    """`expr` with Grafana's variables replaced (GRAFANA_VARIABLES, overridden by `variables`)."""
+    table = {**GRAFANA_VARIABLES, **(variables or {})}
+    for name in sorted(table, key=len, reverse=True):
+        expr = expr.replace(name, table[name])
+    leftover = re.search(r"\$\{?\w+", expr)
+    if leftover:
+        raise ValueError(f"unknown Grafana variable {leftover.group()!r} left in {expr!r}; add it to GRAFANA_VARIABLES")
+    return expr
+
+
+def has_data(result: list[dict[str, Any]]) -> bool:
+    """A query result a panel would draw: at least one sample that is a number (not NaN, e.g. a
+    histogram_quantile over buckets that saw no observation in the window)."""
+    return any(not math.isnan(float(item["value"][1])) for item in result)
 
 
 def _free_port() -> int:

@@ -2,29 +2,18 @@
 
 from __future__ import annotations
 
-import json
-import re
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 from prometheus_client import CollectorRegistry
 
 from esault.metrics import MetricsServer, SpuStats, StatsRegistry, start_metrics_server
-from prometheus_server import PrometheusError, PrometheusServer, values
+from prometheus_server import (DASHBOARDS, PrometheusError, PrometheusServer, dashboard_queries, values,
+                               with_grafana_variables)
 
 pytestmark = pytest.mark.system
 
-DASHBOARD = Path(__file__).resolve().parents[2] / "deploy" / "grafana" / "dashboards" / "esault.json"
-
-# Grafana fills these in before a query reaches Prometheus.
-GRAFANA_VARIABLES = {
-    "$__rate_interval": "1m",
-    "$__interval": "15s",
-    "$__range": "5m",
-    "$topology": ".*",
-    "$unit": ".*",
-}
+DASHBOARD = DASHBOARDS / "esault.json"
 
 
 def spu(topology: str, unit: str, spu_id: int, **counts: int) -> SpuStats:
@@ -79,27 +68,8 @@ def test_the_input_filter_of_the_dashboard_selects_spout_units_only(prometheus):
     assert values(result) == [500]
 
 
-def dashboard_queries() -> list[tuple[str, str]]:
-    dashboard = json.loads(DASHBOARD.read_text())
-    queries = []
-    for panel in dashboard["panels"]:
-        for target in panel.get("targets", []):
-            queries.append((panel["title"], target["expr"]))
-    for annotation in dashboard["annotations"]["list"]:
-        if "expr" in annotation:
-            queries.append((f"annotation {annotation['name']}", annotation["expr"]))
-    return queries
-
-
-def with_grafana_variables(expr: str) -> str:
-    for name in sorted(GRAFANA_VARIABLES, key=len, reverse=True):
-        expr = expr.replace(name, GRAFANA_VARIABLES[name])
-    assert not re.search(r"\$\w", expr), f"unknown Grafana variable left in {expr!r}"
-    return expr
-
-
 def test_prometheus_accepts_every_dashboard_query(prometheus):
-    queries = dashboard_queries()
+    queries = dashboard_queries(DASHBOARD)
     assert len(queries) > 10
     for title, expr in queries:
         try:

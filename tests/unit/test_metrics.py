@@ -514,3 +514,114 @@ def test_the_sink_metrics_are_served_by_the_default_exporter():
         samples = scrape(server)
     labels = frozenset({"topology": "test-sink-served", "table": "words"}.items())
     assert samples[("esault_sink_rows_committed_total", labels)] == 5
+
+
+def exists(name: str, labels: dict[str, str] | None = None) -> bool:
+    return REGISTRY.get_sample_value(name, labels or {}) is not None
+
+
+def test_a_checkpointing_jobs_checkpoint_and_recovery_series_exist_at_zero_before_the_first_checkpoint():
+    from esault.metrics.registry import init_checkpoint_series
+
+    assert not exists("esault_checkpoints_total", {"topology": "t-zero-ckpt", "outcome": "failed"})
+    init_checkpoint_series("t-zero-ckpt")
+    for outcome in ("completed", "failed"):
+        assert exists("esault_checkpoints_total", {"topology": "t-zero-ckpt", "outcome": outcome})
+        assert value("esault_checkpoints_total", {"topology": "t-zero-ckpt", "outcome": outcome}) == 0
+    assert value("esault_recoveries_total", {"topology": "t-zero-ckpt"}) == 0
+    assert exists("esault_recoveries_total", {"topology": "t-zero-ckpt"})
+    assert exists("esault_checkpoint_duration_seconds_count", {"topology": "t-zero-ckpt"})
+    assert exists("esault_recovery_pause_seconds_count", {"topology": "t-zero-ckpt"})
+
+
+def test_a_controlled_units_automatic_split_and_merge_series_exist_at_zero_and_then_count():
+    from esault.metrics.registry import init_scaling_series
+
+    split = {"topology": "t-zero-scale", "unit": "count", "action": "split", "reason": "overload"}
+    merge = {"topology": "t-zero-scale", "unit": "count", "action": "merge", "reason": "underload"}
+    init_scaling_series("t-zero-scale", "count")
+    assert exists("esault_scaling_events_total", split) and exists("esault_scaling_events_total", merge)
+    assert value("esault_scaling_events_total", split) == 0
+    record_scaling_event("t-zero-scale", "count", "split", "overload")
+    assert value("esault_scaling_events_total", split) == 1
+    assert value("esault_scaling_events_total", merge) == 0
+
+
+def test_drop_rejection_and_unknown_message_series_exist_at_zero_for_the_label_values_given():
+    from esault.metrics.registry import (init_auth_rejected_series, init_frame_drop_series,
+                                         init_unknown_message_series)
+
+    init_frame_drop_series(("t_zero_reason_a", "t_zero_reason_b"))
+    init_auth_rejected_series(("t_zero_auth",))
+    init_unknown_message_series("TZeroActor")
+    assert value("esault_frames_dropped_total", {"reason": "t_zero_reason_b"}) == 0
+    assert exists("esault_frames_dropped_total", {"reason": "t_zero_reason_a"})
+    assert exists("esault_auth_rejected_total", {"reason": "t_zero_auth"})
+    assert exists("esault_unknown_messages_total", {"actor": "TZeroActor"})
+
+
+def test_an_endpoint_exposes_every_reason_it_can_drop_a_frame_for_at_zero():
+    from esault.transport.endpoint import ENDPOINT_DROP_REASONS, Endpoint
+    from esault.transport.wire import FRAME_ERROR_REASONS
+
+    endpoint = Endpoint("t-zero-endpoint", lambda *args: None)
+    try:
+        missing = [r for r in FRAME_ERROR_REASONS + ENDPOINT_DROP_REASONS
+                   if not exists("esault_frames_dropped_total", {"reason": r})]
+        assert not missing
+        assert all(exists("esault_auth_rejected_total", {"reason": r})
+                   for r in ("handshake", "no_curve", "unknown_key"))
+    finally:
+        endpoint.close()
+
+
+def test_a_workers_server_leaves_out_what_the_driver_exports_for_it_even_with_the_collector_registered():
+    topology = "test-no-spu-series"
+    STATS.register(make_stats(topology, "count", 0, processed=7))
+    register_stats_collector()  # as a driver in the same process would have
+    try:
+        record_scaling_event(topology, "count", "split", "overload")
+        count_dropped_frame("decode")
+        with start_metrics_server(worker=True) as server:
+            samples = scrape(server)
+    finally:
+        STATS.forget_topology(topology)
+
+    spu_names = {m.name for m in SPU_COUNTERS + SPU_GAUGES} | {"esault_spus"}
+    assert not [key for key in samples if key[0] in spu_names]
+    assert not [key for key in samples if key[0] == "esault_frames_dropped_total"], "forwarded by heartbeat"
+    scaling = frozenset({"topology": topology, "unit": "count", "action": "split", "reason": "overload"}.items())
+    assert samples[("esault_scaling_events_total", scaling)] >= 1
+    assert [key for key in samples if key[0].startswith("python_gc_")]
+
+
+def test_esault_worker_serves_metrics_without_its_spus_series(monkeypatch):
+    """A worker's SPUs are on the driver's /metrics (heartbeats); on its own too, sums would count them twice."""
+    import esault.cli as cli
+    import esault.cluster.credentials as credentials
+    import esault.cluster.worker as worker
+
+    topology = "test-worker-metrics"
+    STATS.register(make_stats(topology, "count", 3, processed=5))
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    served: list[Samples] = []
+
+    def fake_run_worker(*args, **kwargs) -> int:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as response:
+            text = response.read().decode()
+        served.append({(s.name, frozenset(s.labels.items())): s.value
+                       for family in text_string_to_metric_families(text) for s in family.samples})
+        return 0
+
+    monkeypatch.setattr(credentials.WorkerKeys, "from_files", staticmethod(lambda *args: object()))
+    monkeypatch.setattr(worker, "run_worker", fake_run_worker)
+    try:
+        assert cli.main(["worker", "--driver", "127.0.0.1:5555", "--secret-key", "k", "--driver-key", "d",
+                         "--metrics-port", str(port)]) == 0
+    finally:
+        STATS.forget_topology(topology)
+    assert served, "the worker did not run"
+    assert not [key for key in served[0] if key[0].startswith("esault_tuples_") or key[0] == "esault_spus"]
+    assert ("esault_workers", frozenset()) in served[0]

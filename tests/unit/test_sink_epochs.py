@@ -328,3 +328,20 @@ def test_at_least_once_keeps_acking_after_commit(tmp_path):
             h.feed(word, n)
         h.wait_acked(2, timeout=30)
     assert rows_in(table_dir(tmp_path)) == sorted(A)
+
+
+def test_each_staged_epoch_is_one_observation_of_the_commit_time_histogram(tmp_path):
+    from esault.metrics import REGISTRY
+
+    def commits() -> float:
+        return REGISTRY.get_sample_value("esault_sink_commit_seconds_count", {"topology": "job", "table": "t"}) or 0.0
+
+    sink = open_sink(tmp_path)
+    before = commits()
+    feed(sink, A)
+    sink.on_checkpoint(1).result(30)
+    sink.on_checkpoint(2).result(30)  # no rows since epoch 1: nothing staged, nothing observed
+    feed(sink, B)
+    sink.on_checkpoint(3).result(30)
+    assert commits() == before + 2
+    sink.close()
