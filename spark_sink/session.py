@@ -189,13 +189,15 @@ def _warn_master(session: "SparkSession", wanted: str, explicit: str | None) -> 
         )
 
 
-def stop_session() -> None:
-    """Stop the shared sessions, classic and Connect (tests, tools); the next get_session() starts anew."""
+def stop_session(master: str | None = None) -> None:
+    """Stop shared sessions (tests, tools): all of them, or only the one for `master` (an sc:// URL, or
+    anything else for the classic one); the next get_session() starts anew."""
     global _session
     with _lock:
-        if _session is not None:
-            _session.stop()
-            _session = None
+        if master is None or not is_connect(master):
+            if _session is not None:
+                _session.stop()
+                _session = None
         for url in list(_remote):
-            _remote.pop(url).stop()
-
+            if master is None or url == master:
+                _remote.pop(url).stop()

@@ -81,7 +81,7 @@ class SparkStager:
         try:
             pq.write_table(table, transfer / "batch.parquet", compression="none")
             df = spark.read.schema(spark_schema(table.schema)).parquet(_uri(transfer))
-            df.coalesce(1).write.mode("errorifexists").option("compression", "snappy").parquet(_uri(directory))
+            df.coalesce(1).write.mode("error").option("compression", "snappy").parquet(_uri(directory))
         finally:
             shutil.rmtree(transfer, ignore_errors=True)
 
