@@ -67,7 +67,7 @@ def connect_conf() -> dict[str, str]:
     """The runtime settings a Spark Connect session gets (the server owns the static ones)."""
     keep = ("spark.sql.shuffle.partitions", "spark.sql.execution.arrow.pyspark.enabled",
             "spark.sql.session.timeZone", "spark.sql.hive.manageFilesourcePartitions",
-            "spark.sql.sources.partitionOverwriteMode")
+            "spark.sql.sources.partitionOverwriteMode", "spark.sql.parquet.outputTimestampType")
     conf = session_conf(DEFAULT_MASTER)
     return {k: conf[k] for k in keep}
 
@@ -84,6 +84,9 @@ def session_conf(master: str, warehouse: Path | None = None) -> dict[str, str]:
         # Tables list their partition directories; no per-batch catalog update needed.
         "spark.sql.hive.manageFilesourcePartitions": "false",
         "spark.sql.sources.partitionOverwriteMode": "static",
+        # The type pyarrow (the transfer file, engine="pyarrow") writes too; Spark's default INT96 is legacy
+        # (Impala/old Hive) and costs a conversion per value.
+        "spark.sql.parquet.outputTimestampType": "TIMESTAMP_MICROS",
     }
     if _on_loopback(master):  # local[*], or a cluster on this machine: executors reach the driver there
         conf["spark.driver.host"] = "127.0.0.1"
