@@ -31,7 +31,7 @@ sys.path.insert(0, str(ROOT / "tests" / "system"))
 sys.path.insert(0, str(ROOT / "tests" / "unit"))
 import eo_parts  # noqa: E402
 
-pytestmark = pytest.mark.system
+pytestmark = [pytest.mark.system, pytest.mark.timeout(600)]  # the first test also starts the cluster
 
 LARGE_TASK = "contains a task of very large size"
 BIG_ROWS = 40_000  # ~2 MB of Arrow: the old path's one task is over Spark's 1000 KiB warning threshold

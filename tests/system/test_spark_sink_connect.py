@@ -27,7 +27,7 @@ sys.path.insert(0, str(ROOT / "tests" / "unit"))
 import eo_parts  # noqa: E402
 from sink_epoch_parts import A, B, C, feed, open_sink  # noqa: E402
 
-pytestmark = pytest.mark.system
+pytestmark = [pytest.mark.system, pytest.mark.timeout(600)]  # the first test also starts the server
 
 LARGE_TASK = "contains a task of very large size"
 
