@@ -3,11 +3,16 @@
 Master: the argument, else ESAULT_SPARK_MASTER, else local[*]. A standalone
 cluster is "spark://host:7077"; its executors write the table files, so the
 warehouse must be a filesystem path mounted at the same place on the driver
-and every worker (see docs/SPARK_SINK.md).
+and every worker (see docs/SPARK_SINK.md). "sc://host:15002" is a Spark Connect
+server: the session is a remote client (no JVM in this process, no
+SparkContext), and the server's executors write the files, so the same holds
+for the warehouse path.
 
 Thread-safe: any thread may call get_session(); the first call starts the JVM
-(10-20 s), later calls return at once. A session that was stopped is replaced
-on the next call.
+(10-20 s) or connects, later calls return at once. A session that was stopped
+is replaced on the next call. One classic session per process (Spark's rule),
+plus one Connect session per sc:// URL: they do not share a JVM, so a process
+may use both.
 """
 
 from __future__ import annotations
@@ -32,6 +37,8 @@ APP_NAME = "esault-spark-sink"
 
 _lock = threading.Lock()
 _session: "SparkSession | None" = None
+_remote: dict[str, "SparkSession"] = {}
+CONNECT_SCHEME = "sc://"
 
 
 def resolve_master(master: str | None = None) -> str:
@@ -39,6 +46,30 @@ def resolve_master(master: str | None = None) -> str:
     if master:
         return master
     return os.environ.get(MASTER_ENV) or DEFAULT_MASTER
+
+
+def is_connect(master: str) -> bool:
+    """An sc:// master is a Spark Connect server, reached by a remote session."""
+    return master.startswith(CONNECT_SCHEME)
+
+
+def is_remote_session(session: "SparkSession") -> bool:
+    """A Spark Connect session: no SparkContext, no JVM in this process (never touch _jvm/_jsc on it)."""
+    return type(session).__module__.startswith("pyspark.sql.connect")
+
+
+def _on_loopback(master: str) -> bool:
+    host = master.split("://", 1)[-1].split(":", 1)[0]
+    return master.startswith("local") or host in ("127.0.0.1", "localhost")
+
+
+def connect_conf() -> dict[str, str]:
+    """The runtime settings a Spark Connect session gets (the server owns the static ones)."""
+    keep = ("spark.sql.shuffle.partitions", "spark.sql.execution.arrow.pyspark.enabled",
+            "spark.sql.session.timeZone", "spark.sql.hive.manageFilesourcePartitions",
+            "spark.sql.sources.partitionOverwriteMode", "spark.sql.parquet.outputTimestampType")
+    conf = session_conf(DEFAULT_MASTER)
+    return {k: conf[k] for k in keep}
 
 
 def session_conf(master: str, warehouse: Path | None = None) -> dict[str, str]:
@@ -53,8 +84,11 @@ def session_conf(master: str, warehouse: Path | None = None) -> dict[str, str]:
         # Tables list their partition directories; no per-batch catalog update needed.
         "spark.sql.hive.manageFilesourcePartitions": "false",
         "spark.sql.sources.partitionOverwriteMode": "static",
+        # The type pyarrow (the transfer file, engine="pyarrow") writes too; Spark's default INT96 is legacy
+        # (Impala/old Hive) and costs a conversion per value.
+        "spark.sql.parquet.outputTimestampType": "TIMESTAMP_MICROS",
     }
-    if master.startswith("local"):
+    if _on_loopback(master):  # local[*], or a cluster on this machine: executors reach the driver there
         conf["spark.driver.host"] = "127.0.0.1"
         conf["spark.driver.bindAddress"] = "127.0.0.1"
     # Only managed tables live here (the sink's tables are external, at their own
@@ -65,6 +99,8 @@ def session_conf(master: str, warehouse: Path | None = None) -> dict[str, str]:
 
 
 def _alive(session: "SparkSession") -> bool:
+    if is_remote_session(session):
+        return not session.is_stopped
     sc = session.sparkContext
     return getattr(sc, "_jsc", None) is not None
 
@@ -82,6 +118,8 @@ def get_session(
     """
     global _session
     wanted = resolve_master(master)
+    if is_connect(wanted):
+        return _connect(wanted, extra_conf)
     with _lock:
         if _session is not None and _alive(_session):
             _warn_master(_session, wanted, master)
@@ -95,7 +133,7 @@ def get_session(
             _session = active
             _warn_master(active, wanted, master)
             return active
-        if wanted.startswith("local"):
+        if _on_loopback(wanted):
             os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
         builder = SparkSession.builder.master(wanted).appName(APP_NAME)
         for k, v in {**session_conf(wanted, warehouse), **(extra_conf or {})}.items():
@@ -113,6 +151,36 @@ def get_session(
         return session
 
 
+def _connect(url: str, extra_conf: dict[str, str] | None) -> "SparkSession":
+    """The Connect session for `url`, created on first use (a gRPC channel: no JVM here)."""
+    with _lock:
+        session = _remote.get(url)
+        if session is not None and _alive(session):
+            return session
+        try:
+            from pyspark.sql.connect.session import SparkSession as RemoteSparkSession
+        except ImportError as exc:
+            raise SinkError(
+                f"a Spark Connect master ({url}) needs the Connect client: pip install 'pyspark[connect]>=4' ({exc})"
+            ) from None
+        # builder.remote(...).create(), not pyspark.sql.SparkSession.builder: that one switches the whole
+        # process to Connect mode (SPARK_CONNECT_MODE_ENABLED), under a classic session that may be running.
+        builder = RemoteSparkSession.builder.remote(url)
+        for k, v in {**connect_conf(), **(extra_conf or {})}.items():
+            builder = builder.config(k, v)
+        try:
+            session = builder.create()
+            session.version  # noqa: B018 - a round trip: fail here, with the hint, if nothing serves `url`
+        except Exception as exc:
+            raise SinkError(
+                f"could not reach the Spark Connect server at {url}: {exc}. Is it running "
+                f"(sbin/start-connect-server.sh) and listening there? Set {MASTER_ENV} or the sink's master param."
+            ) from exc
+        _remote[url] = session
+        log.info("connected to Spark Connect at %s (Spark %s)", url, session.version)
+        return session
+
+
 def _warn_master(session: "SparkSession", wanted: str, explicit: str | None) -> None:
     running = session.sparkContext.master
     if running != wanted and (explicit or os.environ.get(MASTER_ENV)):
@@ -124,11 +192,15 @@ def _warn_master(session: "SparkSession", wanted: str, explicit: str | None) -> 
         )
 
 
-def stop_session() -> None:
-    """Stop the shared session (tests, tools); the next get_session() starts a new one."""
+def stop_session(master: str | None = None) -> None:
+    """Stop shared sessions (tests, tools): all of them, or only the one for `master` (an sc:// URL, or
+    anything else for the classic one); the next get_session() starts anew."""
     global _session
     with _lock:
-        if _session is not None:
-            _session.stop()
-            _session = None
-
+        if master is None or not is_connect(master):
+            if _session is not None:
+                _session.stop()
+                _session = None
+        for url in list(_remote):
+            if master is None or url == master:
+                _remote.pop(url).stop()
