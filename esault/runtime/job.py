@@ -661,9 +661,17 @@ class Job:
         for _ in range(3):
             was_complete = self.is_complete()
             recoveries = len(self.checkpoints.stats.recoveries)
+
+            def final(recoveries: int = recoveries) -> int | None:
+                # A rollback can run first (it is urgent; this task may queue behind a checkpoint that a dead
+                # worker holds): the spouts then resume from the restored checkpoint, and ending them at once
+                # would cut that replay short. Fail this attempt instead: the loop lets the job complete again.
+                if len(self.checkpoints.stats.recoveries) != recoveries:
+                    return None
+                return self.checkpoints.checkpoint("final", final=True)
+
             try:
-                epoch = self.coordinator.run_task(
-                    lambda: self.checkpoints.checkpoint("final", final=True)).result(timeout)
+                epoch = self.coordinator.run_task(final).result(timeout)
             except Exception as exc:  # noqa: BLE001 - reported below
                 epoch, why = None, repr(exc)
             if epoch is not None:

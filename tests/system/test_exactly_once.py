@@ -344,3 +344,27 @@ def test_a_worker_killed_while_the_job_stops_rolls_back_completes_and_keeps_the_
         assert_exact(job, total, "eo_counts")
         survivors = [w for w in ("w1", "w2", "w3") if w != victim]
         assert all(cluster.pool.processes[int(w[1:]) - 1].poll() is None for w in survivors)
+
+
+def test_a_stop_queued_behind_a_checkpoint_a_dead_worker_holds_lets_the_rolled_back_job_complete_first(tmp_path):
+    """A checkpoint waits for the acks of a worker that was just killed; stop() queues its final checkpoint
+    behind it. The death aborts that checkpoint and the rollback (urgent) runs before the queued final one:
+    the spouts resume mid-stream, so the final checkpoint must wait for the job to complete again (it used
+    to end the spouts at once, and the counts were those of the restored checkpoint)."""
+    total = 400
+    topology = eo_parts.build("eo-stopqueued", total, rate=400, count_parallelism=2)
+    config = JobConfig(data_dir=tmp_path / "data", elasticity=False, checkpoint_interval=3600.0,
+                       message_timeout=300.0)
+    with LocalCluster(workers=3, heartbeat_timeout=2.0) as cluster:
+        job = cluster.submit(topology, config)
+        wait_until(lambda: job.status()["units"]["count"]["processed"] > 0, 30, message="first words counted")
+        assert job.checkpoint(30) is not None  # mid-stream: the rollback below restores it
+        assert job.wait(60), job.status()
+        kill_worker_of(cluster, job.spus("count")[0])
+        held = threading.Thread(target=job.checkpoint, daemon=True)  # waits for the dead worker's acks
+        held.start()
+        wait_until(lambda: job.checkpoints.collector.epoch is not None, 10, message="a checkpoint in flight")
+        job.stop()
+        held.join(30)
+        assert job.checkpoints.stats.recoveries, "the death was noticed during the stop"
+        assert_exact(job, total)
