@@ -82,6 +82,8 @@ class Job:
         self.units: dict[str, Any] = {}
         self._stopped = False
         self._recovering = 0  # rollbacks queued or running: the job is not complete meanwhile
+        self._complete_at_rollback = False
+        """A rollback found the job complete: its spouts replay to the same end, and stop() waits for that."""
         self._recovery_lock = threading.Lock()
         self._lock = threading.Lock()
         self.final_status: dict[str, Any] | None = None
@@ -186,6 +188,8 @@ class Job:
                 mine = {s for s in lost if placed is not None and placed(s) is not None}
                 if not mine:
                     return None
+                if not self.checkpoints.ended and self._input_done():  # (a final barrier ends spouts early)
+                    self._complete_at_rollback = True
                 recovered = self.checkpoints.recover(frozenset(mine), f"{reason} holding SPUs {sorted(mine)}")
                 self._refresh_probers(set())  # the rollback relaunched every SPU under new ids
                 return recovered
@@ -539,6 +543,10 @@ class Job:
         """
         if self._recovering:
             return False
+        return self._input_done()
+
+    def _input_done(self) -> bool:
+        """is_complete() as the SPUs report it, whether or not a rollback is queued."""
         states = self._spout_states()
         if not states or not all(p is not None and p.finished for p in states):
             return False
@@ -658,18 +666,31 @@ class Job:
         rollback runs, a job that was complete is let complete again, and the final checkpoint is retried."""
         timeout = self.config.checkpoint_timeout + 10
         why = "see the log above"
+        poll = threading.Event()
         for _ in range(3):
+            deadline = time.monotonic() + timeout
+            while self._recovering and time.monotonic() < deadline:  # a queued rollback first: did it find
+                poll.wait(0.05)                                        # the job complete?
+            if self._complete_at_rollback:  # a worker died after the job completed: let it complete again
+                self.wait(timeout * 4)
             was_complete = self.is_complete()
             recoveries = len(self.checkpoints.stats.recoveries)
+
+            def final(recoveries: int = recoveries) -> int | None:
+                # A rollback can run first (it is urgent; this task may queue behind a checkpoint that a dead
+                # worker holds): the spouts then resume from the restored checkpoint, and ending them at once
+                # would cut that replay short. Fail this attempt instead: the loop lets the job complete again.
+                if len(self.checkpoints.stats.recoveries) != recoveries:
+                    return None
+                return self.checkpoints.checkpoint("final", final=True)
+
             try:
-                epoch = self.coordinator.run_task(
-                    lambda: self.checkpoints.checkpoint("final", final=True)).result(timeout)
+                epoch = self.coordinator.run_task(final).result(timeout)
             except Exception as exc:  # noqa: BLE001 - reported below
                 epoch, why = None, repr(exc)
             if epoch is not None:
                 return
             deadline = time.monotonic() + timeout
-            poll = threading.Event()
             while self._recovering and time.monotonic() < deadline:
                 poll.wait(0.05)
             if len(self.checkpoints.stats.recoveries) == recoveries:

@@ -344,3 +344,49 @@ def test_a_worker_killed_while_the_job_stops_rolls_back_completes_and_keeps_the_
         assert_exact(job, total, "eo_counts")
         survivors = [w for w in ("w1", "w2", "w3") if w != victim]
         assert all(cluster.pool.processes[int(w[1:]) - 1].poll() is None for w in survivors)
+
+
+def test_a_stop_queued_behind_a_checkpoint_a_dead_worker_holds_lets_the_rolled_back_job_complete_first(tmp_path):
+    """A checkpoint waits for the acks of a worker that was just killed; stop() queues its final checkpoint
+    behind it. The death aborts that checkpoint and the rollback (urgent) runs before the queued final one:
+    the spouts resume mid-stream, so the final checkpoint must wait for the job to complete again (it used
+    to end the spouts at once, and the counts were those of the restored checkpoint)."""
+    total = 400
+    topology = eo_parts.build("eo-stopqueued", total, rate=400, count_parallelism=2)
+    config = JobConfig(data_dir=tmp_path / "data", elasticity=False, checkpoint_interval=3600.0,
+                       message_timeout=300.0)
+    # heartbeat_timeout: the death is noticed after stop() queued its final checkpoint, even on a loaded machine
+    with LocalCluster(workers=2, heartbeat_timeout=2.0) as cluster:
+        job = cluster.submit(topology, config)
+        wait_until(lambda: job.status()["units"]["count"]["processed"] > 0, 30, message="first words counted")
+        restored = job.checkpoint(30)  # the rollback below restores it: mid-stream, so the spout replays
+        assert restored is not None and job.checkpoints.store.get(restored).positions["sentences"][0] < total
+        assert job.wait(60), job.status()
+        kill_worker_of(cluster, job.spus("count")[0])
+        held = threading.Thread(target=job.checkpoint, daemon=True)  # waits for the dead worker's acks
+        held.start()
+        wait_until(lambda: job.checkpoints.collector.epoch is not None, 10, message="a checkpoint in flight")
+        job.stop()
+        held.join(30)
+        assert job.checkpoints.stats.recoveries, "the death was noticed during the stop"
+        assert_exact(job, total)
+
+
+def test_a_stop_after_a_worker_died_once_the_job_was_complete_lets_it_complete_again(tmp_path):
+    """The job completed, then a worker died and the job rolled back to a mid-stream checkpoint before
+    stop() was called: stop() lets it complete again before the final checkpoint (it used to end the
+    spouts at once, mid-replay, as for a job stopped while running)."""
+    total = 400
+    topology = eo_parts.build("eo-stopafter", total, rate=400, count_parallelism=2)
+    config = JobConfig(data_dir=tmp_path / "data", elasticity=False, checkpoint_interval=3600.0,
+                       message_timeout=300.0)
+    with LocalCluster(workers=2, heartbeat_timeout=1.0) as cluster:
+        job = cluster.submit(topology, config)
+        wait_until(lambda: job.status()["units"]["count"]["processed"] > 0, 30, message="first words counted")
+        restored = job.checkpoint(30)  # the rollback below restores it: mid-stream, so the spout replays
+        assert restored is not None and job.checkpoints.store.get(restored).positions["sentences"][0] < total
+        assert job.wait(60), job.status()
+        kill_worker_of(cluster, job.spus("count")[0])
+        wait_until(lambda: job.checkpoints.stats.recoveries, 30, message="the rollback")
+        job.stop()
+        assert_exact(job, total)
