@@ -97,7 +97,9 @@ def pay(slot: tuple[str, int], cost: float) -> None:
     DEBT[slot] = debt
 
 
-class WorkPartial(PartialAggregate):
+class Costly:
+    """Mixed into an aggregate stage: each tuple costs `cost` seconds of its SPU (`slow` times that on SPU 0)."""
+
     def __init__(self, aggregate: Any, cost: float, slow: float) -> None:
         super().__init__(aggregate)
         self._cost, self._slow = cost, slow
@@ -110,19 +112,12 @@ class WorkPartial(PartialAggregate):
         super().process(tup)
 
 
-class WorkFinal(FinalAggregate):
+class WorkPartial(Costly, PartialAggregate):
+    """The partial stage of the two-stage plans, at the work's cost."""
+
+
+class WorkFinal(Costly, FinalAggregate):
     """Key grouping's only stage: the same per-tuple cost, shared by the PEs of one SPU."""
-
-    def __init__(self, aggregate: Any, cost: float, slow: float) -> None:
-        super().__init__(aggregate)
-        self._cost, self._slow = cost, slow
-
-    def open(self, context: Any) -> None:
-        self._slot, self._my_cost = work(context.unit, context, self._cost, self._slow)
-
-    def process(self, tup: Any) -> None:
-        pay(self._slot, self._my_cost)
-        super().process(tup)
 
 
 class WordSpout(Spout):

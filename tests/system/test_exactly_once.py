@@ -346,22 +346,29 @@ def test_a_worker_killed_while_the_job_stops_rolls_back_completes_and_keeps_the_
         assert all(cluster.pool.processes[int(w[1:]) - 1].poll() is None for w in survivors)
 
 
+def complete_after_a_mid_stream_checkpoint(cluster: LocalCluster, name: str, total: int, tmp_path: Path):
+    """A job run to completion with one checkpoint taken mid-stream (and no periodic ones): a rollback
+    restores that checkpoint, so the spout must replay."""
+    topology = eo_parts.build(name, total, rate=400, count_parallelism=2)
+    config = JobConfig(data_dir=tmp_path / "data", elasticity=False, checkpoint_interval=3600.0,
+                       message_timeout=300.0)
+    job = cluster.submit(topology, config)
+    wait_until(lambda: job.status()["units"]["count"]["processed"] > 0, 30, message="first words counted")
+    restored = job.checkpoint(30)
+    assert restored is not None and job.checkpoints.store.get(restored).positions["sentences"][0] < total
+    assert job.wait(60), job.status()
+    return job
+
+
 def test_a_stop_queued_behind_a_checkpoint_a_dead_worker_holds_lets_the_rolled_back_job_complete_first(tmp_path):
     """A checkpoint waits for the acks of a worker that was just killed; stop() queues its final checkpoint
     behind it. The death aborts that checkpoint and the rollback (urgent) runs before the queued final one:
     the spouts resume mid-stream, so the final checkpoint must wait for the job to complete again (it used
     to end the spouts at once, and the counts were those of the restored checkpoint)."""
     total = 400
-    topology = eo_parts.build("eo-stopqueued", total, rate=400, count_parallelism=2)
-    config = JobConfig(data_dir=tmp_path / "data", elasticity=False, checkpoint_interval=3600.0,
-                       message_timeout=300.0)
     # heartbeat_timeout: the death is noticed after stop() queued its final checkpoint, even on a loaded machine
     with LocalCluster(workers=2, heartbeat_timeout=2.0) as cluster:
-        job = cluster.submit(topology, config)
-        wait_until(lambda: job.status()["units"]["count"]["processed"] > 0, 30, message="first words counted")
-        restored = job.checkpoint(30)  # the rollback below restores it: mid-stream, so the spout replays
-        assert restored is not None and job.checkpoints.store.get(restored).positions["sentences"][0] < total
-        assert job.wait(60), job.status()
+        job = complete_after_a_mid_stream_checkpoint(cluster, "eo-stopqueued", total, tmp_path)
         kill_worker_of(cluster, job.spus("count")[0])
         held = threading.Thread(target=job.checkpoint, daemon=True)  # waits for the dead worker's acks
         held.start()
@@ -377,15 +384,8 @@ def test_a_stop_after_a_worker_died_once_the_job_was_complete_lets_it_complete_a
     stop() was called: stop() lets it complete again before the final checkpoint (it used to end the
     spouts at once, mid-replay, as for a job stopped while running)."""
     total = 400
-    topology = eo_parts.build("eo-stopafter", total, rate=400, count_parallelism=2)
-    config = JobConfig(data_dir=tmp_path / "data", elasticity=False, checkpoint_interval=3600.0,
-                       message_timeout=300.0)
     with LocalCluster(workers=2, heartbeat_timeout=1.0) as cluster:
-        job = cluster.submit(topology, config)
-        wait_until(lambda: job.status()["units"]["count"]["processed"] > 0, 30, message="first words counted")
-        restored = job.checkpoint(30)  # the rollback below restores it: mid-stream, so the spout replays
-        assert restored is not None and job.checkpoints.store.get(restored).positions["sentences"][0] < total
-        assert job.wait(60), job.status()
+        job = complete_after_a_mid_stream_checkpoint(cluster, "eo-stopafter", total, tmp_path)
         kill_worker_of(cluster, job.spus("count")[0])
         wait_until(lambda: job.checkpoints.stats.recoveries, 30, message="the rollback")
         job.stop()
