@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import threading
-import time
 from typing import Any
 
 from esault import Bolt
@@ -235,7 +234,7 @@ class SlowFirstPartial(PartialAggregate):
 
     def process(self, tup: Any) -> None:
         if self._slow:
-            time.sleep(0.001)
+            _WORK.wait(0.001)  # simulated work, as SlowIncrementBolt's
         super().process(tup)
 
 

@@ -38,19 +38,21 @@ class Host:
 def _ip(*args: str) -> subprocess.CompletedProcess:
     try:
         return subprocess.run(["ip", *args], capture_output=True, text=True, timeout=30)
-    except FileNotFoundError:  # no iproute2: .ci/run installs it; elsewhere the namespace test cannot run
+    except FileNotFoundError:  # no iproute2 (.ci/run installs it): reported like any failed ip command
         return subprocess.CompletedProcess(["ip", *args], 127, "", "the `ip` command (iproute2) is not installed")
 
 
 @pytest.fixture
 def two_hosts() -> Iterator[tuple[Host, Host]]:
-    """Two namespaces, 10.N.M.1 and .2 on one veth link; skipped where namespaces cannot be made (no root)."""
+    """Two namespaces, 10.N.M.1 and .2 on one veth link. Where they cannot be made (no root, no
+    CAP_NET_ADMIN) the test fails saying so: the cross-host reply paths would otherwise go untested."""
     tag = f"esa{os.getpid() % 100000}"
     a, b = f"{tag}a", f"{tag}b"
     subnet = f"10.{200 + os.getpid() % 50}.{os.getpid() % 250}"
     made = _ip("netns", "add", a)
     if made.returncode != 0:
-        pytest.skip(f"cannot create network namespaces here (needs root / CAP_NET_ADMIN): {made.stderr.strip()}")
+        pytest.fail(f"cannot create network namespaces here (needs root / CAP_NET_ADMIN and iproute2, which "
+                    f".ci/run installs): {made.stderr.strip()}")
     try:
         steps = [("netns", "add", b), ("link", "add", f"{a}v", "type", "veth", "peer", "name", f"{b}v"),
                  ("link", "set", f"{a}v", "netns", a), ("link", "set", f"{b}v", "netns", b),

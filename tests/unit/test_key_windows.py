@@ -8,24 +8,8 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 from esault.aggregates import Count, Max, Mean, Sum
-from esault.transport.codec import decode, encode
 from esault.windows import KeyWindows, Sliding, WatermarkTracker, WindowSet
-from test_window_set import bounded_streams, fixed_oracle, results
-
-
-def run_key_windows(kw: KeyWindows, events, ticks, bound, roundtrip=False):
-    state = kw.new_state()
-    tracker = WatermarkTracker(bound)
-    out = []
-    for i, (ts, v) in enumerate(events):
-        if i in ticks:
-            out += kw.advance(state, tracker.watermark)
-            if roundtrip:
-                state = decode(encode(state))
-        tracker.observe(ts)
-        out += kw.add(state, ts, v)
-    out += kw.advance(state, math.inf)
-    return out, state
+from test_window_set import bounded_streams, fixed_oracle, results, run
 
 
 def expand(outputs, slide, first, last):
@@ -53,7 +37,7 @@ AGGREGATES = [Sum, Count, Max, Mean]
 def test_key_windows_give_the_naive_sliding_result_for_every_window(stream, shape, make, roundtrip):
     events, ticks = stream
     size, slide = shape
-    kw_out, state = run_key_windows(KeyWindows(size, slide, make()), events, ticks, bound=5, roundtrip=roundtrip)
+    kw_out, state = run(KeyWindows(size, slide, make()), events, ticks, bound=5, roundtrip=roundtrip)
     naive = {start: r for (start, _), r in fixed_oracle(Sliding(size, slide), events, make()).items()}
     assert expand(kw_out, slide, -size, 200 + size) == naive
     assert len(kw_out) <= 2 * len(events), "more than one window per tuple entering and one per tuple leaving"
@@ -66,7 +50,7 @@ def test_key_windows_give_the_naive_sliding_result_for_every_window(stream, shap
 @given(stream=bounded_streams())
 def test_key_windows_and_the_naive_window_state_machine_agree_fed_the_same_way(stream):
     events, ticks = stream
-    kw_out, _ = run_key_windows(KeyWindows(10, 2, Sum()), events, ticks, bound=5)
+    kw_out, _ = run(KeyWindows(10, 2, Sum()), events, ticks, bound=5)
     state = WindowSet(Sliding(10, 2), Sum())
     naive_out = []
     st_ = state.new_state()

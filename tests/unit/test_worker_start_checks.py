@@ -82,3 +82,29 @@ def test_a_class_typed_into_an_interactive_session_is_refused_for_the_workers_na
                                              r"the class in a \.py file .* or run every unit in one process"):
         check_sendable(topology.unit("typed"))
     check_sendable(topology.unit("here"))  # it runs in the driver: nothing to import elsewhere
+
+
+def test_a_worker_warns_when_importing_a_topology_module_is_slow_naming_the_module_and_the_way_out(
+        tmp_path, monkeypatch, caplog) -> None:
+    import logging
+    import sys
+
+    from esault.cluster import unit_wire
+
+    (tmp_path / "slow_topology_module.py").write_text(
+        "from esault import Bolt\nclass Up(Bolt):\n    def process(self, tup):\n        pass\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    import slow_topology_module
+
+    b = TopologyBuilder("t")
+    b.set_spout("src", ListSpout, params={"items": [[1, "a"]]})
+    b.set_bolt("up", slow_topology_module.Up).shuffle_grouping("src")
+    wire = unit_wire.unit_to_wire(b.build().unit("up"))
+    monkeypatch.delitem(sys.modules, "slow_topology_module")  # as in a fresh worker: not imported yet
+    monkeypatch.setattr(unit_wire, "SLOW_IMPORT_SECONDS", -1.0)  # any import counts as slow
+    with caplog.at_level(logging.WARNING, logger="esault.worker"):
+        assert unit_wire.unit_from_wire(wire).cls.__name__ == "Up"
+        unit_wire.unit_from_wire(wire)  # imported now: no second warning
+    warnings = [r.getMessage() for r in caplog.records if "runs in every worker process" in r.getMessage()]
+    assert len(warnings) == 1 and warnings[0].startswith("importing slow_topology_module for unit 'up' took")
+    assert "esault.in_worker()" in warnings[0]
