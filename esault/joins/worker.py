@@ -51,13 +51,18 @@ class SideStore:
         for _, index in self.indexes:
             index.remove(tup)
 
-    def oldest(self, n: int) -> list[tuple]:
+    def oldest(self, n: int, upto: int | None = None) -> list[tuple]:
+        """The n oldest tuples (only those with seq <= upto, if given: stores are in seq order)."""
         out = []
         for tup in self.tuples.values():
-            if len(out) == n:
+            if len(out) == n or (upto is not None and tup[0] > upto):
                 break
             out.append(tup)
         return out
+
+    def holds_upto(self, bound: int) -> bool:
+        """Whether a tuple with seq <= bound is still stored here."""
+        return bool(self.tuples) and next(iter(self.tuples)) <= bound
 
     def expire(self, before: float) -> int:
         """Drop tuples with ts < before from the old end; returns how many."""
@@ -90,6 +95,7 @@ class ChainWorker:
         self.has_left = self.has_right = False
         self.paused = {LEFT: False, RIGHT: False}  # no blocks that way (a chain change is quiescing the link)
         self.draining = False  # push everything to the ends (end of input)
+        self.drain_to: dict[str, int | None] = {"R": None, "S": None}  # a flush round: push seq <= bound on
         self.known_right_r = 0  # R stored by the right neighbour, as last heard (+ what it acknowledged since)
         self.known_left_s = 0
         self.wm_r = self.wm_s = -math.inf  # newest ts of each side that passed this worker
@@ -199,13 +205,17 @@ class ChainWorker:
         while store and len(sent) < self.max_inflight:
             known = self.known_right_r if side == "R" else self.known_left_s
             theirs = known + sum(map(len, sent.values()))
+            bound = self.drain_to[side]
+            upto = None
             if self.draining:
                 n = min(zeta, len(store))
+            elif bound is not None and store.holds_upto(bound):
+                n, upto = zeta, bound
             elif len(store) >= theirs + 2 * zeta:
                 n = zeta
             else:
                 return
-            block = tuple(store.oldest(n))
+            block = tuple(store.oldest(n, upto))
             for tup in block:
                 store.remove(tup)
             if side == "R":
