@@ -138,7 +138,8 @@ def topology_fingerprint(topology: Any) -> str:
     parallelism of every unit that is not key-grouped (spouts and such bolts keep a position or a
     state per instance: fewer instances would lose some, more would start from nothing)."""
     return json.dumps([[u.name, "spout" if u.is_spout else "bolt", bool(u.per_key),
-                        None if u.per_key else u.parallelism] for u in topology.units])
+                        None if u.per_key or getattr(u.cls, "esault_chain", False) else u.parallelism]
+                       for u in topology.units])
 
 
 def fingerprint_difference(stored: str, current: str) -> str:

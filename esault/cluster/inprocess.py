@@ -9,11 +9,10 @@ import pykka
 from esault.errors import ResourceError, UnitStartError
 from esault.cluster.resources import InProcessResources, ResourceManager, Slot
 from esault.dsl.topology import UnitSpec
-from esault.runtime.bolt_spu import BoltSpuActor
 from esault.runtime.context import JobContext
+from esault.runtime.actors import actor_class
 from esault.runtime.messages import SpuConfig
 from esault.runtime.sender import StartCheck
-from esault.runtime.spout_spu import SpoutSpuActor
 
 
 class InProcessLauncher:
@@ -28,7 +27,7 @@ class InProcessLauncher:
             raise ResourceError(f"this cluster runs every SPU in one process: there is no worker {worker!r}; "
                                 "start it with LocalCluster(workers=N) to place SPUs on workers")
         slot = self.resources.acquire()
-        cls = SpoutSpuActor if spec.is_spout else BoltSpuActor
+        cls = actor_class(spec)
         ref = cls.start(cfg, spec, job)
         self._slots[ref.actor_urn] = slot
         error = ref.ask(StartCheck())

@@ -24,12 +24,11 @@ from esault.cluster.unit_wire import config_from_wire, unit_from_wire
 from esault.dsl.topology import Topology
 from esault.metrics.forwarded import SampleSender
 from esault.metrics.stats import STATS
-from esault.runtime.bolt_spu import BoltSpuActor
 from esault.runtime.sender import StartCheck
-from esault.runtime.spout_spu import SpoutSpuActor
 from esault.runtime.context import JobContext
 from esault.dsl.topology import UnitSpec
 from esault.errors import ConfigError, DriverUnreachable
+from esault.runtime.actors import actor_class
 from esault.runtime.messages import (
     DriverBeat, PeerAddresses, PeerGone, Shutdown, SpuStarted, SpuStopped, StartSpu, StopSpu, SubmitJob,
     WorkerHeartbeat, WorkerHello,
@@ -194,7 +193,7 @@ class HostActor(pykka.ThreadingActor):
             self.topology_of[spu_id] = message.topology
             self.spus[spu_id] = self.postman.start_and_register(
                 f"spu-{spu_id}",
-                lambda: (SpoutSpuActor if spec.is_spout else BoltSpuActor).start(message.spu, spec, job))
+                lambda: actor_class(spec).start(message.spu, spec, job))
             error = self.spus[spu_id].ask(StartCheck())
             if error is not None:
                 self._stop_spu(StopSpu(spu_id, 0), reply=False)

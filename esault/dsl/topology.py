@@ -24,6 +24,8 @@ class Grouping(enum.Enum):
     GLOBAL = "global"  # everything to the first SPU
     TAG = "tag"  # per tuple: heavy keys over several SPUs weighted by speed, light keys the less loaded of two
     PARTIAL_KEY = "partial_key"  # per tuple: the less loaded of two hash choices (PKG), by what this sender sent
+    CHAIN_HEAD = "chain_head"  # everything to the first SPU of a join chain (its R end)
+    CHAIN_TAIL = "chain_tail"  # everything to the last SPU of a join chain (its S end)
 
 
 _ELASTIC_FIELDS = {f.name for f in dataclasses.fields(ElasticityConfig)}
@@ -295,8 +297,17 @@ class TopologyBuilder:
     def join(self, name: str, left: str, right: str, on: Any = None, window: float = 60.0, kind: Any = "equi",
              band: float = 0.0, time: Any = "ts", parallelism: int = 1, zeta: int = 20, workers: int = 1,
              also: list[Mapping[str, Any]] | None = None, shed: Mapping[str, Any] | None = None,
-             flush_interval: float | None = 1.0, **options: Any) -> BoltDeclarer:
-        """A windowed stream join of `left` (R) with `right` (S): an S2J chain per key (docs/JOINS.md).
+             flush_interval: float | None = None, mode: str = "keyed", **options: Any) -> BoltDeclarer:
+        """A windowed stream join of `left` (R) with `right` (S) (docs/JOINS.md).
+
+        mode="keyed" (the default): an S2J chain per key inside the key's PE;
+        `parallelism` SPUs share the keys (split/merge move keys with their
+        chains), `workers` sets each key's chain length. mode="chain": one S2J
+        chain whose workers are the join's `parallelism` SPUs (on worker
+        processes, in different processes), R entering the first and S the
+        last: a global join (tuples join whatever their keys) that scales one
+        join over cores, the chain growing and shrinking at its tail. It needs
+        guarantee "exactly_once" or "none".
 
         Tuples join when they carry the same key, their event times (`time`: a
         field of dict values or a callable) are at most `window` apart, and
@@ -313,6 +324,12 @@ class TopologyBuilder:
         if left == right:
             raise TopologyError(f"join {name!r}: left and right are both {left!r}; a self-join needs the stream "
                                 "declared twice (two spouts, or a bolt that copies it)")
+        if mode not in ("keyed", "chain"):
+            raise TopologyError(f"join {name!r}: mode must be 'keyed' (a chain per key) or 'chain' (one chain whose "
+                                f"workers are SPUs), got {mode!r}")
+        if mode == "chain" and workers != 1:
+            raise TopologyError(f"join {name!r}: with mode='chain' the chain's workers are its SPUs: set "
+                                f"parallelism={workers} instead of workers={workers}")
         for label, value in (("window", window), ("zeta", zeta), ("workers", workers)):
             if isinstance(value, bool) or not isinstance(value, (int, float)) or value < (0 if label == "window" else 1):
                 raise TopologyError(f"join {name!r}: {label} must be a number >= {0 if label == 'window' else 1}, "
@@ -323,7 +340,19 @@ class TopologyBuilder:
                 raise TopologyError(f"join {name!r}: each of also= must be a dict with a 'name' (and 'kind', 'on', "
                                     f"'band'), got {q!r:.80}")
         params = {"left": left, "right": right, "queries": queries, "window": window, "time": time, "zeta": zeta,
-                  "workers": workers, "shed": dict(shed) if shed else None, "flush_interval": flush_interval}
+                  "shed": dict(shed) if shed else None}
+        if mode == "chain":
+            from esault.joins.chain_bolt import ChainJoinBolt
+
+            if flush_interval is not None:
+                params["flush_interval"] = flush_interval
+            try:
+                ChainJoinBolt(**params)  # a bad kind, band, field spec or shed fails here, at declaration
+            except (TypeError, ValueError) as exc:
+                raise TopologyError(f"join {name!r}: {exc}") from None
+            declarer = self.set_bolt(name, ChainJoinBolt, parallelism, params=params, **options)
+            return declarer._add(left, Grouping.CHAIN_HEAD)._add(right, Grouping.CHAIN_TAIL)
+        params.update(workers=workers, flush_interval=1.0 if flush_interval is None else flush_interval)
         try:
             JoinBolt(**params)  # a bad kind, band or field spec fails here, at declaration
         except (TypeError, ValueError) as exc:

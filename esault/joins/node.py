@@ -24,8 +24,8 @@ runs many nodes over FIFO links under random interleavings):
 - **Chain changes**, at the tail only (S's entry moves; R's never does): an
   added tail is linked by the old one (Link, first on the new link: the S
   sequence so far), and the old tail starts pushing R to it. A removed tail
-  is merged into its left neighbour: the neighbour stops sending it blocks
-  (Quiet); once that link is empty the tail sends its whole state (Handoff,
+  is merged into its left neighbour: it asks (Quiet), the neighbour stops
+  sending it blocks and answers Quiet; once that link is empty the tail sends its whole state (Handoff,
   last on the link) and the neighbour joins its own R with the tail's S (the
   pairs the two had not compared yet) and becomes the tail.
 """
@@ -142,8 +142,12 @@ class ChainNode:
             onward = -direction
             return [Send(onward, message)] if self.neighbour(onward) is not None else []
         if kind is Quiet:
+            if direction == RIGHT and self.right is not None:  # the tail retires into me: no more blocks to it
+                self._pauses[RIGHT].add("merge")
+                self._sync_pauses()
+                return [Send(RIGHT, Quiet())]
             if direction != LEFT or not self.retiring:
-                raise ChainProtocolError("Quiet reaches only a tail that is being merged into its left neighbour")
+                raise ChainProtocolError("Quiet answers only a tail that is being merged into its left neighbour")
             self._quiet_from_left = True
             return self._after([])
         if kind is Handoff:
@@ -196,12 +200,12 @@ class ChainNode:
         for side, store in (("R", w.r), ("S", w.s)):
             pending = self.tokens[side]
             direction = SIDE_DIRECTION[side]
-            while pending and not self._pauses[direction] and not store.holds_upto(pending[0].bound):
-                token = pending.pop(0)
-                if self.neighbour(direction) is None:  # became the far end (a merge): answer it
+            if pending and self.neighbour(direction) is None:  # became the far end (a merge): answer them
+                for token in pending:
                     effects += self._done(token)
-                else:
-                    effects.append(Send(direction, token))
+                pending.clear()
+            while pending and not self._pauses[direction] and not store.holds_upto(pending[0].bound):
+                effects.append(Send(direction, pending.pop(0)))
             w.drain_to[side] = max((t.bound for t in pending), default=None)
 
     # --- after every step ---
@@ -271,14 +275,6 @@ class ChainNode:
         self.seq["S"], self.last_ts["S"] = link.s_seq, link.s_last_ts
         return self.push()
 
-    def take_over_tail(self) -> list:
-        """The tail (right neighbour) will merge into this node: stop sending it blocks and say so."""
-        if self.right is None:
-            raise ChainProtocolError(f"node {self.id} has no right neighbour to take over")
-        self._pauses[RIGHT].add("merge")
-        self._sync_pauses()
-        return [Send(RIGHT, Quiet())]
-
     def retire(self) -> list:
         """This tail merges into its left neighbour: no more blocks left; once the link is empty, Handoff."""
         if not self.is_tail or self.left is None:
@@ -287,7 +283,7 @@ class ChainNode:
         self._pauses[LEFT].add("merge")
         self._sync_pauses()
         self.tokens["S"].clear()  # its rounds end with it; the inputs they covered are flushed by the new tail's
-        return self._after([])
+        return self._after([Send(LEFT, Quiet())])
 
     def _absorb_tail(self, state: dict) -> list:
         out = self.absorb(state)
@@ -328,13 +324,17 @@ class ChainNode:
         return out
 
     def _adopt_counters(self, state: dict) -> None:
-        """Sequence numbers and stream clocks never go back: take the larger of each."""
+        self.adopt_sequences(state)
+        self.late += int(state.get("late", 0))
+
+    def adopt_sequences(self, state: dict) -> None:
+        """Sequence numbers and stream clocks never go back: take the larger of each (a restored chain's
+        tail numbers S on from the checkpoint's last worker, whichever worker that was)."""
         for side in ("R", "S"):
             self.seq[side] = max(self.seq[side], int(state["seq"][side]))
             theirs = state["last_ts"][side]
             if theirs is not None and (self.last_ts[side] is None or theirs > self.last_ts[side]):
                 self.last_ts[side] = theirs
-        self.late += int(state.get("late", 0))
 
     def stored(self) -> tuple[int, int]:
         w = self.worker

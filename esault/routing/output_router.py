@@ -22,7 +22,7 @@ from esault.runtime.messages import DataBatch, RouteSpec
 _CACHE_LIMIT = 1 << 18
 SPREAD = {"tag": "tag", "partial_key": "pkg"}
 """Groupings that choose an SPU per tuple, and their TagPartitioner mode."""
-GROUPINGS = ("key", "shuffle", "global", "all", *SPREAD)
+GROUPINGS = ("key", "shuffle", "global", "all", "chain_head", "chain_tail", *SPREAD)
 NO_ROOTS: list[int] = []
 """The trees of an untracked batch (acking off, or emits outside process()); never mutated."""
 log = logging.getLogger("esault.routing")
@@ -98,7 +98,8 @@ class Route:
         """(spu, flat [k, v, ...] list) per destination with data; the buffers are left empty.
 
         Shuffle deals the shared buffer out in equal runs, starting at a rotating SPU (tiny
-        batches still spread); global sends it to the first SPU, all to every SPU.
+        batches still spread); global and chain_head send it to the first SPU, chain_tail to the
+        last (a join chain's ends: SPU ids grow along the chain), all to every SPU.
         """
         if self.keyed or self.spread:
             sizes = self.batch_tuples
@@ -120,8 +121,10 @@ class Route:
         if self.broadcast:
             for spu in order:
                 yield spu, data
-        elif self.grouping == "global" or len(order) == 1:
+        elif self.grouping in ("global", "chain_head") or len(order) == 1:
             yield order[0], data
+        elif self.grouping == "chain_tail":
+            yield order[-1], data
         else:
             n = len(order)
             pairs = len(data) // 2

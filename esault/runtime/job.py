@@ -61,6 +61,8 @@ class Job:
         self.dead_letter_path = data_dir / "dead_letters.jsonl"
         self.ctx = JobContext(topology, config, self.clock, data_dir,
                               dead_letters=DeadLetterWriter(self.dead_letter_path))
+        self._untracked_units = any(getattr(s.cls, "esault_chain", False) for s in topology.units)
+        """Units that emit outside the input trees (join chains): completion also needs the counts to agree."""
         self._check_guarantee()  # before anything that must be undone when the job cannot start
         check = getattr(launcher, "check_topology", None)
         if check is not None:
@@ -144,7 +146,15 @@ class Job:
         return self.topology.name
 
     def _check_guarantee(self) -> None:
-        """exactly_once rolls sources back: every spout must be able to rewind."""
+        """exactly_once rolls sources back: every spout must be able to rewind. A join chain across SPUs
+        emits pairs outside any input's tree, which at_least_once cannot replay."""
+        chains = [s.name for s in self.topology.units if getattr(s.cls, "esault_chain", False)]
+        if chains and self.config.guarantee == "at_least_once":
+            raise ConfigError(
+                f"join {chains[0]!r} runs as a chain of SPUs (mode='chain'), whose pairs are made where tuples cross "
+                "and so belong to no input's tree: at_least_once could lose them. Run the job with "
+                "guarantee='exactly_once' (checkpoints cover the chain) or 'none', or declare the join with "
+                "mode='keyed'")
         if not self.ctx.exactly_once:
             return
         for spec in self.topology.units:
@@ -550,7 +560,7 @@ class Job:
         states = self._spout_states()
         if not states or not all(p is not None and p.finished for p in states):
             return False
-        if self.config.acking and not any(p.untracked for p in states):
+        if self.config.acking and not any(p.untracked for p in states) and not self._untracked_units:
             # Every tuple is in a tracked tree, so spouts with none in flight are done: known at once,
             # from the spouts' own word, without waiting for the workers' counts (heartbeats).
             return all(p.drained for p in states)

@@ -555,3 +555,22 @@ class CancelReconfiguration:
     atomic group failed) before any switch: forget its ranges; nothing moved."""
 
     reconfig_id: int
+
+
+# --- S2J join chains whose workers are SPUs (esault.joins.spu) ------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class ChainLink:
+    """chain SPU -> neighbouring chain SPU: link messages of the join chain's protocol, in order
+    (esault.joins.protocol.to_wire lists); on the data lane, FIFO per pair of SPUs."""
+
+    sender: int
+    items: list[Any]
+
+
+@dataclass(frozen=True, slots=True)
+class ChainMembers:
+    """unit -> its chain SPUs: every SPU of the chain (their order is their ids' order) and its mailbox."""
+
+    spus: dict[int, Any]

@@ -21,7 +21,7 @@ from esault.dsl.topology import Grouping, UnitSpec
 from esault.errors import ResourceError, RoutingError, ScalingError, WorkerLost
 from esault.keyhash import KEY_SPACE_MAX
 from esault.metrics import registry as metrics
-from esault.migration.plan import WorkloadPlan, plan_instances, plan_keyed
+from esault.migration.plan import Move, WorkloadPlan, plan_instances, plan_keyed
 from esault.migration.reconfiguration import (
     CancelPrepared, Completed, Effect, Failed, Phase, ReadyToSwitch, Reconfiguration, SendPrepareGive, SendPrepareReceive,
     StopSpus, SwitchRoutes,
@@ -30,7 +30,7 @@ from esault.routing.interval_table import IntervalTable
 from esault.checkpoint.coordinator import AbandonSpus, RelaunchSpus
 from esault.runtime.context import JobContext, log
 from esault.runtime.messages import (
-    Abandon, CancelReconfiguration, GetLayout, GetRoutes, GetSpus, HandoffFinished, InstallRoutes, Prepared, PrepareGive,
+    Abandon, CancelReconfiguration, ChainMembers, GetLayout, GetRoutes, GetSpus, HandoffFinished, InstallRoutes, Prepared, PrepareGive,
     PrepareReceive, RouteSpec, ScaleCommand, ScaleResult, SpuConfig,
 )
 
@@ -140,6 +140,9 @@ class UnitActor(pykka.ThreadingActor):
         self._discarded: list[int] = []  # SPUs a rollback discarded, whose places RelaunchSpus fills
         self.history: list[ScaleResult] = []
         self._proposed: UnitSpec | None = None  # ProposeLogic's spec, for the assign_logic command after it
+        self.chain = bool(getattr(spec.cls, "esault_chain", False))
+        """An S2J join chain (esault.joins.spu): its SPUs in id order are the chain; it grows and shrinks at its
+        tail, and every SPU is told the members (ChainMembers) whenever they change."""
         metrics.init_unknown_message_series("UnitActor")
 
     def launch_initial_spus(self, epoch: int | None = None, positions: dict[int, Any] | None = None) -> None:
@@ -150,6 +153,18 @@ class UnitActor(pykka.ThreadingActor):
         for instance, spu_id in enumerate(ids):
             self.instance_of[spu_id] = instance
             self.spus[spu_id] = self._launch(spu_id, self.downstream, None, epoch, (positions or {}).get(instance))
+        self._announce_members()
+
+    def _announce_members(self) -> None:
+        """A join chain's SPUs learn who their neighbours are (and where), after every change of the set."""
+        if not self.chain:
+            return
+        members = ChainMembers(dict(self.spus))
+        for spu, mailbox in self.spus.items():
+            try:
+                mailbox.tell(members)
+            except Exception as exc:  # noqa: BLE001 - its worker died: a rollback or replacement follows
+                log.warning("unit %r: chain SPU %d not told its members: %r", self.spec.name, spu, exc)
 
     # --- rollback (esault.checkpoint.coordinator) ------------------------------------------
 
@@ -191,6 +206,7 @@ class UnitActor(pykka.ThreadingActor):
         for new in renamed.values():
             self.spus[new] = self._launch(new, self.downstream, None, msg.epoch,
                                           msg.positions.get(self.instance_of[new]))
+        self._announce_members()
 
     def on_stop(self) -> None:
         for mailbox in self.spus.values():
@@ -349,6 +365,9 @@ class UnitActor(pykka.ThreadingActor):
 
     def _begin_split(self, cmd: ScaleCommand) -> None:
         giver, receiver = cmd.spu_id, self.job.next_id()
+        if self.chain:
+            self._begin_chain_change(cmd, grow=True)
+            return
         if self.spec.per_key:
             new_table = self.table.copy()
             lo, hi = new_table.split(giver, receiver, cmd.at)
@@ -360,6 +379,9 @@ class UnitActor(pykka.ThreadingActor):
 
     def _begin_merge(self, cmd: ScaleCommand) -> None:
         giver = cmd.spu_id
+        if self.chain:
+            self._begin_chain_change(cmd, grow=False)
+            return
         if self.spec.per_key:
             new_table = self.table.copy()
             lo, hi, receiver = new_table.merge(giver, cmd.into)
@@ -400,8 +422,28 @@ class UnitActor(pykka.ThreadingActor):
         where = getattr(self.launcher, "worker_of", None)
         return where(spu) if where is not None else None
 
+    def _begin_chain_change(self, cmd: ScaleCommand, grow: bool) -> None:
+        """A join chain changes at its tail, whichever SPU was named: a new SPU is linked after the tail (S
+        enters there from the switch on), or the tail merges into its left neighbour (esault.joins.node)."""
+        order = sorted(self.spus)
+        tail = order[-1]
+        if grow:
+            new = self.job.next_id()
+            plan = WorkloadPlan(table=None, moves=(Move(KEY_SPACE_MAX, KEY_SPACE_MAX, tail, new),), started=(new,))
+            self._begin(cmd, plan, tail, new, None, None)
+        else:
+            left = order[-2]
+            plan = WorkloadPlan(table=None, moves=(Move(KEY_SPACE_MAX, KEY_SPACE_MAX, tail, left),), retired=(tail,))
+            self._begin(cmd, plan, tail, left, None, None)
+
     def _begin_rescale(self, cmd: ScaleCommand) -> None:
         """A unit that is not key grouped: SPUs start or retire (those that retire drain behind markers)."""
+        if self.chain:
+            if abs(cmd.spus - len(self.spus)) != 1:
+                raise ScalingError(f"join chain {self.spec.name!r} grows or shrinks one worker at a time (it has "
+                                   f"{len(self.spus)}, {cmd.spus} were asked for): rescale in steps of one")
+            self._begin_chain_change(cmd, grow=cmd.spus > len(self.spus))
+            return
         current = sorted(self.spus)
         target = current[: cmd.spus] + [self.job.next_id() for _ in range(cmd.spus - len(current))]
         self._begin(cmd, plan_instances(current, target), -1, -1, None, None)
@@ -507,6 +549,7 @@ class UnitActor(pykka.ThreadingActor):
             self.table = plan.table
         self.spus = {**{s: m for s, m in self.spus.items() if s not in op.retiring}, **op.launched}
         self.version += 1
+        self._announce_members()
         self._install_upstream(op.cmd, op.machine.reconfig_id, notify_boxes)
 
     def _replace(self, cmd: ScaleCommand) -> None:
@@ -523,6 +566,7 @@ class UnitActor(pykka.ThreadingActor):
         mailbox = self._launch(new, cmd.downstream_routes, None)
         self.spus = {**{s: m for s, m in self.spus.items() if s != lost}, new: mailbox}
         self.version += 1
+        self._announce_members()
         self._install_upstream(cmd, self.job.next_id(), {})
         owned = self.table.intervals_of(new) if self.table is not None else None
         result = ScaleResult("replace", self.spec.name, lost, new, owned[0][0] if owned else None,

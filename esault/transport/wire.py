@@ -103,6 +103,7 @@ FIELD_TYPES: Mapping[tuple[str, str], str] = types.MappingProxyType({
     ("Probe", "reply_to"): "Mailbox",
     ("SpusChanged", "spus"): "dict[int, Mailbox]",
     ("SpusChanged", "result"): "ScaleResult | None",
+    ("ChainMembers", "spus"): "dict[int, Mailbox]",
 })
 """The wire type of fields messages.py annotates ``Any`` that are not plain user values.
 

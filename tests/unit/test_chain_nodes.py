@@ -29,6 +29,7 @@ class Cluster:
         self.held = deque()  # S entries waiting for a new tail (a change in progress)
         self.change = None  # ("add", new) or ("remove", tail, left)
         self.step = 0
+        self.rounds = []
         for _ in range(n):
             self.order.append(self._new())
         self._relink()
@@ -136,7 +137,6 @@ class Cluster:
     def remove(self):
         tail, left = self.order[-1], self.order[-2]
         self.change = ("remove", tail, left)
-        self.apply(left, self.nodes[left].take_over_tail())
         self.apply(tail, self.nodes[tail].retire())
 
     def _finish_remove(self):
@@ -160,12 +160,19 @@ class Cluster:
         return Counter((q.name, i + 1, j + 1) for q in QUERIES for i, (_, rt, rv) in enumerate(rs)
                        for j, (_, st_, sv) in enumerate(ss) if abs(rt - st_) <= self.window and q.matches(rv, sv))
 
+    def start_flush(self, nid, side):
+        self.rounds.append((nid, side, self.nodes[nid].seq[side]))
+        self.apply(nid, self.nodes[nid].start_flush(side))
+
     def finish(self):
-        """End of input: flush both streams to their far ends; every pair is then out."""
+        """End of input: flush both streams to their far ends; every pair is then out, every round answered."""
         self.run()
-        self.apply(self.head, self.nodes[self.head].start_flush("R"))
-        self.apply(self.tail, self.nodes[self.tail].start_flush("S"))
+        self.start_flush(self.head, "R")
+        self.start_flush(self.tail, "S")
         self.run()
+        for nid, side, bound in self.rounds:  # a retired tail's rounds end with it (its successor flushes)
+            if nid in self.nodes:
+                assert any(f[:2] == (nid, side) and f[2] >= bound for f in self.flushed), f"round {side}<={bound} lost"
 
 
 values = st.fixed_dictionaries({"k": st.integers(0, 3), "x": st.integers(0, 10)})
@@ -192,10 +199,8 @@ def test_every_pair_joins_exactly_once_across_nodes_with_flush_rounds_and_tail_c
             busy = c.busy()
             if busy:
                 c.deliver(busy[step[1] % len(busy)])
-        elif kind == "flushR":
-            c.apply(c.head, c.nodes[c.head].start_flush("R"))
-        elif kind == "flushS":
-            c.apply(c.tail, c.nodes[c.tail].start_flush("S"))
+        elif kind in ("flushR", "flushS"):
+            c.start_flush(c.head if kind == "flushR" else c.tail, kind[-1])
         elif c.change is None:
             if kind == "add" and len(c.order) < 6:
                 c.add()

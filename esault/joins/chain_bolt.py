@@ -1,0 +1,57 @@
+"""ChainJoinBolt: a join whose S2J chain workers are SPUs (docs/JOINS.md, "A chain of SPUs").
+
+Declared by `TopologyBuilder.join(..., mode="chain", parallelism=N)`: N SPUs
+in a chain (on worker processes: spread over them), R entering the first, S
+the last. The class only carries the join's declaration; its SPUs run
+`esault.joins.spu.ChainSpuActor`, which drives an `esault.joins.node.ChainNode`.
+A chain join is global: tuples join whatever their keys (put the key in `on`
+for an equi-join), and each pair leaves with the left tuple's key.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Mapping, Sequence
+
+from esault.dsl.bolt import Bolt
+from esault.dsl.tuple import Tuple
+from esault.joins.bolt import query_from
+from esault.joins.queries import extractor
+from esault.joins.shedding import ShedPolicy
+
+
+class ChainJoinBolt(Bolt):
+    """The declaration of a chain join; see the module docstring. process() is never called."""
+
+    esault_chain = True
+
+    @staticmethod
+    def esault_actor() -> type:
+        from esault.joins.spu import ChainSpuActor  # the runtime's side, imported where SPUs start
+
+        return ChainSpuActor
+
+    def __init__(self, left: str, right: str, queries: Sequence[Mapping[str, Any]], window: float,
+                 time: Any = "ts", zeta: int = 20, shed: Mapping[str, Any] | None = None,
+                 flush_interval: float = 0.2, max_held: int = 2048) -> None:
+        if not isinstance(flush_interval, (int, float)) or isinstance(flush_interval, bool) or flush_interval <= 0:
+            raise ValueError(f"flush_interval must be a number of seconds > 0, got {flush_interval!r}")
+        if not isinstance(max_held, int) or isinstance(max_held, bool) or max_held < 1:
+            raise ValueError(f"max_held must be a whole number >= 1, got {max_held!r}")
+        self.left, self.right = left, right
+        self.queries = [query_from(q) for q in queries]
+        self.window, self.zeta = window, zeta
+        self.time = extractor(time, "time")
+        self.shed_config = dict(shed) if shed else None
+        self.flush_interval, self.max_held = float(flush_interval), max_held
+        if self.shed_config:
+            self.new_shed_policy()  # a bad shed= fails at declaration
+
+    def new_shed_policy(self) -> ShedPolicy:
+        return ShedPolicy(**{k: v for k, v in (self.shed_config or {}).items() if k != "period"})
+
+    @property
+    def shed_period(self) -> float:
+        return float((self.shed_config or {}).get("period", 1.0))
+
+    def process(self, tup: Tuple) -> None:  # pragma: no cover - the chain SPU actor enters tuples itself
+        raise RuntimeError("a ChainJoinBolt runs on chain SPUs (ChainSpuActor); process() is not used")

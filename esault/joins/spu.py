@@ -1,0 +1,432 @@
+"""ChainSpuActor: one S2J chain worker as an SPU, its links to the neighbouring SPUs real messages.
+
+The protocol is `esault.joins.node.ChainNode` (pure); this actor translates:
+entry batches (R at the head, S at the tail) into `enter`, `ChainLink`
+messages from the neighbours into `receive`, checkpoint alignment into the
+node's quiescing, and the unit's split/merge messages into tail changes.
+
+Delivery (docs/JOINS.md, "A chain of SPUs"): an input's pairs with older
+tuples come out wherever the two cross, so the entry SPU holds the input's
+acks (plain XOR deltas, so a retiring tail can hand them to its successor)
+until a flush round says its pairs are out. Pairs made at entry are anchored
+to the input's tree; pairs made on a link leave unanchored, which exactly_once
+covers (a rollback restores every SPU and the sink together) and at_least_once
+could not, so a chain join refuses it. Completion counts emitted and processed
+tuples, as with guarantee "none".
+"""
+
+from __future__ import annotations
+
+import time as _time
+from typing import Any
+
+from esault.checkpoint.store import instance_slot
+from esault.joins.node import ChainNode, ChainProtocolError
+from esault.joins.protocol import Flushed, Handoff, Joined, Link, Send, from_wire, to_wire
+from esault.migration.handoff import GiverHandoff
+from esault.runtime.bolt_spu import BoltSpuActor
+from esault.runtime.context import log
+from esault.runtime.messages import (
+    AckUpdate, Barrier, CancelReconfiguration, ChainLink, ChainMembers, CheckpointStart, DataBatch, HandoffFinished,
+    PrepareGive, PrepareReceive, Prepared, Tick,
+)
+from esault.transport.codec import encode
+
+
+class ChainSpuActor(BoltSpuActor):
+    """One worker of a join chain; its bolt instance (ChainJoinBolt) holds the join's declaration."""
+
+    def __init__(self, cfg, spec, job) -> None:
+        super().__init__(cfg, spec, job)
+        self.node: ChainNode | None = None
+        self.members: list[int] = []
+        self.mailboxes: dict[int, Any] = {}
+        self._linked = False  # knows its neighbours (ChainMembers, or the old tail's Link)
+        self._waiting: list[Any] = []  # what came before that, in arrival order
+        self._unsent: dict[int, list] = {}  # link messages to an SPU whose mailbox is not known yet
+        self._restore_epoch: int | None = None
+        self._held: dict[str, list[tuple[int, dict[int, int]]]] = {"R": [], "S": []}  # (seq, acks) owed pairs
+        self._round: dict[str, int | None] = {"R": None, "S": None}  # bound of this SPU's flush round in flight
+        self._last_round = {"R": 0.0, "S": 0.0}
+        self._receiving_from: int | None = None  # a new tail: the old tail that links it
+        self._receive_op: int | None = None
+        self._absorbing: tuple[int, int] | None = None  # (reconfig, tail): the tail merges into this SPU
+        self._absorb_held: list[DataBatch] = []  # S entries that wait for that merge
+        self._retire_op: int | None = None
+        self._policy = None
+        self._period_start = _time.perf_counter()
+        self._busy_mark = 0
+        self._handlers.update({ChainLink: self._on_link, ChainMembers: self._on_members})
+
+    # --- set-up ---------------------------------------------------------------
+
+    def _chain(self) -> ChainNode:
+        if self.node is None:
+            bolt = self.pes.single()
+            self.node = ChainNode(self.spu_id, bolt.queries, bolt.window, bolt.zeta)
+            if bolt.shed_config:
+                self._policy = bolt.new_shed_policy()
+        return self.node
+
+    def _restore(self, epoch: int) -> None:
+        """Restored once the members are known: which checkpointed workers this one takes depends on them."""
+        self._restore_epoch = epoch
+
+    def _on_members(self, msg: ChainMembers) -> None:
+        self.mailboxes.update(msg.spus)
+        if self.spu_id in msg.spus:
+            self.members = sorted(msg.spus)
+        node = self._chain()
+        if not self._linked and self._receiving_from is None and self.spu_id in msg.spus:
+            i = self.members.index(self.spu_id)
+            owed = self._restore_chain(i, len(self.members)) if self._restore_epoch is not None else []
+            left = self.members[i - 1] if i else None
+            right = self.members[i + 1] if i + 1 < len(self.members) else None
+            self._apply(owed + node.link(left, right))
+            self._set_linked()
+        elif self._linked and not node.retired:
+            self._relink_lost()
+        self._send_links({})
+
+    def _relink_lost(self) -> None:
+        """A neighbour vanished without a hand-off (its worker died; guarantee "none" replaces it empty)."""
+        node = self.node
+        merging = self._absorbing[1] if self._absorbing is not None else None  # leaves by the protocol
+        lost = [n for n in (node.left, node.right) if n is not None and n not in self.members and n != merging]
+        if not lost or self.spu_id not in self.members:
+            return
+        i = self.members.index(self.spu_id)
+        left = self.members[i - 1] if i else None
+        right = self.members[i + 1] if i + 1 < len(self.members) else None
+        w = node.worker
+        dropped = sum(map(len, w.sent_right.values())) + sum(map(len, w.sent_left.values()))
+        w.sent_right.clear(), w.sent_left.clear()
+        w.r_flight = type(w.r_flight)("R", w.queries)
+        log.error("topology %r: join chain %r SPU %d lost neighbour(s) %s with their tuples and %d in flight "
+                  "(guarantee %r keeps no copy); it links to %s/%s", self.job.name, self.unit_name, self.spu_id,
+                  lost, dropped, self.job.config.guarantee, left, right)
+        self._apply(node.link(left, right))
+
+    def _restore_chain(self, rank: int, size: int) -> list:
+        """This SPU's part of checkpoint `epoch`: the worker of its rank, and if it is the tail, every worker
+        the checkpoint had beyond it (merged in order, with the pairs they owe each other)."""
+        epoch, self._restore_epoch = self._restore_epoch, None
+        store = self.checkpoint_store()
+        first = store.read_slot(self.unit_name, epoch, instance_slot(0))
+        if first is None:
+            return []
+        states = [first] + [store.read_slot(self.unit_name, epoch, instance_slot(j)) for j in range(1, first["size"])]
+        if any(s is None or s["epoch"] != first["epoch"] for s in states):
+            raise RuntimeError(f"checkpoint {epoch} of join chain {self.unit_name!r} is missing workers' states")
+        node = self.node
+        owed: list = []
+        if rank < len(states):
+            node.restore(states[rank])
+            if rank == size - 1:
+                for later in states[rank + 1:]:
+                    owed += node.absorb(later)
+        for state in states:
+            node.adopt_sequences(state)
+        return owed
+
+    def _set_linked(self) -> None:
+        self._linked = True
+        self._replay()
+
+    def _replay(self) -> None:
+        """What waited (for the chain's members, a Link or a merge) runs now, in arrival order."""
+        waiting, self._waiting = self._waiting, []
+        for message in waiting:
+            self._handlers[type(message)](message)
+
+    # --- entries ----------------------------------------------------------------
+
+    def _on_data(self, msg: DataBatch) -> None:
+        if not self._linked:
+            self._waiting.append(msg)
+            return
+        super()._on_data(msg)
+
+    def _process_data(self, msg: DataBatch) -> None:
+        bolt = self.pes.single()
+        node = self.node
+        if self._absorbing is not None and msg.source == bolt.right:
+            self._absorb_held.append(msg)  # S enters here once the old tail's tuples are merged in
+            return
+        side = "R" if msg.source == bolt.left else "S"
+        policy = self._policy
+        if policy is not None:
+            self._observe(bolt)
+        effects: list = []
+        entered = 0
+        time_of = bolt.time
+        for key, value in zip(msg.keys, msg.values):
+            if policy is not None and not policy.admit():
+                self.stats.shed += 1
+                continue
+            try:
+                ts = float(time_of(value))
+            except Exception as exc:
+                self.faults.give_up(key, value, exc, "event time of the join", 1)
+                continue
+            effects += node.enter(side, ts, value, key)
+            entered += 1
+        n = len(msg.keys)
+        self.stats.processed += n
+        self.processed_since_probe += n
+        sends, flushed = self._effects(effects)
+        sent, xors = self.router.flush(msg.roots)  # pairs made at entry: in the input's trees
+        self.count_sent(sent)
+        self._send_links(sends)
+        owes = entered and (node.right if side == "R" else node.left) is not None
+        deltas = {root: edge ^ x for root, edge, x in zip(msg.roots, msg.edges, xors)}
+        if owes:
+            self._held[side].append((node.seq[side], deltas))
+        elif deltas and self.acking:
+            self.acker.tell(AckUpdate(deltas))
+        for f in flushed:
+            self._release(f.side, f.bound)
+        self._maybe_flush(_time.monotonic(), idle=self.actor_inbox.qsize() == 0)
+        self._count_inflight()
+
+    def _observe(self, bolt: Any) -> None:
+        """One utilisation sample per shed period: this SPU's busy fraction (S2J's tau at an entry worker)."""
+        now = _time.perf_counter()
+        elapsed = now - self._period_start
+        if elapsed < bolt.shed_period:
+            return
+        busy = (self.stats.busy_us - self._busy_mark) / 1e6
+        self._busy_mark, self._period_start = self.stats.busy_us, now
+        self._policy.observe(busy / elapsed, max(len(self.members), 1))
+
+    # --- flush rounds: when an input's pairs are all out ---------------------------
+
+    def _maybe_flush(self, now: float, idle: bool) -> None:
+        bolt = self.pes.single()
+        node = self.node
+        if node is None or not self._linked or node.retiring:
+            return
+        for side in ("R", "S"):
+            held = self._held[side]
+            if not held or self._round[side] is not None:
+                continue
+            if idle or len(held) >= bolt.max_held or now - self._last_round[side] >= bolt.flush_interval:
+                self._round[side] = node.seq[side]
+                self._last_round[side] = now
+                self._apply(node.start_flush(side))
+
+    def _release(self, side: str, bound: int) -> None:
+        """Flushed(side, bound): the inputs of seq <= bound owe no pair; their acks leave."""
+        held = self._held[side]
+        deltas: dict[int, int] = {}
+        while held and held[0][0] <= bound:
+            for root, v in held.pop(0)[1].items():
+                deltas[root] = deltas.get(root, 0) ^ v
+        if deltas and self.acking:
+            self.acker.tell(AckUpdate(deltas))
+        if self._round[side] is not None and self._round[side] <= bound:
+            self._round[side] = None
+        self._count_inflight()
+
+    def _count_inflight(self) -> None:
+        self.stats.inflight = len(self._held["R"]) + len(self._held["S"]) + len(self._absorb_held)
+
+    def _on_tick(self, msg: Tick) -> None:
+        super()._on_tick(msg)
+        if self._linked:
+            now = _time.monotonic()
+            self._maybe_flush(now, idle=self.actor_inbox.qsize() == 0)
+            for side, bound in self._round.items():
+                if bound is not None and now - self._last_round[side] > 10.0:
+                    self._last_round[side] = now
+                    node = self.node
+                    log.warning("topology %r: join chain %r SPU %d: flush round %s<=%d unanswered for 10 s "
+                                "(tokens %s, paused %s, left %s, right %s)", self.job.name, self.unit_name,
+                                self.spu_id, side, bound, node.tokens, node.worker.paused, node.left, node.right)
+
+    # --- links ---------------------------------------------------------------------
+
+    def _on_link(self, msg: ChainLink) -> None:
+        if not self._linked and msg.sender != self._receiving_from:
+            self._waiting.append(msg)
+            return
+        node = self._chain()
+        effects: list = []
+        for raw in msg.items:
+            try:
+                item = from_wire(raw)
+            except ValueError as exc:
+                log.error("topology %r: join chain %r SPU %d dropped a malformed link message from SPU %d: %s",
+                          self.job.name, self.unit_name, self.spu_id, msg.sender, exc)
+                continue
+            if type(item) is Link:
+                effects += self._accept_link(msg.sender, item)
+                continue
+            direction = node.direction_of(msg.sender)
+            if direction is None:
+                log.warning("topology %r: join chain %r SPU %d ignored %s from SPU %d, not its neighbour",
+                            self.job.name, self.unit_name, self.spu_id, type(item).__name__, msg.sender)
+                continue
+            try:
+                effects += node.receive(direction, item)
+            except ChainProtocolError as exc:
+                log.error("topology %r: join chain %r SPU %d dropped %s from SPU %d: %s", self.job.name,
+                          self.unit_name, self.spu_id, type(item).__name__, msg.sender, exc)
+                continue
+            if type(item) is Handoff:  # its effects leave before the S entries that waited run
+                self._apply(effects)
+                effects = []
+                self._absorbed(item.state)
+        self._apply(effects)
+        self._count_inflight()
+        if self._retire_op is not None and node.retired:
+            self.unit_ref.tell(HandoffFinished(self._retire_op, self.spu_id, "giver", sum(node.stored()), 0.0))
+            self._retire_op = None
+        if self._align is not None:
+            self._check_aligned()
+
+    def _effects(self, effects: list) -> tuple[dict[int, list], list[Flushed]]:
+        """Emit the pairs; (link messages per neighbour, in order; finished rounds)."""
+        sends: dict[int, list] = {}
+        flushed: list[Flushed] = []
+        node = self.node
+        emit = self.emit_path
+        for e in effects:
+            kind = type(e)
+            if kind is Joined:
+                r, s = e.r, e.s
+                emit(r[3], {"query": e.query, "left": r[2], "right": s[2]})
+            elif kind is Send:
+                to = node.neighbour(e.direction)
+                message = e.message
+                if type(message) is Handoff:  # the held acks go with the state to the new tail
+                    message = Handoff({**message.state, "held": {k: [[q, d] for q, d in v]
+                                                                 for k, v in self._held.items()}})
+                    self._held = {"R": [], "S": []}
+                sends.setdefault(to, []).append(to_wire(message))
+            elif kind is Flushed:
+                flushed.append(e)
+        return sends, flushed
+
+    def _apply(self, effects: list) -> None:
+        """Outside an entry batch: pairs leave unanchored, before the link messages that follow them."""
+        sends, flushed = self._effects(effects)
+        self.flush()
+        self._send_links(sends)
+        for f in flushed:
+            self._release(f.side, f.bound)
+
+    def _send_links(self, sends: dict[int, list]) -> None:
+        for to, items in list(self._unsent.items()) + list(sends.items()):
+            mailbox = self.mailboxes.get(to)
+            if mailbox is None:
+                if items is not self._unsent.get(to):
+                    self._unsent.setdefault(to, []).extend(items)
+                continue
+            self._unsent.pop(to, None)
+            try:
+                mailbox.tell(ChainLink(self.spu_id, items))
+            except Exception as exc:  # noqa: BLE001 - its process died: a rollback (or a replacement) follows
+                log.warning("topology %r: join chain %r SPU %d cannot reach SPU %d: %r", self.job.name,
+                            self.unit_name, self.spu_id, to, exc)
+
+    # --- checkpoints: align, quiesce the links, snapshot ------------------------------
+
+    def _on_barrier(self, msg: Barrier) -> None:
+        if not self._linked:
+            self._waiting.append(msg)
+            return
+        super()._on_barrier(msg)
+
+    def _on_checkpoint_start(self, msg: CheckpointStart) -> None:
+        if not self._linked:
+            self._waiting.append(msg)
+            return
+        super()._on_checkpoint_start(msg)
+
+    def _check_aligned(self) -> None:
+        align = self._align
+        if align is None or not align.complete:
+            return
+        node = self.node
+        if node.quiescing != align.epoch:
+            self._apply(node.begin_quiesce(align.epoch))
+        if not node.quiet():
+            return  # the neighbours' Marks, or acks of blocks sent, are still to come
+        self._align = None
+        self._snapshot_epoch(align.epoch)
+        self._apply(node.end_quiesce())
+        for held in align.release():
+            self._handlers[type(held)](held)
+
+    def _snapshot_epoch(self, epoch: int) -> None:
+        self.flush()
+        snapshot = self.new_snapshot(epoch)
+        rank = self.members.index(self.spu_id)
+        state = {**self.node.snapshot(), "rank": rank, "size": len(self.members), "epoch": epoch}
+        snapshot.rows[self.unit_name] = [(instance_slot(rank), encode(state))]
+        self.snapshot_stages(snapshot)
+        self.send_barrier(snapshot)
+
+    # --- chain changes at the tail (the unit's split and merge) ---------------------------
+
+    def _on_prepare_give(self, msg: PrepareGive) -> None:
+        self.mailboxes.update(msg.receivers)
+        super()._on_prepare_give(msg)
+
+    def _hand_off(self) -> None:
+        """Every upstream SPU switched: no S enters here any more."""
+        giving, self._giving = self._giving, None
+        self._giving_to = {}
+        receiver = giving.ranges[0][2]
+        node = self.node
+        if giving.retire:
+            self._retiring = True
+            self._retire_op = giving.reconfig_id
+            self._apply(node.retire())  # its Handoff leaves once the link to its left neighbour is empty
+            return
+        self._apply(node.link_new_tail(receiver))
+        self.unit_ref.tell(HandoffFinished(giving.reconfig_id, self.spu_id, "giver", 0, 0.0))
+
+    def _on_prepare_receive(self, msg: PrepareReceive) -> None:
+        giver = msg.ranges[0][2]
+        self._chain()
+        if not self._linked:  # a new tail: the old one links it (Link, first on the new link)
+            self._receiving_from, self._receive_op = giver, msg.reconfig_id
+        else:  # the tail merges into this SPU
+            self._absorbing = (msg.reconfig_id, giver)
+        self.unit_ref.tell(Prepared(msg.reconfig_id, self.spu_id, "receiver"))
+
+    def _accept_link(self, sender: int, link: Link) -> list:
+        if sender != self._receiving_from or self._linked:
+            log.error("topology %r: join chain %r SPU %d got a Link from SPU %d it does not wait for",
+                      self.job.name, self.unit_name, self.spu_id, sender)
+            return []
+        effects = self.node.accept_link(sender, link)
+        self._receiving_from = None
+        self.unit_ref.tell(HandoffFinished(self._receive_op, self.spu_id, "receiver", 0, 0.0))
+        self._receive_op = None
+        self._apply(effects)
+        self._set_linked()  # the S entries that waited for the link run now
+        return []
+
+    def _absorbed(self, state: dict) -> None:
+        """The old tail's state is merged in (its owed pairs are in the node's effects): S enters here now."""
+        for side, entries in (state.get("held") or {}).items():
+            self._held[side] = sorted(self._held[side] + [(int(q), {int(r): int(v) for r, v in d.items()})
+                                                          for q, d in entries])
+        rid, _tail = self._absorbing
+        self._absorbing = None
+        moved = len(state["worker"]["r"]) + len(state["worker"]["s"])
+        self.unit_ref.tell(HandoffFinished(rid, self.spu_id, "receiver", moved, 0.0))
+        held, self._absorb_held = self._absorb_held, []
+        self._waiting = held + self._waiting
+        self._replay()
+
+    def _on_cancel(self, msg: CancelReconfiguration) -> None:
+        super()._on_cancel(msg)
+        if self._absorbing is not None and self._absorbing[0] == msg.reconfig_id:
+            self._absorbing = None
+            self._waiting = self._absorb_held + self._waiting
+            self._absorb_held = []
+            self._replay()

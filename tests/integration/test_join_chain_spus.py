@@ -1,0 +1,119 @@
+"""A join chain whose workers are SPUs (mode="chain"): every pair exactly once while workers are added at and
+removed from the tail, across checkpoints and a restart, with the entry SPUs' acks held until pairs are out."""
+
+from __future__ import annotations
+
+import random
+from collections import Counter
+
+import pytest
+
+from esault import ConfigError, TopologyBuilder, TopologyError
+from esault.testing import CollectorBolt, ListSpout, collected, wait_until
+
+STAGES: dict[str, int] = {}
+
+
+class StagedSpout(ListSpout):
+    """Emits items up to holds[STAGES[stage]]; the test moves the stage on."""
+
+    def __init__(self, items: list, stage: str, holds: list, per_call: int = 16) -> None:
+        super().__init__(items, per_call)
+        self.stage, self.holds = stage, holds
+
+    def limit(self) -> int:
+        return self.holds[STAGES[self.stage]]
+
+
+def odd_sum(r: dict, s: dict) -> bool:
+    return (r["k"] + s["x"]) % 3 == 0
+
+
+def make_stream(n: int, seed: int) -> list:
+    rng = random.Random(seed)
+    ts, out = 0, []
+    for i in range(n):
+        ts += rng.randint(0, 2)
+        out.append((rng.choice("abc"), {"id": i, "ts": ts, "k": rng.randint(0, 4), "x": rng.randint(0, 20)}))
+    return out
+
+
+def oracle(lefts, rights, window):
+    """A chain join is global: pairs of any keys, each leaving with the left tuple's key."""
+    checks = {"j": lambda r, s: r["k"] == s["k"], "near": lambda r, s: abs(r["x"] - s["x"]) <= 1, "odd": odd_sum}
+    return Counter((name, lk, r["id"], s["id"]) for lk, r in lefts for _, s in rights
+                   if abs(r["ts"] - s["ts"]) <= window for name, check in checks.items() if check(r, s))
+
+
+def chain_topology(lefts, rights, window, stage, holds, spus=2, zeta=3, **join_options):
+    b = TopologyBuilder("chainjoin")
+    b.set_spout("orders", StagedSpout, params={"items": lefts, "stage": stage, "holds": holds})
+    b.set_spout("payments", StagedSpout, params={"items": rights, "stage": stage, "holds": holds})
+    b.join("j", "orders", "payments", on="k", window=window, zeta=zeta, mode="chain", parallelism=spus,
+           also=[{"name": "near", "kind": "band", "on": "x", "band": 1}, {"name": "odd", "kind": odd_sum}],
+           **join_options)
+    b.set_bolt("out", CollectorBolt).global_grouping("j")
+    return b
+
+
+def pairs():
+    return Counter((v["query"], k, v["left"]["id"], v["right"]["id"]) for k, v in collected("out"))
+
+
+def processed(job, unit):
+    return job.status()["units"][unit]["processed"]
+
+
+@pytest.mark.parametrize("guarantee", ["exactly_once", "none"])
+def test_every_pair_joins_once_while_the_chain_grows_and_shrinks_at_its_tail(cluster, config, guarantee):
+    window, n = 15, 300
+    lefts, rights = make_stream(n, 1), make_stream(n, 2)
+    holds = [n // 3, 2 * n // 3, n]
+    STAGES["grow"] = 0
+    config = config.replace(guarantee=guarantee, checkpoint_interval=0.3)
+    job = cluster.submit(chain_topology(lefts, rights, window, "grow", holds).build(), config)
+    wait_until(lambda: processed(job, "j") == 2 * holds[0], timeout=20)
+    job.split("j", job.spus("j")[0])  # a third worker, at the tail
+    job.split("j", job.spus("j")[0])  # a fourth
+    assert len(job.spus("j")) == 4
+    STAGES["grow"] = 1
+    wait_until(lambda: processed(job, "j") == 2 * holds[1], timeout=20)
+    job.merge("j", job.spus("j")[-1])  # the tail merges into its left neighbour
+    job.rescale("j", 2)
+    assert len(job.spus("j")) == 2
+    STAGES["grow"] = 2
+    assert job.wait(60), {u: (v["emitted"], v["processed"], {s: (x["inflight"], x["processed"], x["emitted"])
+                                                              for s, x in v["spus"].items()})
+                          for u, v in job.status()["units"].items()}
+    job.stop()
+    expected = oracle(lefts, rights, window)
+    assert pairs() == expected
+    assert sum(expected.values()) > 1000
+
+
+def test_a_stopped_chain_resumes_from_its_final_checkpoint_on_fewer_workers_and_still_joins_every_pair_once(
+        cluster, config):
+    window, n = 20, 240
+    lefts, rights = make_stream(n, 5), make_stream(n, 6)
+    STAGES["resume"] = 0
+    config = config.replace(checkpoint_interval=0.2)
+    job = cluster.submit(chain_topology(lefts, rights, window, "resume", [n // 2, n], spus=3).build(), config)
+    wait_until(lambda: processed(job, "j") == n, timeout=20)
+    job.stop()  # the final checkpoint holds three workers' tuples
+    STAGES["resume"] = 1
+    job = cluster.submit(chain_topology(lefts, rights, window, "resume", [n // 2, n], spus=2).build(), config)
+    assert job.restored_from is not None
+    assert job.wait(60), job.status()
+    job.stop()
+    assert pairs() == oracle(lefts, rights, window)
+
+
+def test_a_chain_join_refuses_at_least_once_and_says_what_to_run_instead(cluster, config):
+    b = chain_topology([], [], 5, "x", [0])
+    STAGES["x"] = 0
+    with pytest.raises(ConfigError, match="exactly_once.*or 'none'"):
+        cluster.submit(b.build(), config.replace(guarantee="at_least_once"))
+    with pytest.raises(TopologyError, match="set parallelism=3 instead of workers=3"):
+        TopologyBuilder("t").join("j", "a", "b", mode="chain", workers=3)
+    with pytest.raises(TopologyError, match="mode must be 'keyed'"):
+        TopologyBuilder("t").join("j", "a", "b", mode="global")
