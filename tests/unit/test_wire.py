@@ -105,6 +105,8 @@ PINNED_SCHEMA = {
     52: ("ForwardMarker", ("reconfig_id: int", "giver: int", "receivers: dict[int, Mailbox]")),
     53: ("MarkerSeen", ("reconfig_id: int", "giver: int", "sender: int")),
     54: ("CancelReconfiguration", ("reconfig_id: int",)),
+    55: ("ChainLink", ("sender: int", "items: list[value]")),
+    56: ("ChainMembers", ("spus: dict[int, Mailbox]",)),
 }
 
 
@@ -146,7 +148,7 @@ def test_every_any_field_is_either_a_mailbox_override_or_a_known_user_value():
                              ("SubmitJob", "config"), ("StatusReply", "jobs"), ("DataBatch", "keys"),
                              ("DataBatch", "values"), ("DeadLettered", "key"), ("DeadLettered", "value"),
                              ("DeadLettered", "msg_id"), ("CheckpointAck", "position"),
-                             ("SpuConfig", "position")}
+                             ("SpuConfig", "position"), ("ChainLink", "items")}
 
 
 def test_a_decode_reports_only_the_documented_reasons():
@@ -177,6 +179,8 @@ EXAMPLES: dict[type, Any] = {
     m.ForwardMarker: m.ForwardMarker(4, 11, {13: Address("w3", "spu-13")}),
     m.MarkerSeen: m.MarkerSeen(4, 11, 20),
     m.CancelReconfiguration: m.CancelReconfiguration(4),
+    m.ChainLink: m.ChainLink(3, [["B", "R", 2, [[1, 2.5, {"k": 1}, "a"]]], ["A", "S", 7], ["M", 4]]),
+    m.ChainMembers: m.ChainMembers({3: Address("w1", "spu-3"), 4: Address("w2", "spu-4")}),
     m.StateHandoff: m.StateHandoff(4, 11, [("apple", b"\x81\xa1n\x05"), (("t", 1), b"")]),
     m.HandoffFinished: m.HandoffFinished(4, 11, "giver", 2, 0.0),
     m.ScaleResult: RESULT,
@@ -431,7 +435,7 @@ GOOD_FRAMES = [encode_frame(msg) for msg in EXAMPLES.values()]
     (msgpack.packb({"tag": 1}), "not_a_frame", r"expected \[tag, fields\.\.\.\], got dict"),
     (msgpack.packb([]), "not_a_frame", r"got list \[\]"),
     (msgpack.packb(["DataBatch", 1, []]), "not_a_frame", r"not a message frame"),
-    (msgpack.packb([99, 1]), "unknown_tag", r"unknown message tag 99 \(known: 1\.\.54\)"),
+    (msgpack.packb([99, 1]), "unknown_tag", r"unknown message tag 99 \(known: 1\.\.56\)"),
     (msgpack.packb([10, 1]), "field_count", r"EpochMarker: expected 2 fields \(reconfig_id, sender\), got 1"),
     (msgpack.packb([25, 1, "soon", ["d", "m"], True]), "field_type", r"Probe\.sent_at: expected float, got str 'soon'"),
     (msgpack.packb([10, True, 1]), "field_type", r"EpochMarker\.reconfig_id: expected int, got bool True"),
