@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import random
 from collections import Counter
+from typing import Any
 
 import pytest
 
@@ -45,14 +46,15 @@ def oracle(lefts, rights, window):
                    if abs(r["ts"] - s["ts"]) <= window for name, check in checks.items() if check(r, s))
 
 
-def chain_topology(lefts, rights, window, stage, holds, spus=2, zeta=3, **join_options):
+def chain_topology(lefts, rights, window, stage, holds, spus=2, zeta=3, odd: Any = odd_sum,
+                   collector: type = CollectorBolt, **join_options):
     b = TopologyBuilder("chainjoin")
     b.set_spout("orders", StagedSpout, params={"items": lefts, "stage": stage, "holds": holds})
     b.set_spout("payments", StagedSpout, params={"items": rights, "stage": stage, "holds": holds})
     b.join("j", "orders", "payments", on="k", window=window, zeta=zeta, mode="chain", parallelism=spus,
-           also=[{"name": "near", "kind": "band", "on": "x", "band": 1}, {"name": "odd", "kind": odd_sum}],
+           also=[{"name": "near", "kind": "band", "on": "x", "band": 1}, {"name": "odd", "kind": odd}],
            **join_options)
-    b.set_bolt("out", CollectorBolt).global_grouping("j")
+    b.set_bolt("out", collector).global_grouping("j")
     return b
 
 
@@ -66,12 +68,16 @@ def processed(job, unit):
 
 @pytest.mark.parametrize("guarantee", ["exactly_once", "none"])
 def test_every_pair_joins_once_while_the_chain_grows_and_shrinks_at_its_tail(cluster, config, guarantee):
+    run_grow_and_shrink(cluster, config.replace(guarantee=guarantee, checkpoint_interval=0.3))
+
+
+def run_grow_and_shrink(cluster, config, **topology_options):
+    """2 chain SPUs, then 4 (two tails added), then 2 again (a merge and a rescale), against a nested loop."""
     window, n = 15, 300
     lefts, rights = make_stream(n, 1), make_stream(n, 2)
     holds = [n // 3, 2 * n // 3, n]
     STAGES["grow"] = 0
-    config = config.replace(guarantee=guarantee, checkpoint_interval=0.3)
-    job = cluster.submit(chain_topology(lefts, rights, window, "grow", holds).build(), config)
+    job = cluster.submit(chain_topology(lefts, rights, window, "grow", holds, **topology_options).build(), config)
     wait_until(lambda: processed(job, "j") == 2 * holds[0], timeout=20)
     job.split("j", job.spus("j")[0])  # a third worker, at the tail
     job.split("j", job.spus("j")[0])  # a fourth
@@ -89,6 +95,7 @@ def test_every_pair_joins_once_while_the_chain_grows_and_shrinks_at_its_tail(clu
     expected = oracle(lefts, rights, window)
     assert pairs() == expected
     assert sum(expected.values()) > 1000
+    return job
 
 
 def test_a_stopped_chain_resumes_from_its_final_checkpoint_on_fewer_workers_and_still_joins_every_pair_once(
