@@ -55,7 +55,7 @@ class ChainSpuActor(BoltSpuActor):
         self._retire_op: int | None = None
         self._policy = None
         self._period_start = _time.perf_counter()
-        self._busy_mark = 0
+        self._busy_mark = 0.0  # busy seconds counted up to the last sample
         self._handlers.update({ChainLink: self._on_link, ChainMembers: self._on_members})
 
     # --- set-up ---------------------------------------------------------------
@@ -155,12 +155,13 @@ class ChainSpuActor(BoltSpuActor):
             return
         side = "R" if msg.source == bolt.left else "S"
         policy = self._policy
-        if policy is not None:
-            self._observe(bolt)
+        started = _time.perf_counter()
         effects: list = []
         entered = 0
         time_of = bolt.time
-        for key, value in zip(msg.keys, msg.values):
+        for i, (key, value) in enumerate(zip(msg.keys, msg.values)):
+            if policy is not None and not i % 32:
+                self._observe(bolt, started)
             if policy is not None and not policy.admit():
                 self.stats.shed += 1
                 continue
@@ -189,14 +190,16 @@ class ChainSpuActor(BoltSpuActor):
         self._maybe_flush(_time.monotonic(), idle=self.actor_inbox.qsize() == 0)
         self._count_inflight()
 
-    def _observe(self, bolt: Any) -> None:
-        """One utilisation sample per shed period: this SPU's busy fraction (S2J's tau at an entry worker)."""
+    def _observe(self, bolt: Any, batch_started: float) -> None:
+        """One utilisation sample per shed period: this SPU's busy fraction (S2J's tau at an entry worker),
+        counting the batch in progress (one batch may be the whole backlog)."""
         now = _time.perf_counter()
         elapsed = now - self._period_start
-        if elapsed < bolt.shed_period:
+        if elapsed < bolt.shed_period or elapsed <= 0:
             return
-        busy = (self.stats.busy_us - self._busy_mark) / 1e6
-        self._busy_mark, self._period_start = self.stats.busy_us, now
+        busy_total = self.stats.busy_us / 1e6 + (now - batch_started)
+        busy, self._busy_mark = busy_total - self._busy_mark, busy_total
+        self._period_start = now
         self._policy.observe(busy / elapsed, max(len(self.members), 1))
 
     # --- flush rounds: when an input's pairs are all out ---------------------------

@@ -124,3 +124,38 @@ def test_a_chain_join_refuses_at_least_once_and_says_what_to_run_instead(cluster
         TopologyBuilder("t").join("j", "a", "b", mode="chain", workers=3)
     with pytest.raises(TopologyError, match="mode must be 'keyed'"):
         TopologyBuilder("t").join("j", "a", "b", mode="global")
+
+
+def test_the_join_controller_adds_a_chain_worker_at_the_tail_and_pairs_stay_exact(cluster, config):
+    from esault.joins import JoinController
+
+    window, n = 15, 240
+    lefts, rights = make_stream(n, 7), make_stream(n, 8)
+    STAGES["ctl"] = 0
+    job = cluster.submit(chain_topology(lefts, rights, window, "ctl", [n // 2, n]).build(), config)
+    wait_until(lambda: processed(job, "j") == n, timeout=20)
+    before = job.spus("j")
+    controller = JoinController(["j"], interval=0.1, tau0=-1.0, tau2=-0.5, sustain=1, max_spus=len(before) + 1)
+    job.add_controller(controller)  # any utilisation is "above tau2": one more chain worker, once (max_spus)
+    wait_until(lambda: len(job.spus("j")) == len(before) + 1, timeout=20, message="the controller's rescale")
+    assert job.spus("j")[:-1] == before and job.spus("j")[-1] > max(before)  # the new SPU is the new tail
+    STAGES["ctl"] = 1
+    assert job.wait(60), job.status()
+    job.stop()
+    assert pairs() == oracle(lefts, rights, window)
+
+
+def test_a_chain_sheds_at_its_entry_spus_counts_every_dropped_tuple_and_joins_the_rest_exactly(cluster, config):
+    window, n = 10, 400
+    lefts, rights = make_stream(n, 3), make_stream(n, 4)
+    STAGES["shed"] = 0
+    shed = {"tau0": 0.0, "tau1": 1e-9, "tau2": 1.0, "max_shed": 0.5, "period": 0.0}  # always "overloaded"
+    job = cluster.submit(chain_topology(lefts, rights, window, "shed", [n], spus=3, shed=shed).build(),
+                         config.replace(guarantee="none"))
+    assert job.wait(60), job.status()
+    job.stop()
+    status = job.final_status["units"]["j"]
+    assert status["shed"] > 0 and status["processed"] == 2 * n
+    got = pairs()
+    assert sum(got.values()) < sum(oracle(lefts, rights, window).values())
+    assert not got - oracle(lefts, rights, window) and max(got.values()) == 1  # what is admitted joins exactly
