@@ -1,10 +1,12 @@
 """JoinController: S2J's elasticity rule (tau2 / tau0) applied to a join unit through esault's control plane.
 
-A join unit's SPUs run its keys' chains. Utilisation tau is the SPUs' mean
-busy fraction over a controller period. When tau stays above tau2 for
-`sustain` periods the unit is rescaled to one more SPU (keys and their chains
-split off to it, state moving with them); below tau0, one fewer (a merge).
-Key-level moves keep every pair exactly once (tests/integration/test_joins.py).
+Utilisation tau is the join unit's SPUs' mean busy fraction over a
+controller period. When tau stays above tau2 for `sustain` periods the unit
+is rescaled to one more SPU, below tau0 to one fewer. In keyed mode keys and
+their chains split off to the new SPU (or merge back), state moving with
+them; in chain mode the SPUs are the chain's workers, and it grows or shrinks
+at its tail (esault.joins.node). Both keep every pair exactly once
+(tests/integration/test_joins.py, test_join_chain_spus.py).
 """
 
 from __future__ import annotations
