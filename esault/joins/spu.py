@@ -69,8 +69,10 @@ class ChainSpuActor(BoltSpuActor):
         return self.node
 
     def _restore(self, epoch: int) -> None:
-        """Restored once the members are known: which checkpointed workers this one takes depends on them."""
+        """Restored once the members are known: which checkpointed workers this one takes depends on them
+        (bolts fused after the join restore now, per instance, as on any SPU)."""
         self._restore_epoch = epoch
+        self.restore_stages()
 
     def _on_members(self, msg: ChainMembers) -> None:
         self.mailboxes.update(msg.spus)
