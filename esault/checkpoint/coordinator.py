@@ -230,6 +230,8 @@ class CheckpointCoordinator:
             if not self.topology.chained(spec.name):
                 spus[spec.name] = units[spec.name].ask(GetSpus(), timeout=self.config.checkpoint_timeout)
         self.collector.begin(epoch, {s for by in spus.values() for s in by})
+        if self.job._recovering:  # a worker died before begin(): its rollback's abort() came too early for us
+            self.collector.abort("a rollback is queued")
         for spec in self.topology.units:
             if spec.name not in spus or spec.is_spout:
                 continue
