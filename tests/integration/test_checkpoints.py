@@ -67,3 +67,29 @@ def test_a_stopped_job_restarted_on_its_data_dir_resumes_where_its_final_checkpo
     assert len(got) == 700, "nothing twice, nothing missing"
     # every key's sequence continued where the first run stopped: its PE state was restored
     assert all(in_order for _, (_, in_order) in got)
+
+
+def test_a_checkpoint_begun_after_a_rollback_was_queued_fails_at_once_instead_of_recording_a_broken_layout(
+        cluster, config):
+    """A worker's death queues a rollback and aborts the checkpoint in flight; one that begins just after (the
+    abort already past) must fail too, or it waits for SPUs that died, or records the layout being discarded."""
+    job = cluster.submit(one_spout_topology(_Endless, "queued"),
+                         config.replace(checkpoint_interval=60.0))
+    assert job.checkpoint(30) is not None  # the job checkpoints normally
+    with job._recovery_lock:
+        job._recovering += 1  # what Job._recover does first, before its abort and its queued rollback
+    try:
+        assert job.checkpoints.checkpoint() is None
+        assert job.checkpoints.collector.aborted == "a rollback is queued"
+    finally:
+        with job._recovery_lock:
+            job._recovering -= 1
+    assert job.checkpoint(30) is not None
+    job.stop()
+
+
+class _Endless(ListSpout):
+    """A rewindable spout that never runs dry (checkpoints have something to cut)."""
+
+    def __init__(self) -> None:
+        super().__init__([("k", i) for i in range(100000)], per_call=8)
