@@ -32,17 +32,15 @@ class ChainJoinBolt(Bolt):
 
     def __init__(self, left: str, right: str, queries: Sequence[Mapping[str, Any]], window: float,
                  time: Any = "ts", zeta: int = 20, shed: Mapping[str, Any] | None = None,
-                 flush_interval: float = 0.2, max_held: int = 2048) -> None:
+                 flush_interval: float = 0.2) -> None:
         if not isinstance(flush_interval, (int, float)) or isinstance(flush_interval, bool) or flush_interval <= 0:
             raise ValueError(f"flush_interval must be a number of seconds > 0, got {flush_interval!r}")
-        if not isinstance(max_held, int) or isinstance(max_held, bool) or max_held < 1:
-            raise ValueError(f"max_held must be a whole number >= 1, got {max_held!r}")
         self.left, self.right = left, right
         self.queries = [query_from(q) for q in queries]
         self.window, self.zeta = window, zeta
         self.time = extractor(time, "time")
         self.shed_config = dict(shed) if shed else None
-        self.flush_interval, self.max_held = float(flush_interval), max_held
+        self.flush_interval = float(flush_interval)
         if self.shed_config:
             self.new_shed_policy()  # a bad shed= fails at declaration
 

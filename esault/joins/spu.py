@@ -6,13 +6,13 @@ messages from the neighbours into `receive`, checkpoint alignment into the
 node's quiescing, and the unit's split/merge messages into tail changes.
 
 Delivery (docs/JOINS.md, "A chain of SPUs"): an input's pairs with older
-tuples come out wherever the two cross, so the entry SPU holds the input's
-acks (plain XOR deltas, so a retiring tail can hand them to its successor)
-until a flush round says its pairs are out. Pairs made at entry are anchored
-to the input's tree; pairs made on a link leave unanchored, which exactly_once
-covers (a rollback restores every SPU and the sink together) and at_least_once
-could not, so a chain join refuses it. Completion counts emitted and processed
-tuples, as with guarantee "none".
+tuples come out wherever the two cross. Pairs made at entry are in the
+input's tree, which completes once it entered (the checkpointed chain has it);
+pairs made on a link leave unanchored, which exactly_once covers (a rollback
+restores every SPU and the sink together) and at_least_once could not, so a
+chain join refuses it. The entry SPU counts the inputs still owed pairs (its
+`inflight`) until a flush round, run once its input pauses, says they are
+out; completion needs that count at zero and emitted and processed to agree.
 """
 
 from __future__ import annotations
@@ -45,9 +45,10 @@ class ChainSpuActor(BoltSpuActor):
         self._waiting: list[Any] = []  # what came before that, in arrival order
         self._unsent: dict[int, list] = {}  # link messages to an SPU whose mailbox is not known yet
         self._restore_epoch: int | None = None
-        self._held: dict[str, list[tuple[int, dict[int, int]]]] = {"R": [], "S": []}  # (seq, acks) owed pairs
+        self._held: dict[str, list[tuple[int, dict[int, int]]]] = {"R": [], "S": []}  # (seq, acks): owed pairs
         self._round: dict[str, int | None] = {"R": None, "S": None}  # bound of this SPU's flush round in flight
         self._last_round = {"R": 0.0, "S": 0.0}
+        self._last_entry = 0.0
         self._receiving_from: int | None = None  # a new tail: the old tail that links it
         self._receive_op: int | None = None
         self._absorbing: tuple[int, int] | None = None  # (reconfig, tail): the tail merges into this SPU
@@ -181,15 +182,13 @@ class ChainSpuActor(BoltSpuActor):
         sent, xors = self.router.flush(msg.roots)  # pairs made at entry: in the input's trees
         self.count_sent(sent)
         self._send_links(sends)
-        owes = entered and (node.right if side == "R" else node.left) is not None
-        deltas = {root: edge ^ x for root, edge, x in zip(msg.roots, msg.edges, xors)}
-        if owes:
-            self._held[side].append((node.seq[side], deltas))
-        elif deltas and self.acking:
-            self.acker.tell(AckUpdate(deltas))
+        if msg.roots and self.acking:  # entered: the chain's state (checkpointed) has the input now
+            self.acker.tell(AckUpdate({root: edge ^ x for root, edge, x in zip(msg.roots, msg.edges, xors)}))
+        if entered and (node.right if side == "R" else node.left) is not None:
+            self._held[side].append((node.seq[side], {}))  # owed pairs with older tuples still on their way
+        self._last_entry = _time.monotonic()
         for f in flushed:
             self._release(f.side, f.bound)
-        self._maybe_flush(_time.monotonic(), idle=self.actor_inbox.qsize() == 0)
         self._count_inflight()
 
     def _observe(self, bolt: Any, batch_started: float) -> None:
@@ -206,22 +205,23 @@ class ChainSpuActor(BoltSpuActor):
 
     # --- flush rounds: when an input's pairs are all out ---------------------------
 
-    def _maybe_flush(self, now: float, idle: bool) -> None:
+    def _maybe_flush(self, now: float) -> None:
+        """Once no tuple entered here for flush_interval: a flush round for what is still owed pairs.
+
+        Not while tuples flow: a round pushes its tuples to the far end, piling the chain's work onto its
+        ends; under load tuples cross by balance (SIZE_CHG) and the pairs come out as they do."""
         bolt = self.pes.single()
         node = self.node
-        if node is None or not self._linked or node.retiring:
+        if node is None or not self._linked or node.retiring or now - self._last_entry < bolt.flush_interval:
             return
         for side in ("R", "S"):
-            held = self._held[side]
-            if not held or self._round[side] is not None:
-                continue
-            if idle or len(held) >= bolt.max_held or now - self._last_round[side] >= bolt.flush_interval:
+            if self._held[side] and self._round[side] is None:
                 self._round[side] = node.seq[side]
                 self._last_round[side] = now
                 self._apply(node.start_flush(side))
 
     def _release(self, side: str, bound: int) -> None:
-        """Flushed(side, bound): the inputs of seq <= bound owe no pair; their acks leave."""
+        """Flushed(side, bound): the inputs of seq <= bound owe no pair (any acks held with them leave)."""
         held = self._held[side]
         deltas: dict[int, int] = {}
         while held and held[0][0] <= bound:
@@ -240,7 +240,7 @@ class ChainSpuActor(BoltSpuActor):
         super()._on_tick(msg)
         if self._linked:
             now = _time.monotonic()
-            self._maybe_flush(now, idle=self.actor_inbox.qsize() == 0)
+            self._maybe_flush(now)
             for side, bound in self._round.items():
                 if bound is not None and now - self._last_round[side] > 10.0:
                     self._last_round[side] = now
