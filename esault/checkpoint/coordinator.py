@@ -237,7 +237,7 @@ class CheckpointCoordinator:
                 continue
             upstream = frozenset(s for i in spec.inputs for s in spus[self.topology.host_of(i.source)])
             for mailbox in spus[spec.name].values():
-                mailbox.tell(CheckpointStart(epoch, upstream))
+                mailbox.tell(CheckpointStart(epoch, upstream, final))
         for spec in self.topology.units:
             if spec.is_spout:
                 for mailbox in spus[spec.name].values():

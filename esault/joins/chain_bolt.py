@@ -32,9 +32,11 @@ class ChainJoinBolt(Bolt):
 
     def __init__(self, left: str, right: str, queries: Sequence[Mapping[str, Any]], window: float,
                  time: Any = "ts", zeta: int = 20, shed: Mapping[str, Any] | None = None,
-                 flush_interval: float = 0.2) -> None:
-        if not isinstance(flush_interval, (int, float)) or isinstance(flush_interval, bool) or flush_interval <= 0:
-            raise ValueError(f"flush_interval must be a number of seconds > 0, got {flush_interval!r}")
+                 flush_interval: float = 0.2, max_delay: float = 1.0) -> None:
+        for name, v in (("flush_interval", flush_interval), ("max_delay", max_delay)):
+            if not isinstance(v, (int, float)) or isinstance(v, bool) or v <= 0:
+                raise ValueError(f"{name} must be a number of seconds > 0, got {v!r}")
+        self.max_delay = float(max_delay)
         self.left, self.right = left, right
         self.queries = [query_from(q) for q in queries]
         self.window, self.zeta = window, zeta

@@ -49,6 +49,9 @@ class ChainSpuActor(BoltSpuActor):
         self._round: dict[str, int | None] = {"R": None, "S": None}  # bound of this SPU's flush round in flight
         self._last_round = {"R": 0.0, "S": 0.0}
         self._last_entry = 0.0
+        self._final_epoch: int | None = None
+        self._stopped_at_final = False  # quiet after the final checkpoint (a stop)
+        self._owed_since = {"R": 0.0, "S": 0.0}  # when the oldest input still owed pairs entered (about)
         self._receiving_from: int | None = None  # a new tail: the old tail that links it
         self._receive_op: int | None = None
         self._absorbing: tuple[int, int] | None = None  # (reconfig, tail): the tail merges into this SPU
@@ -185,6 +188,8 @@ class ChainSpuActor(BoltSpuActor):
         if msg.roots and self.acking:  # entered: the chain's state (checkpointed) has the input now
             self.acker.tell(AckUpdate({root: edge ^ x for root, edge, x in zip(msg.roots, msg.edges, xors)}))
         if entered and (node.right if side == "R" else node.left) is not None:
+            if not self._held[side]:
+                self._owed_since[side] = _time.monotonic()
             self._held[side].append((node.seq[side], {}))  # owed pairs with older tuples still on their way
         self._last_entry = _time.monotonic()
         for f in flushed:
@@ -206,16 +211,18 @@ class ChainSpuActor(BoltSpuActor):
     # --- flush rounds: when an input's pairs are all out ---------------------------
 
     def _maybe_flush(self, now: float) -> None:
-        """Once no tuple entered here for flush_interval: a flush round for what is still owed pairs.
-
-        Not while tuples flow: a round pushes its tuples to the far end, piling the chain's work onto its
-        ends; under load tuples cross by balance (SIZE_CHG) and the pairs come out as they do."""
+        """A flush round for the inputs still owed pairs, once no tuple entered here for flush_interval, or
+        when the oldest has waited max_delay (a trickle never pauses, and balance moves tuples only as
+        others arrive). Not at every batch: a round pushes its tuples to the far end, piling the chain's
+        work onto its ends; under load tuples cross by balance (SIZE_CHG) and the pairs come out as they do."""
         bolt = self.pes.single()
         node = self.node
-        if node is None or not self._linked or node.retiring or now - self._last_entry < bolt.flush_interval:
+        if node is None or not self._linked or node.retiring or self._stopped_at_final:
             return
+        paused = now - self._last_entry >= bolt.flush_interval
         for side in ("R", "S"):
-            if self._held[side] and self._round[side] is None:
+            if self._held[side] and self._round[side] is None and (
+                    paused or now - self._owed_since[side] >= bolt.max_delay):
                 self._round[side] = node.seq[side]
                 self._last_round[side] = now
                 self._apply(node.start_flush(side))
@@ -227,6 +234,7 @@ class ChainSpuActor(BoltSpuActor):
         while held and held[0][0] <= bound:
             for root, v in held.pop(0)[1].items():
                 deltas[root] = deltas.get(root, 0) ^ v
+        self._owed_since[side] = _time.monotonic()  # the rest entered after the round began
         if deltas and self.acking:
             self.acker.tell(AckUpdate(deltas))
         if self._round[side] is not None and self._round[side] <= bound:
@@ -347,6 +355,8 @@ class ChainSpuActor(BoltSpuActor):
         if not self._linked:
             self._waiting.append(msg)
             return
+        if msg.final:
+            self._final_epoch = msg.epoch
         super()._on_checkpoint_start(msg)
 
     def _check_aligned(self) -> None:
@@ -360,7 +370,10 @@ class ChainSpuActor(BoltSpuActor):
             return  # the neighbours' Marks, or acks of blocks sent, are still to come
         self._align = None
         self._snapshot_epoch(align.epoch)
-        self._apply(node.end_quiesce())
+        if align.epoch == self._final_epoch:  # the job stops here: what crossed after it would be output past
+            self._stopped_at_final = True    # its last checkpoint (a restart from it makes those pairs again)
+        else:
+            self._apply(node.end_quiesce())
         for held in align.release():
             self._handlers[type(held)](held)
 

@@ -464,10 +464,12 @@ class TriggerCheckpoint:
 @dataclass(frozen=True, slots=True)
 class CheckpointStart:
     """checkpoint coordinator -> bolt SPU: checkpoint `epoch` is aligned over barriers from exactly these
-    upstream SPUs (the layout is frozen while a checkpoint runs: reconfigurations wait for it)."""
+    upstream SPUs (the layout is frozen while a checkpoint runs: reconfigurations wait for it). `final`: the
+    spouts end at its barriers (a stop): nothing should be emitted after them (a join chain stays quiet)."""
 
     epoch: int
     upstream: frozenset[int]
+    final: bool = False
 
 
 @dataclass(frozen=True, slots=True)
