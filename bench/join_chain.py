@@ -50,6 +50,8 @@ from esault.testing import ListSpout  # noqa: E402
 WINDOW = 400  # event-time units per side (bench/joins.py's 2000 would make ~8 pairs per tuple)
 BAND = 1
 JOINS = ("equi", "band", "predicate")
+PROBES = (1, 1.5, 2, 3)  # paced runs at these multiples of the unpaced 2-SPU predicate chain's throughput
+KEPT_UP_MS = 100  # a paced run kept up when its pair p50 stayed below this; the fastest such run is the capacity
 
 
 def sums_to_keys(r: dict, s: dict) -> bool:
@@ -159,12 +161,13 @@ def run_job(cluster: LocalCluster, cfg: Config, lefts: list, rights: list, data_
     b.set_bolt("out", LatencySink, params={"tag": tag}).global_grouping("j")
     config = JobConfig(data_dir=data_dir, guarantee=cfg.guarantee, elasticity=False, message_timeout=120.0,
                        checkpoint_interval=1.0)
-    start = time.perf_counter()
+    start, cpu = time.perf_counter(), time.process_time()
     job = cluster.submit(b.build(), config)
     try:
         if not job.wait(600):
             raise RuntimeError(f"{tag}: not complete in 600 s: {job.status()['units']['j']}")
         elapsed = time.perf_counter() - start
+        driver = (time.process_time() - cpu) / elapsed  # the driver's share of a core: spouts, sink, control
         live = job.status()["units"]["j"]["spus"]
     finally:
         job.stop()
@@ -177,12 +180,12 @@ def run_job(cluster: LocalCluster, cfg: Config, lefts: list, rights: list, data_
             "pairs": len(latencies), "shed": final.get("shed", 0),
             "p50_ms": 1e3 * latencies[len(latencies) // 2] if latencies else float("nan"),
             "p99_ms": 1e3 * latencies[int(len(latencies) * 0.99)] if latencies else float("nan"),
-            "busy": busy}
+            "busy": busy, "driver": driver}
 
 
 def summarise(runs: list[dict]) -> dict:
     out = {k: statistics.median(r[k] for r in runs) for k in ("tuples_s", "pairs_s", "pairs", "p50_ms", "p99_ms",
-                                                              "shed", "elapsed")}
+                                                              "shed", "elapsed", "driver")}
     out["spread"] = max(r["tuples_s"] for r in runs) - min(r["tuples_s"] for r in runs)
     out["busy"] = max(runs, key=lambda r: r["tuples_s"])["busy"]
     out["rounds"] = len(runs)
@@ -212,13 +215,19 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp, LocalCluster(workers=2) as cluster:
         tags = (f"j{i}" for i in range(10**6))
         results = run_rounds(cluster, configs, data, rounds, Path(tmp), tags)
-        capacity = next(s for c, s in zip(configs, results) if c.label == "chain, 2 SPU(s)" and c.join == "predicate")
-        rate = capacity["tuples_s"]  # each spout at the whole join's capacity: twice it offered
+        unpaced = next(s["tuples_s"] for c, s in zip(configs, results)
+                       if c.label == "chain, 2 SPU(s)" and c.join == "predicate")
+        probes = [Config(f"capacity probe, paced {m}x unpaced", spus=2, join="predicate", part=3,
+                         rate=m * unpaced / 2) for m in PROBES]
+        probed = run_rounds(cluster, probes, data, 1, Path(tmp), tags)
+        kept_up = [s["tuples_s"] for s in probed if s["p50_ms"] < KEPT_UP_MS]
+        rate = max(kept_up, default=unpaced)  # each spout at the capacity, so twice it offered
         over = [Config("2x overload, no shedding", join="predicate", rate=rate, part=3)]
         over += [Config(f"2x overload, shed tau1 {tau}", join="predicate", rate=rate, part=3,
                         shed={"tau1": tau, "period": 0.2, "sustain": 1}) for tau in (0.9, 0.5)]
         results += run_rounds(cluster, over, data, rounds, Path(tmp), tags)
-    configs += over
+    results[len(configs):len(configs)] = probed
+    configs += probes + over
     took = time.perf_counter() - started
     messages = {c.zeta: model_messages(n, 4, c.zeta) for c in configs if c.part == 2}
     print(format_table(configs, results, oracle, messages))
@@ -243,13 +252,14 @@ def busy_text(busy: list[float]) -> str:
 
 
 def format_table(configs, summaries, oracle, messages) -> str:
-    lines = [f"{'join':9} {'configuration':36} {'tuples/s':>9} {'+-':>6} {'pairs/s':>9} {'complete':>9} "
-             f"{'p50 ms':>8} {'p99 ms':>8} {'shed':>6} {'msgs/t':>7}  busy per SPU"]
+    lines = [f"{'join':9} {'configuration':36} {'offered':>8} {'tuples/s':>9} {'+-':>6} {'pairs/s':>9} "
+             f"{'complete':>9} {'p50 ms':>8} {'p99 ms':>8} {'shed':>6} {'msgs/t':>7} {'driver':>6}  busy per SPU"]
     for c, s in zip(configs, summaries):
         msgs = f"{messages[c.zeta]:.2f}" if c.part == 2 else "-"
-        lines.append(f"{c.join:9} {c.label:36} {s['tuples_s']:>9.0f} {s['spread']:>6.0f} {s['pairs_s']:>9.0f} "
-                     f"{s['pairs'] / oracle[c.join]:>9.1%} {s['p50_ms']:>8.0f} {s['p99_ms']:>8.0f} "
-                     f"{s['shed']:>6.0f} {msgs:>7}  {busy_text(s['busy'])}")
+        offered = f"{2 * c.rate:.0f}" if c.rate else "-"
+        lines.append(f"{c.join:9} {c.label:36} {offered:>8} {s['tuples_s']:>9.0f} {s['spread']:>6.0f} "
+                     f"{s['pairs_s']:>9.0f} {s['pairs'] / oracle[c.join]:>9.1%} {s['p50_ms']:>8.0f} "
+                     f"{s['p99_ms']:>8.0f} {s['shed']:>6.0f} {msgs:>7} {s['driver']:>6.2f}  {busy_text(s['busy'])}")
     return "\n".join(lines)
 
 
@@ -267,17 +277,21 @@ def write_markdown(out, configs, summaries, oracle, messages, n, rounds, rate, a
           "submit -> job.wait() (SPU start-up included); latency: sink time - emit time of the pair's later "
           "tuple, so in the unpaced runs it is mostly queueing (the spouts run up to max_spout_pending ahead). "
           "busy = each SPU's busy_us / elapsed (job.final_status), head first.", "",
-          "| join | configuration | tuples/s | +- | pairs/s | complete | pair p50 ms | pair p99 ms | shed | "
-          "msgs/tuple (model) | busy per SPU |",
-          "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+          "| join | configuration | offered/s | tuples/s | +- | pairs/s | complete | pair p50 ms | pair p99 ms | "
+          "shed | msgs/tuple (model) | driver CPU | busy per SPU |",
+          "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
     for c, s in zip(configs, summaries):
         msgs = f"{messages[c.zeta]:.2f}" if c.part == 2 else "-"
-        md.append(f"| {c.join} | {c.label} | {s['tuples_s']:.0f} | {s['spread']:.0f} | {s['pairs_s']:.0f} | "
+        offered = f"{2 * c.rate:.0f}" if c.rate else "-"
+        md.append(f"| {c.join} | {c.label} | {offered} | {s['tuples_s']:.0f} | {s['spread']:.0f} | {s['pairs_s']:.0f} | "
                   f"{s['pairs'] / oracle[c.join]:.1%} | {s['p50_ms']:.0f} | {s['p99_ms']:.0f} | {s['shed']:.0f} | "
-                  f"{msgs} | {busy_text(s['busy'])} |")
-    md += ["", f"2x overload: each spout paced at {rate:.0f} tuples/s (the 2-SPU predicate chain's measured "
-           "capacity above, so both together offer twice it); a tuple's stamp is its scheduled arrival, so "
-           "waiting in the spout counts. msgs/tuple: protocol messages (blocks and acks) per input tuple of "
+                  f"{msgs} | {s['driver']:.2f} | {busy_text(s['busy'])} |")
+    md += ["", f"Capacity probes: the 2-SPU predicate chain paced at 1, 1.5, 2 and 3x its unpaced throughput "
+           f"(one round each); the fastest one whose pair p50 stayed under {KEPT_UP_MS} ms is taken as the "
+           f"capacity. 2x overload: each spout paced at that capacity, {rate:.0f} tuples/s, so both together "
+           "offer twice it; a tuple's stamp is its scheduled arrival, so waiting in the spout counts. "
+           "offered/s: both spouts' pace. driver CPU: the driver process's CPU seconds per second of the job "
+           "(spouts, sink, acker, control; a share of the machine's 2 cores). msgs/tuple: protocol messages (blocks and acks) per input tuple of "
            "the pure model's 4-worker chain on the same input (the runtime keeps no link counters; it sends "
            "one ChainLink per neighbour per batch, carrying several).", "",
            "![joins on worker processes](joins_chain.png)", ""]
@@ -318,7 +332,7 @@ def plot(path: Path, configs, summaries, oracle) -> None:
     ax2.set_ylabel("pair p99 latency (ms)", color="tab:red")
     axes[1].set_title("zeta on a 4-SPU chain")
     for c, s in zip(configs, summaries):
-        if c.part == 3:
+        if c.part == 3 and c.label.startswith("2x"):
             axes[2].scatter(s["p99_ms"], 100 * s["pairs"] / oracle[c.join], s=60, label=c.label)
     axes[2].set_xlabel("pair p99 latency (ms)")
     axes[2].set_ylabel("result completeness (%)")

@@ -15,7 +15,7 @@ ROOT = Path(__file__).resolve().parents[2]
 CONFIGS = ["keyed, 1 SPU (symmetric hash join)", "chain, 1 SPU(s)", "chain, 2 SPU(s)", "chain, 4 SPU(s)",
            "chain, 2 SPUs, exactly_once"]
 PREDICATE_ONLY = ["chain, 4 SPUs, zeta 1", "chain, 4 SPUs, zeta 20", "chain, 4 SPUs, zeta 100",
-                  "2x overload, no shedding", "2x overload, shed tau1 0.9", "2x overload, shed tau1 0.5"]
+                  *(f"capacity probe, paced {m}x unpaced" for m in (1, 1.5, 2, 3)), "2x overload, no shedding", "2x overload, shed tau1 0.9", "2x overload, shed tau1 0.5"]
 
 
 def test_the_quick_end_to_end_join_benchmark_prints_and_writes_every_configuration_with_all_pairs(tmp_path):
