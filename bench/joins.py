@@ -30,6 +30,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT)]
 
+from _report import write_section  # noqa: E402
 from esault.joins import JoinChain, JoinQuery, ShedPolicy  # noqa: E402
 from esault.joins.queries import extractor  # noqa: E402
 
@@ -214,7 +215,7 @@ def write_results(n, rows, zetas, sheds, full) -> None:
     for name, r in sheds:
         md.append(f"| {name} | {r['shed']} | {r['pairs'] / full:.1%} | {r['p50_ms']:.1f} | {r['p99_ms']:.1f} |")
     md += ["", "![joins](joins.png)", ""]
-    (out / "joins.md").write_text("\n".join(md))
+    write_section(out / "joins.md", "joins", "\n".join(md))  # bench/join_chain.py's section stays
     try:
         import matplotlib
         matplotlib.use("Agg")

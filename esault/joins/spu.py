@@ -260,6 +260,14 @@ class ChainSpuActor(BoltSpuActor):
     # --- links ---------------------------------------------------------------------
 
     def _on_link(self, msg: ChainLink) -> None:
+        """A neighbour's link messages; the time counts as busy (a middle SPU's whole work arrives here)."""
+        started = _time.perf_counter()
+        try:
+            self._handle_link(msg)
+        finally:
+            self.stats.busy_us += int((_time.perf_counter() - started) * 1e6)
+
+    def _handle_link(self, msg: ChainLink) -> None:
         if not self._linked and msg.sender != self._receiving_from:
             self._waiting.append(msg)
             return
