@@ -8,6 +8,15 @@ protocol sends it (a split's PrepareGive, a payments spout's EpochMarker, a neig
 its mailbox. A spout is held the same way (its backlog() blocks while its gate exists), so a split or merge waits
 for its route switch. The driver's UnitActor is watched (Prepared answers) to know that both sides prepared.
 The pairs are counted by a collector whose count is checkpointed state, published when the job stops.
+
+How deterministic: the tail-add steps are exact (the old tail answered Prepared, then is held before the EpochMarker
+that makes it Link); in the merge, the retiring tail's kill races (by milliseconds) with it handling its marker and
+sending Quiet (either way no Handoff has left); in quiescing, the kill races with the neighbours' barrier alignment
+after the coordinator started the checkpoint; mid-flow kills at whatever moment the second third is entering.
+
+OPEN BUG (found by these tests, not fixed yet): now and then (about one run of the file in three, seen in the
+mid-flow and new-tail cases, 3-7k extra pairs, none missing) pairs of tuples that had already met before the
+restored checkpoint come out again after the rollback, e.g. R 0 with S 15, both in the first third.
 """
 
 from __future__ import annotations
