@@ -32,7 +32,7 @@ from esault.runtime.requests import logic_request, operation_request, rescale_re
 from esault.control.operations import Operation, Rescale
 from esault.runtime.ticker import Ticker
 from esault.metrics import registry as metrics
-from esault.metrics.stats import SpuStats
+from esault.metrics.stats import RETIRED_SPU, SpuStats
 from esault.runtime.unit import LaunchSpus, SpuLauncher, UnitActor
 from esault.checkpoint.coordinator import AckCollector, CheckpointAcksActor, CheckpointCoordinator
 from esault.errors import ConfigError, EsaultError, ScalingError
@@ -85,6 +85,11 @@ class Job:
         self._stopped = False
         self._recovering = 0  # rollbacks queued or running: the job is not complete meanwhile
         self._complete_at_rollback = False
+        self._counted_from: tuple[int, dict[str, tuple[int, int]]] | None = None
+        """After a rollback: (the first SPU id it could launch, each local unit's retired (emitted, processed)
+        once the rollback discarded its SPUs). Completion by counts (_counted_totals) leaves out what the
+        discarded SPUs counted: a dead worker's last report and the tuples a rollback dropped in flight never
+        balance, while the relaunched SPUs redo that work."""
         """A rollback found the job complete: its spouts replay to the same end, and stop() waits for that."""
         self._recovery_lock = threading.Lock()
         self._lock = threading.Lock()
@@ -200,7 +205,10 @@ class Job:
                     return None
                 if not self.checkpoints.ended and self._input_done():  # (a final barrier ends spouts early)
                     self._complete_at_rollback = True
+                first_new = self.ctx.next_id()  # every SPU the rollback relaunches has a larger id
                 recovered = self.checkpoints.recover(frozenset(mine), f"{reason} holding SPUs {sorted(mine)}")
+                self._counted_from = (first_new, {s.unit: (s.emitted, s.processed) for s in self.ctx.stats.totals()
+                                                  if s.topology == self.name and s.spu == RETIRED_SPU})
                 self._refresh_probers(set())  # the rollback relaunched every SPU under new ids
                 return recovered
             finally:
@@ -545,6 +553,28 @@ class Job:
             inflight += s.inflight + s.queue_depth
         return emitted, processed, inflight
 
+    def _counted_totals(self) -> tuple[int, int, int]:
+        """_totals() of the SPUs since the last rollback (all of them if none ran): what completion compares.
+
+        Rows of SPUs the rollback discarded are left out by id (workers report each SPU's own row), and the
+        local retired totals they were folded into (discarded SPUs of this process stop before any
+        relaunched one starts) by the value they had then."""
+        since = self._counted_from
+        if since is None:
+            return self._totals()
+        first_new, retired_before = since
+        emitted = processed = inflight = 0
+        for s in self._all_stats():
+            if s.spu == RETIRED_SPU:
+                e, p = retired_before.get(s.unit, (0, 0)) if s.topology == self.name else (0, 0)
+                emitted += s.emitted - e
+                processed += s.processed - p
+            elif s.spu >= first_new:
+                emitted += s.emitted
+                processed += s.processed
+                inflight += s.inflight + s.queue_depth
+        return emitted, processed, inflight
+
     def is_complete(self) -> bool:
         """Spouts exhausted, no tree in flight, every emitted tuple processed.
 
@@ -564,7 +594,7 @@ class Job:
             # Every tuple is in a tracked tree, so spouts with none in flight are done: known at once,
             # from the spouts' own word, without waiting for the workers' counts (heartbeats).
             return all(p.drained for p in states)
-        emitted, processed, inflight = self._totals()
+        emitted, processed, inflight = self._counted_totals()
         if inflight:
             return False
         if self.config.acking and self.lost_spus:
@@ -608,7 +638,7 @@ class Job:
         deadline = time.monotonic() + timeout
         poll = threading.Event()
         while time.monotonic() < deadline:
-            emitted, processed, _ = self._totals()
+            emitted, processed, _ = self._counted_totals()
             if emitted == processed and self._every_spu_reported():
                 return
             poll.wait(0.01)
@@ -623,7 +653,7 @@ class Job:
             if self.spout_errors():
                 return False
             if self.is_complete():
-                totals = self._totals()
+                totals = self._counted_totals()
                 if seen_complete == totals:  # stable across two polls: nothing in flight
                     return True
                 seen_complete = totals
