@@ -50,8 +50,9 @@ class DuplicatePairs(AssertionError):
 
 pytestmark = [pytest.mark.system, pytest.mark.xfail(
     raises=DuplicatePairs, strict=False,
-    reason="open bug (module docstring, issue #14): now and then pairs come out twice after the rollback; each case fails in roughly one run of three; any other failure (no rollback, no "
-                         "completion, a pair missing) still fails the test")]
+    reason="open bug (module docstring, issue #14): now and then pairs come out twice after the rollback; each "
+           "case fails in roughly one run of three; any other failure (no rollback, no completion, a pair "
+           "missing) still fails the test")]
 
 N, WINDOW = 180, 40
 STAGE = N // 3  # emitted before the step is set up
