@@ -69,7 +69,7 @@ class ListSpout(ReplayingSpout):
         for i in range(self.position, end):
             key, value = self.items[i]
             self.emit(key, value, msg_id=i)
-        self.position = end
+        self.position = max(self.position, end)  # a limit() that went down holds back; it never rewinds
         if self.position >= len(self.items):
             self.finish()
 
