@@ -212,17 +212,19 @@ class ChainSpuActor(BoltSpuActor):
 
     def _maybe_flush(self, now: float) -> None:
         """A flush round for the inputs still owed pairs, once no tuple entered here for flush_interval, or
-        when the oldest has waited max_delay (a trickle never pauses, and balance moves tuples only as
-        others arrive). Not at every batch: a round pushes its tuples to the far end, piling the chain's
-        work onto its ends; under load tuples cross by balance (SIZE_CHG) and the pairs come out as they do."""
+        when the oldest has waited max_delay while few entered (a trickle never pauses, and balance moves
+        tuples only once 2 zeta more arrived). Not under load: a round pushes its tuples to the far end,
+        piling the chain's work onto its ends; there tuples cross by balance (SIZE_CHG) as they come."""
         bolt = self.pes.single()
         node = self.node
         if node is None or not self._linked or node.retiring or self._stopped_at_final:
             return
         paused = now - self._last_entry >= bolt.flush_interval
+        trickle = 2 * bolt.zeta * max(1, len(self.members) - 1)  # fewer owed than balance would move on
         for side in ("R", "S"):
-            if self._held[side] and self._round[side] is None and (
-                    paused or now - self._owed_since[side] >= bolt.max_delay):
+            held = self._held[side]
+            if held and self._round[side] is None and (
+                    paused or (now - self._owed_since[side] >= bolt.max_delay and len(held) < trickle)):
                 self._round[side] = node.seq[side]
                 self._last_round[side] = now
                 self._apply(node.start_flush(side))
@@ -253,8 +255,8 @@ class ChainSpuActor(BoltSpuActor):
                 if bound is not None and now - self._last_round[side] > 10.0:
                     self._last_round[side] = now
                     node = self.node
-                    log.warning("topology %r: join chain %r SPU %d: flush round %s<=%d unanswered for 10 s "
-                                "(tokens %s, paused %s, left %s, right %s)", self.job.name, self.unit_name,
+                    log.warning("topology %r: join chain %r SPU %d: flush round %s<=%d unanswered for 10 s, a "
+                                "chain far behind its input or a stuck link (tokens %s, paused %s, left %s, right %s)", self.job.name, self.unit_name,
                                 self.spu_id, side, bound, node.tokens, node.worker.paused, node.left, node.right)
 
     # --- links ---------------------------------------------------------------------
