@@ -1,42 +1,16 @@
 """A join chain whose workers are SPUs (mode="chain"): every pair exactly once while workers are added at and
-removed from the tail, across checkpoints and a restart, with the entry SPUs' acks held until pairs are out."""
+removed from the tail, across checkpoints and a restart on fewer SPUs, with shedding and the JoinController."""
 
 from __future__ import annotations
 
-import random
 from collections import Counter
 from typing import Any
 
 import pytest
 
 from esault import ConfigError, TopologyBuilder, TopologyError
-from esault.testing import CollectorBolt, ListSpout, collected, wait_until
-
-STAGES: dict[str, int] = {}
-
-
-class StagedSpout(ListSpout):
-    """Emits items up to holds[STAGES[stage]]; the test moves the stage on."""
-
-    def __init__(self, items: list, stage: str, holds: list, per_call: int = 16) -> None:
-        super().__init__(items, per_call)
-        self.stage, self.holds = stage, holds
-
-    def limit(self) -> int:
-        return self.holds[STAGES[self.stage]]
-
-
-def odd_sum(r: dict, s: dict) -> bool:
-    return (r["k"] + s["x"]) % 3 == 0
-
-
-def make_stream(n: int, seed: int) -> list:
-    rng = random.Random(seed)
-    ts, out = 0, []
-    for i in range(n):
-        ts += rng.randint(0, 2)
-        out.append((rng.choice("abc"), {"id": i, "ts": ts, "k": rng.randint(0, 4), "x": rng.randint(0, 20)}))
-    return out
+from esault.testing import CollectorBolt, collected, wait_until
+from test_joins import STAGES, StagedSpout, make_stream, odd_sum  # noqa: F401 (odd_sum: workers import it here)
 
 
 def oracle(lefts, rights, window):
