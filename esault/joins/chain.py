@@ -21,7 +21,7 @@ from typing import Any, Callable, Sequence
 
 from esault.joins.protocol import LEFT, RIGHT, Joined, Send
 from esault.joins.queries import JoinQuery
-from esault.joins.worker import ChainWorker
+from esault.joins.worker import ChainWorker, EntryNumbering
 
 Link = tuple[int, int]  # (from worker id, to worker id)
 
@@ -44,9 +44,7 @@ class JoinChain:
         self.workers: dict[int, ChainWorker] = {}
         self.order: list[int] = []
         self.links: dict[Link, deque] = {}
-        self.seq = {"R": 0, "S": 0}
-        self.last_ts: dict[str, float | None] = {"R": None, "S": None}
-        self.late = 0
+        self.entry = EntryNumbering()
         self.messages = 0
         self._change: tuple | None = None  # ("add", position) or ("remove", left_id, right_id)
         for _ in range(workers):
@@ -55,21 +53,17 @@ class JoinChain:
     # --- data ---
 
     def ingest(self, side: str, ts: float, value: Any) -> list[Joined]:
-        """A new tuple of stream R ("left") or S ("right"); returns pairs joined at its entry worker.
-
-        Event time must not go backwards within a stream: a late tuple takes its
-        stream's latest time (counted in `late`), so the window stays exact.
-        """
+        """A new tuple of stream R ("left") or S ("right"); returns pairs joined at its entry worker
+        (numbered and its late event time raised by EntryNumbering)."""
         if side not in ("R", "S"):
             raise ValueError(f"side must be 'R' (left stream) or 'S' (right stream), got {side!r}")
-        last = self.last_ts[side]
-        if last is not None and ts < last:
-            self.late += 1
-            ts = last
-        self.last_ts[side] = ts
-        self.seq[side] += 1
+        seq, ts = self.entry.stamp(side, ts)
         entry = self.order[0] if side == "R" else self.order[-1]
-        return self._apply(entry, self.workers[entry].enter(side, (self.seq[side], ts, value)))
+        return self._apply(entry, self.workers[entry].enter(side, (seq, ts, value)))
+
+    @property
+    def late(self) -> int:
+        return self.entry.late
 
     def busy_links(self) -> list[Link]:
         return [link for link, queue in self.links.items() if queue]
@@ -207,18 +201,7 @@ class JoinChain:
 
     def _merge(self, left_id: int, right_id: int) -> list[Joined]:
         """Fold the right worker into the left one; join the R of left with the S of right (not met yet)."""
-        a, b = self.workers[left_id], self.workers.pop(right_id)
-        out = a.join_stored(list(a.r.tuples.values()), b.s)
-        r_left = list(a.r.tuples.values())
-        for t in r_left:
-            a.r.remove(t)
-        for t in list(b.r.tuples.values()) + r_left:  # b's R are older: they went further right
-            a.r.add(t)
-        for t in b.s.tuples.values():  # a's S are older: they went further left
-            a.s.add(t)
-        a.wm_r, a.wm_s = min(a.wm_r, b.wm_r), min(a.wm_s, b.wm_s)
-        a.expired += b.expired
-        a.known_right_r = b.known_right_r
+        out = self.workers[left_id].absorb(self.workers.pop(right_id))
         self.order.remove(right_id)
         self._relink()
         return out
@@ -252,8 +235,8 @@ class JoinChain:
         """msgpack-ready state; the chain must be quiet (run() first) and not mid-change."""
         if self.busy_links() or self._change is not None:
             raise RuntimeError("snapshot of a join chain with messages in flight: run() it to quiet first")
-        return {"workers": [self.workers[w].snapshot() for w in self.order], "seq": dict(self.seq),
-                "last_ts": dict(self.last_ts), "late": self.late, "messages": self.messages}
+        return {"workers": [self.workers[w].snapshot() for w in self.order], "seq": dict(self.entry.seq),
+                "last_ts": dict(self.entry.last_ts), "late": self.entry.late, "messages": self.messages}
 
     @classmethod
     def restore(cls, queries: Sequence[JoinQuery], window: float, state: dict, zeta: int = 20,
@@ -261,6 +244,6 @@ class JoinChain:
         chain = cls(queries, window, zeta, len(state["workers"]), max_inflight)
         for wid, wstate in zip(chain.order, state["workers"]):
             chain.workers[wid].restore(wstate)
-        chain.seq, chain.last_ts = dict(state["seq"]), dict(state["last_ts"])
-        chain.late, chain.messages = state["late"], state["messages"]
+        chain.entry.seq, chain.entry.last_ts = dict(state["seq"]), dict(state["last_ts"])
+        chain.entry.late, chain.messages = state["late"], state["messages"]
         return chain

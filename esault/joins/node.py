@@ -32,14 +32,13 @@ runs many nodes over FIFO links under random interleavings):
 
 from __future__ import annotations
 
-import math
 from typing import Any, Sequence
 
 from esault.joins.protocol import (
     LEFT, RIGHT, Ack, Done, Flushed, Handoff, Joined, Link, Mark, Quiet, Resume, Send, SizeChange, Token, TupleBlock,
 )
 from esault.joins.queries import JoinQuery
-from esault.joins.worker import ChainWorker
+from esault.joins.worker import ChainWorker, EntryNumbering
 
 SIDE_DIRECTION = {"R": RIGHT, "S": LEFT}
 """Where each stream's tuples travel."""
@@ -58,9 +57,7 @@ class ChainNode:
         self.worker = ChainWorker(queries, window, zeta, max_inflight)
         self.left: int | None = None
         self.right: int | None = None
-        self.seq = {"R": 0, "S": 0}  # the last seq this node gave a tuple of each stream (at entry)
-        self.last_ts: dict[str, float | None] = {"R": None, "S": None}
-        self.late = 0
+        self.entry = EntryNumbering()  # the last seq this node gave a tuple of each stream, their clocks
         self.tokens: dict[str, list[Token]] = {"R": [], "S": []}  # rounds waiting to pass on (bound order)
         self._pauses: dict[int, set] = {LEFT: set(), RIGHT: set()}
         self._marks: set[tuple[int, int]] = set()  # (direction, epoch) of neighbours' Marks
@@ -79,6 +76,14 @@ class ChainNode:
         w.has_left, w.has_right = left is not None, right is not None
         w.known_left_s = w.known_right_r = 0
         return self.push()
+
+    @property
+    def seq(self) -> dict[str, int]:
+        return self.entry.seq
+
+    @property
+    def last_ts(self) -> dict[str, float | None]:
+        return self.entry.last_ts
 
     @property
     def is_head(self) -> bool:
@@ -104,13 +109,8 @@ class ChainNode:
     def enter(self, side: str, ts: float, value: Any, key: Any) -> list:
         """A new tuple of stream R (at the head) or S (at the tail). Event time must not go back within a
         stream: a late tuple takes its stream's newest time (counted in `late`), so the window stays exact."""
-        last = self.last_ts[side]
-        if last is not None and ts < last:
-            self.late += 1
-            ts = last
-        self.last_ts[side] = ts
-        self.seq[side] += 1
-        return self._after(self.worker.enter(side, (self.seq[side], ts, value, key)))
+        seq, ts = self.entry.stamp(side, ts)
+        return self._after(self.worker.enter(side, (seq, ts, value, key)))
 
     def receive(self, direction: int, message: Any) -> list:
         """A message from the neighbour in `direction`; ChainProtocolError if the state forbids it."""
@@ -272,7 +272,7 @@ class ChainNode:
             raise ChainProtocolError(f"node {self.id} is linked already; only a new tail accepts a Link")
         self.left = sender
         self.worker.has_left, self.worker.known_left_s = True, 0
-        self.seq["S"], self.last_ts["S"] = link.s_seq, link.s_last_ts
+        self.entry.seq["S"], self.entry.last_ts["S"] = link.s_seq, link.s_last_ts
         return self.push()
 
     def retire(self) -> list:
@@ -297,49 +297,37 @@ class ChainNode:
 
     def snapshot(self) -> dict:
         """msgpack-ready state; only when quiet() (checkpoints) or retiring (no block in flight)."""
-        return {"worker": self.worker.snapshot(), "seq": dict(self.seq), "last_ts": dict(self.last_ts),
-                "late": self.late}
+        return {"worker": self.worker.snapshot(), "seq": dict(self.entry.seq),
+                "last_ts": dict(self.entry.last_ts), "late": self.entry.late}
 
     def restore(self, state: dict) -> None:
         self.worker.restore(state["worker"])
         self._adopt_counters(state)
 
     def absorb(self, state: dict) -> list[Joined]:
-        """Merge the state of the node to this one's right into this one: the R here and the S there had not
-        met, so they join now; stores keep age order (the right one's R are older, this one's S are)."""
-        a = self.worker
-        b = ChainWorker(a.queries, a.window, a.zeta, a.max_inflight)
-        b.restore(state["worker"])
-        out = a.join_stored(list(a.r.tuples.values()), b.s)
-        mine = list(a.r.tuples.values())
-        for t in mine:
-            a.r.remove(t)
-        for t in list(b.r.tuples.values()) + mine:
-            a.r.add(t)
-        for t in b.s.tuples.values():
-            a.s.add(t)
-        a.wm_r, a.wm_s = min(a.wm_r, b.wm_r), min(a.wm_s, b.wm_s)
-        a.expired += b.expired
+        """Merge the state of the node to this one's right into this one (ChainWorker.absorb): the pairs
+        the two had not compared come back."""
+        right = ChainWorker(self.worker.queries, self.worker.window, self.worker.zeta, self.worker.max_inflight)
+        right.restore(state["worker"])
+        out = self.worker.absorb(right)
         self._adopt_counters(state)
         return out
 
     def _adopt_counters(self, state: dict) -> None:
         self.adopt_sequences(state)
-        self.late += int(state.get("late", 0))
+        self.entry.late += int(state.get("late", 0))
 
     def adopt_sequences(self, state: dict) -> None:
         """Sequence numbers and stream clocks never go back: take the larger of each (a restored chain's
         tail numbers S on from the checkpoint's last worker, whichever worker that was)."""
+        entry = self.entry
         for side in ("R", "S"):
-            self.seq[side] = max(self.seq[side], int(state["seq"][side]))
+            entry.seq[side] = max(entry.seq[side], int(state["seq"][side]))
             theirs = state["last_ts"][side]
-            if theirs is not None and (self.last_ts[side] is None or theirs > self.last_ts[side]):
-                self.last_ts[side] = theirs
+            if theirs is not None and (entry.last_ts[side] is None or theirs > entry.last_ts[side]):
+                entry.last_ts[side] = theirs
 
     def stored(self) -> tuple[int, int]:
         w = self.worker
         return len(w.r) + sum(map(len, w.sent_right.values())), len(w.s) + sum(map(len, w.sent_left.values()))
 
-
-def finite(x: float) -> float | None:
-    return None if x == -math.inf else x

@@ -18,6 +18,7 @@ out; completion needs that count at zero and emitted and processed to agree.
 from __future__ import annotations
 
 import time as _time
+from bisect import bisect_right
 from typing import Any
 
 from esault.checkpoint.store import instance_slot
@@ -45,7 +46,7 @@ class ChainSpuActor(BoltSpuActor):
         self._waiting: list[Any] = []  # what came before that, in arrival order
         self._unsent: dict[int, list] = {}  # link messages to an SPU whose mailbox is not known yet
         self._restore_epoch: int | None = None
-        self._held: dict[str, list[tuple[int, dict[int, int]]]] = {"R": [], "S": []}  # (seq, acks): owed pairs
+        self._owed: dict[str, list[int]] = {"R": [], "S": []}  # seqs of inputs still owed pairs (ascending)
         self._round: dict[str, int | None] = {"R": None, "S": None}  # bound of this SPU's flush round in flight
         self._last_round = {"R": 0.0, "S": 0.0}
         self._last_entry = 0.0
@@ -104,10 +105,7 @@ class ChainSpuActor(BoltSpuActor):
         i = self.members.index(self.spu_id)
         left = self.members[i - 1] if i else None
         right = self.members[i + 1] if i + 1 < len(self.members) else None
-        w = node.worker
-        dropped = sum(map(len, w.sent_right.values())) + sum(map(len, w.sent_left.values()))
-        w.sent_right.clear(), w.sent_left.clear()
-        w.r_flight = type(w.r_flight)("R", w.queries)
+        dropped = node.worker.drop_in_flight()
         log.error("topology %r: join chain %r SPU %d lost neighbour(s) %s with their tuples and %d in flight "
                   "(guarantee %r keeps no copy); it links to %s/%s", self.job.name, self.unit_name, self.spu_id,
                   lost, dropped, self.job.config.guarantee, left, right)
@@ -188,9 +186,9 @@ class ChainSpuActor(BoltSpuActor):
         if msg.roots and self.acking:  # entered: the chain's state (checkpointed) has the input now
             self.acker.tell(AckUpdate({root: edge ^ x for root, edge, x in zip(msg.roots, msg.edges, xors)}))
         if entered and (node.right if side == "R" else node.left) is not None:
-            if not self._held[side]:
+            if not self._owed[side]:
                 self._owed_since[side] = _time.monotonic()
-            self._held[side].append((node.seq[side], {}))  # owed pairs with older tuples still on their way
+            self._owed[side].append(node.seq[side])  # owed pairs with older tuples still on their way
         self._last_entry = _time.monotonic()
         for f in flushed:
             self._release(f.side, f.bound)
@@ -222,29 +220,24 @@ class ChainSpuActor(BoltSpuActor):
         paused = now - self._last_entry >= bolt.flush_interval
         trickle = 2 * bolt.zeta * max(1, len(self.members) - 1)  # fewer owed than balance would move on
         for side in ("R", "S"):
-            held = self._held[side]
-            if held and self._round[side] is None and (
-                    paused or (now - self._owed_since[side] >= bolt.max_delay and len(held) < trickle)):
+            owed = self._owed[side]
+            if owed and self._round[side] is None and (
+                    paused or (now - self._owed_since[side] >= bolt.max_delay and len(owed) < trickle)):
                 self._round[side] = node.seq[side]
                 self._last_round[side] = now
                 self._apply(node.start_flush(side))
 
     def _release(self, side: str, bound: int) -> None:
-        """Flushed(side, bound): the inputs of seq <= bound owe no pair (any acks held with them leave)."""
-        held = self._held[side]
-        deltas: dict[int, int] = {}
-        while held and held[0][0] <= bound:
-            for root, v in held.pop(0)[1].items():
-                deltas[root] = deltas.get(root, 0) ^ v
+        """Flushed(side, bound): the inputs of seq <= bound owe no pair."""
+        owed = self._owed[side]
+        del owed[:bisect_right(owed, bound)]
         self._owed_since[side] = _time.monotonic()  # the rest entered after the round began
-        if deltas and self.acking:
-            self.acker.tell(AckUpdate(deltas))
         if self._round[side] is not None and self._round[side] <= bound:
             self._round[side] = None
         self._count_inflight()
 
     def _count_inflight(self) -> None:
-        self.stats.inflight = len(self._held["R"]) + len(self._held["S"]) + len(self._absorb_held)
+        self.stats.inflight = len(self._owed["R"]) + len(self._owed["S"]) + len(self._absorb_held)
 
     def _on_tick(self, msg: Tick) -> None:
         super()._on_tick(msg)
@@ -322,10 +315,9 @@ class ChainSpuActor(BoltSpuActor):
             elif kind is Send:
                 to = node.neighbour(e.direction)
                 message = e.message
-                if type(message) is Handoff:  # the held acks go with the state to the new tail
-                    message = Handoff({**message.state, "held": {k: [[q, d] for q, d in v]
-                                                                 for k, v in self._held.items()}})
-                    self._held = {"R": [], "S": []}
+                if type(message) is Handoff:  # the inputs still owed pairs go with the state to the new tail
+                    message = Handoff({**message.state, "owed": self._owed})
+                    self._owed = {"R": [], "S": []}
                 sends.setdefault(to, []).append(to_wire(message))
             elif kind is Flushed:
                 flushed.append(e)
@@ -440,9 +432,8 @@ class ChainSpuActor(BoltSpuActor):
 
     def _absorbed(self, state: dict) -> None:
         """The old tail's state is merged in (its owed pairs are in the node's effects): S enters here now."""
-        for side, entries in (state.get("held") or {}).items():
-            self._held[side] = sorted(self._held[side] + [(int(q), {int(r): int(v) for r, v in d.items()})
-                                                          for q, d in entries])
+        for side, seqs in (state.get("owed") or {}).items():
+            self._owed[side] = sorted(self._owed[side] + [int(q) for q in seqs])
         rid, _tail = self._absorbing
         self._absorbing = None
         moved = len(state["worker"]["r"]) + len(state["worker"]["s"])

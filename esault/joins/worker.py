@@ -76,6 +76,27 @@ class SideStore:
         return dropped
 
 
+class EntryNumbering:
+    """Where tuples enter a chain: each stream's sequence numbers (the order every store keeps) and its
+    newest event time. Event time must not go back within a stream: a late tuple takes the newest (counted
+    in `late`), so the window stays exact."""
+
+    def __init__(self) -> None:
+        self.seq = {"R": 0, "S": 0}
+        self.last_ts: dict[str, float | None] = {"R": None, "S": None}
+        self.late = 0
+
+    def stamp(self, side: str, ts: float) -> tuple[int, float]:
+        """(seq, ts) for the next tuple of `side`."""
+        last = self.last_ts[side]
+        if last is not None and ts < last:
+            self.late += 1
+            ts = last
+        self.last_ts[side] = ts
+        self.seq[side] += 1
+        return self.seq[side], ts
+
+
 def within(window: float, r: tuple, s: tuple) -> bool:
     return abs(r[1] - s[1]) <= window
 
@@ -226,6 +247,30 @@ class ChainWorker:
             effects.append(Send(direction, TupleBlock(side, self.next_block, block)))
 
     # --- chain changes ---
+
+    def absorb(self, right: "ChainWorker") -> list:
+        """Fold the worker to this one's right into it: the R here and the S there had not met, so they join
+        now; stores keep age order (the right one's R went further right: older; this one's S are older)."""
+        out = self.join_stored(list(self.r.tuples.values()), right.s)
+        mine = list(self.r.tuples.values())
+        for t in mine:
+            self.r.remove(t)
+        for t in list(right.r.tuples.values()) + mine:
+            self.r.add(t)
+        for t in right.s.tuples.values():
+            self.s.add(t)
+        self.wm_r, self.wm_s = min(self.wm_r, right.wm_r), min(self.wm_s, right.wm_s)
+        self.expired += right.expired
+        self.known_right_r = right.known_right_r
+        return out
+
+    def drop_in_flight(self) -> int:
+        """Forget every unacknowledged block (its receiver is gone with its process); how many tuples."""
+        dropped = sum(map(len, self.sent_right.values())) + sum(map(len, self.sent_left.values()))
+        self.sent_right.clear()
+        self.sent_left.clear()
+        self.r_flight = SideStore("R", self.queries)
+        return dropped
 
     def quiet_towards(self, direction: int) -> bool:
         return not (self.sent_right if direction == RIGHT else self.sent_left)

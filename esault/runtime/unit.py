@@ -364,10 +364,10 @@ class UnitActor(pykka.ThreadingActor):
                                "'assign_resource', 'rescale' or 'replace'")
 
     def _begin_split(self, cmd: ScaleCommand) -> None:
-        giver, receiver = cmd.spu_id, self.job.next_id()
         if self.chain:
             self._begin_chain_change(cmd, grow=True)
             return
+        giver, receiver = cmd.spu_id, self.job.next_id()
         if self.spec.per_key:
             new_table = self.table.copy()
             lo, hi = new_table.split(giver, receiver, cmd.at)
@@ -378,10 +378,10 @@ class UnitActor(pykka.ThreadingActor):
         self._begin(cmd, plan, giver, receiver, lo, hi)
 
     def _begin_merge(self, cmd: ScaleCommand) -> None:
-        giver = cmd.spu_id
         if self.chain:
             self._begin_chain_change(cmd, grow=False)
             return
+        giver = cmd.spu_id
         if self.spec.per_key:
             new_table = self.table.copy()
             lo, hi, receiver = new_table.merge(giver, cmd.into)
