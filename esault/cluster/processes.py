@@ -331,8 +331,17 @@ class ProcessLauncher:
             if worker is not None:
                 raise ResourceError(f"unit {spec.name!r} runs in the driver (placement='driver'); its SPUs "
                                     "cannot move to a worker")
-            return self.postman.start_and_register(
-                f"spu-{cfg.spu_id}", lambda: self.local.start_spu(spec, cfg, job))
+            # Registered as soon as it starts, but its open() is awaited outside the postman's lock: the
+            # transport's I/O thread takes that lock for every message, the workers' heartbeats and the
+            # driver's beats among them, so user code must never run while it is held (issue 26).
+            name = f"spu-{cfg.spu_id}"
+            ref = self.postman.start_and_register(name, lambda: self.local.launch(spec, cfg, job))
+            try:
+                self.local.await_start(ref)
+            except BaseException:
+                self.postman.unregister(name)
+                raise
+            return ref
         if worker is None:
             worker = self.registry.pick()
         elif worker not in self.registry.workers:
