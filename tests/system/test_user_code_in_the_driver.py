@@ -1,0 +1,89 @@
+"""User code in the driver never starves the cluster's heartbeats, and a job that lost every worker fails.
+
+A spout runs in the driver, next to the cluster's pulse: its open() and next_tuple() here spin pure Python
+(holding the GIL, never sleeping) for longer than the heartbeat timeout, with 2 real worker processes.
+Issue 26: a long open() got both workers declared dead (it ran under the lock the transport's I/O thread
+needs for every message), and the job, with no worker left, still reported success.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from esault import JobConfig, LocalCluster
+from esault.runtime.outcome import judge_run
+from esault.testing import wait_until
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT / "examples"))
+sys.path.insert(0, str(ROOT / "tests" / "system"))
+import busy_spout_parts  # noqa: E402
+import wordcount  # noqa: E402
+
+pytestmark = pytest.mark.system
+
+HEARTBEAT_TIMEOUT = 1.0
+BUSY = 3.0  # seconds of pure Python: three heartbeat timeouts
+
+
+@pytest.fixture(scope="module")
+def workers():
+    """Two worker processes declared dead after 1 s without a heartbeat (and exiting after 1 s without one)."""
+    with LocalCluster(workers=2, heartbeat_timeout=HEARTBEAT_TIMEOUT) as cluster:
+        yield cluster
+
+
+def exactly_once(tmp_path: Path) -> JobConfig:
+    return JobConfig(data_dir=tmp_path / "data", elasticity=False, checkpoint_interval=0.3, message_timeout=300.0)
+
+
+def run_exactly(cluster: LocalCluster, tmp_path: Path, name: str, total: int, **busy) -> None:
+    """Run the busy word count to the end; every worker stays, nothing rolls back, every count is exact."""
+    started = time.monotonic()
+    job = cluster.submit(busy_spout_parts.build(name, total, **busy), exactly_once(tmp_path))
+    try:
+        assert job.wait(60), job.status()
+        assert time.monotonic() - started >= BUSY, "the spout did spin"
+        assert sorted(cluster.registry.workers) == ["w1", "w2"], "a worker was declared dead"
+        assert job.status()["checkpoints"]["recoveries"] == 0
+    finally:
+        job.stop()
+    counts = json.loads((job.data_dir / "wordcount.json").read_text())
+    assert counts == dict(wordcount.oracle(total, seed=5))
+
+
+def test_a_spout_whose_open_spins_longer_than_the_heartbeat_timeout_loses_no_worker_and_counts_exactly(
+        workers, tmp_path):
+    run_exactly(workers, tmp_path, "busy-open", 2000, open_seconds=BUSY)
+
+
+def test_a_next_tuple_that_spins_longer_than_the_heartbeat_timeout_mid_stream_loses_no_worker(workers, tmp_path):
+    run_exactly(workers, tmp_path, "busy-next", 2000, next_seconds=BUSY, busy_at=500)
+
+
+def test_a_job_that_lost_every_worker_fails_at_once_saying_why_and_wait_is_false(tmp_path):
+    with LocalCluster(workers=2, heartbeat_timeout=HEARTBEAT_TIMEOUT) as cluster:
+        job = cluster.submit(busy_spout_parts.build("orphaned", 100_000, rate=2000), exactly_once(tmp_path))
+        wait_until(lambda: job.status()["checkpoints"]["completed"] >= 1, 30, message="a checkpoint completed")
+        for worker in ("w1", "w2"):
+            os.kill(cluster.registry.pids[worker], signal.SIGKILL)
+        wait_until(lambda: not cluster.registry.workers, 30, message="both workers declared dead")
+        started = time.monotonic()
+        assert job.wait(60) is False
+        assert time.monotonic() - started < 20, "it fails once the rollback finds no worker, not at a timeout"
+        failures = job.status()["failures"]
+        for unit in ("split", "count", "latest"):
+            assert any(f.startswith(f"unit {unit!r} could not be restored after a worker died") and
+                       f"unit {unit!r} has no worker to run on: every worker process was lost (" in f
+                       for f in failures), failures
+        job.stop()
+        outcome = judge_run(job.status(), False, timeout=60, duration=None, dead_letter_path="x")
+        assert not outcome.ok and "has no worker to run on" in outcome.problems[0]
+        assert "esault worker --driver" in outcome.problems[0], "the failure says what to do"
