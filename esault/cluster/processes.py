@@ -409,6 +409,9 @@ class ProcessLauncher:
             return
         spu_id = int(mailbox.address.actor.split("-", 1)[1])
         worker = mailbox.address.process
+        if worker not in self.registry.workers:  # declared dead: the SPU died with it, nobody to tell
+            self.registry.removed(worker, spu_id)
+            return
         request = next(self._requests)
         done = self.registry.expect_stop(request, worker)
         self.postman.send(worker, "host", StopSpu(spu_id, request))

@@ -68,20 +68,27 @@ def test_a_next_tuple_that_spins_longer_than_the_heartbeat_timeout_mid_stream_lo
     run_exactly(workers, tmp_path, "busy-next", 2000, next_seconds=BUSY, busy_at=500)
 
 
-def test_a_job_that_lost_every_worker_fails_at_once_saying_why_and_wait_is_false(tmp_path):
+@pytest.mark.parametrize("guarantee", ["exactly_once", "at_least_once"])
+def test_a_job_that_lost_every_worker_fails_at_once_saying_why_and_wait_is_false(tmp_path, guarantee):
+    """exactly_once: the rollback finds nowhere to relaunch the bolts; at_least_once: the lost SPUs nowhere to
+    go. Either way the job fails naming each unit, instead of reporting success with every tree failed."""
     with LocalCluster(workers=2, heartbeat_timeout=HEARTBEAT_TIMEOUT) as cluster:
-        job = cluster.submit(busy_spout_parts.build("orphaned", 100_000, rate=2000), exactly_once(tmp_path))
-        wait_until(lambda: job.status()["checkpoints"]["completed"] >= 1, 30, message="a checkpoint completed")
+        job = cluster.submit(busy_spout_parts.build("orphaned", 100_000, rate=2000),
+                             exactly_once(tmp_path).replace(guarantee=guarantee))
+        wait_until(lambda: job.status()["units"]["count"]["processed"] >= 200, 30, message="words counted")
+        if guarantee == "exactly_once":
+            wait_until(lambda: job.status()["checkpoints"]["completed"] >= 1, 30, message="a checkpoint completed")
         for worker in ("w1", "w2"):
             os.kill(cluster.registry.pids[worker], signal.SIGKILL)
         wait_until(lambda: not cluster.registry.workers, 30, message="both workers declared dead")
         started = time.monotonic()
         assert job.wait(60) is False
-        assert time.monotonic() - started < 20, "it fails once the rollback finds no worker, not at a timeout"
+        assert time.monotonic() - started < 20, "it fails once the SPUs find no worker, not at a timeout"
         failures = job.status()["failures"]
+        step = "could not be restored after a worker died" if guarantee == "exactly_once" else \
+            "an SPU lost with its worker could not be replaced"
         for unit in ("split", "count", "latest"):
-            assert any(f.startswith(f"unit {unit!r} could not be restored after a worker died") and
-                       f"unit {unit!r} has no worker to run on: every worker process was lost (" in f
+            assert any(step in f and f"unit {unit!r} has no worker to run on: every worker process was lost (" in f
                        for f in failures), failures
         job.stop()
         outcome = judge_run(job.status(), False, timeout=60, duration=None, dead_letter_path="x")
