@@ -25,11 +25,13 @@ def spin(seconds: float) -> int:
 
 
 class BusySentenceSpout(wordcount.SentenceSpout):
-    """SentenceSpout that spins `open_seconds` in open(), and `next_seconds` in the first next_tuple() called
-    once `busy_at` sentences were emitted (-1: never)."""
+    """SentenceSpout that spins `open_seconds` in open() (then raises if `fail_open`), and `next_seconds` in the
+    first next_tuple() called once `busy_at` sentences were emitted (-1: never)."""
 
-    def __init__(self, open_seconds: float = 0.0, next_seconds: float = 0.0, busy_at: int = -1, **kwargs: Any):
+    def __init__(self, open_seconds: float = 0.0, next_seconds: float = 0.0, busy_at: int = -1,
+                 fail_open: bool = False, **kwargs: Any):
         super().__init__(**kwargs)
+        self.fail_open = fail_open
         self.open_seconds = open_seconds
         self.next_seconds = next_seconds
         self.busy_at = busy_at
@@ -37,6 +39,8 @@ class BusySentenceSpout(wordcount.SentenceSpout):
     def open(self, context: Any) -> None:
         super().open(context)
         spin(self.open_seconds)
+        if self.fail_open:
+            raise ConnectionError("the source refused us after a long open()")
         self.spun = False
 
     def next_tuple(self) -> None:

@@ -29,13 +29,13 @@ import wordcount  # noqa: E402
 
 pytestmark = pytest.mark.system
 
-HEARTBEAT_TIMEOUT = 1.0
-BUSY = 3.0  # seconds of pure Python: three heartbeat timeouts
+HEARTBEAT_TIMEOUT = 2.0
+BUSY = 5.0  # seconds of pure Python: two and a half heartbeat timeouts
 
 
 @pytest.fixture(scope="module")
 def workers():
-    """Two worker processes declared dead after 1 s without a heartbeat (and exiting after 1 s without one)."""
+    """Two worker processes declared dead after 2 s without a heartbeat (and exiting after 2 s without one)."""
     with LocalCluster(workers=2, heartbeat_timeout=HEARTBEAT_TIMEOUT) as cluster:
         yield cluster
 
@@ -68,6 +68,17 @@ def test_a_next_tuple_that_spins_longer_than_the_heartbeat_timeout_mid_stream_lo
     run_exactly(workers, tmp_path, "busy-next", 2000, next_seconds=BUSY, busy_at=500)
 
 
+def test_a_spout_whose_long_open_raises_fails_the_submit_naming_it_and_the_workers_stay(workers, tmp_path):
+    from esault.errors import UnitStartError
+
+    with pytest.raises(UnitStartError, match=r"spout 'sentences' open\(\) raised ConnectionError: the source "
+                                             r"refused us after a long open\(\)"):
+        workers.submit(busy_spout_parts.build("busy-fail", 100, open_seconds=BUSY, fail_open=True),
+                       exactly_once(tmp_path))
+    assert sorted(workers.registry.workers) == ["w1", "w2"], "a worker was declared dead"
+    assert not [n for n in workers.postman._refs if n.startswith("spu-")], "the failed SPU's name stays registered"
+
+
 @pytest.mark.parametrize("guarantee", ["exactly_once", "at_least_once"])
 def test_a_job_that_lost_every_worker_fails_at_once_saying_why_and_wait_is_false(tmp_path, guarantee):
     """exactly_once: the rollback finds nowhere to relaunch the bolts; at_least_once: the lost SPUs nowhere to
@@ -84,12 +95,16 @@ def test_a_job_that_lost_every_worker_fails_at_once_saying_why_and_wait_is_false
         started = time.monotonic()
         assert job.wait(60) is False
         assert time.monotonic() - started < 20, "it fails once the SPUs find no worker, not at a timeout"
-        failures = job.status()["failures"]
         step = "could not be restored after a worker died" if guarantee == "exactly_once" else \
             "an SPU lost with its worker could not be replaced"
-        for unit in ("split", "count", "latest"):
-            assert any(step in f and f"unit {unit!r} has no worker to run on: every worker process was lost (" in f
-                       for f in failures), failures
+
+        def named(unit: str) -> bool:
+            return any(step in f and f"unit {unit!r} has no worker to run on: every worker process was lost (" in f
+                       for f in job.failures)
+        # wait() ends at the first failure; each unit's comes as its own SPUs find no worker
+        wait_until(lambda: all(named(u) for u in ("split", "count", "latest")), 10,
+                   message=f"every bolt named as having no worker (failures: {job.failures})")
+        assert job.status()["failures"] == job.failures
         job.stop()
         outcome = judge_run(job.status(), False, timeout=60, duration=None, dead_letter_path="x")
         assert not outcome.ok and "has no worker to run on" in outcome.problems[0]
