@@ -297,7 +297,7 @@ class CheckpointCoordinator:
             failed = self.job.units[spec.name].ask(
                 RelaunchSpus(record.restored_epoch, positions, downstream), timeout=timeout)
             if isinstance(failed, Exception):
-                log.error("topology %r: unit %r could not be restored: %r", self.job.name, spec.name, failed)
+                self.job.fail(f"unit {spec.name!r} could not be restored after {reason}: {failed}")
         record.seconds = time.monotonic() - record.started
         self.stats.recoveries.append(record)
         metrics.record_recovery(self.job.name, record.seconds)

@@ -26,15 +26,24 @@ class InProcessLauncher:
         if worker is not None:
             raise ResourceError(f"this cluster runs every SPU in one process: there is no worker {worker!r}; "
                                 "start it with LocalCluster(workers=N) to place SPUs on workers")
+        ref = self.launch(spec, cfg, job)
+        self.await_start(ref)
+        return ref
+
+    def launch(self, spec: UnitSpec, cfg: SpuConfig, job: JobContext) -> Any:
+        """Start the SPU's actor and return at once: its open() runs on its own thread (await_start waits)."""
         slot = self.resources.acquire()
-        cls = actor_class(spec)
-        ref = cls.start(cfg, spec, job)
+        ref = actor_class(spec).start(cfg, spec, job)
         self._slots[ref.actor_urn] = slot
+        return ref
+
+    def await_start(self, ref: Any) -> None:
+        """Block until the SPU launched as `ref` ran its user code's constructor and open(); UnitStartError
+        (the SPU stopped) if they raised."""
         error = ref.ask(StartCheck())
         if error is not None:
             self.stop_spu(ref, block=True)
             raise UnitStartError(f"{error}; the job cannot run without it: fix the unit and run again")
-        return ref
 
     def stop_spu(self, mailbox: Any, block: bool) -> None:
         slot = self._slots.pop(mailbox.actor_urn, None)

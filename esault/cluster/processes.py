@@ -59,9 +59,10 @@ class WorkerRegistry:
         self.last_beat: dict[str, float] = {}
         self.beats: dict[str, int] = {}  # heartbeats received per worker
         self.stats: dict[tuple[str, str, int], SpuStats] = {}
-        self._stopped: dict[int, threading.Event] = {}
+        self._stopped: dict[int, tuple[threading.Event, str]] = {}  # stop request -> (its answer, its worker)
         self._started: dict[int, SpuStarted | None] = {}  # spu id -> the worker's answer, None until it came
         self.pids: dict[str, int] = {}
+        self.lost: list[str] = []  # workers declared dead, in order
 
     def joined(self, process: str, address: str) -> None:
         with self._lock:
@@ -115,9 +116,12 @@ class WorkerRegistry:
     def remove(self, process: str) -> set[int]:
         """Forget a dead worker; returns the SPU ids it hosted."""
         with self._lock:
-            self.workers.pop(process, None)
+            if self.workers.pop(process, None) is not None:
+                self.lost.append(process)
             self.last_beat.pop(process, None)
             self.forwarded.forget(process)
+            for request in [r for r, (_, worker) in self._stopped.items() if worker == process]:
+                self._stopped.pop(request)[0].set()  # its SPUs died with it: stopped
             self._lock.notify_all()  # a launcher waiting for this worker's answer gives up now
             return self.spus_on.pop(process, set())
 
@@ -157,14 +161,19 @@ class WorkerRegistry:
                 raise WorkerLost(f"worker {worker} died before SPU {spu_id} started on it")
             return answer
 
-    def expect_stop(self, request_id: int) -> threading.Event:
+    def expect_stop(self, request_id: int, worker: str) -> threading.Event:
+        """An event set when `worker` confirms stop request `request_id`, or is declared dead (its SPUs died
+        with it): nothing waits out the stop timeout for a dead worker."""
         with self._lock:
-            event = self._stopped[request_id] = threading.Event()
+            event = threading.Event()
+            self._stopped[request_id] = (event, worker)
+            if worker not in self.workers:
+                event.set()
             return event
 
     def stopped(self, request_id: int) -> None:
         with self._lock:
-            event = self._stopped.pop(request_id, None)
+            event, _ = self._stopped.pop(request_id, (None, ""))
         if event is not None:
             event.set()
 
@@ -234,8 +243,8 @@ class ClusterActor(pykka.ThreadingActor):
         kind = type(message)
         try:
             if kind is Tick:
+                self._beat_workers()  # first: handling a death below may take a while
                 self._check_hearts()
-                self._beat_workers()
             elif kind is WorkerHeartbeat:
                 if message.process in self.lost:
                     # Declared dead but alive (it was only slow): its SPUs were replaced, so fence it. It is
@@ -331,9 +340,24 @@ class ProcessLauncher:
             if worker is not None:
                 raise ResourceError(f"unit {spec.name!r} runs in the driver (placement='driver'); its SPUs "
                                     "cannot move to a worker")
-            return self.postman.start_and_register(
-                f"spu-{cfg.spu_id}", lambda: self.local.start_spu(spec, cfg, job))
+            # Registered as soon as it starts, but its open() is awaited outside the postman's lock: the
+            # transport's I/O thread takes that lock for every message, the workers' heartbeats and the
+            # driver's beats among them, so user code must never run while it is held (issue 26).
+            name = f"spu-{cfg.spu_id}"
+            ref = self.postman.start_and_register(name, lambda: self.local.launch(spec, cfg, job))
+            try:
+                self.local.await_start(ref)
+            except BaseException:
+                self.postman.unregister(name)
+                raise
+            return ref
         if worker is None:
+            if not self.registry.workers and self.registry.lost:
+                driver = self.postman.address.replace("tcp://", "")
+                raise UnitStartError(
+                    f"unit {spec.name!r} has no worker to run on: every worker process was lost "
+                    f"({', '.join(self.registry.lost)}) and none is left to take SPU {cfg.spu_id}, so its tuples "
+                    f"cannot be processed; start workers (`esault worker --driver {driver}`) or run the job again")
             worker = self.registry.pick()
         elif worker not in self.registry.workers:
             raise ResourceError(f"no worker {worker!r} has joined the driver; workers: "
@@ -385,8 +409,11 @@ class ProcessLauncher:
             return
         spu_id = int(mailbox.address.actor.split("-", 1)[1])
         worker = mailbox.address.process
+        if worker not in self.registry.workers:  # declared dead: the SPU died with it, nobody to tell
+            self.registry.removed(worker, spu_id)
+            return
         request = next(self._requests)
-        done = self.registry.expect_stop(request)
+        done = self.registry.expect_stop(request, worker)
         self.postman.send(worker, "host", StopSpu(spu_id, request))
         self.registry.removed(worker, spu_id)
         if block and not done.wait(self.stop_timeout):

@@ -92,6 +92,8 @@ class Job:
         balance, while the relaunched SPUs redo that work."""
         """A rollback found the job complete: its spouts replay to the same end, and stop() waits for that."""
         self._recovery_lock = threading.Lock()
+        self.failures: list[str] = []
+        """Why the job cannot go on (a lost SPU no worker could take back): wait() is False at once while any."""
         self._lock = threading.Lock()
         self.final_status: dict[str, Any] | None = None
         self.ctx.acker = self._start_named("acker", lambda: AckServerActor.start(self.ctx))
@@ -440,7 +442,10 @@ class Job:
             remaining = [len(futures)]
             lock = threading.Lock()
 
-            def replaced(_: Future) -> None:
+            def replaced(future: Future) -> None:
+                error = future.exception()
+                if error is not None:
+                    self.fail(f"an SPU lost with its worker could not be replaced: {error}")
                 with lock:
                     remaining[0] -= 1
                     if remaining[0]:
@@ -495,6 +500,7 @@ class Job:
             "spouts_finished": self._spouts_finished(),
             "scaling_events": len(self.coordinator.history),
             "spout_errors": self.spout_errors(),
+            "failures": list(self.failures),
             "dead_letters": self.dead_letters,
             "lost_spus": sorted(self.lost_spus),
             "unaccounted": self.unaccounted,
@@ -535,6 +541,13 @@ class Job:
         progress = self.ctx.spout_progress
         return [progress.get(spu) for s in self.topology.units if s.is_spout
                 for spu in self.units[s.name].ask(GetSpus())]
+
+    def fail(self, reason: str) -> None:
+        """The job cannot go on (`reason` says why and what to do): wait() returns False from now on, and the
+        run's summary leads with it. Any thread; the job keeps running until stopped."""
+        if reason not in self.failures:
+            log.error("topology %r failed: %s", self.name, reason)
+            self.failures.append(reason)
 
     def spout_errors(self) -> list[str]:
         """Why spouts stopped early, one line each (open() raised, next_tuple() raised max_spout_errors times in
@@ -645,12 +658,13 @@ class Job:
 
     def wait(self, timeout: float | None = None) -> bool:
         """Block until the spouts are exhausted and every tuple is processed; False on timeout, or at once when
-        a spout stopped by errors (spout_errors() says why)."""
+        a spout stopped by errors (spout_errors() says why) or the job failed (`failures` says why: a lost
+        SPU that no worker could take back, so its tuples were never processed)."""
         deadline = None if timeout is None else time.monotonic() + timeout
         poll = threading.Event()
         seen_complete = None
         while True:
-            if self.spout_errors():
+            if self.spout_errors() or self.failures:
                 return False
             if self.is_complete():
                 totals = self._counted_totals()

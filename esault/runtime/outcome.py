@@ -50,12 +50,12 @@ def judge_run(status: dict[str, Any], completed: bool, *, timeout: float | None,
     how the caller names its timeout in the summary.
     """
     problems: list[str] = []
-    for error in status.get("spout_errors") or ():
+    for error in [*(status.get("failures") or ()), *(status.get("spout_errors") or ())]:
         problems.append(error)
     units = status.get("units", {})
     emitted = sum(u.get("emitted", 0) for u in units.values())
     processed = sum(u.get("processed", 0) for u in units.values() if u.get("kind") == "bolt")
-    if not completed and duration is None and not status.get("spout_errors"):
+    if not completed and duration is None and not status.get("spout_errors") and not status.get("failures"):
         # With tracking on, a tuple lost with a worker is replayed (or rolled back): a job that completes
         # lost nothing. Without it (guarantee "none") lost tuples keep it from completing: they show here.
         waited = f" within {timeout:g} s ({timeout_option})" if timeout is not None else ""

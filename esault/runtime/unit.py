@@ -557,13 +557,25 @@ class UnitActor(pykka.ThreadingActor):
         the ack server's timeouts replay the tuples it held)."""
         lost = cmd.spu_id
         new = self.job.next_id()
-        self.instance_of[new] = self.instance_of.pop(lost, 0)  # a spout's replacement reads its partition
-        if self.table is not None:
-            self.table = IntervalTable.from_intervals(
-                [(start, new if spu == lost else spu) for start, _end, spu in self.table.intervals()],
-                version=self.table.version + 1,
-            )
-        mailbox = self._launch(new, cmd.downstream_routes, None)
+        self.instance_of[new] = self.instance_of.get(lost, 0)  # a spout's replacement reads its partition
+        table = None if self.table is None else IntervalTable.from_intervals(
+            [(start, new if spu == lost else spu) for start, _end, spu in self.table.intervals()],
+            version=self.table.version + 1,
+        )
+        try:
+            while True:
+                try:
+                    mailbox = self._launch(new, cmd.downstream_routes, None, table=table)
+                    break
+                except WorkerLost as exc:  # that worker died too: another one, until none is left (UnitStartError)
+                    log.warning("topology %r: replacing SPU %d of %r: %s; trying another worker", self.job.name,
+                                lost, self.spec.name, exc)
+        except BaseException:  # nothing changed: the unit still lists the lost SPU (the job is failed)
+            del self.instance_of[new]
+            raise
+        self.instance_of.pop(lost, None)
+        if table is not None:
+            self.table = table
         self.spus = {**{s: m for s, m in self.spus.items() if s != lost}, new: mailbox}
         self.version += 1
         self._announce_members()

@@ -11,6 +11,11 @@ Semantics (as in Flink's event-time windows with the default trigger):
   it meanwhile updates the accumulator and fires it again with update=True;
 - a tuple all of whose windows are past end + allowed_lateness is late: it
   goes to the side output, the windows do not change.
+- a window that merges (a session) closes one step later: it fires, and is
+  purged, only once the watermark is strictly past end (+ allowed_lateness).
+  A tuple within the bound may carry the watermark itself as its timestamp,
+  and a session ending exactly there touches it, so must still be open to
+  merge with it (a fixed window ending there cannot hold that tuple).
 A key's watermark only grows (advance()), so a key that moves to an SPU whose
 watermark is behind never fires a window twice or takes a late tuple in.
 """
@@ -52,6 +57,8 @@ class WindowSet:
         self.assigner = assigner
         self.aggregate = aggregate
         self.lateness = allowed_lateness
+        self._over = _passed if assigner.merging else _reached
+        """_over(bound, watermark): a window ending at `bound` is over (fires, or is purged past its lateness)."""
 
     @staticmethod
     def new_state() -> dict[str, Any]:
@@ -85,17 +92,18 @@ class WindowSet:
     def _add_session(self, state: dict[str, Any], ts: float, value: Any) -> list[Output]:
         wm, windows, agg = state["wm"], state["w"], self.aggregate
         start, end = ts, self.assigner.end(ts)
-        if end + self.lateness <= wm:
+        touched = [s for s, w in windows.items() if s <= end and start <= w[0]]  # overlapping or touching
+        if not touched and _passed(end + self.lateness, wm):  # (a kept session it touches is not over)
             return [late_output(ts, value)]
         acc = agg.add(agg.create(), value)
         fired = False
-        for other in [s for s, w in windows.items() if s <= end and start <= w[0]]:  # overlapping or touching
+        for other in touched:
             o_end, o_acc, o_fired = windows.pop(other)
             start, end = min(start, other), max(end, o_end)
             acc = agg.merge(acc, o_acc)
             fired = fired or o_fired
         windows[start] = [end, acc, False]
-        if end <= wm:  # a complete session (late, within the allowed lateness): it fires at once
+        if _passed(end, wm):  # a complete session (late, within the allowed lateness): it fires at once
             windows[start][2] = True
             self._due(state, end + self.lateness)
             return [result_output(start, end, agg.result(acc), fired)]
@@ -116,13 +124,13 @@ class WindowSet:
             return []
         out: list[Output] = []
         due = math.inf
-        windows, agg, lateness = state["w"], self.aggregate, self.lateness
+        windows, agg, lateness, over = state["w"], self.aggregate, self.lateness, self._over
         for start, window in list(windows.items()):  # O(windows of the key); sorted output below
             end = window[0]
-            if not window[2] and end <= watermark:
+            if not window[2] and over(end, watermark):
                 window[2] = True
                 out.append(result_output(start, end, agg.result(window[1]), False))
-            if end + lateness <= watermark:
+            if over(end + lateness, watermark):
                 del windows[start]
             else:
                 due = min(due, end + lateness if window[2] else end)
@@ -133,9 +141,22 @@ class WindowSet:
 
     @staticmethod
     def due(state: dict[str, Any]) -> float:
-        """The least watermark at which advance() has something to do (inf: nothing)."""
+        """The least watermark at which advance() may have something to do (inf: nothing); a session due at
+        its end acts only once the watermark is past it."""
         return state["due"]
 
     def pending(self, state: dict[str, Any]) -> bool:
         """True while the key holds windows (it needs watermark advances)."""
         return bool(state["w"])
+
+
+def _reached(bound: float, watermark: float) -> bool:
+    """A fixed window ending at `bound` is over once the watermark reaches it: no tuple within the bound can
+    belong to it any more."""
+    return bound <= watermark
+
+
+def _passed(bound: float, watermark: float) -> bool:
+    """A session ending at `bound` is over only once the watermark is past it: a tuple at the watermark
+    itself (within the bound) still touches it."""
+    return bound < watermark

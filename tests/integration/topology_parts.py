@@ -239,8 +239,8 @@ class SlowFirstPartial(PartialAggregate):
 
 
 from esault.aggregates import Sum as _Sum  # noqa: E402
-from esault.windows import EventTime as _EventTime, Sliding as _Sliding, Tumbling as _Tumbling, \
-    WindowBolt as _WindowBolt  # noqa: E402
+from esault.windows import EventTime as _EventTime, Session as _Session, Sliding as _Sliding, \
+    Tumbling as _Tumbling, WindowBolt as _WindowBolt  # noqa: E402
 
 
 class TumblingSums(_WindowBolt):
@@ -249,6 +249,15 @@ class TumblingSums(_WindowBolt):
     window = _Tumbling(10)
     aggregate = _Sum()
     time = _EventTime(max_out_of_orderness=5)
+    flush_on_close = True
+
+
+class SessionSums(_WindowBolt):
+    """Sums of [ts, value] tuples per key over sessions with a gap of 100, out-of-order by up to 50."""
+
+    window = _Session(100)
+    aggregate = _Sum()
+    time = _EventTime(max_out_of_orderness=50)
     flush_on_close = True
 
 

@@ -15,7 +15,7 @@ from esault.windows import Tumbling, is_late
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "tests" / "integration"))
 from test_windowed_topologies import bounded_items, oracle  # noqa: E402
-from topology_parts import GATES, DriverCollectorBolt, GatedListSpout, TumblingSums  # noqa: E402
+from topology_parts import GATES, DriverCollectorBolt, GatedListSpout, SessionSums, TumblingSums  # noqa: E402
 
 pytestmark = pytest.mark.system
 
@@ -47,3 +47,26 @@ def test_tumbling_windows_on_two_workers_fire_exactly_once_with_the_brute_force_
     assert not [v for _, v in out if is_late(v)]
     assert len({(k, v["start"]) for k, v in out}) == len(out), "a window fired twice"
     assert {w: s for w, s in fired().items() if w in expected} == expected
+
+
+def test_touching_sessions_merge_on_a_worker_though_a_tick_fired_between_their_tuples(tmp_path):
+    """Issue 26: Session(gap=100), bound 50. ("a", 1000) and ("b", 1150) move the SPU's watermark to 1100; the
+    spout holds ("a", 1100) until a tick there fired ("c", 999)'s session [999, 1099) (so it ran for a's too).
+    1100 is within the bound and touches [1000, 1100): one session [1000, 1200) = 101, never two."""
+    reset_collected()
+    items = [("c", [999, 7]), ("a", [1000, 1]), ("b", [1150, 10]), ("a", [1100, 100])]
+    GATES["sessions"] = threading.Event()
+    b = TopologyBuilder("sessions")
+    b.set_spout("src", GatedListSpout, params={"items": items, "gate": "sessions", "hold_at": 3})
+    b.set_bolt("win", SessionSums, 1, pe_idle_timeout=None).key_grouping("src")  # one SPU: one watermark
+    b.set_bolt("out", DriverCollectorBolt, params={"name": "sessions"}).global_grouping("win")
+    config = JobConfig(data_dir=tmp_path / "data", message_timeout=30.0, elasticity=False, guarantee="at_least_once")
+    with LocalCluster(workers=2) as cluster:
+        job = cluster.submit(b.build(), config)
+        wait_until(lambda: [k for k, _ in collected("sessions") if k == "c"], 60,
+                   message="the tick at watermark 1100 fired c's session")
+        GATES["sessions"].set()
+        assert job.wait(60), job.status()
+        job.stop()  # flush_on_close: the open sessions fire
+    fired = sorted((k, v["start"], v["end"], v["result"]) for k, v in collected("sessions"))
+    assert fired == [("a", 1000, 1200, 101), ("b", 1150, 1250, 10), ("c", 999, 1099, 7)]

@@ -41,6 +41,14 @@ def test_a_spout_stopped_by_errors_is_the_reason_given():
     assert outcome.exit_code is ExitCode.INCOMPLETE and outcome.problems == (error,)
 
 
+def test_a_failed_job_leads_the_summary_with_why_and_no_completion_guess():
+    failure = ("unit 'count' could not be restored after a worker died holding SPUs [2]: unit 'count' has no worker "
+               "to run on: every worker process was lost (w1, w2) ...")
+    outcome = judge_run({**status(processed=10), "failures": [failure]}, False, timeout=60.0, duration=None,
+                        dead_letter_path="x")
+    assert outcome.exit_code is ExitCode.INCOMPLETE and outcome.problems == (failure,)
+
+
 def test_a_duration_run_is_judged_by_what_it_gave_up_not_by_completion():
     assert judge_run(status(processed=20, pending=4), False, timeout=None, duration=5.0, dead_letter_path="x").ok
     bad = judge_run(status(dead=1), False, timeout=None, duration=5.0, dead_letter_path="x")

@@ -100,6 +100,68 @@ def test_session_windows_in_any_order_within_the_bound_equal_sessions_of_the_sor
     assert state["w"] == {}
 
 
+@st.composite
+def touching_streams(draw):
+    """(gap, bound, events in arrival order, tick positions): a stream within the bound on a grid that makes
+    sessions touch and tuples carry the watermark itself as their timestamp, in any order the bound allows.
+
+    Each tuple arrives at ts + delay (delay in [0, bound], often exactly 0 or bound) and ties break at random,
+    so a tuple may come right after one `bound` ahead of it: its timestamp is then the watermark."""
+    unit = draw(st.sampled_from([1, 2, 5]))
+    gap = unit * draw(st.integers(1, 3))
+    bound = unit * draw(st.integers(0, 3))
+    n = draw(st.integers(0, 12))
+    ts = draw(st.lists(st.integers(0, 3 * n).map(lambda k: k * unit), min_size=n, max_size=n))
+    delays = draw(st.lists(st.one_of(st.just(0), st.just(bound), st.integers(0, bound)), min_size=n, max_size=n))
+    values = draw(st.lists(st.integers(1, 1000), min_size=n, max_size=n))
+    ties = draw(st.permutations(range(n)))
+    order = sorted(range(n), key=lambda i: (ts[i] + delays[i], ties[i]))
+    ticks = draw(st.sets(st.integers(0, n)) | st.just(set(range(n + 1))))  # or a tick before every tuple
+    return gap, bound, [(ts[i], values[i]) for i in order], ticks
+
+
+@settings(max_examples=1000, deadline=None)
+@given(stream=touching_streams(), lateness=st.integers(0, 10), roundtrip=st.booleans())
+def test_touching_sessions_merge_whatever_the_arrival_order_and_tick_timing_within_the_bound(stream, lateness,
+                                                                                             roundtrip):
+    gap, bound, events, ticks = stream
+    windows = WindowSet(Session(gap), Sum(), allowed_lateness=lateness)
+    outputs, state = run(windows, events, ticks, bound=bound, roundtrip=roundtrip)
+    assert not [o for o in outputs if o.get("update")], "a session within the bound fired before it was complete"
+    assert results(outputs) == session_oracle(gap, events, Sum())
+    assert state["w"] == {}
+
+
+def test_a_tick_between_two_touching_sessions_does_not_split_them():
+    """Issue 26: Session(gap=100), bound 50. ("a", 1000) then ("b", 1150) move the SPU's watermark to 1100;
+    a tick there; then ("a", 1100), within the bound, touches a's session [1000, 1100): they are one."""
+    windows = WindowSet(Session(100), Sum())
+    tracker = WatermarkTracker(50)
+    keys = {"a": windows.new_state(), "b": windows.new_state()}
+    out = []
+    for key, ts, value, tick_before in [("a", 1000, 1, False), ("b", 1150, 10, False), ("a", 1100, 100, True)]:
+        if tick_before:
+            for name, state in keys.items():
+                out += [(name, o) for o in windows.advance(state, tracker.watermark)]
+        tracker.observe(ts)
+        out += [(key, o) for o in windows.add(keys[key], ts, value)]
+    assert out == [], "nothing is complete at watermark 1100: a session ending there is still open"
+    assert windows.advance(keys["a"], 1200) == []
+    assert windows.advance(keys["a"], 1201) == [{"start": 1000, "end": 1200, "result": 101, "update": False}]
+
+
+def test_a_session_at_its_end_takes_a_tuple_at_the_watermark_and_a_fixed_window_there_is_complete():
+    sessions, tumbling = WindowSet(Session(10), Sum()), WindowSet(Tumbling(10), Sum())
+    s, t = sessions.new_state(), tumbling.new_state()
+    sessions.add(s, 0, 1)
+    tumbling.add(t, 0, 1)
+    assert sessions.advance(s, 10) == []
+    assert tumbling.advance(t, 10) == [{"start": 0, "end": 10, "result": 1, "update": False}]
+    assert sessions.add(s, 10, 2) == [], "touching: merged, not late"
+    assert sessions.advance(s, 21) == [{"start": 0, "end": 20, "result": 3, "update": False}]
+    assert sessions.add(s, 10, 5) == [{"late": 5, "timestamp": 10}], "past the watermark now: late"
+
+
 @settings(max_examples=50, deadline=None)
 @given(stream=bounded_streams(bound=0))
 def test_a_sorted_stream_with_no_bound_needs_no_slack(stream):

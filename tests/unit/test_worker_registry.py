@@ -54,3 +54,17 @@ def test_a_start_wait_for_an_already_dead_worker_raises_at_once():
     registry.expect_start(7)
     with pytest.raises(WorkerLost, match="w9 died"):
         registry.wait_started(7, 600.0, "w9")
+
+
+def test_a_stop_request_ends_when_its_worker_is_declared_dead_and_not_when_another_one_is():
+    """Issue 26: a rollback stopping the SPUs of a worker that died meanwhile waited 60 s per SPU."""
+    registry = WorkerRegistry()
+    registry.joined("w1", "tcp://127.0.0.1:1")
+    registry.joined("w2", "tcp://127.0.0.1:2")
+    on_w1, on_w2 = registry.expect_stop(1, "w1"), registry.expect_stop(2, "w2")
+    registry.remove("w2")
+    assert on_w2.is_set() and not on_w1.is_set()
+    assert registry.expect_stop(3, "w2").is_set(), "a stop for a worker already gone needs no answer"
+    registry.stopped(1)
+    assert on_w1.is_set()
+    assert registry.lost == ["w2"]
