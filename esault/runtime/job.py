@@ -495,6 +495,7 @@ class Job:
             "spouts_finished": self._spouts_finished(),
             "scaling_events": len(self.coordinator.history),
             "spout_errors": self.spout_errors(),
+            "failure": self.failure,
             "dead_letters": self.dead_letters,
             "lost_spus": sorted(self.lost_spus),
             "unaccounted": self.unaccounted,
@@ -535,6 +536,13 @@ class Job:
         progress = self.ctx.spout_progress
         return [progress.get(spu) for s in self.topology.units if s.is_spout
                 for spu in self.units[s.name].ask(GetSpus())]
+
+    @property
+    def failure(self) -> str | None:
+        """Why the job cannot run as declared, or None: under exactly_once, a state it had to keep could not
+        be saved (the error names the bolt, key, attribute and type, and the fix). wait() returns False at
+        once, no checkpoint completes any more, and `esault run` exits 2."""
+        return self.checkpoints.collector.fatal
 
     def spout_errors(self) -> list[str]:
         """Why spouts stopped early, one line each (open() raised, next_tuple() raised max_spout_errors times in
@@ -645,12 +653,12 @@ class Job:
 
     def wait(self, timeout: float | None = None) -> bool:
         """Block until the spouts are exhausted and every tuple is processed; False on timeout, or at once when
-        a spout stopped by errors (spout_errors() says why)."""
+        a spout stopped by errors (spout_errors() says why) or the job failed (failure says why)."""
         deadline = None if timeout is None else time.monotonic() + timeout
         poll = threading.Event()
         seen_complete = None
         while True:
-            if self.spout_errors():
+            if self.spout_errors() or self.failure is not None:
                 return False
             if self.is_complete():
                 totals = self._counted_totals()
@@ -681,7 +689,7 @@ class Job:
         with self._lock:
             if self._stopped:
                 return
-            if self.ctx.exactly_once:
+            if self.ctx.exactly_once and self.failure is None:  # failed: no checkpoint can complete
                 self._final_checkpoint()
             try:
                 self._let_counts_settle()
@@ -738,6 +746,8 @@ class Job:
             self.checkpoints.ended = False
             if was_complete:
                 self.wait(timeout * 4)
+        if self.failure is not None:  # the final checkpoint found the state the job cannot keep: its verdict
+            return
         last = self.checkpoints.stats.last_epoch
         log.error("topology %r stopped without its final checkpoint (%s); a restart resumes from checkpoint %s "
                   "and produces what came after it again", self.name, why, last)

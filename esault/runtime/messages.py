@@ -482,7 +482,8 @@ class Barrier:
 
 @dataclass(frozen=True, slots=True)
 class CheckpointAck:
-    """SPU -> checkpoint coordinator: its snapshot of `epoch` is durable (`position`: a spout's, else None)."""
+    """SPU -> checkpoint coordinator: its snapshot of `epoch` is durable (`position`: a spout's, else None);
+    or, with `error`, it is not. `fatal`: no retry can succeed (a state that cannot be encoded): the job fails."""
 
     epoch: int
     spu_id: int
@@ -490,6 +491,7 @@ class CheckpointAck:
     instance: int
     position: Any = None
     error: str = ""
+    fatal: bool = False
 
 
 @dataclass(frozen=True, slots=True)
