@@ -209,6 +209,8 @@ def _run(args: argparse.Namespace) -> int:
         if args.cluster == "static":
             cluster.wait_for_workers(args.min_workers)
         job = cluster.submit(topology, config)
+        if job.restored_from is not None:
+            print(_resuming(job, args.path), flush=True)
         print(f"topology {job.name!r} running (Ctrl-C stops it in order)", file=sys.stderr, flush=True)
         progress = _Progress(job, sys.stderr) if sys.stderr.isatty() else None
         interrupted = False
@@ -231,6 +233,10 @@ def _run(args: argparse.Namespace) -> int:
     status = job.final_status or {}
     elapsed = time.monotonic() - started
     _print_status(status, elapsed)
+    if job.restored_from is not None and complete and not _emitted(status):
+        print(f"nothing left to do: topology {job.name!r} had already finished at checkpoint "
+              f"{job.restored_from.epoch}, so its spouts emitted nothing this run. Add --fresh to run it again "
+              "from the start")
     if hasattr(module, "summarize"):
         print(module.summarize(job))
     if server is not None:
@@ -247,6 +253,18 @@ def _run(args: argparse.Namespace) -> int:
         for problem in outcome.problems:
             print(f"  - {problem}", file=sys.stderr)
     return int(outcome.exit_code)
+
+
+def _resuming(job: Any, path: str) -> str:
+    """The line that says a run resumes an earlier one's checkpoint, and how to start over instead."""
+    point = job.restored_from
+    return (f"resuming topology {job.name!r} from checkpoint {point.epoch} ({point.kind}) in "
+            f"{job.checkpoints.store.path}: the spouts continue where the run that wrote it stopped; to start "
+            f"over instead, add --fresh to this command (esault run {path} ... --fresh discards these checkpoints)")
+
+
+def _emitted(status: dict[str, Any]) -> int:
+    return sum(u.get("emitted", 0) for u in status.get("units", {}).values() if u.get("kind") == "spout")
 
 
 def _cluster_keys(args: argparse.Namespace) -> Any:

@@ -1,0 +1,82 @@
+"""`esault run` (a real subprocess, with worker processes) never looks like it kept a guarantee it did not,
+and never resumes an earlier run silently."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+from test_cli import esault
+
+PATH_STATE = '''
+from pathlib import Path
+from esault import Bolt, TopologyBuilder
+from esault.testing import ListSpout
+
+class Count(Bolt):
+    def open(self, context):
+        self.path = Path(context.data_dir) / str(self.key)  # a new user's PE: msgpack cannot encode it
+        self.n = 0
+    def process(self, tup):
+        self.n += 1
+        self.emit(tup.key, self.n)
+
+b = TopologyBuilder('pathstate')
+b.set_spout('src', ListSpout, params={'items': [[f"k{i % 5}", i] for i in range(200)]})
+b.set_bolt('count', Count, 2).key_grouping('src')
+topology = b.build()
+'''
+
+TINY = '''
+from esault import Bolt, TopologyBuilder
+from esault.testing import ListSpout
+
+class Upper(Bolt):
+    def process(self, tup):
+        self.emit(tup.key, tup.value.upper())
+
+b = TopologyBuilder('tiny')
+b.set_spout('src', ListSpout, params={'items': [[i, 'x'] for i in range(50)]})
+b.set_bolt('up', Upper, 2).shuffle_grouping('src')
+topology = b.build()
+'''
+
+
+def test_a_pe_state_msgpack_cannot_encode_fails_the_exactly_once_run_with_exit_2_and_no_checkpoint_completed(
+        tmp_path):
+    (tmp_path / "pathstate.py").write_text(PATH_STATE)
+    result = esault("run", "pathstate.py", "--data-dir", "d", "--workers", "1", cwd=tmp_path, timeout=180)
+    assert result.returncode == 2, result.stderr
+    assert "esault: error: topology 'pathstate' failed (exit code 2):" in result.stderr
+    problem = re.search(r"^  - (.*)$", result.stderr, re.M).group(1)
+    assert re.match(r"topology 'pathstate': bolt 'count' cannot save the state of key 'k\d': attribute 'path' is a "
+                    r"PosixPath, which msgpack cannot encode; keep the attributes to str, .*\(a path as str\(path\)",
+                    problem), problem
+    assert "Guarantee 'exactly_once' needs every state in every checkpoint, so the job fails" in problem
+    assert re.search(r"exactly_once: 0 checkpoint\(s\), last epoch None, [1-9]\d* failed", result.stdout), \
+        result.stdout
+
+
+def test_running_the_same_command_again_says_it_resumes_from_which_checkpoint_and_file_and_that_nothing_is_left(
+        tmp_path):
+    (tmp_path / "tiny.py").write_text(TINY)
+    first = esault("run", "tiny.py", "--workers", "1", cwd=tmp_path, timeout=180)  # the default data dir
+    assert first.returncode == 0, first.stderr
+    assert "resuming" not in first.stdout and "nothing left to do" not in first.stdout
+    epoch = re.search(r"exactly_once: 1 checkpoint\(s\), last epoch (\d+)", first.stdout).group(1)
+
+    again = esault("run", "tiny.py", "--workers", "1", cwd=tmp_path, timeout=180)
+    assert again.returncode == 0, again.stderr
+    lines = again.stdout.splitlines()
+    assert lines[0] == (f"resuming topology 'tiny' from checkpoint {epoch} (final) in "
+                        f"{Path('esault-data') / 'tiny' / 'checkpoints.sqlite'}: the spouts continue where the run "
+                        "that wrote it stopped; to start over instead, add --fresh to this command (esault run "
+                        "tiny.py ... --fresh discards these checkpoints)"), "the first line of the output"
+    assert "src          1 SPU(s), emitted 0," in again.stdout
+    assert (f"nothing left to do: topology 'tiny' had already finished at checkpoint {epoch}, so its spouts emitted "
+            "nothing this run. Add --fresh to run it again from the start") in again.stdout
+
+    fresh = esault("run", "tiny.py", "--workers", "1", "--fresh", cwd=tmp_path, timeout=180)
+    assert fresh.returncode == 0, fresh.stderr
+    assert "resuming" not in fresh.stdout and "nothing left to do" not in fresh.stdout
+    assert "src          1 SPU(s), emitted 50, acked 50" in fresh.stdout
