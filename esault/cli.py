@@ -208,6 +208,7 @@ def _run(args: argparse.Namespace) -> int:
             print(f"control plane: {api.url} (web page), {api.url}/api/jobs (REST)", file=sys.stderr, flush=True)
         if args.cluster == "static":
             cluster.wait_for_workers(args.min_workers)
+        print("\n".join(topology.physical_plan()), file=sys.stderr, flush=True)
         job = cluster.submit(topology, config)
         if job.restored_from is not None:
             print(_resuming(job, args.path), flush=True)

@@ -1,5 +1,6 @@
-"""`esault run` (a real subprocess, with worker processes) never looks like it kept a guarantee it did not,
-and never resumes an earlier run silently."""
+"""`esault run` (a real subprocess, with worker processes) runs what was declared and says what it does: it
+never looks like it kept a guarantee it did not, never resumes an earlier run silently, and shows its
+physical plan (which bolts run chained into which)."""
 
 from __future__ import annotations
 
@@ -80,3 +81,31 @@ def test_running_the_same_command_again_says_it_resumes_from_which_checkpoint_an
     assert fresh.returncode == 0, fresh.stderr
     assert "resuming" not in fresh.stdout and "nothing left to do" not in fresh.stdout
     assert "src          1 SPU(s), emitted 50, acked 50" in fresh.stdout
+
+
+PLAN = '''
+from esault import Bolt, TopologyBuilder
+from esault.testing import ListSpout
+
+class Same(Bolt):
+    def process(self, tup):
+        self.emit(tup.key, tup.value)
+
+b = TopologyBuilder('plan')
+b.set_spout('src', ListSpout, params={'items': [[i, 'x'] for i in range(50)]})
+b.set_bolt('parse', Same, elastic=False).shuffle_grouping('src')
+b.set_bolt('enrich', Same).shuffle_grouping('parse')
+b.set_bolt('count', Same, 2).key_grouping('enrich')
+topology = b.build()
+'''
+
+
+def test_the_start_up_log_shows_the_physical_plan_with_the_chained_bolts_and_the_elastic_ones(tmp_path):
+    (tmp_path / "plan.py").write_text(PLAN)
+    result = esault("run", "plan.py", "--data-dir", "d", "--workers", "1", cwd=tmp_path, timeout=180)
+    assert result.returncode == 0, result.stderr
+    assert ("physical plan of topology 'plan' (3 unit(s) with SPUs of their own):\n"
+            "  src + parse (chained)  spout, 1 SPU; parse runs in its SPUs\n"
+            "  enrich                 bolt, 1 SPU, elastic up to 8 SPUs\n"
+            "  count                  bolt, 2 SPUs, elastic up to 8 SPUs\n") in result.stderr, result.stderr
+    assert "enrich       1 SPU(s), processed 50" in result.stdout
