@@ -7,7 +7,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from test_cli import esault
+from test_cli import ROOT, esault
 
 PATH_STATE = '''
 from pathlib import Path
@@ -109,3 +109,42 @@ def test_the_start_up_log_shows_the_physical_plan_with_the_chained_bolts_and_the
             "  enrich                 bolt, 1 SPU, elastic up to 8 SPUs\n"
             "  count                  bolt, 2 SPUs, elastic up to 8 SPUs\n") in result.stderr, result.stderr
     assert "enrich       1 SPU(s), processed 50" in result.stdout
+
+
+def readme_spout_section() -> tuple[str, str]:
+    """The README tour's "Your own spout" section: its spout code and the refusal it quotes."""
+    readme = (ROOT / "README.md").read_text()
+    start = readme.index("### Your own spout, exactly-once")
+    section = readme[start:readme.index("\n## ", start)]
+    code = re.search(r"^```python\n(.*?)^```$", section, re.S | re.M).group(1)
+    refusal = re.search(r"^```console\n(.*?)\n^```$", section, re.S | re.M).group(1)
+    return code, refusal
+
+
+RUN_LINES = '''
+from esault import TopologyBuilder
+from esault.testing import CollectorBolt
+b = TopologyBuilder('lines')
+b.set_spout('lines', Lines, params={'path': 'input.txt'})
+b.set_bolt('out', CollectorBolt).shuffle_grouping('lines')
+topology = b.build()
+'''
+
+
+def test_the_readme_spout_with_its_two_methods_runs_exactly_once_and_without_them_is_refused_as_the_readme_says(
+        tmp_path):
+    code, refusal = readme_spout_section()
+    (tmp_path / "input.txt").write_text("".join(f"line {i}\n" for i in range(30)))
+    (tmp_path / "lines.py").write_text(code + RUN_LINES)
+    ran = esault("run", "lines.py", "--data-dir", "d", "--workers", "1", cwd=tmp_path, timeout=180)
+    assert ran.returncode == 0, ran.stderr
+    assert "lines        1 SPU(s), emitted 30, acked 30, failed 0" in ran.stdout
+    assert re.search(r"exactly_once: [1-9]\d* checkpoint\(s\)", ran.stdout), ran.stdout
+
+    without = re.sub(r"    def (snapshot|restore)_position\(.*?\n.*?\n", "", code)
+    assert "position" not in without, "both methods taken out"
+    (tmp_path / "lines.py").write_text(without + RUN_LINES)
+    refused = esault("run", "lines.py", "--data-dir", "d2", "--workers", "1", cwd=tmp_path, timeout=180)
+    assert refused.returncode == 2, refused.stderr
+    assert refused.stderr.strip().splitlines()[-1] == refusal
+    assert "ran" not in refused.stdout, "nothing ran"
