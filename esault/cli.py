@@ -217,7 +217,7 @@ def _run(args: argparse.Namespace) -> int:
         interrupted = False
         try:
             if args.duration is not None:
-                threading.Event().wait(args.duration)
+                _wait_unless_failed(job, args.duration)
                 complete = job.is_complete()
             else:
                 complete = job.wait(args.timeout)
@@ -254,6 +254,14 @@ def _run(args: argparse.Namespace) -> int:
         for problem in outcome.problems:
             print(f"  - {problem}", file=sys.stderr)
     return int(outcome.exit_code)
+
+
+def _wait_unless_failed(job: Any, seconds: float) -> None:
+    """--duration: run for `seconds`, or until the job failed (Job.failure): it cannot go on as declared."""
+    deadline = time.monotonic() + seconds
+    pause = threading.Event()
+    while job.failure is None and time.monotonic() < deadline:
+        pause.wait(min(0.1, max(0.0, deadline - time.monotonic())))
 
 
 def _resuming(job: Any, path: str) -> str:

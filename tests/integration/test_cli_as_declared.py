@@ -7,6 +7,8 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+import pytest
+
 from test_cli import ROOT, esault
 
 PATH_STATE = '''
@@ -43,11 +45,12 @@ topology = b.build()
 '''
 
 
+@pytest.mark.parametrize("until", [[], ["--duration", "600"]], ids=["to-completion", "duration"])
 def test_a_pe_state_msgpack_cannot_encode_fails_the_exactly_once_run_with_exit_2_and_no_checkpoint_completed(
-        tmp_path):
+        tmp_path, until):
     (tmp_path / "pathstate.py").write_text(PATH_STATE)
-    result = esault("run", "pathstate.py", "--data-dir", "d", "--workers", "1", cwd=tmp_path, timeout=180)
-    assert result.returncode == 2, result.stderr
+    result = esault("run", "pathstate.py", "--data-dir", "d", "--workers", "1", *until, cwd=tmp_path, timeout=180)
+    assert result.returncode == 2, result.stderr  # with --duration 600 too: it ends at the failure (timeout 180)
     assert "esault: error: topology 'pathstate' failed (exit code 2):" in result.stderr
     problem = re.search(r"^  - (.*)$", result.stderr, re.M).group(1)
     assert re.match(r"topology 'pathstate': bolt 'count' cannot save the state of key 'k\d': attribute 'path' is a "
