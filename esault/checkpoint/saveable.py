@@ -59,7 +59,8 @@ def unsaveable(owner: str, state: Any, fix: str = PE_FIX) -> UnsaveableState:
         return UnsaveableState(f"{owner}: a {type(state).__name__} msgpack cannot encode; {fix}")
     where, what = bad
     subject = "snapshot_position() returned" if fix is POSITION_FIX else "the state is"
-    held = f"{subject} {_a(what)}" if not where else f"{subject} a {type(state).__name__} holding {_a(what)} at {where.strip()}"
+    holding = f"a {type(state).__name__} holding {_a(what)} at {where.strip()}"
+    held = f"{subject} {_a(what)}" if not where else f"{subject} {holding}"
     return UnsaveableState(f"{owner}: {held}, which msgpack cannot encode; {fix}")
 
 

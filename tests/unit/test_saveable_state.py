@@ -16,8 +16,8 @@ from esault.errors import SerializationError, UnsaveableState
 from esault.runtime.messages import CheckpointAck
 from esault.transport.codec import encode, unencodable_part
 
-scalars = st.none() | st.booleans() | st.integers(-(2**63), 2**64 - 1) | st.floats(allow_nan=False) | st.text(max_size=5) \
-    | st.binary(max_size=5)
+scalars = (st.none() | st.booleans() | st.integers(-(2**63), 2**64 - 1) | st.floats(allow_nan=False)
+           | st.text(max_size=5) | st.binary(max_size=5))
 encodable = st.recursive(scalars, lambda inner: st.lists(inner, max_size=4) | st.tuples(inner, inner)
                          | st.dictionaries(st.text(max_size=4), inner, max_size=4), max_leaves=20)
 
