@@ -233,10 +233,21 @@ class SenderActor(pykka.ThreadingActor):
                     "checkpoint, so the job fails: no checkpoint completes without it (under guarantee "
                     "'at_least_once' it would be lost instead, at every split, merge or idle expiry of the key)")
                 log.error("%s", self.lost_state)
+                self._report_lost_state()
             return
         self._state_error_log("topology %r: %s. Under guarantee %r it is lost where it leaves memory: the key "
                               "restarts empty after this split, merge or idle expiry", self.job.name, error,
                               self.job.config.guarantee)
+
+    def _report_lost_state(self) -> None:
+        """Tell the coordinator at once, not only in this SPU's next snapshot: a merge's giver that lost a
+        key's state retires before any (a fatal ack counts whatever its epoch; -1: outside a checkpoint)."""
+        try:
+            self.job.checkpoints.tell(CheckpointAck(-1, self.spu_id, self.unit_name, self.cfg.instance, None,
+                                                    self.lost_state, True))
+        except Exception as exc:  # noqa: BLE001 - the driver is gone; this SPU's next snapshot is refused anyway
+            log.warning("topology %r: %s SPU %d could not report its lost state: %r", self.job.name,
+                        self.unit_name, self.spu_id, exc)
 
     def snapshot_instance(self, unit: str, pe: Any, snapshot: Snapshot) -> None:
         """A non-keyed instance's part of a checkpoint: its state row, and its pre-commit (a sink's)."""

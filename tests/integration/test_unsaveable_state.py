@@ -157,6 +157,39 @@ def test_a_join_chain_whose_state_cannot_be_encoded_fails_the_job_like_a_pe(clus
     assert completed_epoch(job) is None
 
 
+class PathAfterFirst(Bolt):
+    """Key-grouped: a key starting with "bad" takes a Path in process(), so a fresh PE for it (open() only)
+    would be encodable: only the report of the lost state can fail the job."""
+
+    def open(self, context: Any) -> None:
+        self.n = 0
+
+    def process(self, tup: Any) -> None:
+        self.n += 1
+        if str(self.key).startswith("bad"):
+            self.path = Path("/tmp") / str(self.key)
+
+
+def test_a_state_lost_when_a_merge_moves_its_key_fails_the_job_though_the_giver_retires_before_any_checkpoint(
+        cluster, config):
+    items = [(f"k{i % 5}", i) for i in range(100)] + [("bad1", i) for i in range(10)]
+    b = TopologyBuilder("lost-in-merge")
+    b.set_spout("src", ListSpout, params={"items": items})
+    b.set_bolt("count", PathAfterFirst, 2).key_grouping("src")
+    job = cluster.submit(b.build(), config.replace(checkpoint_interval=3600.0))  # no periodic checkpoint
+    assert job.wait(30)
+    assert job.failure is None
+    holder = next(spu for spu, ranges in job.layout("count").items()
+                  if any(lo <= key_hash("bad1") <= hi for lo, hi in ranges))
+    job.merge("count", holder)  # holder retires, handing bad1 over: its state cannot be encoded
+    assert holder not in job.spus("count")
+    wait_until(lambda: job.failure, 30, message="the job failed")
+    assert "bolt 'count' cannot save the state of key 'bad1': attribute 'path' is a PosixPath" in job.failure
+    assert job.checkpoint(30) is None, "the receiver's empty bad1 must not make a checkpoint complete"
+    job.stop()
+    assert completed_epoch(job) is None
+
+
 def test_under_at_least_once_the_job_runs_on_and_the_log_says_each_moved_key_restarts_empty(cluster, config,
                                                                                            caplog):
     caplog.set_level(logging.ERROR, logger="esault")
