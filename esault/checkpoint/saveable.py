@@ -15,7 +15,7 @@ from typing import Any
 from esault.errors import SerializationError, UnsaveableState
 from esault.transport.codec import encode, unencodable_part
 
-__all__ = ["CHAIN_FIX", "PE_FIX", "POSITION_FIX", "encode_state", "key_owner", "unsaveable", "unsaveable_hook"]
+__all__ = ["CHAIN_FIX", "PE_FIX", "POSITION_FIX", "encode_key", "encode_state", "key_owner", "unsaveable", "unsaveable_hook"]
 
 PE_FIX = ("keep the attributes to str, bytes, int, float, bool, None and lists, tuples, sets or dicts of those "
           "(a path as str(path), an object as a dict of its fields), or override snapshot_state() and "
@@ -34,6 +34,18 @@ CHAIN_FIX = ("a join chain keeps the tuples it has yet to join: send it keys and
 def key_owner(unit: str, key: Any) -> str:
     """The owner phrase of one key's PE state."""
     return f"bolt {unit!r} cannot save the state of key {key!r}"
+
+
+def encode_key(key: Any, unit: str) -> bytes:
+    """msgpack of a PE's key (its state is stored under it); UnsaveableState if the key itself cannot be."""
+    try:
+        return encode(key)
+    except SerializationError:
+        where, what = unencodable_part(key) or ("", type(key).__name__)
+        at = f" at {where.strip()}" if where else ""
+        raise UnsaveableState(
+            f"{key_owner(unit, key)}: the key itself holds {_a(what)}{at}, which msgpack cannot encode; emit "
+            "keys of str, bytes, int (64-bit), float, bool, None or tuples of those") from None
 
 
 def encode_state(state: Any, owner: str, fix: str = PE_FIX) -> bytes:

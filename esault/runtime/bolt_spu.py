@@ -24,7 +24,7 @@ from esault.runtime.anchors import BatchHold, DeferredAnchor
 from esault.runtime.context import log
 from esault.runtime.user_errors import UserErrorLog
 from esault.checkpoint.alignment import Alignment
-from esault.checkpoint.saveable import key_owner, unsaveable_hook
+from esault.checkpoint.saveable import encode_key, key_owner, unsaveable_hook
 from esault.checkpoint.store import bucket_of, pack_entries
 from esault.runtime.messages import (
     AckUpdate, Barrier, CancelReconfiguration, CheckpointComplete, CheckpointStart, DataBatch, EpochMarker,
@@ -185,8 +185,9 @@ class BoltSpuActor(SenderActor):
             state = self._state_of(key, pe)
             if state:
                 blob = self.save_state(state, key_owner(self.unit_name, key))
-                if blob is not None:
-                    rows.append((key_hash(key), encode(key), blob))
+                key_blob = self._save_key(key) if blob is not None else None
+                if key_blob is not None:
+                    rows.append((key_hash(key), key_blob, blob))
                     keys.append(key)
         if not rows:
             return
@@ -625,10 +626,22 @@ class BoltSpuActor(SenderActor):
         try:
             return pack_entries(entries)
         except Exception:
-            for i in range(1, len(entries), 2):
-                if self.save_state(entries[i], key_owner(self.unit_name, entries[i - 1])) is None:
-                    entries[i] = None
-            return pack_entries(entries)
+            kept: list = []
+            for key, state in zip(entries[::2], entries[1::2]):
+                if self._save_key(key) is None:
+                    continue
+                if self.save_state(state, key_owner(self.unit_name, key)) is None:
+                    state = None
+                kept += (key, state)
+            return pack_entries(kept)
+
+    def _save_key(self, key: Any) -> bytes | None:
+        """The encoded key; None, after state_lost(), if it cannot be (its state cannot be stored under it)."""
+        try:
+            return encode_key(key, self.unit_name)
+        except UnsaveableState as exc:
+            self.state_lost(exc)
+            return None
 
     def _on_prepare_receive(self, msg: PrepareReceive) -> None:
         self._receiving = ReceiverHandoff(msg.reconfig_id, msg.ranges, self.router.downstream_spus())

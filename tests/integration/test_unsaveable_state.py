@@ -112,6 +112,8 @@ def test_a_key_whose_state_cannot_be_encoded_fails_an_exactly_once_job_at_once_a
                  r"returned a dict holding a PosixPath at \['file'\], which msgpack cannot encode; return an offset"),
     ("window", r"^topology 'what': bolt 'keep' cannot save the state of key 'k': attribute 'window_state' holds an "
                r"int outside the 64-bit range at \['window_state'\]"),
+    ("key", r"^topology 'what': bolt 'keep' cannot save the state of key 36893488147419103232: the key itself holds "
+            r"an int outside the 64-bit range, which msgpack cannot encode"),
 ])
 def test_every_kind_of_state_that_cannot_be_encoded_fails_the_job_the_same_way_naming_it(cluster, config, case,
                                                                                       expected):
@@ -122,9 +124,12 @@ def test_every_kind_of_state_that_cannot_be_encoded_fails_the_job_the_same_way_n
     elif case == "instance":
         b.set_spout("src", ListSpout, params={"items": [("k", i) for i in range(20)]})
         b.set_bolt("keep", PathInstance, chain=False).shuffle_grouping("src")
-    else:
+    elif case == "window":
         b.set_spout("src", ListSpout, params={"items": [("k", [i, 2**63]) for i in range(20)]})
         b.set_bolt("keep", BigSums).key_grouping("src")
+    else:  # in one process nothing encodes an int key with a plain value before a checkpoint does
+        b.set_spout("src", ListSpout, params={"items": [(2**65, i) for i in range(20)]})
+        b.set_bolt("keep", PathForBadKeys).key_grouping("src")
     job = cluster.submit(b.build(), config.replace(checkpoint_interval=0.1))
     wait_until(lambda: job.failure, 30, message="the job failed")
     assert job.wait(5) is False

@@ -122,3 +122,13 @@ def test_a_refused_snapshot_writes_nothing_and_its_ack_fails_the_checkpoint_for_
         assert store.read_range("count", 4, 0, 2**31 - 1) == {}
     finally:
         store.close()
+
+
+def test_a_key_that_cannot_be_encoded_is_named_as_the_key_not_as_its_state():
+    from esault.checkpoint.saveable import encode_key
+
+    assert encode_key(("a", 1), "count") == encode(("a", 1))
+    with pytest.raises(UnsaveableState, match=r"^bolt 'count' cannot save the state of key 18446744073709551616: "
+                                              r"the key itself holds an int outside the 64-bit range, which msgpack "
+                                              r"cannot encode; emit keys of str, bytes, int \(64-bit\)"):
+        encode_key(2**64, "count")
