@@ -19,7 +19,8 @@ __all__ = ["CHAIN_FIX", "PE_FIX", "POSITION_FIX", "encode_key", "encode_state", 
 
 PE_FIX = ("keep the attributes to str, bytes, int, float, bool, None and lists, tuples, sets or dicts of those "
           "(a path as str(path), an object as a dict of its fields), or override snapshot_state() and "
-          "restore_state() to save only what the state needs")
+          "restore_state() to save only what the state needs (leave out files, locks and connections: open() "
+          "makes them again)")
 """The fix for a bolt's state (a PE's or an instance's): its attributes are its state."""
 
 POSITION_FIX = ("return an offset, an index, a str, or a list or dict of those from snapshot_position(), and "

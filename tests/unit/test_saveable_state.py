@@ -62,7 +62,7 @@ def test_a_pe_state_names_the_key_the_attribute_its_type_and_the_fix():
         "bolt 'count' cannot save the state of key 'k1': attribute 'path' is a PosixPath, which msgpack cannot "
         "encode; keep the attributes to str, bytes, int, float, bool, None and lists, tuples, sets or dicts of those "
         "(a path as str(path), an object as a dict of its fields), or override snapshot_state() and restore_state() "
-        "to save only what the state needs")
+        "to save only what the state needs (leave out files, locks and connections: open() makes them again)")
 
 
 def test_a_part_deep_inside_an_attribute_is_named_with_its_index_path():
