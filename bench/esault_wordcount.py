@@ -135,7 +135,7 @@ def build(path: str, count_spus: int = 2, chunk_lines: int = 64, spout_placement
     builder = TopologyBuilder("wc_bench")
     builder.set_spout("lines", TextFileSpout, spouts, params={"path": path, "chunk_lines": chunk_lines},
                       max_pending=20_000, placement=spout_placement)
-    builder.set_bolt("split", SplitWords, spouts).shuffle_grouping("lines")  # chained: one per spout SPU
+    builder.set_bolt("split", SplitWords, spouts, elastic=False).shuffle_grouping("lines")  # chained: one per spout SPU
     builder.set_bolt("count", CountWord, count_spus, elastic=False).key_grouping("split")
     builder.set_bolt("final", FinalCounts, elastic=False).global_grouping("count")
     return builder.build()
@@ -147,7 +147,7 @@ def build_timed(path: str, rate_lines: float, count_spus: int = 2, spout_placeme
     builder = TopologyBuilder("wc_bench")
     builder.set_spout("lines", TimedLines, spouts, params={"path": path, "rate": rate_lines / spouts},
                       max_pending=20_000, placement=spout_placement)
-    builder.set_bolt("split", SplitTimed, spouts).shuffle_grouping("lines")
+    builder.set_bolt("split", SplitTimed, spouts, elastic=False).shuffle_grouping("lines")  # chained, as above
     builder.set_bolt("count", LatencyProbeCount, count_spus, elastic=False).key_grouping("split")
     builder.set_bolt("final", LatencySamples, elastic=False).global_grouping("count")
     return builder.build()

@@ -208,13 +208,16 @@ def _run(args: argparse.Namespace) -> int:
             print(f"control plane: {api.url} (web page), {api.url}/api/jobs (REST)", file=sys.stderr, flush=True)
         if args.cluster == "static":
             cluster.wait_for_workers(args.min_workers)
+        print("\n".join(topology.physical_plan()), file=sys.stderr, flush=True)
         job = cluster.submit(topology, config)
+        if job.restored_from is not None:
+            print(_resuming(job, args.path), flush=True)
         print(f"topology {job.name!r} running (Ctrl-C stops it in order)", file=sys.stderr, flush=True)
         progress = _Progress(job, sys.stderr) if sys.stderr.isatty() else None
         interrupted = False
         try:
             if args.duration is not None:
-                threading.Event().wait(args.duration)
+                _wait_unless_failed(job, args.duration)
                 complete = job.is_complete()
             else:
                 complete = job.wait(args.timeout)
@@ -231,6 +234,10 @@ def _run(args: argparse.Namespace) -> int:
     status = job.final_status or {}
     elapsed = time.monotonic() - started
     _print_status(status, elapsed)
+    if job.restored_from is not None and complete and not _emitted(status):
+        print(f"nothing left to do: topology {job.name!r} had already finished at checkpoint "
+              f"{job.restored_from.epoch}, so its spouts emitted nothing this run. Add --fresh to run it again "
+              "from the start")
     if hasattr(module, "summarize"):
         print(module.summarize(job))
     if server is not None:
@@ -242,11 +249,31 @@ def _run(args: argparse.Namespace) -> int:
     outcome = judge_run(status, complete, timeout=args.timeout, duration=args.duration,
                         dead_letter_path=str(job.dead_letter_path))
     if not outcome.ok:
-        print(f"esault: error: topology {job.name!r} did not process all its input (exit code "
-              f"{int(outcome.exit_code)}):", file=sys.stderr)
+        what = "failed" if status.get("failures") else "did not process all its input"
+        print(f"esault: error: topology {job.name!r} {what} (exit code {int(outcome.exit_code)}):", file=sys.stderr)
         for problem in outcome.problems:
             print(f"  - {problem}", file=sys.stderr)
     return int(outcome.exit_code)
+
+
+def _wait_unless_failed(job: Any, seconds: float) -> None:
+    """--duration: run for `seconds`, or until the job failed (Job.failures): it cannot go on as declared."""
+    deadline = time.monotonic() + seconds
+    pause = threading.Event()
+    while not job.failures and time.monotonic() < deadline:
+        pause.wait(min(0.1, max(0.0, deadline - time.monotonic())))
+
+
+def _resuming(job: Any, path: str) -> str:
+    """The line that says a run resumes an earlier one's checkpoint, and how to start over instead."""
+    point = job.restored_from
+    return (f"resuming topology {job.name!r} from checkpoint {point.epoch} ({point.kind}) in "
+            f"{job.checkpoints.store.path}: the spouts continue where the run that wrote it stopped; to start "
+            f"over instead, add --fresh to this command (esault run {path} ... --fresh discards these checkpoints)")
+
+
+def _emitted(status: dict[str, Any]) -> int:
+    return sum(u.get("emitted", 0) for u in status.get("units", {}).values() if u.get("kind") == "spout")
 
 
 def _cluster_keys(args: argparse.Namespace) -> Any:

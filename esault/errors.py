@@ -27,6 +27,13 @@ class SerializationError(EsaultError):
     """A value emitted by user code cannot cross a process boundary."""
 
 
+class UnsaveableState(SerializationError):
+    """A state a checkpoint or a key's move must keep cannot be encoded (a PE attribute, a spout's position).
+
+    The message names the owner (bolt and key, spout, join), the attribute and its type, and the fix.
+    Under exactly_once the job fails with it: no checkpoint completes without that state."""
+
+
 class FrameError(EsaultError):
     """A frame read from a socket is malformed; it is dropped and counted."""
 

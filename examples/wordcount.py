@@ -134,8 +134,10 @@ def build_topology(total: int = 20000, seed: int = 42, rate: float | None = None
     # Sink acks wait for commits, so let enough sentences be in flight to fill a batch.
     builder.set_spout("sentences", SentenceSpout, params={"total": total, "seed": seed, "rate": rate},
                       max_pending=20000)
-    # With the spout's parallelism, split runs chained into the spout's SPUs (no hop); chain=False parts them.
-    builder.set_bolt("split", SplitBolt, split_parallelism, chain=chain).shuffle_grouping("sentences")
+    # With the spout's parallelism and not elastic, split runs chained into the spout's SPUs (no hop) and
+    # scales with them; chain=False parts them, and lets split scale on SPUs of its own.
+    builder.set_bolt("split", SplitBolt, split_parallelism, chain=chain,
+                     elastic=not chain).shuffle_grouping("sentences")
     builder.set_bolt("count", CountBolt, count_parallelism).key_grouping("split")
     builder.set_bolt("latest", LatestCountsBolt).global_grouping("count")
     if sink is not None:

@@ -46,6 +46,8 @@ class AckCollector:
         self._expected: set[int] = set()
         self.acks: dict[int, CheckpointAck] = {}
         self.aborted: str | None = None
+        self.fatal: str | None = None
+        """Why the job cannot keep its guarantee (the first fatal ack's error, of any epoch); never cleared."""
 
     def begin(self, epoch: int, expected: set[int]) -> None:
         with self._cond:
@@ -53,6 +55,9 @@ class AckCollector:
 
     def add(self, ack: CheckpointAck) -> None:
         with self._cond:
+            if ack.fatal and self.fatal is None:
+                self.fatal = ack.error or f"{ack.unit} SPU {ack.spu_id} lost a state it had to keep"
+                self._cond.notify_all()
             if ack.epoch == self.epoch and ack.spu_id in self._expected:
                 self.acks[ack.spu_id] = ack
                 self._cond.notify_all()
@@ -65,8 +70,10 @@ class AckCollector:
     def wait(self, timeout: float) -> str | None:
         """None once every expected SPU acked; else why not (aborted, an SPU's error, or a timeout)."""
         with self._cond:
-            done = self._cond.wait_for(lambda: self.aborted is not None or len(self.acks) == len(self._expected),
-                                       timeout)
+            done = self._cond.wait_for(lambda: self.aborted is not None or self.fatal is not None
+                                       or len(self.acks) == len(self._expected), timeout)
+            if self.fatal is not None:  # no checkpoint completes once a state was lost: fail it at once
+                return self.fatal
             if self.aborted is not None:
                 return f"aborted: {self.aborted}"
             if not done:
@@ -207,7 +214,7 @@ class CheckpointCoordinator:
 
     def due_in(self) -> float | None:
         """Seconds until the next periodic checkpoint (running it when due); None: none are taken."""
-        if not self.job.ctx.exactly_once or self.job._stopped or self.ended:
+        if not self.job.ctx.exactly_once or self.job._stopped or self.ended or self.collector.fatal is not None:
             return None
         if self.job._recovering:  # a rollback is queued: a checkpoint now could record a broken layout
             return 0.05
@@ -218,9 +225,13 @@ class CheckpointCoordinator:
         return self.config.checkpoint_interval
 
     def checkpoint(self, kind: str = "checkpoint", final: bool = False) -> int | None:
-        """Take one checkpoint; its epoch once complete, None if it failed (the next one retries)."""
+        """Take one checkpoint; its epoch once complete, None if it failed (the next one retries, unless
+        the job lost a state it had to keep: then none is taken any more, see AckCollector.fatal)."""
         self._last = time.monotonic()
         self.ended = self.ended or final
+        if self.collector.fatal is not None:
+            log.error("topology %r: no checkpoint taken: %s", self.job.name, self.collector.fatal)
+            return None
         started = time.perf_counter()
         epoch = self.next_epoch
         self.next_epoch += 1
@@ -248,7 +259,7 @@ class CheckpointCoordinator:
             self.stats.failed += 1
             metrics.record_checkpoint(self.job.name, False, 0.0)
             log.error("topology %r: checkpoint %d failed: %s", self.job.name, epoch, failure)
-            if failure.startswith("timed out") and not self.job._stopped:
+            if failure.startswith("timed out") and not self.job._stopped and self.collector.fatal is None:
                 # Some SPU may hold channels for a barrier that never comes: only a rollback frees them.
                 self.recover(frozenset(), f"checkpoint {epoch} {failure}")
             return None

@@ -13,7 +13,7 @@ import logging
 import queue
 import threading
 from concurrent.futures import Future
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -30,6 +30,13 @@ class Snapshot:
     ack: CheckpointAck
     rows: dict[str, list[tuple[int, bytes]]] = field(default_factory=dict)
     waits: list[Future] = field(default_factory=list)
+
+    def refuse(self, error: str) -> None:
+        """Some state this snapshot must hold is missing: nothing is written, the ack fails its checkpoint
+        for good (`fatal`), and the job with it."""
+        self.ack = replace(self.ack, error=error, fatal=True)
+        self.rows.clear()
+        self.waits.clear()
 
 
 class SnapshotWriter:
@@ -74,6 +81,8 @@ class SnapshotWriter:
 
     def _write(self, store: CheckpointStore, snapshot: Snapshot) -> CheckpointAck:
         ack = snapshot.ack
+        if ack.error:  # refused: its checkpoint fails without a row of it in the store
+            return ack
         try:
             for unit, rows in snapshot.rows.items():
                 store.write_states(unit, ack.epoch, ack.spu_id, rows)

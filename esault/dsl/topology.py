@@ -128,14 +128,19 @@ class Topology:
 
         A bolt is chained when it has one input, shuffle-grouped, from a unit
         with the same parallelism whose only reader it is, it does not ask for
-        a placement (esault_placement), does not define on_batch_end(), and it
-        was not declared chain=False.
+        a placement (esault_placement), does not define on_batch_end(), it
+        was not declared chain=False, and it cannot scale on its own: it is
+        not elastic, or its max_spus is its parallelism. (A bolt keeps the
+        elasticity it declares: chained, it could only scale with its
+        upstream, which is never probed for it.)
         It then costs a function call per tuple instead of a batch, a message
         and (across processes) encoding; it scales with its upstream.
         """
         spec = self.unit(name)
         if spec.is_spout or not spec.chain or len(spec.inputs) != 1:
             return False
+        if spec.elasticity.elastic and spec.elasticity.max_spus > spec.parallelism:
+            return False  # it may scale out on SPUs of its own
         (edge,) = spec.inputs
         if edge.grouping is not Grouping.SHUFFLE or spec.placement or getattr(spec.cls, "esault_placement", None):
             return False
@@ -155,6 +160,33 @@ class Topology:
         """The last unit fused into `name`'s SPUs: its downstream routes are theirs."""
         spec = self.unit(self.host_of(name))
         return spec.stages[-1].name if spec.stages else spec.name
+
+    def physical_plan(self) -> list[str]:
+        """The plan as people read it, a line per unit with SPUs of its own: the bolts chained into it,
+        its SPUs, and whether it scales (`esault run` prints it at start)."""
+        rows = []
+        for spec in self.units:
+            if self.chained(spec.name):
+                continue
+            name = " + ".join([spec.name] + [f"{s.name} (chained)" for s in spec.stages])
+            kind = "spout" if spec.is_spout else "bolt"
+            spus = f"{spec.parallelism} SPU{'s' if spec.parallelism != 1 else ''}"
+            rows.append((name, f"{kind}, {spus}{self._scaling(spec)}"))
+        width = max(len(name) for name, _ in rows)
+        return [f"physical plan of topology {self.name!r} ({len(rows)} unit(s) with SPUs of their own):"] + \
+            [f"  {name:<{width}}  {what}" for name, what in rows]
+
+    @staticmethod
+    def _scaling(spec: UnitSpec) -> str:
+        chained = ", ".join(s.name for s in spec.stages)
+        inside = f"; {chained} run{'s' if len(spec.stages) == 1 else ''} in its SPUs" if chained else ""
+        if spec.is_spout:
+            return inside
+        if any(i.grouping is Grouping.GLOBAL for i in spec.inputs):
+            return f", fixed (global grouping){inside}"
+        if spec.elasticity.elastic and spec.elasticity.max_spus > spec.parallelism:
+            return f", elastic up to {spec.elasticity.max_spus} SPUs{inside}"
+        return f", fixed{inside}"
 
 
 class BoltDeclarer:

@@ -21,6 +21,7 @@ import time as _time
 from bisect import bisect_right
 from typing import Any
 
+from esault.checkpoint.saveable import CHAIN_FIX
 from esault.checkpoint.store import instance_slot
 from esault.joins.node import ChainNode, ChainProtocolError
 from esault.joins.protocol import Flushed, Handoff, Joined, Link, Send, from_wire, to_wire
@@ -31,7 +32,6 @@ from esault.runtime.messages import (
     AckUpdate, Barrier, CancelReconfiguration, ChainLink, ChainMembers, CheckpointStart, DataBatch, HandoffFinished,
     PrepareGive, PrepareReceive, Prepared, Tick,
 )
-from esault.transport.codec import encode
 
 
 class ChainSpuActor(BoltSpuActor):
@@ -384,7 +384,10 @@ class ChainSpuActor(BoltSpuActor):
         snapshot = self.new_snapshot(epoch)
         rank = self.members.index(self.spu_id)
         state = {**self.node.snapshot(), "rank": rank, "size": len(self.members), "epoch": epoch}
-        snapshot.rows[self.unit_name] = [(instance_slot(rank), encode(state))]
+        blob = self.save_state(state, f"join {self.unit_name!r} (chain SPU {self.spu_id}) cannot save its state",
+                               CHAIN_FIX)
+        if blob is not None:  # else lost: send_barrier refuses this snapshot
+            snapshot.rows[self.unit_name] = [(instance_slot(rank), blob)]
         self.snapshot_stages(snapshot)
         self.send_barrier(snapshot)
 

@@ -17,13 +17,14 @@ from esault.dsl.bolt import Bolt
 from esault.dsl.tuple import Tuple
 from esault.elasticity.planner import HashSampler
 from esault.keyhash import key_hash
-from esault.errors import SerializationError
+from esault.errors import SerializationError, UnsaveableState
 from esault.migration import handoff
 from esault.migration.handoff import EarlyMessages, GiverHandoff, HeldBatch, ReceiverHandoff, chunk_states
 from esault.runtime.anchors import BatchHold, DeferredAnchor
 from esault.runtime.context import log
 from esault.runtime.user_errors import UserErrorLog
 from esault.checkpoint.alignment import Alignment
+from esault.checkpoint.saveable import encode_key, key_owner, unsaveable_hook
 from esault.checkpoint.store import bucket_of, pack_entries
 from esault.runtime.messages import (
     AckUpdate, Barrier, CancelReconfiguration, CheckpointComplete, CheckpointStart, DataBatch, EpochMarker,
@@ -64,7 +65,6 @@ class BoltSpuActor(SenderActor):
         self._calls_batch_end = not spec.per_key and getattr(spec.cls, "on_batch_end", None) is not Bolt.on_batch_end
         self._last_expiry_scan = job.clock.now()
         self._error_log = UserErrorLog(now=job.clock.now)
-        self._state_error_log = UserErrorLog(now=job.clock.now)
         self.processed_since_probe = 0
         self._parked: set[Any] = set()  # keys whose PE expired; their state waits in the unit's store
         self._park_store: StateStore | None = None
@@ -182,15 +182,13 @@ class BoltSpuActor(SenderActor):
             return
         rows, keys = [], []
         for key, pe in expired:
-            try:
-                state = pe.snapshot_state()
-                if state:
-                    rows.append((key_hash(key), encode(key), encode(state)))
+            state = self._state_of(key, pe)
+            if state:
+                blob = self.save_state(state, key_owner(self.unit_name, key))
+                key_blob = self._save_key(key) if blob is not None else None
+                if key_blob is not None:
+                    rows.append((key_hash(key), key_blob, blob))
                     keys.append(key)
-            except Exception as exc:
-                log.error("topology %r: bolt %r cannot keep the state of idle key %r (%s); it restarts empty. "
-                          "Keep PE attributes msgpack-serialisable or override snapshot_state()/restore_state()",
-                          self.job.name, self.unit_name, key, exc)
         if not rows:
             return
         try:
@@ -277,10 +275,7 @@ class BoltSpuActor(SenderActor):
         if self.spec.per_key:
             buckets: dict[int, list] = {}
             for key, pe in self.pes.take_dirty().items():  # expired ones are parked (below), moved ones gone
-                try:
-                    state = pe.snapshot_state()
-                except Exception as exc:
-                    state = self._unsaveable(key, exc)
+                state = self._state_of(key, pe)
                 entries = buckets.get(bucket := bucket_of(key_hash(key)))
                 if entries is None:
                     entries = buckets[bucket] = []
@@ -603,48 +598,50 @@ class BoltSpuActor(SenderActor):
             try:
                 receiver.tell(message)
             except SerializationError as exc:  # one key's state alone is over the frame cap
-                log.error("topology %r: bolt %r cannot move the state of %d key(s) (%s); they restart empty on "
-                          "their new SPU. Keep a key's state under the transport's max_frame_bytes",
-                          self.job.name, self.unit_name, len(chunk), exc)
+                self.state_lost(UnsaveableState(
+                    f"bolt {self.unit_name!r} cannot move the state of key(s) {[k for k, _ in chunk][:5]} ({exc}); "
+                    "keep a key's state under the transport's max_frame_bytes"))
                 receiver.tell(StateHandoff(reconfig_id, self.spu_id, [(k, encode(None)) for k, _ in chunk],
                                            message.last))
 
     def _snapshot(self, key: Any, pe: Any) -> bytes:
-        """A PE's state, encoded to move with its key (encode(None) if it cannot be: the key restarts empty)."""
+        """A PE's state, encoded to move with its key (encode(None) if it cannot be: see state_lost())."""
         return self._encode_state(key, self._state_of(key, pe))
 
     def _state_of(self, key: Any, pe: Any) -> Any:
+        """pe.snapshot_state(); None, after state_lost(), if it raised."""
         try:
             return pe.snapshot_state()
         except Exception as exc:
-            return self._unsaveable(key, exc)
+            self.state_lost(unsaveable_hook(key_owner(self.unit_name, key), "snapshot_state()", exc))
+            return None
 
     def _encode_state(self, key: Any, state: Any) -> bytes:
-        try:
-            return encode(state)
-        except Exception as exc:
-            self._unsaveable(key, exc)
-            return encode(None)
+        blob = self.save_state(state, key_owner(self.unit_name, key))
+        return encode(None) if blob is None else blob
 
     def _pack(self, entries: list) -> bytes:
-        """One checkpoint bucket row; a key whose state cannot be encoded is logged and saved as None."""
+        """One checkpoint bucket row; a key whose state cannot be encoded is saved as None, after state_lost()
+        (under exactly_once this snapshot is then refused: its checkpoint fails)."""
         try:
             return pack_entries(entries)
         except Exception:
-            for i in range(1, len(entries), 2):
-                try:
-                    encode(entries[i])
-                except Exception as exc:
-                    entries[i] = self._unsaveable(entries[i - 1], exc)
-            return pack_entries(entries)
+            kept: list = []
+            for key, state in zip(entries[::2], entries[1::2]):
+                if self._save_key(key) is None:
+                    continue
+                if self.save_state(state, key_owner(self.unit_name, key)) is None:
+                    state = None
+                kept += (key, state)
+            return pack_entries(kept)
 
-    def _unsaveable(self, key: Any, exc: Exception) -> None:
-        self._state_error_log(
-            "topology %r: state of key %r in bolt %r cannot be saved or moved (%s); after a failure, a split or "
-            "a merge the key restarts empty. Keep PE attributes msgpack-serialisable or override "
-            "snapshot_state()/restore_state()", self.job.name, key, self.unit_name, exc, exc=exc,
-        )
-        return None
+    def _save_key(self, key: Any) -> bytes | None:
+        """The encoded key; None, after state_lost(), if it cannot be (its state cannot be stored under it)."""
+        try:
+            return encode_key(key, self.unit_name)
+        except UnsaveableState as exc:
+            self.state_lost(exc)
+            return None
 
     def _on_prepare_receive(self, msg: PrepareReceive) -> None:
         self._receiving = ReceiverHandoff(msg.reconfig_id, msg.ranges, self.router.downstream_spus())

@@ -92,7 +92,7 @@ class Job:
         balance, while the relaunched SPUs redo that work."""
         """A rollback found the job complete: its spouts replay to the same end, and stop() waits for that."""
         self._recovery_lock = threading.Lock()
-        self.failures: list[str] = []
+        self._failures: list[str] = []
         """Why the job cannot go on (a lost SPU no worker could take back): wait() is False at once while any."""
         self._lock = threading.Lock()
         self.final_status: dict[str, Any] | None = None
@@ -545,9 +545,24 @@ class Job:
     def fail(self, reason: str) -> None:
         """The job cannot go on (`reason` says why and what to do): wait() returns False from now on, and the
         run's summary leads with it. Any thread; the job keeps running until stopped."""
-        if reason not in self.failures:
+        if reason not in self._failures:
             log.error("topology %r failed: %s", self.name, reason)
-            self.failures.append(reason)
+            self._failures.append(reason)
+
+    @property
+    def failures(self) -> list[str]:
+        """Why the job cannot run as declared, first cause first: a lost SPU no worker could take back, or
+        (exactly_once) a state it had to keep that could not be saved (the error names the bolt, key,
+        attribute and type, and the fix). Non-empty: wait() returns False at once, no checkpoint completes
+        any more, and `esault run` exits 2."""
+        fatal = self.checkpoints.collector.fatal
+        return [*self._failures, *([fatal] if fatal and fatal not in self._failures else [])]
+
+    @property
+    def failure(self) -> str | None:
+        """The first of `failures`, or None while the job can go on."""
+        failures = self.failures
+        return failures[0] if failures else None
 
     def spout_errors(self) -> list[str]:
         """Why spouts stopped early, one line each (open() raised, next_tuple() raised max_spout_errors times in
@@ -695,7 +710,7 @@ class Job:
         with self._lock:
             if self._stopped:
                 return
-            if self.ctx.exactly_once:
+            if self.ctx.exactly_once and self.failure is None:  # failed: no checkpoint can complete
                 self._final_checkpoint()
             try:
                 self._let_counts_settle()
@@ -752,6 +767,8 @@ class Job:
             self.checkpoints.ended = False
             if was_complete:
                 self.wait(timeout * 4)
+        if self.failure is not None:  # the final checkpoint found the state the job cannot keep: its verdict
+            return
         last = self.checkpoints.stats.last_epoch
         log.error("topology %r stopped without its final checkpoint (%s); a restart resumes from checkpoint %s "
                   "and produces what came after it again", self.name, why, last)

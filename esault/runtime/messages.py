@@ -482,7 +482,9 @@ class Barrier:
 
 @dataclass(frozen=True, slots=True)
 class CheckpointAck:
-    """SPU -> checkpoint coordinator: its snapshot of `epoch` is durable (`position`: a spout's, else None)."""
+    """SPU -> checkpoint coordinator: its snapshot of `epoch` is durable (`position`: a spout's, else None);
+    or, with `error`, it is not. `fatal`: no retry can succeed (a state that cannot be encoded): the job fails,
+    whatever the epoch (-1: a state lost outside a checkpoint, when its key moved)."""
 
     epoch: int
     spu_id: int
@@ -490,6 +492,7 @@ class CheckpointAck:
     instance: int
     position: Any = None
     error: str = ""
+    fatal: bool = False
 
 
 @dataclass(frozen=True, slots=True)

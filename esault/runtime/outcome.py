@@ -21,8 +21,10 @@ class ExitCode(IntEnum):
     """The job ran but did not process all its input: it timed out, a spout stopped by errors, tuples were
     lost or dead-lettered. The summary says what and where."""
     NOT_STARTED = 2
-    """Nothing ran: bad arguments, configuration or topology, or a unit that could not start (its open()
-    raised, its params cannot reach a worker, no worker joined)."""
+    """Nothing ran, or the job could not run as declared: bad arguments, configuration or topology, a unit
+    that could not start (its open() raised, its params cannot reach a worker, no worker joined or none is
+    left to take a lost SPU back), or a state exactly_once must checkpoint that cannot be saved
+    (Job.failures)."""
     NO_DRIVER = 3
     """`esault worker`: the driver could not be reached within --connect-timeout, or went silent."""
     INTERRUPTED = 130
@@ -50,12 +52,14 @@ def judge_run(status: dict[str, Any], completed: bool, *, timeout: float | None,
     how the caller names its timeout in the summary.
     """
     problems: list[str] = []
-    for error in [*(status.get("failures") or ()), *(status.get("spout_errors") or ())]:
+    failures = list(status.get("failures") or ())
+    problems.extend(failures)
+    for error in status.get("spout_errors") or ():
         problems.append(error)
     units = status.get("units", {})
     emitted = sum(u.get("emitted", 0) for u in units.values())
     processed = sum(u.get("processed", 0) for u in units.values() if u.get("kind") == "bolt")
-    if not completed and duration is None and not status.get("spout_errors") and not status.get("failures"):
+    if not completed and duration is None and not status.get("spout_errors") and not failures:
         # With tracking on, a tuple lost with a worker is replayed (or rolled back): a job that completes
         # lost nothing. Without it (guarantee "none") lost tuples keep it from completing: they show here.
         waited = f" within {timeout:g} s ({timeout_option})" if timeout is not None else ""
@@ -72,4 +76,6 @@ def judge_run(status: dict[str, Any], completed: bool, *, timeout: float | None,
         per_unit = ", ".join(f"{name} {u['dead_letters']}" for name, u in units.items() if u.get("dead_letters"))
         problems.append(f"{dead} tuple(s) dead-lettered ({per_unit or 'by the spouts'}): each failed every retry; "
                         f"they, their errors and file:line are in {dead_letter_path}")
+    if failures:
+        return RunOutcome(tuple(problems), ExitCode.NOT_STARTED)
     return RunOutcome(tuple(problems), ExitCode.INCOMPLETE if problems else ExitCode.OK)

@@ -10,7 +10,7 @@ import pykka
 
 from esault.dsl.context import TopologyContext
 from esault.dsl.topology import UnitSpec
-from esault.errors import SerializationError
+from esault.errors import SerializationError, UnsaveableState
 from esault.metrics import registry as metrics
 from esault.metrics.stats import SpuStats
 from esault.routing.output_router import OutputRouter
@@ -20,13 +20,13 @@ from esault.runtime.context import JobContext
 from esault.runtime.emitter import build_emit
 from esault.runtime.load_feed import LoadFeed
 from esault.runtime.faults import UserFaults
-from esault.runtime.user_errors import user_frame
+from esault.runtime.user_errors import UserErrorLog, user_frame
+from esault.checkpoint.saveable import PE_FIX, encode_state, unsaveable_hook
 from esault.checkpoint.snapshots import Snapshot, SnapshotWriter
 from esault.checkpoint.store import CheckpointStore, instance_slot
 from esault.runtime.messages import (
     Abandon, Barrier, CheckpointAck, CheckpointComplete, Drain, EpochMarker, InstallRoutes, SpuConfig,
 )
-from esault.transport.codec import encode
 from esault.transport.codec import check_serialisable
 from esault.transport.frames import EncodedFrame
 
@@ -72,7 +72,10 @@ class SenderActor(pykka.ThreadingActor):
         self._writer: SnapshotWriter | None = None
         self._store: CheckpointStore | None = None
         self._abandoned = False
-        self._unsaved: set[str] = set()  # units whose instance state could not be checkpointed (logged once)
+        self.lost_state: str | None = None
+        """exactly_once: why a state this SPU had to keep could not be saved (None while all could). Every
+        later snapshot of this SPU is refused with it, so no checkpoint completes without that state."""
+        self._state_error_log = UserErrorLog(now=job.clock.now)
         self.start_error: str | None = None
         """Why this SPU could not start (its user code's constructor, open() or restore raised); None if it runs."""
         self._handlers: dict[type, Any] = {
@@ -205,19 +208,60 @@ class SenderActor(pykka.ThreadingActor):
     def new_snapshot(self, epoch: int, position: Any = None) -> Snapshot:
         return Snapshot(CheckpointAck(epoch, self.spu_id, self.unit_name, self.cfg.instance, position))
 
+    def save_state(self, state: Any, owner: str, fix: str = PE_FIX) -> bytes | None:
+        """`state` encoded for a checkpoint or a key's move; None, after state_lost(), if it cannot be.
+
+        `owner` says whose state it is (esault.checkpoint.saveable.key_owner). The one place every
+        snapshot (PE, instance, join chain, spout position) and every hand-off encodes through."""
+        try:
+            return encode_state(state, owner, fix)
+        except UnsaveableState as exc:
+            self.state_lost(exc)
+            return None
+
+    def state_lost(self, error: UnsaveableState) -> None:
+        """A state could not be saved (encoded, or its snapshot hook raised).
+
+        exactly_once: the guarantee is broken, so the job fails: every later snapshot of this SPU is
+        refused (send_barrier), its checkpoint with it, and the coordinator stops the job's checkpoints.
+        at_least_once and none keep no checkpoints: the state is lost where it had to leave memory (a
+        split, a merge, an idle expiry), and the key restarts empty there; that is logged."""
+        if self.exactly_once:
+            if self.lost_state is None:
+                self.lost_state = (
+                    f"topology {self.job.name!r}: {error}. Guarantee 'exactly_once' needs every state in every "
+                    "checkpoint, so the job fails: no checkpoint completes without it (under guarantee "
+                    "'at_least_once' it would be lost instead, at every split, merge or idle expiry of the key)")
+                log.error("%s", self.lost_state)
+                self._report_lost_state()
+            return
+        self._state_error_log("topology %r: %s. Under guarantee %r it is lost where it leaves memory: the key "
+                              "restarts empty after this split, merge or idle expiry", self.job.name, error,
+                              self.job.config.guarantee)
+
+    def _report_lost_state(self) -> None:
+        """Tell the coordinator at once, not only in this SPU's next snapshot: a merge's giver that lost a
+        key's state retires before any (a fatal ack counts whatever its epoch; -1: outside a checkpoint)."""
+        try:
+            self.job.checkpoints.tell(CheckpointAck(-1, self.spu_id, self.unit_name, self.cfg.instance, None,
+                                                    self.lost_state, True))
+        except Exception as exc:  # noqa: BLE001 - the driver is gone; this SPU's next snapshot is refused anyway
+            log.warning("topology %r: %s SPU %d could not report its lost state: %r", self.job.name,
+                        self.unit_name, self.spu_id, exc)
+
     def snapshot_instance(self, unit: str, pe: Any, snapshot: Snapshot) -> None:
         """A non-keyed instance's part of a checkpoint: its state row, and its pre-commit (a sink's)."""
         epoch = snapshot.ack.epoch
+        owner = f"bolt {unit!r} (instance {self.cfg.instance}, not key grouped) cannot save its state"
         try:
             state = pe.snapshot_state()
-            if state:
-                snapshot.rows.setdefault(unit, []).append((instance_slot(self.cfg.instance), encode(state)))
         except Exception as exc:
-            if unit not in self._unsaved:
-                self._unsaved.add(unit)
-                log.error("topology %r: the state of %r (not key-grouped) cannot be checkpointed (%s); after a "
-                          "failure this instance restarts empty. Keep its attributes msgpack-serialisable or "
-                          "override snapshot_state()/restore_state()", self.job.name, unit, exc)
+            self.state_lost(unsaveable_hook(owner, "snapshot_state()", exc))
+        else:
+            if state:
+                blob = self.save_state(state, owner)
+                if blob is not None:
+                    snapshot.rows.setdefault(unit, []).append((instance_slot(self.cfg.instance), blob))
         try:
             future = pe.on_checkpoint(epoch)
         except Exception as exc:  # the pre-commit failed: so does this checkpoint (the next one retries)
@@ -247,7 +291,10 @@ class SenderActor(pykka.ThreadingActor):
                 log.error("topology %r: could not restore the state of %r: %r", self.job.name, stage.spec.name, exc)
 
     def send_barrier(self, snapshot: Snapshot) -> None:
-        """Everything this SPU emitted so far leaves, then the barrier behind it; the snapshot goes to disk."""
+        """Everything this SPU emitted so far leaves, then the barrier behind it; the snapshot goes to disk
+        (or, if this SPU lost a state it had to keep, is refused: its checkpoint fails, and the job)."""
+        if self.lost_state is not None:
+            snapshot.refuse(self.lost_state)
         self.flush()
         self.router.broadcast(Barrier(snapshot.ack.epoch, self.spu_id))
         self.snapshot_writer().submit(snapshot)

@@ -20,6 +20,7 @@ from esault.runtime.anchors import EdgeAnchor, NoAnchor
 from esault.runtime.context import log
 from esault.runtime.user_errors import UserErrorLog, user_frame
 from esault.runtime.emitter import build_emit_many
+from esault.checkpoint.saveable import POSITION_FIX
 from esault.runtime.messages import (
     AckInit, CheckpointAck, DeadLettered, Pump, RegisterOwner, SpoutProgress, Tick, TreesDone, TriggerCheckpoint,
 )
@@ -364,6 +365,9 @@ class SpoutSpuActor(SenderActor):
             self.job.checkpoints.tell(CheckpointAck(due.epoch, self.spu_id, self.unit_name, self.cfg.instance,
                                                     None, f"snapshot_position() raised {exc!r}"))
             return
+        owner = f"spout {self.unit_name!r} (instance {self.cfg.instance}) cannot save its position"
+        if self.save_state(position, owner, POSITION_FIX) is None:
+            position = None  # lost: send_barrier refuses this snapshot
         snapshot = self.new_snapshot(due.epoch, position)
         self.snapshot_stages(snapshot)
         self.send_barrier(snapshot)

@@ -79,6 +79,44 @@ def _describe_bad(value: Any, depth: int = 0) -> str | None:
     return f"type {type(value).__name__}"
 
 
+def unencodable_part(value: Any) -> tuple[str, str] | None:
+    """Where in `value` the first part msgpack cannot encode is, and what it is; None if all of it can.
+
+    `where` is an index path from `value` (``"['path']"``, ``"['counts'][2]"``; ``""`` for `value`
+    itself), `what` a type name or a limit (``"PosixPath"``, ``"an int outside the 64-bit range"``).
+    O(size of value); for error messages only, never on the hot path.
+    """
+    return _find_bad(value, "", 0)
+
+
+def _find_bad(value: Any, where: str, depth: int) -> tuple[str, str] | None:
+    if depth > 50:
+        return where, "nesting deeper than 50 levels"
+    if type(value) in _SIMPLE:
+        if type(value) is int and not -(2**63) <= value < 2**64:
+            return where, "an int outside the 64-bit range"
+        return None
+    if type(value) is list or isinstance(value, tuple):  # strict types: a list or dict subclass is refused
+        for i, item in enumerate(value):
+            bad = _find_bad(item, f"{where}[{i}]", depth + 1)
+            if bad:
+                return bad
+        return None
+    if isinstance(value, (set, frozenset)):
+        for item in value:
+            bad = _find_bad(item, f"{where} (an item of the set)", depth + 1)
+            if bad:
+                return bad
+        return None
+    if type(value) is dict:
+        for k, v in value.items():
+            bad = _find_bad(k, f"{where} (a dict key)", depth + 1) or _find_bad(v, f"{where}[{k!r}]", depth + 1)
+            if bad:
+                return bad
+        return None
+    return where, type(value).__name__
+
+
 def encode(value: Any) -> bytes:
     """Encode a user value or PE state; SerializationError names what could not be encoded."""
     try:

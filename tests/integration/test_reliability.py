@@ -139,8 +139,11 @@ def test_deferred_anchors_ack_from_another_thread_and_their_failures_replay(clus
     builder.set_spout("src", ListSpout, params={"items": items})
     # chained: the bolt runs in the spout's SPU and its anchors are edges of the spout round's tree
     name = f"deferred-{chain}"  # SEEN and DONE are per name
-    builder.set_bolt("sink", BackgroundAckBolt, params={"name": name}, chain=chain).shuffle_grouping("src")
-    job = cluster.submit(builder.build(), config)
+    builder.set_bolt("sink", BackgroundAckBolt, params={"name": name}, chain=chain,
+                     elastic=not chain).shuffle_grouping("src")  # an elastic bolt keeps SPUs of its own
+    topology = builder.build()
+    assert topology.chained("sink") is chain
+    job = cluster.submit(topology, config)
     assert job.wait(30), job.status()
     src = job.status()["units"]["src"]
     assert src["acked"] == len(items) and src["failed"] == src["replayed"] >= 2

@@ -80,7 +80,7 @@ def test_a_chained_bolt_fails_alone_and_cannot_be_scaled_on_its_own(cluster, con
     items = [(f"w{i}", i) for i in range(50)] + [("bad1", 0)]
     builder = TopologyBuilder("chained-fault")
     builder.set_spout("src", ListSpout, params={"items": items})
-    builder.set_bolt("risky", RaiseOnBadBolt).shuffle_grouping("src")  # chained into src's SPU
+    builder.set_bolt("risky", RaiseOnBadBolt, elastic=False).shuffle_grouping("src")  # chained into src's SPU
     builder.set_bolt("out", CollectorBolt, params={"name": "chained-fault"}).global_grouping("risky")
     job = cluster.submit(builder.build(), config.replace(max_retries=1))
     with pytest.raises(ScalingError, match=r"bolt 'risky' runs chained into the SPUs of 'src' and scales with "

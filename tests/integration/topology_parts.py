@@ -88,6 +88,9 @@ class SlowBolt(Bolt):
         self._work.wait(self.seconds)
         self.emit(tup.key, tup.value)
 
+    def snapshot_state(self) -> dict[str, Any]:
+        return {}  # stateless: the Event is a tool, not state a checkpoint could hold
+
 
 class BadValueBolt(Bolt):
     """Emits a value msgpack cannot carry for key 'x'."""
@@ -153,6 +156,9 @@ class BackgroundAckBolt(Bolt):
         self.stop = threading.Event()
         self.thread = threading.Thread(target=self._run, daemon=True)
         self.thread.start()
+
+    def snapshot_state(self) -> dict[str, Any]:
+        return {}  # what it holds is deferred work the acker tracks, not state a checkpoint could hold
 
     def process(self, tup: Any) -> None:
         anchor = self.defer()

@@ -231,7 +231,7 @@ def test_a_bolt_chained_into_a_worker_hosted_bolt_follows_its_splits_and_merges(
     builder = TopologyBuilder("mp-chain")
     builder.set_spout("src", GatedListSpout, params={"items": items, "gate": "mp-chain", "hold_at": len(items) // 3})
     builder.set_bolt("check", SequenceCheckBolt, 2, pe_idle_timeout=None).key_grouping("src")
-    builder.set_bolt("relay", RaiseOnBadBolt, 2).shuffle_grouping("check")  # fused into check's SPUs
+    builder.set_bolt("relay", RaiseOnBadBolt, 2, elastic=False).shuffle_grouping("check")  # fused into check's SPUs
     builder.set_bolt("out", DriverCollectorBolt, params={"name": "mp-chain"}).global_grouping("relay")
     topology = builder.build()
     assert topology.host_of("relay") == "check"

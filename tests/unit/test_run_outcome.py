@@ -46,7 +46,7 @@ def test_a_failed_job_leads_the_summary_with_why_and_no_completion_guess():
                "to run on: every worker process was lost (w1, w2) ...")
     outcome = judge_run({**status(processed=10), "failures": [failure]}, False, timeout=60.0, duration=None,
                         dead_letter_path="x")
-    assert outcome.exit_code is ExitCode.INCOMPLETE and outcome.problems == (failure,)
+    assert outcome.exit_code is ExitCode.NOT_STARTED and outcome.problems == (failure,)
 
 
 def test_a_duration_run_is_judged_by_what_it_gave_up_not_by_completion():
@@ -71,3 +71,10 @@ def test_tuples_a_dead_worker_took_with_it_under_guarantee_none_fail_the_run_nam
     assert outcome.problems == ("9 emitted tuple(s) were never processed: worker process(es) died holding SPUs [3, 4] "
                                 "and guarantee 'none' does not replay; run with --guarantee at_least_once or "
                                 "exactly_once to replay what a dead worker held",)
+
+
+def test_a_job_that_could_not_keep_its_guarantee_exits_2_with_the_reason_first():
+    failure = ("topology 't': bolt 'count' cannot save the state of key 'k': attribute 'path' is a PosixPath, ...")
+    outcome = judge_run({**status(), "failures": [failure]}, False, timeout=None, duration=None, dead_letter_path="x")
+    assert outcome.exit_code is ExitCode.NOT_STARTED == 2
+    assert outcome.problems == (failure,), "a failed job is not also reported as merely incomplete"

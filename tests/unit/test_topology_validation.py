@@ -278,9 +278,9 @@ def _chain_topology(**split_options):
 
     b = TopologyBuilder("chain")
     b.set_spout("src", ListSpout, params={"items": []})
-    b.set_bolt("split", Split, **split_options).shuffle_grouping("src")
+    b.set_bolt("split", Split, **{"elastic": False, **split_options}).shuffle_grouping("src")
     b.set_bolt("count", Split, 2).key_grouping("split")
-    b.set_bolt("format", Split, 2).shuffle_grouping("count")
+    b.set_bolt("format", Split, 2, max_spus=2).shuffle_grouping("count")  # elastic, but it cannot grow
     b.set_bolt("out", Split).global_grouping("format")
     return b.build()
 
@@ -315,13 +315,22 @@ def test_chaining_is_off_for_chain_false_other_parallelism_a_second_reader_or_a_
     assert t.unit("src").stages == ()
 
 
+def test_a_bolt_that_can_scale_on_its_own_is_never_chained_so_it_keeps_the_elasticity_it_declares():
+    assert not _chain_topology(elastic=True).chained("split"), "elastic, max_spus 8 > parallelism 1"
+    assert not _chain_topology(elastic=True, max_spus=2).chained("split")
+    assert _chain_topology(elastic=True, max_spus=1).chained("split"), "elastic, but it cannot grow past 1"
+    assert _chain_topology(elastic=False).chained("split")
+    t = _chain_topology(elastic=True)
+    assert t.unit("src").stages == () and t.host_of("split") == "split"
+
+
 def test_a_chain_of_chains_fuses_every_stage_into_the_head():
     from esault.testing import ListSpout
 
     b = TopologyBuilder("long")
     b.set_spout("src", ListSpout, params={"items": []})
-    b.set_bolt("a", Split).shuffle_grouping("src")
-    b.set_bolt("b", Split).shuffle_grouping("a")
+    b.set_bolt("a", Split, elastic=False).shuffle_grouping("src")
+    b.set_bolt("b", Split, elastic=False).shuffle_grouping("a")
     b.set_bolt("c", Split, 3).key_grouping("b")
     t = b.build()
     assert [s.name for s in t.unit("src").stages] == ["a", "b"]
@@ -340,3 +349,22 @@ def test_placement_is_driver_or_worker_and_defaults_by_kind():
     with pytest.raises(TopologyError, match=r"bolt 'c': placement must be one of 'driver', 'worker' or None, "
                                             r"got 'gpu'"):
         TopologyBuilder("bad").set_bolt("c", Split, placement="gpu").shuffle_grouping("x")
+
+
+def test_the_physical_plan_shows_which_bolts_run_chained_into_which_and_which_can_scale():
+    from esault.testing import ListSpout
+
+    b = TopologyBuilder("plan")
+    b.set_spout("src", ListSpout, params={"items": []})
+    b.set_bolt("parse", Split, elastic=False).shuffle_grouping("src")
+    b.set_bolt("clean", Split, elastic=False).shuffle_grouping("parse")
+    b.set_bolt("count", Split, 2).key_grouping("clean")
+    b.set_bolt("enrich", Split, 2).shuffle_grouping("count")  # elastic: SPUs of its own
+    b.set_bolt("out", Split).global_grouping("enrich")
+    assert b.build().physical_plan() == [
+        "physical plan of topology 'plan' (4 unit(s) with SPUs of their own):",
+        "  src + parse (chained) + clean (chained)  spout, 1 SPU; parse, clean run in its SPUs",
+        "  count                                    bolt, 2 SPUs, elastic up to 8 SPUs",
+        "  enrich                                   bolt, 2 SPUs, elastic up to 8 SPUs",
+        "  out                                      bolt, 1 SPU, fixed (global grouping)",
+    ]

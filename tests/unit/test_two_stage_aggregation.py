@@ -146,6 +146,6 @@ def test_a_bolt_that_flushes_at_batch_ends_is_never_chained_where_it_would_never
     b = TopologyBuilder("t")
     b.set_spout("words", Words)
     b.set_bolt("combine", Combiner).shuffle_grouping("words")
-    b.set_bolt("plain", Plain).shuffle_grouping("combine")
+    b.set_bolt("plain", Plain, elastic=False).shuffle_grouping("combine")
     topology = b.build()
     assert not topology.chained("combine") and topology.chained("plain")

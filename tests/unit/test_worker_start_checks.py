@@ -54,7 +54,7 @@ def test_a_param_that_cannot_reach_a_worker_names_the_bolt_and_the_param() -> No
 def test_a_chained_bolts_params_are_checked_with_its_head() -> None:
     b = TopologyBuilder("t")
     b.set_spout("src", ListSpout, params={"items": [[1, "a"]]})
-    b.set_bolt("hold", Holder, params={"lock": threading.Lock()}).shuffle_grouping("src")  # chained into src
+    b.set_bolt("hold", Holder, params={"lock": threading.Lock()}, elastic=False).shuffle_grouping("src")  # chained
     topology = b.build()
     assert topology.chained("hold")
     with pytest.raises(UnitStartError, match=r"bolt 'hold': param 'lock'"):
