@@ -328,10 +328,10 @@ class TopologyBuilder:
         if mode not in ("keyed", "chain"):
             raise TopologyError(f"join {name!r}: mode must be 'keyed' (a chain per key) or 'chain' (one chain whose "
                                 f"workers are SPUs), got {mode!r}")
+        _check_join_numbers(name, window, zeta, workers, flush_interval, shed)
         if mode == "chain" and workers != 1:
             raise TopologyError(f"join {name!r}: with mode='chain' the chain's workers are its SPUs: set "
                                 f"parallelism={workers} instead of workers={workers}")
-        _check_join_numbers(name, window, zeta, workers, flush_interval, shed)
         queries = [{"name": name, "kind": kind, "on": on, "band": band}, *(also or [])]
         for q in queries[1:]:
             if not isinstance(q, Mapping) or "name" not in q:

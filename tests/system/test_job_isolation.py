@@ -77,9 +77,9 @@ def refusals(config):
     lock = threading.Lock()
     return [
         ("a chain join whose predicate only the driver imports", join_with("r1", "chain", "__main__:driver_only"),
-         config, UnitStartError, "cannot start on worker"),
+         config, UnitStartError, r"unit 'j' cannot start on worker w\d: .*cannot import predicate '__main__:driver_only'"),
         ("a keyed join whose predicate only the driver imports", join_with("r2", "keyed", "__main__:driver_only"),
-         config, UnitStartError, "cannot start on worker"),
+         config, UnitStartError, r"unit 'j' cannot start on worker w\d: .*cannot import predicate '__main__:driver_only'"),
         ("a bolt whose open() raises on a worker", with_bolt("r3", OpenFailsBolt), config, UnitStartError,
          "never opens"),
         ("a bolt whose open() raises in the driver", with_bolt("r4", DriverOpenFailsBolt), config, UnitStartError,
