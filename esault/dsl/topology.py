@@ -10,7 +10,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
-from esault.config import ElasticityConfig
+from esault.config import MAX_SPUS, ElasticityConfig
 from esault.dsl.bolt import Bolt
 from esault.dsl.spout import Spout
 from esault.errors import ConfigError, TopologyError
@@ -376,8 +376,9 @@ class TopologyBuilder:
             elif not inspect.isclass(cls):
                 hint = f" (pass the class itself, e.g. set_{kind}({name!r}, MyClass), not an instance)"
             raise TopologyError(f"{kind} {name!r}: {cls!r} is not a subclass of esault.{base.__name__}{hint}")
-        if not isinstance(parallelism, int) or isinstance(parallelism, bool) or parallelism < 1:
-            raise TopologyError(f"{kind} {name!r}: parallelism must be a whole number >= 1, got {parallelism!r}")
+        if not isinstance(parallelism, int) or isinstance(parallelism, bool) or not 1 <= parallelism <= MAX_SPUS:
+            raise TopologyError(f"{kind} {name!r}: parallelism must be a whole number from 1 to {MAX_SPUS} "
+                                f"(MAX_SPUS), got {parallelism!r}")
         allowed = _SPOUT_OPTIONS if is_spout else _BOLT_OPTIONS
         for opt in options:
             if opt not in allowed:

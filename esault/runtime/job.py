@@ -28,7 +28,10 @@ from esault.runtime.messages import (
     Drain, FailPending, GetLayout, GetPending, GetRoutes, GetSpus, ScaleResult, SpusChanged,
 )
 from esault.runtime.prober import LatencyProberActor
-from esault.runtime.requests import logic_request, operation_request, rescale_request, version_of, workload_request
+from esault.runtime.requests import (
+    logic_request, merge_request, operation_request, rescale_request, split_request, spu_limit, version_of,
+    workload_request,
+)
 from esault.control.operations import Operation, Rescale
 from esault.runtime.ticker import Ticker
 from esault.metrics import registry as metrics
@@ -316,10 +319,10 @@ class Job:
         return self.coordinator.submit(request)
 
     def split_async(self, unit: str, spu: int, at: int | None = None, reason: str = "manual") -> Future:
-        return self.coordinator.submit(ScaleRequest("split", unit, spu, at, None, reason))
+        return self._submit(lambda: split_request(unit, spu, at, reason))
 
     def merge_async(self, unit: str, spu: int, into: int | None = None, reason: str = "manual") -> Future:
-        return self.coordinator.submit(ScaleRequest("merge", unit, spu, None, into, reason))
+        return self._submit(lambda: merge_request(unit, spu, into, reason))
 
     def add_controller(self, controller: Controller) -> ControllerRunner:
         """Run `controller` against this job: every controller.interval seconds it gets a MetricsSnapshot and
@@ -343,7 +346,7 @@ class Job:
 
     def assign_workload_async(self, unit: str, assignment: Mapping[int, Iterable[tuple[int, int]]],
                               reason: str = "manual") -> Future:
-        return self._submit(lambda: workload_request(unit, assignment, reason))
+        return self._submit(lambda: workload_request(unit, assignment, reason, spu_limit(self.topology, unit)))
 
     def assign_resource(self, unit: str, spu: int, worker: str, timeout: float | None = 60.0,
                         reason: str = "manual") -> ScaleResult:
@@ -352,6 +355,10 @@ class Job:
         return self.assign_resource_async(unit, spu, worker, reason).result(timeout)
 
     def assign_resource_async(self, unit: str, spu: int, worker: str, reason: str = "manual") -> Future:
+        workers = self.workers()
+        if workers and worker not in workers:
+            return _failed(ScalingError(f"no worker {worker!r:.80} to move SPU {spu} of {unit!r} to; workers: "
+                                        f"{', '.join(workers)}"))
         return self.coordinator.submit(ScaleRequest("assign_resource", unit, spu, None, None, reason, worker=worker))
 
     def assign_logic(self, unit: str, bolt: type, params: Mapping[str, Any] | None = None,
@@ -401,7 +408,7 @@ class Job:
         space; the existing SPUs, in key order, take the first slices (so most keep part of their range),
         new ones start for the rest, surplus ones retire with their state handed over. Otherwise (shuffle
         grouping): SPUs start, or the newest retire once their queued tuples are processed."""
-        request = rescale_request(unit, spus, self.workload(unit), reason)
+        request = rescale_request(unit, spus, self.workload(unit), reason, spu_limit(self.topology, unit))
         return self.coordinator.submit(request).result(timeout)
 
     def apply(self, operations: Iterable[Operation], timeout: float | None = 120.0,

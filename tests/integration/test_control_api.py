@@ -116,7 +116,7 @@ def test_every_bad_request_gets_a_clear_error_and_the_api_goes_on(cluster, confi
         (f"{base}/units/check/workload", "POST", {"assignment": {str(spu): [[0, 5]]}}, None, 409,
          "are assigned to no SPU"),
         (f"{base}/units/check/spus/{spu}/move", "POST", {"worker": "w1"}, None, 409, "runs every SPU in one process"),
-        (f"{base}/units/check/spus/999/split", "POST", {}, None, 409, "has no SPU 999"),
+        (f"{base}/units/check/spus/999999/split", "POST", {}, None, 404, "unit 'check' of job 'bad' has no SPU '999999'"),
     ]
     for url, method, body, raw, status, message in cases:
         got, answer = call(url, method, body, raw=raw)
