@@ -24,7 +24,7 @@ from urllib.parse import unquote
 
 from esault.control.runner import decisions_as_dicts, take_snapshot
 from esault.control.snapshot import SnapshotBuilder
-from esault.errors import ConfigError, EsaultError, ScalingError
+from esault.errors import ConfigError, EsaultError, RoutingError, ScalingError
 
 log = logging.getLogger("esault.api")
 
@@ -92,9 +92,14 @@ class ControlApi:
             def send_error(self, code: int, message: str | None = None, explain: str | None = None) -> None:
                 """What http.server answers itself (a malformed request line, a method it has no handler for,
                 headers too long): JSON as every other answer, and 405 for a method, as documented."""
-                if code == 501:
-                    code, message = 405, f"{self.command!r:.40} is not served; use GET or POST"
                 self.close_connection = True
+                if code == 501:  # no do_<method>: the method is not served, or the path is not there
+                    path = (self.path or "").split("?", 1)[0]
+                    allowed = api._allowed(path)
+                    if not allowed:
+                        return api._send_error(self, 404, f"no route {path:.200}; start at GET /api/jobs")
+                    return api._send_error(self, 405, f"{self.command!r:.40} is not served at {path:.200}; use "
+                                                      f"{' or '.join(allowed)}", ", ".join(allowed))
                 api._send_error(self, code, message or explain or "bad request")
 
             def log_message(self, format: str, *args: Any) -> None:  # noqa: A002
@@ -134,7 +139,7 @@ class ControlApi:
             self._send(request, 200, json.dumps(payload, default=_plain).encode(), "application/json")
         except ApiError as exc:
             self._send_error(request, exc.status, str(exc), exc.allow)
-        except ScalingError as exc:
+        except (ScalingError, RoutingError) as exc:  # refused: a bound, an SPU or hash the unit has not
             self._send_error(request, 409, str(exc))
         except EsaultError as exc:
             self._send_error(request, 400, str(exc))
@@ -234,6 +239,10 @@ class ControlApi:
             raise ApiError(405, f"{method} is not served at {path:.200}; use {' or '.join(methods)}",
                            allow=", ".join(methods))
         raise ApiError(404, f"no route {path:.200}; start at GET /api/jobs")
+
+    def _allowed(self, path: str) -> list[str]:
+        """The methods served at `path` (none: no such path)."""
+        return sorted({verb for verb, pattern, _ in self._ROUTES if pattern.fullmatch(path)})
 
     def _find_job(self, name: str) -> Any:
         jobs = self.jobs()
