@@ -301,3 +301,84 @@ def test_a_huge_spu_count_is_refused_at_once_under_a_memory_cap_from_the_api_and
     assert out["api"][0] == 409 and "it runs at most 8 (its max_spus" in out["api"][1], out
     assert out["python"].startswith("ScalingError: rescale of 'check' to 1000000000 SPUs: it runs at most 8"), out
     assert out["completed"] is True
+
+
+def test_random_paths_methods_and_bodies_get_a_json_4xx_and_leave_the_job_exact(cluster, config, api):
+    """A bounded fuzz (count and time): every answer that is not a read of what exists is JSON with a 4xx
+    code, nothing is applied, and the job's every key stays exact."""
+    import random
+    import time
+    from urllib.parse import quote, unquote
+
+    keys, per_key = 40, 10
+    items = sequenced_items(keys, per_key, seed=46)
+    job = cluster.submit(build("fuzz", items, "fuzz", hold_at=len(items) // 2, parallelism=2), config)
+    wait_until(lambda: job.status()["units"]["check"]["processed"] >= len(items) // 2, 30, message="half processed")
+    rng = random.Random(2511)
+    spus = [str(s) for s in job.spus("check")]
+    words = ["fuzz", "check", "src", "out", "nosuch", "api", "jobs", "units", "spus", "rescale", "workload", "swap",
+             "move", "split", "merge", "savepoint", "history", "", "..", ".", "-1", "0", "9" * 40, "x" * 300, "é",
+             "%00", "%2e%2e", "%66uzz", "a b", "?q=1", "#frag", *spus]
+    templates = ["/api/jobs/{}", "/api/jobs/{}/{}", "/api/jobs/{}/units/{}/{}", "/api/jobs/{}/units/{}/spus/{}/{}",
+                 "/{}", "/api/{}/{}", "/{}/{}/{}/{}/{}/{}"]
+    reads = {"/", "/index.html", "/api/jobs", "/api/jobs/fuzz", "/api/jobs/fuzz/units", "/api/jobs/fuzz/history"}
+
+    def junk(depth: int = 0):
+        makers = [lambda: None, lambda: rng.random() < 0.5,
+                  lambda: rng.choice([0, -1, 10**rng.randrange(1, 60), -(10**40), 2**31]),
+                  lambda: rng.choice([float("nan"), float("inf"), -0.5, 1e308]),
+                  lambda: rng.choice(["", "v2", "declared2", "w1", "é" * 50]), lambda: "x" * rng.randrange(0, 2000)]
+        if depth < 4:
+            makers += [lambda: [junk(depth + 1) for _ in range(rng.randrange(4))],
+                       lambda: {rng.choice(["spus", "at", "into", "assignment", "1", "-1"]): junk(depth + 1)
+                                for _ in range(3)},
+                       lambda: {"spus": junk(depth + 1)}]
+        return rng.choice(makers)()
+
+    invalid = {  # every field an operation reads, with a value it must refuse
+        "spus": lambda: rng.choice([0, -3, 9, 10**rng.randrange(2, 40), "2", 2.0, True, None, [2], float("nan")]),
+        "assignment": lambda: rng.choice([{}, [], "x", {spus[0]: [[0, 5]]}, {"a": [[0, 1]]},
+                                          {spus[0]: [[0, 2**31]]}, {str(-i): [[i, i]] for i in range(1, 12)},
+                                          {"-" + "9" * 30: [[0, 1]]}, {spus[0]: [[-1, 2**31 - 1]]}]),
+        "worker": lambda: rng.choice(["w1", "", "driver", 5, None, "x" * 500]),
+        "version": lambda: rng.choice(["v2", "", 3, None, "Declared", "../declared"]),
+        "at": lambda: rng.choice([-1, 2**31, 10**50, "5", 1.5, True, [1]]),
+        "into": lambda: rng.choice([10**30, "3", -(10**20), 1.5, [], 424242]),
+        "stop": lambda: rng.choice(["yes", 1, 0, "false", [], {}]),
+    }
+
+    def body() -> bytes:
+        kind = rng.randrange(6)
+        if kind == 0:
+            return DEEP
+        if kind == 1:
+            return bytes(rng.randrange(256) for _ in range(rng.randrange(0, 200)))
+        if kind == 2:
+            return json.dumps(junk()).encode()
+        fields = {rng.choice(["x", "é", "1"]): junk() for _ in range(rng.randrange(3))}
+        fields.update({name: make() for name, make in invalid.items()})  # what each route reads: refused
+        return json.dumps(fields).encode()
+
+    started, asked = time.monotonic(), 0
+    while asked < 400 and time.monotonic() - started < 60:
+        asked += 1
+        template = rng.choice(templates)
+        path = template.format(*(rng.choice(words) for _ in range(template.count("{}"))))
+        if rng.random() < 0.2 or not path.isascii():
+            path = quote(path, safe="/%?#")
+        method = rng.choice(["GET", "POST", "POST", "POST", "PUT", "DELETE", "PATCH", "HEAD", "OPTIONS", "FROB"])
+        data = body() if method != "GET" or rng.random() < 0.2 else None
+        if method == "GET" and unquote(path.split("?", 1)[0]) in reads:
+            continue  # a read of what exists: 200 (tested above)
+        try:
+            status, answer, _ = raw_call(api, method, path, data)
+        except http.client.InvalidURL:
+            continue  # the client refuses to send it (a space, a control character)
+        assert 400 <= status < 500, (method, path, (data or b"")[:200], status, answer)
+        assert answer is None or isinstance(answer.get("error"), str), (method, path, answer)
+    assert asked >= 100, f"only {asked} requests in 60 s"
+    assert len(job.spus("check")) == 2 and not job.scaling_history, "nothing was applied"
+    assert raw_call(api, "GET", "/api/jobs/fuzz/units")[0] == 200  # still serving
+    GATES["fuzz"].set()
+    assert job.wait(60), job.status()
+    assert_exact("fuzz", keys, per_key)
