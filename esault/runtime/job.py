@@ -355,10 +355,6 @@ class Job:
         return self.assign_resource_async(unit, spu, worker, reason).result(timeout)
 
     def assign_resource_async(self, unit: str, spu: int, worker: str, reason: str = "manual") -> Future:
-        workers = self.workers()
-        if workers and worker not in workers:
-            return _failed(ScalingError(f"no worker {worker!r:.80} to move SPU {spu} of {unit!r} to; workers: "
-                                        f"{', '.join(workers)}"))
         return self.coordinator.submit(ScaleRequest("assign_resource", unit, spu, None, None, reason, worker=worker))
 
     def assign_logic(self, unit: str, bolt: type, params: Mapping[str, Any] | None = None,
