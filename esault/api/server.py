@@ -4,9 +4,12 @@ Loopback by default. Bound to any other address it refuses to start without a
 token, and then every request must carry ``Authorization: Bearer <token>``
 (compared in constant time). Nothing in a request is trusted: bodies are
 capped, parsed as JSON and checked field by field; no request names code to
-load. Errors come back as JSON ``{"error": ...}`` with 400 (bad request), 401
-(no or wrong token), 404 (no such job, unit or path), 409 (the operation was
-refused or aborted) or 500. Routes: docs/CONTROL_PLANE.md ("REST API").
+load. A request is routed before its body is parsed. Errors come back as JSON
+``{"error": ...}`` with 400 (bad request, a body that cannot be parsed), 401
+(no or wrong token), 404 (no such job, unit, SPU or path), 405 (a method the
+path does not serve), 409 (the operation was refused or aborted, a number
+beyond its limit), 413 (body too large) or 500. Routes: docs/CONTROL_PLANE.md
+("REST API").
 """
 
 from __future__ import annotations
