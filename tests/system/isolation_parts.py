@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from esault import Bolt
+from esault import Bolt, Spout
 
 
 class OpenFailsBolt(Bolt):
@@ -24,3 +24,10 @@ class DriverOpenFailsBolt(OpenFailsBolt):
     """The same, with its SPUs in the driver."""
 
     esault_placement = "driver"
+
+
+class ForwardOnlySpout(Spout):
+    """Cannot rewind: refused under exactly_once."""
+
+    def next_tuple(self) -> None:
+        self.emit("a", 1)

@@ -18,7 +18,9 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "tests" / "integration"))
 from test_joins import STAGES, StagedSpout, make_stream  # noqa: E402
 from topology_parts import DriverCollectorBolt  # noqa: E402
-from isolation_parts import DriverOpenFailsBolt, OpenFailsBolt  # noqa: E402
+from isolation_parts import DriverOpenFailsBolt, ForwardOnlySpout, OpenFailsBolt  # noqa: E402
+
+from esault.runtime.context import job_actor  # noqa: E402
 
 pytestmark = pytest.mark.system
 
@@ -59,9 +61,9 @@ def join_with(name: str, mode: str, kind: str) -> TopologyBuilder:
     return b
 
 
-def with_bolt(name: str, cls: type, **params) -> TopologyBuilder:
+def with_bolt(name: str, cls: type, spout: type = ListSpout, **params) -> TopologyBuilder:
     b = TopologyBuilder(name)
-    b.set_spout("orders", ListSpout, params={"items": [["a", 1]]})
+    b.set_spout("orders", spout, **({"params": {"items": [["a", 1]]}} if spout is ListSpout else {}))
     b.set_bolt("j", cls, 2, params=params, chain=False).shuffle_grouping("orders")  # one instance per SPU: opened at start
     b.set_bolt("out", DriverCollectorBolt, params={"name": name}).global_grouping("j")
     return b
@@ -86,6 +88,8 @@ def refusals(config):
          "never opens"),
         ("a param that cannot reach a worker", with_bolt("r5", OpenFailsBolt, lock=lock), config, UnitStartError,
          "cannot be sent to the worker"),
+        ("a spout that cannot rewind under exactly_once", with_bolt("r8", OpenFailsBolt, spout=ForwardOnlySpout),
+         config, ConfigError, "cannot rewind"),
         ("a chain join under at_least_once", join_with("r6", "chain", "equi"),
          config.replace(guarantee="at_least_once"), ConfigError, "at_least_once could lose them"),
         ("a checkpoint to restore that is not there", join_with("r7", "keyed", "equi"),
@@ -110,6 +114,12 @@ def test_every_job_refused_at_submit_leaves_the_job_running_beside_it_exact(work
         wait_until(lambda: job.checkpoints.stats.completed >= done + 2, 30,
                    message=f"checkpoints of the running job after {what}")
         assert not job.checkpoints.stats.recoveries and not job.checkpoints.stats.failed, what
+        on_workers = set().union(*workers.registry.spus_on.values())
+        assert on_workers == set(job.spus("j")), f"after {what}: the workers host {on_workers}"
+        refused = topology.build().name
+        if refused != job.name:
+            assert not [a for a in ("acker", "checkpoints", "unit-j", "unit-orders", "unit-out")
+                        if workers.postman.local(job_actor(refused, a))], f"{what} left names in the driver"
     STAGES["isolated"] = 1
     assert job.wait(60), job.status()
     expected = expected_pairs(lefts, rights)
