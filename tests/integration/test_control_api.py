@@ -211,6 +211,9 @@ def test_every_route_answers_404_for_what_it_does_not_find_and_405_with_json_for
     GATES["routes"].set()
     assert job.wait(60), job.status()
     assert_exact("routes", 10, 2)
+    job.stop()
+    status, answer, _ = raw_call(api, "POST", f"/api/jobs/routes/units/check/spus/{spu}/split", b"{}")
+    assert (status, answer) == (409, {"error": "job 'routes' has stopped: it takes no more operations"})
 
 
 def test_numbers_beyond_their_limits_are_refused_with_409_naming_the_limit_before_anything_is_built(cluster,
