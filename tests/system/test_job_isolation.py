@@ -12,6 +12,7 @@ import pytest
 
 from esault import ConfigError, LocalCluster, TopologyBuilder, TopologyError
 from esault.errors import UnitStartError
+from esault.runtime.context import job_actor
 from esault.testing import ListSpout, collected, reset_collected, wait_until
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -19,8 +20,6 @@ sys.path.insert(0, str(ROOT / "tests" / "integration"))
 from test_joins import STAGES, StagedSpout, make_stream  # noqa: E402
 from topology_parts import DriverCollectorBolt  # noqa: E402
 from isolation_parts import DriverOpenFailsBolt, ForwardOnlySpout, OpenFailsBolt  # noqa: E402
-
-from esault.runtime.context import job_actor  # noqa: E402
 
 pytestmark = pytest.mark.system
 
