@@ -124,12 +124,14 @@ def test_a_controller_whose_decide_always_raises_logs_a_few_tracebacks_then_coun
     wait_until(lambda: raising.calls >= 30, 30, message="thirty periods")
     runner.stop()
     logged = [r for r in caplog.records if "decide() raised" in r.getMessage()]
-    assert len(logged) == 5 and all(r.exc_info for r in logged), [r.getMessage() for r in logged]
-    assert "later ones are counted" in logged[-1].getMessage()
-    assert "RuntimeError(\"a bug in the user's policy\") at " in logged[0].getMessage()
+    tracebacks = [r for r in logged if r.exc_info]
+    assert len(tracebacks) == 5 and logged[:5] == tracebacks, [r.getMessage() for r in logged]
+    assert "later ones are counted" in tracebacks[-1].getMessage()
+    assert "RuntimeError(\"a bug in the user's policy\") at " in tracebacks[0].getMessage()
+    assert all("so far" in r.getMessage() for r in logged[5:]), "after five, only counts (one line per 10 s)"
     total = [r.getMessage() for r in caplog.records if "error(s) in total" in r.getMessage()]
-    assert total == [f"controller AlwaysRaises: decide(): {raising.calls} error(s) in total, "
-                     f"{raising.calls - 5} not logged since the last report"]
+    assert len(total) == 1 and total[0].startswith(f"controller AlwaysRaises: decide(): {raising.calls} error(s) "
+                                                   "in total")
     PHASES["raising"]["mode"] = "end"
     assert job.wait(60), job.status()
     assert_exact("raising", keys, per_key)
