@@ -36,6 +36,11 @@ def _fraction(owner: str, name: str, value: float) -> None:
         raise ConfigError(f"{owner}.{name} must be a fraction in [0, 1], got {value!r}")
 
 
+MAX_SPUS = 1024
+"""The most SPUs one unit may run (its max_spus and parallelism are capped here): each SPU is an actor with
+a thread and its queues, so a number beyond this is a mistake, and refusing it costs nothing."""
+
+
 @dataclass(frozen=True, slots=True)
 class ElasticityConfig:
     """One bolt's elasticity parameters (PAPER_NOTES section 5).
@@ -71,6 +76,8 @@ class ElasticityConfig:
         if (not isinstance(self.peak_reset_factor, (int, float)) or isinstance(self.peak_reset_factor, bool)
                 or not 1 <= self.peak_reset_factor < math.inf):
             raise ConfigError(f"{o}.peak_reset_factor must be >= 1, got {self.peak_reset_factor!r}")
+        if self.max_spus > MAX_SPUS:
+            raise ConfigError(f"{o}.max_spus is {self.max_spus}; a unit runs at most {MAX_SPUS} SPUs (MAX_SPUS)")
         if self.min_spus > self.max_spus:
             raise ConfigError(
                 f"{o}: min_spus ({self.min_spus}) is greater than max_spus ({self.max_spus}); "

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 from typing import Any
 
 from esault.clock import Clock
@@ -42,6 +43,8 @@ class LocalCluster:
                 "import the script, as multiprocessing does), or the classes in a module of their own")
         self.clock = clock
         self.jobs: dict[str, Job] = {}
+        self._ids = itertools.count(1)
+        """SPU ids for every job here: unique among them, as the names "spu-<id>" on the workers must be."""
         self.postman = self.registry = self.pool = None
         self.keys: ClusterKeys | None = None
         if workers or listen:
@@ -101,13 +104,13 @@ class LocalCluster:
         if running is not None and self.registry is not None:
             self.registry.forget(topology.name)  # the stopped job's worker counts are not this job's
         if self.postman is None:
-            job = Job(topology, config or JobConfig.load(), InProcessLauncher(), self.clock)
+            job = Job(topology, config or JobConfig.load(), InProcessLauncher(), self.clock, ids=self._ids)
         else:
             from esault.cluster.processes import ProcessLauncher
 
             job = Job(topology, config or JobConfig.load(), ProcessLauncher(self.postman, self.registry),
                       self.clock, postman=self.postman, remote_stats=self.registry.stats_of,
-                      fresh_reports=self.registry.await_fresh_reports)
+                      fresh_reports=self.registry.await_fresh_reports, ids=self._ids)
         self.jobs[topology.name] = job
         return job
 

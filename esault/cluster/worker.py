@@ -25,7 +25,7 @@ from esault.dsl.topology import Topology
 from esault.metrics.forwarded import SampleSender
 from esault.metrics.stats import STATS
 from esault.runtime.sender import StartCheck
-from esault.runtime.context import JobContext
+from esault.runtime.context import JobContext, job_actor
 from esault.dsl.topology import UnitSpec
 from esault.errors import ConfigError, DriverUnreachable
 from esault.runtime.actors import actor_class
@@ -173,8 +173,9 @@ class HostActor(pykka.ThreadingActor):
             data_dir = config.data_dir / message.topology
             data_dir.mkdir(parents=True, exist_ok=True)
             job = JobContext(Topology(message.topology, ()), config, SystemClock(), data_dir,
-                             acker=self.postman.remote(DRIVER, "acker"), ticker=self.ticker,
-                             checkpoints=self.postman.remote(DRIVER, "checkpoints"),
+                             acker=self.postman.remote(DRIVER, job_actor(message.topology, "acker")),
+                             ticker=self.ticker,
+                             checkpoints=self.postman.remote(DRIVER, job_actor(message.topology, "checkpoints")),
                              process=self.postman.process)
             self.jobs[message.topology] = job
         return job

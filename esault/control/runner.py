@@ -17,6 +17,7 @@ from esault.control.snapshot import MetricsSnapshot, SnapshotBuilder
 from esault.metrics.registry import SCALING_REASONS
 from esault.metrics.stats import RETIRED_SPU
 from esault.runtime.messages import ScaleResult
+from esault.runtime.user_errors import UserErrorLog, user_frame
 
 if TYPE_CHECKING:
     from esault.runtime.job import Job
@@ -50,6 +51,8 @@ class ControllerRunner:
         self.name = type(controller).__name__
         self.builder = SnapshotBuilder()
         self.decisions: deque[Decision] = deque(maxlen=history)
+        self.decide_errors = UserErrorLog()
+        """decide() raising, logged as a user error is: the first few with their traceback, then a count."""
         self._cursor = job.events.cursor()
         self._stop = threading.Event()
         self._wake = threading.Event()
@@ -67,6 +70,7 @@ class ControllerRunner:
         self._wake.set()
         if self._thread.is_alive() and threading.current_thread() is not self._thread:
             self._thread.join(timeout)
+        self.decide_errors.close(f"controller {self.name}: decide()")
 
     def _run(self) -> None:
         interval = max(0.05, float(getattr(self.controller, "interval", 1.0)))
@@ -82,8 +86,9 @@ class ControllerRunner:
                 continue
             try:
                 operations = list(self.controller.decide(snapshot) or ())
-            except Exception:
-                log.exception("controller %s: decide() raised; it is called again next period", self.name)
+            except Exception as exc:  # noqa: BLE001 - the controller's bug: counted, called again next period
+                self.decide_errors("controller %s: decide() raised %r%s; it is called again next period",
+                                   self.name, exc, user_frame(exc), exc=exc)
                 continue
             if self._stop.is_set():
                 return

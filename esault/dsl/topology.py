@@ -6,10 +6,11 @@ import dataclasses
 import difflib
 import enum
 import inspect
+import math
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
-from esault.config import ElasticityConfig
+from esault.config import MAX_SPUS, ElasticityConfig
 from esault.dsl.bolt import Bolt
 from esault.dsl.spout import Spout
 from esault.errors import ConfigError, TopologyError
@@ -359,13 +360,10 @@ class TopologyBuilder:
         if mode not in ("keyed", "chain"):
             raise TopologyError(f"join {name!r}: mode must be 'keyed' (a chain per key) or 'chain' (one chain whose "
                                 f"workers are SPUs), got {mode!r}")
+        _check_join_numbers(name, window, zeta, workers, flush_interval, shed)
         if mode == "chain" and workers != 1:
             raise TopologyError(f"join {name!r}: with mode='chain' the chain's workers are its SPUs: set "
                                 f"parallelism={workers} instead of workers={workers}")
-        for label, value in (("window", window), ("zeta", zeta), ("workers", workers)):
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or value < (0 if label == "window" else 1):
-                raise TopologyError(f"join {name!r}: {label} must be a number >= {0 if label == 'window' else 1}, "
-                                    f"got {value!r}")
         queries = [{"name": name, "kind": kind, "on": on, "band": band}, *(also or [])]
         for q in queries[1:]:
             if not isinstance(q, Mapping) or "name" not in q:
@@ -410,8 +408,9 @@ class TopologyBuilder:
             elif not inspect.isclass(cls):
                 hint = f" (pass the class itself, e.g. set_{kind}({name!r}, MyClass), not an instance)"
             raise TopologyError(f"{kind} {name!r}: {cls!r} is not a subclass of esault.{base.__name__}{hint}")
-        if not isinstance(parallelism, int) or isinstance(parallelism, bool) or parallelism < 1:
-            raise TopologyError(f"{kind} {name!r}: parallelism must be a whole number >= 1, got {parallelism!r}")
+        if not isinstance(parallelism, int) or isinstance(parallelism, bool) or not 1 <= parallelism <= MAX_SPUS:
+            raise TopologyError(f"{kind} {name!r}: parallelism must be a whole number from 1 to {MAX_SPUS} "
+                                f"(MAX_SPUS), got {parallelism!r}")
         allowed = _SPOUT_OPTIONS if is_spout else _BOLT_OPTIONS
         for opt in options:
             if opt not in allowed:
@@ -566,6 +565,31 @@ def _find_cycle(units: Mapping[str, UnitSpec], stuck: list[str]) -> list[str]:
         path.append(nxt)
         seen.add(nxt)
         node = nxt
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def _check_join_numbers(name: str, window: Any, zeta: Any, workers: Any, flush_interval: Any,
+                        shed: Mapping[str, Any] | None) -> None:
+    """Every number of a join declaration finite and in range: NaN or inf would build a join that never pairs."""
+    if not _is_number(window) or window <= 0:
+        raise TopologyError(f"join {name!r}: window must be a finite number > 0 (the largest difference of event "
+                            f"times that joins, in the unit of `time`), got {window!r}")
+    for label, value in (("zeta", zeta), ("workers", workers)):
+        if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+            raise TopologyError(f"join {name!r}: {label} must be a whole number >= 1, got {value!r}")
+    if flush_interval is not None and (not _is_number(flush_interval) or flush_interval <= 0):
+        raise TopologyError(f"join {name!r}: flush_interval must be a finite number of seconds > 0, or None, "
+                            f"got {flush_interval!r}")
+    if shed is not None:
+        if not isinstance(shed, Mapping):
+            raise TopologyError(f"join {name!r}: shed must be a dict of ShedPolicy fields and 'period', "
+                                f"got {shed!r:.80}")
+        for field_name, value in shed.items():
+            if not _is_number(value) or value < 0:
+                raise TopologyError(f"join {name!r}: shed[{field_name!r}] must be a finite number >= 0, got {value!r}")
 
 
 def _check_params_fit(kind: str, name: str, cls: type, params: Mapping[str, Any]) -> None:

@@ -60,6 +60,13 @@ class JoinBolt(Bolt):
         self.shed = 0
         self.joined = 0
 
+    @staticmethod
+    def esault_check_params(params: Mapping[str, Any]) -> None:
+        """Run where each SPU starts, before any key: a predicate named "module:function" that this process
+        cannot import fails the unit at start (TopologyError), as in mode="chain", not every key's tuples."""
+        for spec in params.get("queries", ()):
+            query_from(spec)
+
     # --- the data path ---
 
     def process(self, tup: Tuple) -> None:

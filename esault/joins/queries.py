@@ -10,6 +10,7 @@ stored tuples.
 from __future__ import annotations
 
 import importlib
+import math
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable
 
@@ -57,9 +58,15 @@ def resolve_predicate(kind: Any, name: str) -> Predicate:
     if isinstance(kind, str) and ":" in kind:
         module, _, attr = kind.partition(":")
         try:
-            return getattr(importlib.import_module(module), attr)
+            found = getattr(importlib.import_module(module), attr)
         except (ImportError, AttributeError) as exc:
-            raise TopologyError(f"join {name!r}: cannot import predicate {kind!r} ({exc})") from None
+            hint = (" (a function of the driver's __main__ is not there in a worker process: put it in a module of "
+                    "its own and name it 'module:function')" if module == "__main__" else "")
+            raise TopologyError(f"join {name!r}: cannot import predicate {kind!r} ({exc}){hint}") from None
+        if not callable(found):
+            raise TopologyError(f"join {name!r}: predicate {kind!r} is {type(found).__name__} {found!r:.60}, not a "
+                                "function (r, s) -> bool; name a function")
+        return found
     raise TopologyError(f"join {name!r}: kind must be 'equi', 'band', a predicate (r, s) -> bool, or "
                         f"'module:function' naming one; got {kind!r}")
 
@@ -77,9 +84,10 @@ class JoinQuery:
 
     def __post_init__(self) -> None:
         if self.kind in KINDS:
-            if self.kind == "band" and not (isinstance(self.band, (int, float)) and self.band >= 0):
-                raise TopologyError(f"join {self.name!r}: a band join needs band >= 0 (the largest |left - right| "
-                                    f"that joins), got {self.band!r}")
+            if self.kind == "band" and not (isinstance(self.band, (int, float)) and not isinstance(self.band, bool)
+                                            and 0 <= self.band < math.inf):
+                raise TopologyError(f"join {self.name!r}: a band join needs a finite band >= 0 (the largest "
+                                    f"|left - right| that joins), got {self.band!r}")
             return
         object.__setattr__(self, "_predicate", resolve_predicate(self.kind, self.name))
 

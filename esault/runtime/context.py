@@ -36,13 +36,15 @@ class JobContext:
     checkpoints: Any = None
     """The driver's checkpoint coordinator mailbox (CheckpointAck goes there)."""
     _ids: Any = field(default_factory=lambda: itertools.count(1))
+    """Where SPU and reconfiguration ids come from: a cluster gives all its jobs one source, so no two of
+    its jobs' SPUs share an id (their names, "spu-<id>", are process-wide on the driver and the workers)."""
 
     @property
     def name(self) -> str:
         return self.topology.name
 
     def next_id(self) -> int:
-        """Job-wide unique ids for SPUs and reconfigurations (itertools.count is atomic)."""
+        """Unique ids for SPUs and reconfigurations, across the cluster's jobs (itertools.count is atomic)."""
         return next(self._ids)
 
     @property
@@ -57,3 +59,8 @@ class JobContext:
     def pe_idle_timeout(self, spec: UnitSpec) -> float | None:
         return self.config.pe_idle_timeout if spec.pe_idle_timeout == "job" else spec.pe_idle_timeout
 
+
+def job_actor(job: str, actor: str) -> str:
+    """The name a job's actor in the driver is registered under ("acker@wordcount"): the jobs of one cluster
+    share the driver's postman, so each job's names must be its own (unit names never hold "@")."""
+    return f"{actor}@{job}"

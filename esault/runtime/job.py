@@ -8,7 +8,7 @@ import shutil
 import threading
 import time
 from concurrent.futures import Future
-from typing import Any, Callable, Iterable, Mapping
+from typing import Any, Callable, Iterable, Iterator, Mapping
 
 from esault.clock import Clock, SystemClock
 from esault.config import JobConfig
@@ -16,7 +16,7 @@ from esault.dsl.topology import Topology
 from esault.reliability.dead_letters import DeadLetterWriter
 from esault.runtime import gc_policy
 from esault.runtime.acker import AckServerActor
-from esault.runtime.context import JobContext
+from esault.runtime.context import JobContext, job_actor
 from esault.runtime.coordinator import ReconfigurationCoordinator, ScaleRequest
 from esault.control.controller import Controller
 from esault.control.events import Change, ControlEvents
@@ -28,7 +28,10 @@ from esault.runtime.messages import (
     Drain, FailPending, GetLayout, GetPending, GetRoutes, GetSpus, ScaleResult, SpusChanged,
 )
 from esault.runtime.prober import LatencyProberActor
-from esault.runtime.requests import logic_request, operation_request, rescale_request, version_of, workload_request
+from esault.runtime.requests import (
+    logic_request, merge_request, operation_request, rescale_request, split_request, spu_limit, version_of,
+    workload_request,
+)
 from esault.control.operations import Operation, Rescale
 from esault.runtime.ticker import Ticker
 from esault.metrics import registry as metrics
@@ -51,7 +54,7 @@ class Job:
     def __init__(self, topology: Topology, config: JobConfig, launcher: SpuLauncher,
                  clock: Clock | None = None, postman: Any = None,
                  remote_stats: Callable[[str], list[SpuStats]] | None = None,
-                 fresh_reports: Callable[[float], bool] | None = None) -> None:
+                 fresh_reports: Callable[[float], bool] | None = None, ids: Iterator[int] | None = None) -> None:
         self.topology = topology
         self.config = config
         self.clock = clock or SystemClock()
@@ -61,6 +64,10 @@ class Job:
         self.dead_letter_path = data_dir / "dead_letters.jsonl"
         self.ctx = JobContext(topology, config, self.clock, data_dir,
                               dead_letters=DeadLetterWriter(self.dead_letter_path))
+        if ids is not None:
+            self.ctx._ids = ids  # the cluster's: SPU ids unique among its jobs
+        self._named: list[str] = []
+        """The names this job's driver actors are registered under (the postman's): unregistered at its stop."""
         self._untracked_units = any(getattr(s.cls, "esault_chain", False) for s in topology.units)
         """Units that emit outside the input trees (join chains): completion also needs the counts to agree."""
         self._check_guarantee()  # before anything that must be undone when the job cannot start
@@ -227,8 +234,13 @@ class Job:
                 log.exception("listener failed")
 
     def _start_named(self, name: str, start: Callable[[], Any]) -> Any:
-        """Start an actor; with worker processes, register it so messages can name it."""
-        return start() if self.postman is None else self.postman.start_and_register(name, start)
+        """Start an actor; with worker processes, register it under a name of this job's (job_actor) so
+        messages can name it and no other job's actor of the same kind is replaced."""
+        if self.postman is None:
+            return start()
+        named = job_actor(self.name, name)
+        self._named.append(named)
+        return self.postman.start_and_register(named, start)
 
     def _all_stats(self) -> list[SpuStats]:
         # totals(): live SPUs plus each unit's retired total, so merged-away SPUs still count.
@@ -309,10 +321,10 @@ class Job:
         return self.coordinator.submit(request)
 
     def split_async(self, unit: str, spu: int, at: int | None = None, reason: str = "manual") -> Future:
-        return self.coordinator.submit(ScaleRequest("split", unit, spu, at, None, reason))
+        return self._submit(lambda: split_request(unit, spu, at, reason))
 
     def merge_async(self, unit: str, spu: int, into: int | None = None, reason: str = "manual") -> Future:
-        return self.coordinator.submit(ScaleRequest("merge", unit, spu, None, into, reason))
+        return self._submit(lambda: merge_request(unit, spu, into, reason))
 
     def add_controller(self, controller: Controller) -> ControllerRunner:
         """Run `controller` against this job: every controller.interval seconds it gets a MetricsSnapshot and
@@ -336,7 +348,7 @@ class Job:
 
     def assign_workload_async(self, unit: str, assignment: Mapping[int, Iterable[tuple[int, int]]],
                               reason: str = "manual") -> Future:
-        return self._submit(lambda: workload_request(unit, assignment, reason))
+        return self._submit(lambda: workload_request(unit, assignment, reason, spu_limit(self.topology, unit)))
 
     def assign_resource(self, unit: str, spu: int, worker: str, timeout: float | None = 60.0,
                         reason: str = "manual") -> ScaleResult:
@@ -394,7 +406,7 @@ class Job:
         space; the existing SPUs, in key order, take the first slices (so most keep part of their range),
         new ones start for the rest, surplus ones retire with their state handed over. Otherwise (shuffle
         grouping): SPUs start, or the newest retire once their queued tuples are processed."""
-        request = rescale_request(unit, spus, self.workload(unit), reason)
+        request = rescale_request(unit, spus, self.workload(unit), reason, spu_limit(self.topology, unit))
         return self.coordinator.submit(request).result(timeout)
 
     def apply(self, operations: Iterable[Operation], timeout: float | None = 120.0,
@@ -789,6 +801,8 @@ class Job:
             self.ctx.checkpoints.stop(block=True)
         except Exception:
             pass
+        for name in self._named:  # only this job's names: another job's actors stay reachable
+            self.postman.unregister(name)
 
     @property
     def dead_letters(self) -> int:

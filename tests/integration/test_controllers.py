@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import sys
 from pathlib import Path
 
@@ -102,6 +103,38 @@ def test_a_controller_that_raises_or_returns_nonsense_is_logged_and_the_job_goes
     PHASES["broken"]["mode"] = "end"
     assert job.wait(60), job.status()
     assert_exact("broken", keys, per_key)
+
+
+class AlwaysRaises(Controller):
+    interval = 0.05
+
+    def __init__(self) -> None:
+        self.calls = 0
+
+    def decide(self, snapshot):
+        self.calls += 1
+        raise RuntimeError("a bug in the user's policy")
+
+
+def test_a_controller_whose_decide_always_raises_logs_a_few_tracebacks_then_counts(cluster, config, caplog):
+    caplog.set_level(logging.ERROR, logger="esault")
+    job, keys, per_key = phased_job(cluster, config, "raising", per_key=10)
+    raising = AlwaysRaises()
+    runner = job.add_controller(raising)
+    wait_until(lambda: raising.calls >= 30, 30, message="thirty periods")
+    runner.stop()
+    logged = [r for r in caplog.records if "decide() raised" in r.getMessage()]
+    tracebacks = [r for r in logged if r.exc_info]
+    assert len(tracebacks) == 5 and logged[:5] == tracebacks, [r.getMessage() for r in logged]
+    assert "later ones are counted" in tracebacks[-1].getMessage()
+    assert "RuntimeError(\"a bug in the user's policy\") at " in tracebacks[0].getMessage()
+    assert all("so far" in r.getMessage() for r in logged[5:]), "after five, only counts (one line per 10 s)"
+    total = [r.getMessage() for r in caplog.records if "error(s) in total" in r.getMessage()]
+    assert len(total) == 1 and total[0].startswith(f"controller AlwaysRaises: decide(): {raising.calls} error(s) "
+                                                   "in total")
+    PHASES["raising"]["mode"] = "end"
+    assert job.wait(60), job.status()
+    assert_exact("raising", keys, per_key)
 
 
 def test_the_example_user_controller_splits_the_busiest_spu_with_assign_workload(cluster, config):

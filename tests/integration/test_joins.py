@@ -108,7 +108,7 @@ def test_a_join_declaration_says_what_is_wrong():
     b = TopologyBuilder("bad")
     with pytest.raises(TopologyError, match="self-join"):
         b.join("j", "a", "a")
-    with pytest.raises(TopologyError, match="window must be a number"):
+    with pytest.raises(TopologyError, match="window must be a finite number > 0"):
         b.join("j", "a", "b", window=-1)
     with pytest.raises(TopologyError, match="'equi', 'band', a predicate"):
         b.join("j", "a", "b", kind="theta")

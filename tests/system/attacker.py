@@ -14,6 +14,7 @@ import sys
 import zmq
 
 from esault.runtime import messages as m
+from esault.runtime.context import job_actor
 from esault.transport.address import Address
 from esault.transport.wire import encode_frame
 
@@ -52,7 +53,7 @@ def attacks(plan: dict, reply_address: str) -> dict[str, list[tuple[str, object]
         ("cluster", m.WorkerHeartbeat(plan["name"], [(plan["topology"], "count", 1, {"processed": 1})])),
         ("cluster", m.StatusRequest(1, Address(plan["name"], "status"), reply_address)),
         *((f"spu-{i}", m.DataBatch(0, plan["source"], [plan["forged_key"]], [1], [], [])) for i in plan["spus"]),
-        ("acker", m.AckFail(0, "forged")),
+        (job_actor(plan["topology"], "acker"), m.AckFail(0, "forged")),
     ]
     return {"worker": worker, "driver": [a for a in driver if a is not None]}
 

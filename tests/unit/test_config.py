@@ -31,6 +31,7 @@ def test_elasticity_defaults_are_valid_and_frozen() -> None:
         ("underload_reaction_time", 2.5, r"ElasticityConfig\.underload_reaction_time must be a whole number >= 1, got 2\.5"),
         ("min_spus", True, r"ElasticityConfig\.min_spus must be a whole number >= 1, got True"),
         ("max_spus", 0, r"ElasticityConfig\.max_spus must be a whole number >= 1, got 0"),
+        ("max_spus", 10**9, r"ElasticityConfig\.max_spus is 1000000000; a unit runs at most 1024 SPUs \(MAX_SPUS\)"),
         ("overload_reaction_factor", 1.5, r"ElasticityConfig\.overload_reaction_factor must be a fraction in \[0, 1\], got 1\.5"),
         ("low_watermark", -0.1, r"ElasticityConfig\.low_watermark must be a fraction in \[0, 1\], got -0\.1"),
         ("underload_reaction_factor", "high", r"ElasticityConfig\.underload_reaction_factor must be a fraction"),

@@ -3,6 +3,7 @@
 import pytest
 from hypothesis import given, settings, strategies as st
 
+from esault import TopologyBuilder
 from esault.errors import TopologyError
 from esault.joins import JoinQuery, ShedPolicy
 from esault.joins.queries import extractor
@@ -40,6 +41,40 @@ def test_bad_queries_say_what_to_pass():
         JoinQuery("q", "no_such_module:f")
     with pytest.raises(TopologyError, match="has no field 'k'"):
         extractor("k", "on")({"j": 1})
+
+
+NOT_CALLABLE = 7
+"""What "module:NAME" must never resolve to: a predicate that is not a function."""
+
+BAD_JOINS = [
+    ({"window": float("nan")}, r"window must be a finite number > 0 .*got nan"),
+    ({"window": float("inf")}, r"window must be a finite number > 0 .*got inf"),
+    ({"window": 0}, r"window must be a finite number > 0 .*got 0"),
+    ({"window": -1.5}, r"window must be a finite number > 0 .*got -1.5"),
+    ({"window": "60"}, r"window must be a finite number > 0 .*got '60'"),
+    ({"window": True}, r"window must be a finite number > 0 .*got True"),
+    ({"zeta": 2.5}, r"zeta must be a whole number >= 1, got 2.5"),
+    ({"zeta": 0}, r"zeta must be a whole number >= 1, got 0"),
+    ({"workers": float("nan")}, r"workers must be a whole number >= 1, got nan"),
+    ({"flush_interval": float("nan")}, r"flush_interval must be a finite number of seconds > 0, or None, got nan"),
+    ({"flush_interval": 0}, r"flush_interval must be a finite number of seconds > 0"),
+    ({"shed": {"tau1": float("inf")}}, r"shed\['tau1'\] must be a finite number >= 0, got inf"),
+    ({"shed": {"period": float("nan")}}, r"shed\['period'\] must be a finite number >= 0, got nan"),
+    ({"kind": "band", "band": float("nan")}, r"a band join needs a finite band >= 0 .*got nan"),
+    ({"kind": "band", "band": float("inf")}, r"a band join needs a finite band >= 0 .*got inf"),
+    ({"kind": f"{__name__}:NOT_CALLABLE"}, r"predicate '.*:NOT_CALLABLE' is int 7, not a function \(r, s\) -> bool"),
+    ({"kind": f"{__name__}:BAD_JOINS"}, r"predicate '.*:BAD_JOINS' is list .*, not a function"),
+    ({"kind": "__main__:no_such_function"}, r"cannot import predicate '__main__:no_such_function' .*a function of the "
+                                            r"driver's __main__ is not there in a worker process"),
+]
+
+
+@pytest.mark.parametrize("mode", ["keyed", "chain"])
+@pytest.mark.parametrize("declared, says", BAD_JOINS, ids=[str(d) for d, _ in BAD_JOINS])
+def test_a_join_declaration_with_a_bad_number_or_predicate_is_refused_naming_it_in_both_modes(mode, declared, says):
+    b = TopologyBuilder("t")
+    with pytest.raises(TopologyError, match=rf"join 'j': {says}"):
+        b.join("j", "a", "b", mode=mode, **declared)
 
 
 def test_a_predicate_may_be_named_by_module_and_function():

@@ -172,9 +172,10 @@ def test_a_topology_needs_a_name(name: object) -> None:
         TopologyBuilder(name)  # type: ignore[arg-type]
 
 
-@pytest.mark.parametrize("parallelism", [0, -1, 1.5, True, "2"])
-def test_parallelism_must_be_a_whole_number_of_at_least_one(parallelism: object) -> None:
-    with pytest.raises(TopologyError, match=r"bolt 'split': parallelism must be a whole number >= 1, got "):
+@pytest.mark.parametrize("parallelism", [0, -1, 1.5, True, "2", 1025, 10**12])
+def test_parallelism_must_be_a_whole_number_from_one_to_max_spus(parallelism: object) -> None:
+    with pytest.raises(TopologyError, match=r"bolt 'split': parallelism must be a whole number from 1 to 1024 "
+                                            r"\(MAX_SPUS\), got "):
         TopologyBuilder("wc").set_bolt("split", Split, parallelism)  # type: ignore[arg-type]
 
 
