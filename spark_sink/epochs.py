@@ -28,14 +28,15 @@ import time
 from collections import defaultdict
 from concurrent.futures import Future, ThreadPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeout
-from typing import TYPE_CHECKING, Any, Callable
+from typing import Any, Callable, Protocol
 
 from esault.errors import SchemaError, SinkError
 from spark_sink.encode import encode
-from spark_sink.layout import epoch_batch_id
-
-if TYPE_CHECKING:
-    from spark_sink.bolt import SparkSink
+from spark_sink.layout import PartitionScheme, epoch_batch_id
+from spark_sink.metrics import SinkMetrics
+from spark_sink.rejects import RejectedRows
+from spark_sink.table_meta import TableMeta
+from spark_sink.writer import BatchWriter
 
 log = logging.getLogger(__name__)
 
@@ -47,10 +48,30 @@ class Stopped(SinkError):
     """abandon() or a timed-out close() ended the step in progress at a batch boundary."""
 
 
+class EpochSink(Protocol):
+    """The parts of a sink instance its committer drives (SparkSink is one: it hands itself down when it opens
+    with exactly_once, so this module never imports it)."""
+
+    table: str
+    writer_id: str
+    scheme: PartitionScheme
+    rows_committed: int
+    _writer: BatchWriter | None
+    _rejects: RejectedRows | None
+    _metrics: SinkMetrics
+    _meta: TableMeta | None
+    _spark: Any
+
+    def _infer_meta(self, rows: list[dict[str, Any]]) -> TableMeta: ...
+    def _ensure_catalog(self, meta: TableMeta) -> None: ...
+    def _count_rejects(self, n: int) -> None: ...
+    def _release(self) -> None: ...
+
+
 class EpochCommitter:
     """Stages and publishes one sink instance's epochs on a single background thread."""
 
-    def __init__(self, sink: "SparkSink", restored_epoch: int | None, setup: Callable[[], None] | None) -> None:
+    def __init__(self, sink: EpochSink, restored_epoch: int | None, setup: Callable[[], None] | None) -> None:
         self.sink = sink
         self.fatal: BaseException | None = None
         self.epochs_staged = 0

@@ -7,22 +7,49 @@ import threading
 import time
 from collections import deque
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any, Iterable, Mapping, Protocol
 
+from esault.clock import Clock
 from esault.control.controller import Controller
+from esault.control.events import ControlEvents
 from esault.control.operations import (
     AssignLogic, AssignResource, AssignWorkload, Merge, Operation, Rescale, Split,
 )
 from esault.control.snapshot import MetricsSnapshot, SnapshotBuilder
+from esault.dsl.topology import Topology
 from esault.metrics.registry import SCALING_REASONS
-from esault.metrics.stats import RETIRED_SPU
+from esault.metrics.stats import RETIRED_SPU, SpuStats
 from esault.runtime.messages import ScaleResult
 from esault.runtime.user_errors import UserErrorLog, user_frame
 
-if TYPE_CHECKING:
-    from esault.runtime.job import Job
-
 log = logging.getLogger("esault.control")
+
+
+class ControlledJob(Protocol):
+    """What a runner reads and calls on the job it controls (esault.runtime.job.Job is one): the job starts
+    its runners and hands itself down, so this module never imports the job."""
+
+    topology: Topology
+    clock: Clock
+    events: ControlEvents
+
+    def spu_counters(self) -> list[SpuStats]: ...
+    def layout(self, unit: str) -> dict[int, tuple[tuple[int, int], ...] | None]: ...
+    def worker_of(self, spu_id: int) -> str | None: ...
+    def workers(self) -> list[str]: ...
+    def apply(self, operations: Iterable[Operation], timeout: float | None = ...,
+              reason: str | None = ...) -> list[ScaleResult]: ...
+    def assign_workload(self, unit: str, assignment: Mapping[int, Iterable[tuple[int, int]]],
+                        timeout: float | None = ..., reason: str = ...) -> ScaleResult: ...
+    def rescale(self, unit: str, spus: int, timeout: float | None = ..., reason: str = ...) -> ScaleResult: ...
+    def assign_resource(self, unit: str, spu: int, worker: str, timeout: float | None = ...,
+                        reason: str = ...) -> ScaleResult: ...
+    def assign_logic(self, unit: str, bolt: type, params: Mapping[str, Any] | None = ...,
+                     timeout: float | None = ..., reason: str = ...) -> ScaleResult: ...
+    def split(self, unit: str, spu: int, at: int | None = ..., timeout: float | None = ...,
+              reason: str = ...) -> ScaleResult: ...
+    def merge(self, unit: str, spu: int, into: int | None = ..., timeout: float | None = ...,
+              reason: str = ...) -> ScaleResult: ...
 
 
 @dataclass(frozen=True)
@@ -43,7 +70,7 @@ class ControllerRunner:
     It calls decide() every `interval` seconds, and also as soon as a probe or a change is recorded when
     the controller sets `wake_on_probes` (the latency rules react to each probe, not to a period)."""
 
-    def __init__(self, job: "Job", controller: Controller, history: int = 200) -> None:
+    def __init__(self, job: ControlledJob, controller: Controller, history: int = 200) -> None:
         if not isinstance(controller, Controller):
             raise TypeError(f"a controller must subclass esault.control.Controller, got {type(controller).__name__}")
         self.job = job
@@ -163,7 +190,7 @@ class ControllerRunner:
         return job.merge(op.unit, op.spu, op.into, reason=reason)
 
 
-def take_snapshot(job: "Job", builder: SnapshotBuilder, events: list | tuple = (),
+def take_snapshot(job: ControlledJob, builder: SnapshotBuilder, events: list | tuple = (),
                   dropped: int = 0) -> MetricsSnapshot:
     """Read every SPU's counters, the layout and the placement of `job` now; rates against the builder's
     previous reading; `events`: the ControlEvents read since then."""

@@ -2,7 +2,8 @@
 
 Declared by `TopologyBuilder.join(..., mode="chain", parallelism=N)`: N SPUs
 in a chain (on worker processes: spread over them), R entering the first, S
-the last. The class only carries the join's declaration; its SPUs run
+the last. The class only carries the join's declaration (it imports no runtime
+code): the runtime sees `esault_chain` and runs its SPUs as
 `esault.joins.spu.ChainSpuActor`, which drives an `esault.joins.node.ChainNode`.
 A chain join is global: tuples join whatever their keys (put the key in `on`
 for an equi-join), and each pair leaves with the left tuple's key.
@@ -23,12 +24,7 @@ class ChainJoinBolt(Bolt):
     """The declaration of a chain join; see the module docstring. process() is never called."""
 
     esault_chain = True
-
-    @staticmethod
-    def esault_actor() -> type:
-        from esault.joins.spu import ChainSpuActor  # the runtime's side, imported where SPUs start
-
-        return ChainSpuActor
+    """Its SPUs are links of one chain: the runtime runs them as ChainSpuActors (esault.runtime.actors)."""
 
     def __init__(self, left: str, right: str, queries: Sequence[Mapping[str, Any]], window: float,
                  time: Any = "ts", zeta: int = 20, shed: Mapping[str, Any] | None = None,

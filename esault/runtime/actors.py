@@ -1,12 +1,14 @@
-"""Which actor class runs an SPU of a unit: spouts and bolts have their own, and a bolt class may name its own
-(a join chain's SPUs run `esault.joins.spu.ChainSpuActor`) through a static `esault_actor()`.
+"""Which actor class runs an SPU of a unit: spouts and bolts have their own, and a join chain's SPUs (a bolt
+class with `esault_chain = True`, e.g. ChainJoinBolt) run `esault.joins.spu.ChainSpuActor`.
 
+The runtime picks the kind: a declaration names what to run and never imports runtime code.
 The class comes from the topology module the worker imported (trusted code), never from a frame.
 """
 
 from __future__ import annotations
 
 from esault.dsl.topology import UnitSpec
+from esault.joins.spu import ChainSpuActor
 from esault.runtime.bolt_spu import BoltSpuActor
 from esault.runtime.spout_spu import SpoutSpuActor
 
@@ -14,5 +16,4 @@ from esault.runtime.spout_spu import SpoutSpuActor
 def actor_class(spec: UnitSpec) -> type:
     if spec.is_spout:
         return SpoutSpuActor
-    own = getattr(spec.cls, "esault_actor", None)
-    return own() if own is not None else BoltSpuActor
+    return ChainSpuActor if getattr(spec.cls, "esault_chain", False) else BoltSpuActor

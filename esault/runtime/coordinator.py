@@ -20,6 +20,7 @@ from typing import Any, Callable
 from esault.dsl.topology import Topology
 from esault.errors import ScalingError
 from esault.runtime.context import log
+from esault.runtime.group import AtomicGroup
 from esault.runtime.messages import GetRoutes, GetSpus, ScaleCommand, ScaleResult
 from esault.runtime.unit import ProposeLogic
 
@@ -141,8 +142,6 @@ class ReconfigurationCoordinator:
                 log.exception("scaling listener failed")
 
     def _run_group(self, requests: list[ScaleRequest]) -> list[ScaleResult]:
-        from esault.runtime.group import AtomicGroup  # it uses this module's ScaleRequest
-
         return AtomicGroup(self, requests).run()
 
     def send_command(self, request: ScaleRequest, prepared: Future | None = None,

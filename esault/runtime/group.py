@@ -29,18 +29,41 @@ apply the rest again. Rolling forward by itself is not built
 from __future__ import annotations
 
 from concurrent.futures import FIRST_COMPLETED, Future, wait
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
+from esault.dsl.topology import Topology
 from esault.errors import ScalingError
 from esault.runtime.messages import GetLayout, ScaleResult
 from esault.runtime.unit import CancelHeld, CommitHeld, HeldOperation
 
-if TYPE_CHECKING:
-    from esault.runtime.coordinator import ReconfigurationCoordinator, ScaleRequest
+
+class Member(Protocol):
+    """A member as the group sees it: one operation on one unit (the coordinator's ScaleRequest)."""
+
+    @property
+    def action(self) -> str: ...
+    @property
+    def unit(self) -> str: ...
+    @property
+    def spu_id(self) -> int: ...
+
+
+class GroupCoordinator(Protocol):
+    """What a group needs of the control thread that runs it (the ReconfigurationCoordinator, which hands
+    itself down when it starts a group, so this module never imports it)."""
+
+    topology: Topology
+    units: dict[str, Any]
+    op_timeout: float
+
+    def send_command(self, request: Any, prepared: Future | None = None,
+                     extra_upstream: dict[int, tuple[Any, str]] | None = None) -> Future: ...
+    def wait_result(self, request: Any, reply: Future) -> ScaleResult: ...
+    def record_result(self, result: ScaleResult) -> None: ...
 
 
 class AtomicGroup:
-    def __init__(self, coordinator: "ReconfigurationCoordinator", requests: list["ScaleRequest"]) -> None:
+    def __init__(self, coordinator: GroupCoordinator, requests: list[Member]) -> None:
         self.coordinator = coordinator
         self.topology = coordinator.topology
         order = {spec.name: i for i, spec in enumerate(self.topology.units)}  # topological
@@ -52,8 +75,8 @@ class AtomicGroup:
         results = self._commit_all(held)
         return [results[request.unit] for request in self.requests]
 
-    def _prepare_all(self) -> list[tuple["ScaleRequest", HeldOperation, Future]]:
-        held: list[tuple[ScaleRequest, HeldOperation, Future]] = []
+    def _prepare_all(self) -> list[tuple[Member, HeldOperation, Future]]:
+        held: list[tuple[Member, HeldOperation, Future]] = []
         started: dict[str, dict[int, Any]] = {}  # member unit -> the SPUs its prepare started
         for request in self.members:
             prepared: Future = Future()
@@ -75,7 +98,7 @@ class AtomicGroup:
             started[request.unit] = operation.launched
         return held
 
-    def _commit_all(self, held: list[tuple["ScaleRequest", HeldOperation, Future]]) -> dict[str, ScaleResult]:
+    def _commit_all(self, held: list[tuple[Member, HeldOperation, Future]]) -> dict[str, ScaleResult]:
         results: dict[str, ScaleResult] = {}
         waiting = list(held)
         while waiting:
@@ -107,7 +130,7 @@ class AtomicGroup:
                 extra[spu] = (mailbox, spec_input.grouping.value)
         return extra
 
-    def _cancel(self, held: list[tuple["ScaleRequest", HeldOperation, Future]], reason: str) -> None:
+    def _cancel(self, held: list[tuple[Member, HeldOperation, Future]], reason: str) -> None:
         for request, operation, reply in held:
             self.coordinator.units[request.unit].tell(CancelHeld(operation.reconfig_id, reason))
         for request, _, reply in held:  # each ends with "aborted": wait, so the units are free again
@@ -117,6 +140,6 @@ class AtomicGroup:
                 pass
 
 
-def _name(request: "ScaleRequest") -> str:
+def _name(request: Member) -> str:
     spu = f" SPU {request.spu_id}" if request.spu_id >= 0 else ""
     return f"{request.action} of {request.unit!r}{spu}"
