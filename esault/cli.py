@@ -209,6 +209,9 @@ def _run(args: argparse.Namespace) -> int:
         if args.cluster == "static":
             cluster.wait_for_workers(args.min_workers)
         job = cluster.submit(topology, config)
+        fallback = getattr(getattr(job, "checkpoints", None), "fallback", None)
+        if fallback:
+            print(f"esault: {fallback}", flush=True)
         print(f"topology {job.name!r} running (Ctrl-C stops it in order)", file=sys.stderr, flush=True)
         progress = _Progress(job, sys.stderr) if sys.stderr.isatty() else None
         interrupted = False

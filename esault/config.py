@@ -96,6 +96,9 @@ class JobConfig:
     """Seconds between checkpoints under exactly_once."""
     checkpoint_timeout: float = 60.0
     """A checkpoint not complete after this many seconds is abandoned (the next one retries)."""
+    retained_checkpoints: int = 3
+    """Completed checkpoints kept restorable (besides savepoints): a restart whose latest checkpoint is
+    damaged falls back to the newest intact one of these (Flink's state.checkpoints.num-retained)."""
     restore_from: int | None = None
     """Start from this completed checkpoint or savepoint (its epoch) instead of the latest one."""
     fresh_start: bool = False
@@ -130,6 +133,7 @@ class JobConfig:
             raise ConfigError(f"{o}.guarantee must be one of {', '.join(GUARANTEES)}, got {self.guarantee!r}")
         _positive(o, "checkpoint_interval", self.checkpoint_interval)
         _positive(o, "checkpoint_timeout", self.checkpoint_timeout)
+        _whole(o, "retained_checkpoints", self.retained_checkpoints, 1)
         if self.restore_from is not None:
             _whole(o, "restore_from", self.restore_from, 1)
         if not isinstance(self.fresh_start, bool):

@@ -66,3 +66,8 @@ class SinkError(EsaultError):
 
 class SchemaError(SinkError):
     """A row does not fit the declared or inferred table schema."""
+
+
+class StoreDamaged(EsaultError):
+    """A file the job keeps durably (the checkpoint store, a sink's commit log, a table's metadata) fails
+    verification: the message names the file, the damage and the ways out."""

@@ -5,13 +5,17 @@ A JSON line per event:
     {"op": "begin",  "batch": id, "seq": n, "path": "<dir under the table>", "rows": r, "time": t}
     {"op": "commit", "batch": id, "time": t}
     {"op": "abort",  "batch": id, "time": t}
+    {"op": "retract", "batch": id, "time": t}   (exactly-once: a published batch taken out again)
 
 "begin" is written (and fsync'd) before the batch directory is renamed into
 the table, "commit" after; a begin with neither commit nor abort is a commit
 cut short, which the writer resolves on open. An exactly-once batch is first
 "stage"d (its files durable in staging, tagged with its checkpoint epoch);
 its "begin" (written only once that checkpoint completed) keeps the epoch.
-Logs without "stage" records read as before. Each append is one write() of a
+Logs without "stage" records read as before. A published batch of an epoch
+after the checkpoint a job restores (it fell back from a damaged checkpoint,
+or started afresh) is "retract"ed: logged first, then its directory leaves
+the table, and the replay writes its rows again. Each append is one write() of a
 whole line followed by fsync; a crash can only leave a torn *last* line, which
 is dropped on open. The open log holds an exclusive flock, so two live writers
 can never share it. Pure file I/O: no Spark.
@@ -38,7 +42,7 @@ class BatchRecord:
     seq: int
     path: str
     rows: int
-    state: str  # "staged" | "begun" | "committed" | "aborted"
+    state: str  # "staged" | "begun" | "committed" | "aborted" | "retracted"
     epoch: int | None = None  # the checkpoint epoch of an exactly-once batch
 
 
@@ -106,11 +110,10 @@ class CommitLog:
                                                "begun" if op == "begin" else "staged",
                                                None if epoch is None else int(epoch))
             self.max_seq = max(self.max_seq, seq)
-        elif op in ("commit", "abort"):
+        elif op in ("commit", "abort", "retract"):
             old = self._batches[batch]
-            self._batches[batch] = BatchRecord(
-                old.batch, old.seq, old.path, old.rows, "committed" if op == "commit" else "aborted", old.epoch
-            )
+            state = {"commit": "committed", "abort": "aborted", "retract": "retracted"}[op]
+            self._batches[batch] = BatchRecord(old.batch, old.seq, old.path, old.rows, state, old.epoch)
         else:
             raise ValueError(op)
 
@@ -150,6 +153,10 @@ class CommitLog:
 
     def abort(self, batch: str) -> None:
         self._append({"op": "abort", "batch": batch, "time": time.time()})
+
+    def retract(self, batch: str) -> None:
+        """Record (durably) that published `batch` leaves the table: its epoch's rows come again."""
+        self._append({"op": "retract", "batch": batch, "time": time.time()})
 
     def get(self, batch: str) -> BatchRecord | None:
         return self._batches.get(batch)

@@ -218,6 +218,28 @@ class BatchWriter:
         fsync_dir(dest.parent)
         fsync_dir(self.paths.staging)
 
+    def retract_after(self, epoch: int | None) -> list[str]:
+        """Exactly-once: take out of the table every batch this writer published for an epoch after
+        `epoch`, the checkpoint being restored (None: the job starts from nothing). The restore replays
+        those epochs' input, so their rows come again; leaving them would count them twice. Each is
+        logged before its directory goes (renamed into staging, then removed), so a crash in between
+        is finished by the next call."""
+        gone = []
+        for rec in self.log.records():
+            if rec.epoch is None or rec.epoch <= (epoch or 0) or rec.state not in ("committed", "retracted"):
+                continue
+            if rec.state == "committed":
+                self.log.retract(rec.batch)
+            dest = self.paths.root / rec.path
+            if dest.exists():
+                aside = self.paths.staging / f"{rec.batch}.retracted"
+                shutil.rmtree(aside, ignore_errors=True)
+                os.rename(dest, aside)
+                fsync_dir(dest.parent)
+                shutil.rmtree(aside, ignore_errors=True)
+                gone.append(rec.batch)
+        return gone
+
     def abort_staged(self, batch_id: str) -> None:
         """A staged batch whose checkpoint never completed: its rows will be produced again."""
         rec = self.log.get(batch_id)

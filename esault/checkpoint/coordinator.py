@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import json
 import logging
+import sqlite3
 import threading
 import time
 from dataclasses import dataclass, field
@@ -26,8 +27,8 @@ from typing import Any
 
 import pykka
 
-from esault.checkpoint.store import CheckpointStore, Completed
-from esault.errors import ConfigError
+from esault.checkpoint.store import CheckpointStore, Completed, damaged_store
+from esault.errors import ConfigError, StoreDamaged
 from esault.metrics import registry as metrics
 from esault.runtime.messages import (
     CheckpointAck, CheckpointComplete, CheckpointStart, FailPending, GetRoutes, GetSpus, ScaleResult,
@@ -173,28 +174,55 @@ class CheckpointCoordinator:
         self.topology = job.topology
         self.collector = collector
         self.store = CheckpointStore(job.ctx.checkpoint_path)
-        self.next_epoch = self.store.next_epoch()
+        try:
+            self.next_epoch = self.store.next_epoch()
+        except sqlite3.OperationalError:
+            raise
+        except sqlite3.DatabaseError as exc:
+            self.store.close()
+            raise damaged_store(self.store.path, f"SQLite cannot read it ({exc})") from None
         self.stats = CheckpointStats()
         self._last = time.monotonic()
         self.ended = False  # a final checkpoint ran: the spouts stopped at its barrier, no periodic ones follow
+        self.fallback: str | None = None
+        """Set by restore_point() when the latest checkpoint was damaged: what it fell back to, in words."""
 
     # --- start ---------------------------------------------------------------------
 
     def restore_point(self, restore_from: int | None = None) -> Completed | None:
-        """The checkpoint a starting job resumes from: `restore_from` (a savepoint's epoch) or the latest."""
+        """The checkpoint a starting job resumes from: `restore_from`, or the newest intact one.
+
+        Every checkpoint is verified first (store.verify()). A damaged latest one falls back to the newest
+        intact one (`self.fallback` says so) and the damaged ones are discarded; none intact is
+        StoreDamaged, naming the file, the damage and the ways out."""
         fingerprint = topology_fingerprint(self.topology)
+        verified = self.store.verify()
+        if restore_from is not None:
+            point = verified.get(restore_from)
+            if point is None and restore_from not in verified.damage:
+                raise ConfigError(f"no completed checkpoint {restore_from} in {self.store.path} (checkpoints before "
+                                  f"the {self.config.retained_checkpoints} retained ones are compacted away); "
+                                  f"recorded: {[c.epoch for c in verified.checkpoints][-10:]}")
+            problem = verified.spoiled(restore_from)
+            if problem is not None:
+                intact = [c.epoch for c in verified.checkpoints if verified.spoiled(c.epoch) is None]
+                raise StoreDamaged(
+                    f"checkpoint {restore_from} in {self.store.path} cannot be restored: {problem}. Intact "
+                    f"checkpoints: {intact[-10:] or 'none'}; restore one of those with --restore-from EPOCH, or "
+                    "start afresh with --fresh")
+        else:
+            point = verified.newest_intact()
+            newest = verified.newest_recorded
+            if newest is not None and point is None:
+                raise damaged_store(self.store.path, verified.spoiled(newest) or "no manifest can be read")
+            if point is not None and newest is not None and point.epoch < newest:
+                self.fallback = (
+                    f"checkpoint {newest} in {self.store.path} is damaged ({verified.spoiled(newest)}); "
+                    f"falling back to checkpoint {point.epoch}, the newest intact one: the job replays from "
+                    f"there and exactly-once sinks retract what they committed after it")
+                log.warning("topology %r: %s", self.job.name, self.fallback)
+                self.store.discard_after(point.epoch)
         stored = self.store.get_meta("topology")
-        point = self.store.get(restore_from) if restore_from is not None else self.store.latest()
-        if restore_from is not None and point is None:
-            raise ConfigError(f"no completed checkpoint {restore_from} in {self.store.path}; "
-                              f"completed: {[c.epoch for c in self.store.completed()][-10:]}")
-        latest = self.store.latest()
-        if point is not None and point.kind != "savepoint" and latest is not None and point.epoch != latest.epoch:
-            savepoints = [c.epoch for c in self.store.completed() if c.kind == "savepoint"]
-            raise ConfigError(
-                f"checkpoint {point.epoch} in {self.store.path} is not a savepoint (kind {point.kind!r}): "
-                f"compaction keeps those exact only while they are the latest ({latest.epoch}). Restore from a savepoint "
-                f"(esault savepoint; stored: {savepoints[-10:] or 'none'}) or from the latest")
         if point is not None and stored is not None and stored != fingerprint:
             raise ConfigError(
                 f"{self.store.path} holds checkpoints of topology {self.topology.name!r} that this one cannot "
@@ -274,8 +302,15 @@ class CheckpointCoordinator:
         del self.stats.durations[:-1000]
         log.info("topology %r: checkpoint %d (%s) complete in %.1f ms", self.job.name, epoch, kind, seconds * 1000)
         if self.stats.completed % self.COMPACT_EVERY == 0:
-            self.store.compact(epoch)
+            self.compact()
         return epoch
+
+    def compact(self) -> None:
+        """Compact at the oldest of the retained_checkpoints newest checkpoints: those stay restorable."""
+        periodic = [c.epoch for c in self.store.completed() if c.kind != "savepoint"]
+        retained = periodic[-self.config.retained_checkpoints:]
+        if retained:
+            self.store.compact(retained[0])
 
     # --- recovery --------------------------------------------------------------------
 
