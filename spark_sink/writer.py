@@ -226,10 +226,10 @@ class BatchWriter:
         is finished by the next call."""
         gone = []
         for rec in self.log.records():
-            if rec.epoch is None or rec.epoch <= (epoch or 0) or rec.state not in ("committed", "retracted"):
-                continue
-            if rec.state == "committed":
+            if rec.state == "committed" and rec.epoch is not None and rec.epoch > (epoch or 0):
                 self.log.retract(rec.batch)
+            elif rec.state != "retracted":
+                continue
             dest = self.paths.root / rec.path
             if dest.exists():
                 aside = self.paths.staging / f"{rec.batch}.retracted"
