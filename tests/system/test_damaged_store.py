@@ -147,3 +147,23 @@ def test_a_truncated_or_overwritten_store_either_falls_back_exactly_or_stops_nam
     again = run_cli(data, tmp_path, "--fresh")
     assert again.returncode == 0, again.stderr[-3000:]
     assert_exact(data)
+
+
+@pytest.mark.parametrize(("what", "how"), [("commit log", "truncate"), ("commit log", "overwrite"),
+                                           ("table metadata", "overwrite")])
+def test_a_damaged_commit_log_or_table_metadata_stops_the_run_naming_the_file_and_the_ways_out(
+        stopped, tmp_path, what, how):
+    data, _ = copy_of(stopped, tmp_path)
+    meta = data / NAME / "warehouse" / "eo_counts" / "_esault"
+    (path,) = meta.glob("commits/*.log") if what == "commit log" else [meta / "schema.json"]
+    raw = bytearray(path.read_bytes())
+    if how == "truncate":
+        raw = raw[:len(raw) // 2]
+    else:
+        middle = len(raw) // 2
+        raw[middle] = ord("7") if raw[middle] != ord("7") else ord("3")  # still text: JSON may well parse
+    path.write_bytes(bytes(raw))
+    run = run_cli(data, tmp_path)
+    assert run.returncode == 2, run.stderr[-3000:]
+    assert "Traceback" not in run.stderr and f"the {'sink' + chr(39) + 's ' if what == 'commit log' else ''}" \
+        f"{what} {path} is damaged: " in run.stderr and "Ways out: put back a copy" in run.stderr, run.stderr[-3000:]
