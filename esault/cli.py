@@ -245,8 +245,8 @@ def _run(args: argparse.Namespace) -> int:
     outcome = judge_run(status, complete, timeout=args.timeout, duration=args.duration,
                         dead_letter_path=str(job.dead_letter_path))
     if not outcome.ok:
-        print(f"esault: error: topology {job.name!r} did not process all its input (exit code "
-              f"{int(outcome.exit_code)}):", file=sys.stderr)
+        what = "stopped" if status.get("fatal") else "did not process all its input"
+        print(f"esault: error: topology {job.name!r} {what} (exit code {int(outcome.exit_code)}):", file=sys.stderr)
         for problem in outcome.problems:
             print(f"  - {problem}", file=sys.stderr)
     return int(outcome.exit_code)

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import json
 import logging
+import shutil
 import sqlite3
 import threading
 import time
@@ -132,6 +133,13 @@ class CheckpointStats:
     durations: list[float] = field(default_factory=list)
     completed_at: list[float] = field(default_factory=list)  # time.monotonic() of each completion (last 1000)
     recoveries: list[Recovery] = field(default_factory=list)
+    failed_in_a_row: int = 0
+    """Failures since the last completed checkpoint, those a rollback caused left out."""
+    last_failure: str | None = None
+
+
+def _size(n: int) -> str:
+    return f"{n / (1 << 20):.1f} MiB" if n >= 1 << 20 else f"{n} bytes"
 
 
 def topology_fingerprint(topology: Any) -> str:
@@ -184,6 +192,9 @@ class CheckpointCoordinator:
         self.stats = CheckpointStats()
         self._last = time.monotonic()
         self.ended = False  # a final checkpoint ran: the spouts stopped at its barrier, no periodic ones follow
+        self.failure: str | None = None
+        """Set once more than tolerable_checkpoint_failures checkpoints failed in a row: why the job stops,
+        what is committed and how to resume. No checkpoint is taken after it."""
         self.fallback: str | None = None
         """Set by restore_point() when the latest checkpoint was damaged: what it fell back to, in words."""
 
@@ -248,6 +259,12 @@ class CheckpointCoordinator:
     def checkpoint(self, kind: str = "checkpoint", final: bool = False) -> int | None:
         """Take one checkpoint; its epoch once complete, None if it failed (the next one retries)."""
         self._last = time.monotonic()
+        if self.failure is not None:
+            return None
+        short = self._space_short()
+        if short is not None:
+            self._failed("a checkpoint was not started", short, counted=True)
+            return None
         self.ended = self.ended or final
         started = time.perf_counter()
         epoch = self.next_epoch
@@ -273,10 +290,8 @@ class CheckpointCoordinator:
         failure = self.collector.wait(self.config.checkpoint_timeout)
         acks = self.collector.finish()
         if failure is not None:
-            self.stats.failed += 1
-            metrics.record_checkpoint(self.job.name, False, 0.0)
-            log.error("topology %r: checkpoint %d failed: %s", self.job.name, epoch, failure)
-            if failure.startswith("timed out") and not self.job._stopped:
+            self._failed(f"checkpoint {epoch} failed", failure, counted=not failure.startswith("aborted"))
+            if failure.startswith("timed out") and not self.job._stopped and self.failure is None:
                 # Some SPU may hold channels for a barrier that never comes: only a rollback frees them.
                 self.recover(frozenset(), f"checkpoint {epoch} {failure}")
             return None
@@ -292,18 +307,72 @@ class CheckpointCoordinator:
                 except Exception as exc:  # noqa: BLE001 - its worker died: a rollback follows
                     log.warning("checkpoint %d: CheckpointComplete not delivered: %r", epoch, exc)
         seconds = time.perf_counter() - started
+        self.stats.failed_in_a_row = 0
         self.stats.completed += 1
         self.stats.last_epoch = epoch
         self.stats.last_seconds = seconds
         self.stats.durations.append(seconds)
         self.stats.completed_at.append(time.monotonic())
         del self.stats.completed_at[:-1000]
-        metrics.record_checkpoint(self.job.name, True, seconds)
+        metrics.record_checkpoint(self.job.name, True, seconds, 0)
         del self.stats.durations[:-1000]
         log.info("topology %r: checkpoint %d (%s) complete in %.1f ms", self.job.name, epoch, kind, seconds * 1000)
         if self.stats.completed % self.COMPACT_EVERY == 0:
             self.compact()
         return epoch
+
+    def _space_short(self) -> str | None:
+        """Why a checkpoint should not start for want of disk space where the store is, or None."""
+        folder = self.store.path.parent
+        try:
+            free = shutil.disk_usage(folder).free
+        except OSError as exc:
+            return f"the free space in {folder} cannot be read ({exc})"
+        need = self.config.checkpoint_min_free_bytes
+        if free < need:
+            return f"{folder} has only {_size(free)} free, below checkpoint_min_free_bytes={need}"
+        return None
+
+    def _failed(self, what: str, reason: str, counted: bool) -> None:
+        """Count a failed checkpoint; past the budget, stop taking them (self.failure says why)."""
+        self.stats.failed += 1
+        if counted:
+            self.stats.failed_in_a_row += 1
+            self.stats.last_failure = f"{what}: {reason}"
+        metrics.record_checkpoint(self.job.name, False, 0.0, self.stats.failed_in_a_row)
+        log.error("topology %r: %s: %s", self.job.name, what, reason)
+        if self.failure is None and self.stats.failed_in_a_row > self.config.tolerable_checkpoint_failures:
+            self.failure = self._give_up_message()
+            self.ended = True
+            log.error("topology %r: %s", self.job.name, self.failure)
+
+    def _give_up_message(self) -> str:
+        return self.explain(f"{self.stats.failed_in_a_row} checkpoints in a row failed (tolerable_checkpoint_failures="
+                            f"{self.config.tolerable_checkpoint_failures}), the last: {self.stats.last_failure}")
+
+    def explain(self, what: str) -> str:
+        """`what` went wrong with the checkpoints, then where they are, what is committed and how to go on."""
+        folder = self.store.path.parent
+        try:
+            free = f"{_size(shutil.disk_usage(folder).free)} free there"
+        except OSError:
+            free = "its free space unreadable"
+        try:
+            last = self.store.latest()
+        except sqlite3.Error:
+            last = None
+        if last is None:
+            committed = "nothing is committed (no checkpoint completed): a restart starts from the beginning"
+            resume = "run the same command again"
+        else:
+            at = ", ".join(f"{unit}[{i}] at {p!r}" for unit, by in sorted(last.positions.items())
+                           for i, p in sorted(by.items()))
+            committed = (f"committed is everything up to checkpoint {last.epoch} (spouts {at}), which the sinks "
+                         "published exactly; nothing after it")
+            resume = f"run the same command again: it resumes from checkpoint {last.epoch}"
+        return (f"{what}. The checkpoint store is {self.store.path} ({free}); {committed}. To go on: if that "
+                f"disk is full, make room on it (or move {folder} to a larger one and point --data-dir at it), "
+                f"then {resume}")
 
     def compact(self) -> None:
         """Compact at the oldest of the retained_checkpoints newest checkpoints: those stay restorable."""

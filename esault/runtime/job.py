@@ -94,6 +94,7 @@ class Job:
         self._recovery_lock = threading.Lock()
         self._lock = threading.Lock()
         self.final_status: dict[str, Any] | None = None
+        self._final_failure: str | None = None
         self.ctx.acker = self._start_named("acker", lambda: AckServerActor.start(self.ctx))
         self.ctx.ticker.subscribe(self.ctx.acker)
         collector = AckCollector()
@@ -500,9 +501,17 @@ class Job:
             "unaccounted": self.unaccounted,
             "guarantee": self.config.guarantee,
             "checkpoints": {"completed": self.checkpoints.stats.completed, "failed": self.checkpoints.stats.failed,
+                            "failed_in_a_row": self.checkpoints.stats.failed_in_a_row,
+                            "last_failure": self.checkpoints.stats.last_failure,
                             "last_epoch": self.checkpoints.stats.last_epoch,
                             "recoveries": len(self.checkpoints.stats.recoveries)},
+            "fatal": self.fatal(),
         }
+
+    def fatal(self) -> str | None:
+        """Why the job cannot finish what it promised (exactly_once: its checkpoints cannot be made durable,
+        or its final one failed), with what is committed and how to resume; None while nothing is."""
+        return self.checkpoints.failure or self._final_failure
 
     def spu_counters(self) -> list[SpuStats]:
         """Every SPU's counters now, wherever it runs (worker rows are their last heartbeat's), plus each
@@ -650,7 +659,7 @@ class Job:
         poll = threading.Event()
         seen_complete = None
         while True:
-            if self.spout_errors():
+            if self.spout_errors() or self.checkpoints.failure:
                 return False
             if self.is_complete():
                 totals = self._counted_totals()
@@ -681,7 +690,7 @@ class Job:
         with self._lock:
             if self._stopped:
                 return
-            if self.ctx.exactly_once:
+            if self.ctx.exactly_once and self.checkpoints.failure is None:
                 self._final_checkpoint()
             try:
                 self._let_counts_settle()
@@ -739,6 +748,11 @@ class Job:
             if was_complete:
                 self.wait(timeout * 4)
         last = self.checkpoints.stats.last_epoch
+        if self.checkpoints.failure is not None:
+            return  # the budget ran out during the final checkpoint: that message says it all
+        if self.checkpoints.stats.last_failure is not None and why == "see the log above":
+            why = self.checkpoints.stats.last_failure
+        self._final_failure = self.checkpoints.explain(f"the job stopped without its final checkpoint ({why})")
         log.error("topology %r stopped without its final checkpoint (%s); a restart resumes from checkpoint %s "
                   "and produces what came after it again", self.name, why, last)
 

@@ -22,7 +22,10 @@ class ExitCode(IntEnum):
     lost or dead-lettered. The summary says what and where."""
     NOT_STARTED = 2
     """Nothing ran: bad arguments, configuration or topology, or a unit that could not start (its open()
-    raised, its params cannot reach a worker, no worker joined)."""
+    raised, its params cannot reach a worker, no worker joined, a damaged checkpoint store); or the job
+    could not go on: exactly_once checkpoints could not be made durable (tolerable_checkpoint_failures
+    spent, a full disk) or its final checkpoint failed. The message says what is committed and how to
+    resume."""
     NO_DRIVER = 3
     """`esault worker`: the driver could not be reached within --connect-timeout, or went silent."""
     INTERRUPTED = 130
@@ -50,12 +53,15 @@ def judge_run(status: dict[str, Any], completed: bool, *, timeout: float | None,
     how the caller names its timeout in the summary.
     """
     problems: list[str] = []
+    fatal = status.get("fatal")
+    if fatal:
+        problems.append(fatal)
     for error in status.get("spout_errors") or ():
         problems.append(error)
     units = status.get("units", {})
     emitted = sum(u.get("emitted", 0) for u in units.values())
     processed = sum(u.get("processed", 0) for u in units.values() if u.get("kind") == "bolt")
-    if not completed and duration is None and not status.get("spout_errors"):
+    if not completed and duration is None and not status.get("spout_errors") and not fatal:
         # With tracking on, a tuple lost with a worker is replayed (or rolled back): a job that completes
         # lost nothing. Without it (guarantee "none") lost tuples keep it from completing: they show here.
         waited = f" within {timeout:g} s ({timeout_option})" if timeout is not None else ""
@@ -72,4 +78,6 @@ def judge_run(status: dict[str, Any], completed: bool, *, timeout: float | None,
         per_unit = ", ".join(f"{name} {u['dead_letters']}" for name, u in units.items() if u.get("dead_letters"))
         problems.append(f"{dead} tuple(s) dead-lettered ({per_unit or 'by the spouts'}): each failed every retry; "
                         f"they, their errors and file:line are in {dead_letter_path}")
+    if fatal:
+        return RunOutcome(tuple(problems), ExitCode.NOT_STARTED)
     return RunOutcome(tuple(problems), ExitCode.INCOMPLETE if problems else ExitCode.OK)

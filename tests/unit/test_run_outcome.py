@@ -63,3 +63,11 @@ def test_tuples_a_dead_worker_took_with_it_under_guarantee_none_fail_the_run_nam
     assert outcome.problems == ("9 emitted tuple(s) were never processed: worker process(es) died holding SPUs [3, 4] "
                                 "and guarantee 'none' does not replay; run with --guarantee at_least_once or "
                                 "exactly_once to replay what a dead worker held",)
+
+
+def test_a_job_that_could_not_go_on_exits_2_with_its_reason_first_and_no_misleading_timeout():
+    fatal = ("4 checkpoints in a row failed (tolerable_checkpoint_failures=3), the last: ... The checkpoint store "
+             "is d/t/checkpoints.sqlite (0 bytes free there); ... run the same command again")
+    outcome = judge_run({**status(emitted=50, processed=20), "fatal": fatal}, False, timeout=30.0, duration=None,
+                        dead_letter_path="x")
+    assert outcome.exit_code is ExitCode.NOT_STARTED and outcome.problems == (fatal,)
