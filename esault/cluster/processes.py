@@ -165,8 +165,18 @@ class WorkerRegistry:
     def stopped(self, request_id: int) -> None:
         with self._lock:
             event = self._stopped.pop(request_id, None)
-        if event is not None:
-            event.set()
+            if event is not None:
+                event.set()
+                self._lock.notify_all()
+
+    def wait_stopped(self, request_id: int, done: threading.Event, worker: str, timeout: float) -> bool:
+        """Whether `worker` confirmed stop request `request_id` within `timeout` seconds; False as soon as
+        the worker is declared dead (its SPUs went with it): nothing waits out the timeout for a dead one."""
+        with self._lock:
+            self._lock.wait_for(lambda: done.is_set() or worker not in self.workers, timeout)
+            if not done.is_set():
+                self._stopped.pop(request_id, None)
+            return done.is_set()
 
 
 class ClusterActor(pykka.ThreadingActor):
@@ -387,10 +397,20 @@ class ProcessLauncher:
         worker = mailbox.address.process
         request = next(self._requests)
         done = self.registry.expect_stop(request)
-        self.postman.send(worker, "host", StopSpu(spu_id, request))
         self.registry.removed(worker, spu_id)
-        if block and not done.wait(self.stop_timeout):
-            log.warning("worker %s did not confirm stopping SPU %d within %ss", worker, spu_id, self.stop_timeout)
+        try:
+            self.postman.send(worker, "host", StopSpu(spu_id, request))
+        except Exception:
+            if worker in self.registry.workers:
+                raise
+            return  # declared dead meanwhile: the SPU is gone with its process
+        if block and not self.registry.wait_stopped(request, done, worker, self.stop_timeout):
+            if worker in self.registry.workers:
+                log.warning("worker %s did not confirm stopping SPU %d within %ss", worker, spu_id,
+                            self.stop_timeout)
+            else:
+                log.warning("worker %s died before it confirmed stopping SPU %d: the SPU went with it",
+                            worker, spu_id)
 
     def worker_of(self, spu_id: int) -> str | None:
         return self._where.get(spu_id)
