@@ -29,7 +29,7 @@ from typing import Any
 import pykka
 
 from esault.checkpoint.store import CheckpointStore, Completed, damaged_store
-from esault.errors import ConfigError, StoreDamaged
+from esault.errors import ConfigError, StoreDamaged, WorkerLost
 from esault.metrics import registry as metrics
 from esault.runtime.messages import (
     CheckpointAck, CheckpointComplete, CheckpointStart, FailPending, GetRoutes, GetSpus, ScaleResult,
@@ -175,6 +175,8 @@ class CheckpointCoordinator:
     """Owns the job's checkpoint record; every method runs on the control thread."""
 
     COMPACT_EVERY = 10
+    RELAUNCH_ATTEMPTS = 3
+    """Relaunches of a unit within one rollback while workers die under its new SPUs."""
 
     def __init__(self, job: Any, collector: AckCollector) -> None:
         self.job = job
@@ -398,8 +400,15 @@ class CheckpointCoordinator:
             downstream = tuple(self.job.units[d.name].ask(GetRoutes(g.value), timeout=timeout)
                                for d, g in self.topology.downstream(self.topology.output_unit(spec.name)))
             positions = {} if point is None else point.positions.get(spec.name, {})
-            failed = self.job.units[spec.name].ask(
-                RelaunchSpus(record.restored_epoch, positions, downstream), timeout=timeout)
+            for attempt in range(1, self.RELAUNCH_ATTEMPTS + 1):
+                failed = self.job.units[spec.name].ask(
+                    RelaunchSpus(record.restored_epoch, positions, downstream), timeout=timeout)
+                if not isinstance(failed, WorkerLost) or attempt == self.RELAUNCH_ATTEMPTS:
+                    break
+                # Another worker died as this unit's SPUs started on it: those places are still empty (the
+                # unit kept them), so start them now, elsewhere, before any unit upstream sends a tuple.
+                log.warning("topology %r: unit %r: %s; relaunching its SPUs that did not start", self.job.name,
+                            spec.name, failed)
             if isinstance(failed, Exception):
                 log.error("topology %r: unit %r could not be restored: %r", self.job.name, spec.name, failed)
         record.seconds = time.monotonic() - record.started
