@@ -54,3 +54,35 @@ def test_a_start_wait_for_an_already_dead_worker_raises_at_once():
     registry.expect_start(7)
     with pytest.raises(WorkerLost, match="w9 died"):
         registry.wait_started(7, 600.0, "w9")
+
+
+def stopping(registry: WorkerRegistry, request: int, worker: str) -> tuple[threading.Thread, list]:
+    done = registry.expect_stop(request)
+    outcome: list = []
+    thread = threading.Thread(target=lambda: outcome.append(registry.wait_stopped(request, done, worker, 600.0)),
+                              daemon=True)
+    thread.start()
+    return thread, outcome
+
+
+def test_a_stop_wait_ends_unconfirmed_as_soon_as_the_worker_is_removed():
+    """The recovery told the SPUs of a worker that died meanwhile to stop: it must not sit out the timeout."""
+    registry = WorkerRegistry()
+    registry.joined("w2", "tcp://127.0.0.1:2")
+    thread, outcome = stopping(registry, 7, "w2")
+    registry.remove("w2")
+    thread.join(30)
+    assert not thread.is_alive(), "the wait did not end when its worker was removed (it would sit out 600 s)"
+    assert outcome == [False]
+    registry.stopped(7)  # a confirmation arriving late is ignored
+
+
+def test_a_confirmed_stop_ends_the_wait_and_another_workers_death_does_not():
+    registry = WorkerRegistry()
+    registry.joined("w1", "tcp://127.0.0.1:1")
+    registry.joined("w2", "tcp://127.0.0.1:2")
+    thread, outcome = stopping(registry, 8, "w2")
+    registry.remove("w1")  # wakes the waiter, which must go on waiting: it ends confirmed, not given up
+    registry.stopped(8)
+    thread.join(30)
+    assert outcome == [True]
