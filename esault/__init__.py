@@ -11,7 +11,7 @@ from esault.dsl import (
 )
 from esault.errors import (
     ConfigError, EsaultError, FrameError, ResourceError, RoutingError, ScalingError, SerializationError,
-    SinkError, TopologyError, UnitStartError,
+    SinkError, StoreDamaged, TopologyError, UnitStartError,
 )
 from esault.keyhash import KEY_SPACE_MAX, key_hash
 from esault.runtime.job import Job
@@ -20,7 +20,7 @@ from esault.runtime.messages import ScaleResult
 __all__ = [
     "KEY_SPACE_MAX", "Anchor", "Bolt", "ConfigError", "ElasticityConfig", "EsaultError", "FrameError",
     "Grouping", "Job", "JobConfig", "LocalCluster", "ReplayingSpout", "ResourceError", "RoutingError",
-    "ScaleResult", "ScalingError", "SerializationError", "SinkError", "Spout", "TextFileSpout", "Topology",
-    "TopologyBuilder",
+    "ScaleResult", "ScalingError", "SerializationError", "SinkError", "Spout", "StoreDamaged", "TextFileSpout",
+    "Topology", "TopologyBuilder",
     "TopologyContext", "TopologyError", "Tuple", "UnitStartError", "in_worker", "key_hash",
 ]

@@ -212,6 +212,9 @@ def _run(args: argparse.Namespace) -> int:
         job = cluster.submit(topology, config)
         if job.restored_from is not None:
             print(_resuming(job, args.path), flush=True)
+        fallback = getattr(getattr(job, "checkpoints", None), "fallback", None)
+        if fallback:
+            print(f"esault: {fallback}", flush=True)
         print(f"topology {job.name!r} running (Ctrl-C stops it in order)", file=sys.stderr, flush=True)
         progress = _Progress(job, sys.stderr) if sys.stderr.isatty() else None
         interrupted = False

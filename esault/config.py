@@ -103,6 +103,17 @@ class JobConfig:
     """Seconds between checkpoints under exactly_once."""
     checkpoint_timeout: float = 60.0
     """A checkpoint not complete after this many seconds is abandoned (the next one retries)."""
+    tolerable_checkpoint_failures: int = 3
+    """Checkpoints in a row that may fail (a snapshot or a sink's stage that cannot be made durable, too
+    little free space, a timeout) before the job stops with an error: with none completing, a restart
+    would redo ever more and the sinks publish nothing (Flink's tolerable-failed-checkpoints). 0: the
+    first failure stops the job. A failure a rollback causes is not counted."""
+    checkpoint_min_free_bytes: int = 1 << 20
+    """A checkpoint starts only with at least this much free space where the checkpoint store is
+    (data_dir); otherwise it fails at once (counted as above)."""
+    retained_checkpoints: int = 3
+    """Completed checkpoints kept restorable (besides savepoints): a restart whose latest checkpoint is
+    damaged falls back to the newest intact one of these (Flink's state.checkpoints.num-retained)."""
     restore_from: int | None = None
     """Start from this completed checkpoint or savepoint (its epoch) instead of the latest one."""
     fresh_start: bool = False
@@ -137,6 +148,9 @@ class JobConfig:
             raise ConfigError(f"{o}.guarantee must be one of {', '.join(GUARANTEES)}, got {self.guarantee!r}")
         _positive(o, "checkpoint_interval", self.checkpoint_interval)
         _positive(o, "checkpoint_timeout", self.checkpoint_timeout)
+        _whole(o, "retained_checkpoints", self.retained_checkpoints, 1)
+        _whole(o, "tolerable_checkpoint_failures", self.tolerable_checkpoint_failures, 0)
+        _whole(o, "checkpoint_min_free_bytes", self.checkpoint_min_free_bytes, 0)
         if self.restore_from is not None:
             _whole(o, "restore_from", self.restore_from, 1)
         if not isinstance(self.fresh_start, bool):

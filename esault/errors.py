@@ -73,3 +73,12 @@ class SinkError(EsaultError):
 
 class SchemaError(SinkError):
     """A row does not fit the declared or inferred table schema."""
+
+
+class StoreDamaged(EsaultError):
+    """A file the job keeps durably (the checkpoint store, a sink's commit log, a table's metadata) fails
+    verification: the message names the file, the damage and the ways out."""
+
+
+class SinkFileDamaged(SinkError, StoreDamaged):
+    """A sink's commit log or a table's metadata fails verification (see StoreDamaged)."""

@@ -5,15 +5,21 @@ A JSON line per event:
     {"op": "begin",  "batch": id, "seq": n, "path": "<dir under the table>", "rows": r, "time": t}
     {"op": "commit", "batch": id, "time": t}
     {"op": "abort",  "batch": id, "time": t}
+    {"op": "retract", "batch": id, "time": t}   (exactly-once: a published batch taken out again)
 
 "begin" is written (and fsync'd) before the batch directory is renamed into
 the table, "commit" after; a begin with neither commit nor abort is a commit
 cut short, which the writer resolves on open. An exactly-once batch is first
 "stage"d (its files durable in staging, tagged with its checkpoint epoch);
 its "begin" (written only once that checkpoint completed) keeps the epoch.
-Logs without "stage" records read as before. Each append is one write() of a
-whole line followed by fsync; a crash can only leave a torn *last* line, which
-is dropped on open. The open log holds an exclusive flock, so two live writers
+Logs without "stage" records read as before. A published batch of an epoch
+after the checkpoint a job restores (it fell back from a damaged checkpoint,
+or started afresh) is "retract"ed: logged first, then its directory leaves
+the table, and the replay writes its rows again. Each append is one write() of a
+whole line, ending in `"crc":` (the CRC-32 of the line before it), followed by
+fsync; a crash can only leave a torn *last* line, which is dropped on open. Any
+other line that does not parse or fails its CRC is damage: SinkFileDamaged
+names the line and the ways out (lines of an older esault have no CRC). The open log holds an exclusive flock, so two live writers
 can never share it. Pure file I/O: no Spark.
 """
 
@@ -23,11 +29,14 @@ import fcntl
 import json
 import os
 import time
+import zlib
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from esault.errors import SinkError
+from esault.errors import SinkError, SinkFileDamaged
+
+_CRC = b',"crc":'
 
 
 @dataclass(frozen=True, slots=True)
@@ -38,7 +47,7 @@ class BatchRecord:
     seq: int
     path: str
     rows: int
-    state: str  # "staged" | "begun" | "committed" | "aborted"
+    state: str  # "staged" | "begun" | "committed" | "aborted" | "retracted"
     epoch: int | None = None  # the checkpoint epoch of an exactly-once batch
 
 
@@ -80,16 +89,13 @@ class CommitLog:
                     self.dropped_torn_tail = True
                 break
             try:
-                rec = json.loads(line)
+                rec = json.loads(_checked(line))
                 self._apply(rec)
-            except (ValueError, KeyError, TypeError):
-                if i == len(lines) - 2 and not lines[-1]:
+            except (ValueError, KeyError, TypeError) as exc:
+                if i == len(lines) - 2 and not lines[-1] and not isinstance(exc, _BadCrc):
                     self.dropped_torn_tail = True  # torn last line that happened to end in '\n'
                     break
-                raise SinkError(
-                    f"commit log {self.path} is corrupt at line {i + 1}: {line[:80]!r}; "
-                    "it is written only by the sink -- restore it from a backup or move the table aside"
-                ) from None
+                raise damaged_log(self.path, f"line {i + 1} ({line[:80]!r}) {exc}") from None
             good_end += len(line) + 1
         if good_end != len(data):
             os.ftruncate(self._fd, good_end)
@@ -106,18 +112,18 @@ class CommitLog:
                                                "begun" if op == "begin" else "staged",
                                                None if epoch is None else int(epoch))
             self.max_seq = max(self.max_seq, seq)
-        elif op in ("commit", "abort"):
+        elif op in ("commit", "abort", "retract"):
             old = self._batches[batch]
-            self._batches[batch] = BatchRecord(
-                old.batch, old.seq, old.path, old.rows, "committed" if op == "commit" else "aborted", old.epoch
-            )
+            state = {"commit": "committed", "abort": "aborted", "retract": "retracted"}[op]
+            self._batches[batch] = BatchRecord(old.batch, old.seq, old.path, old.rows, state, old.epoch)
         else:
             raise ValueError(op)
 
     def _append(self, rec: dict[str, Any]) -> None:
         if self._fd is None:
             raise SinkError(f"commit log {self.path} is closed")
-        line = (json.dumps(rec, separators=(",", ":")) + "\n").encode()
+        body = json.dumps(rec, separators=(",", ":")).encode()
+        line = body[:-1] + _CRC + str(zlib.crc32(body)).encode() + b"}\n"
         start = os.lseek(self._fd, 0, os.SEEK_END)
         written = os.write(self._fd, line)
         if written != len(line):
@@ -151,6 +157,10 @@ class CommitLog:
     def abort(self, batch: str) -> None:
         self._append({"op": "abort", "batch": batch, "time": time.time()})
 
+    def retract(self, batch: str) -> None:
+        """Record (durably) that published `batch` leaves the table: its epoch's rows come again."""
+        self._append({"op": "retract", "batch": batch, "time": time.time()})
+
     def get(self, batch: str) -> BatchRecord | None:
         return self._batches.get(batch)
 
@@ -178,6 +188,35 @@ class CommitLog:
     @property
     def closed(self) -> bool:
         return self._fd is None
+
+
+class _BadCrc(ValueError):
+    """A whole line whose bytes changed after it was written."""
+
+
+def _checked(line: bytes) -> bytes:
+    """The record of a log line (without its CRC); _BadCrc if the CRC does not match."""
+    at = line.rfind(_CRC)
+    if at < 0:
+        return line  # written by an older esault: no CRC
+    body = line[:at] + b"}"
+    try:
+        crc = int(line[at + len(_CRC):-1])
+    except ValueError:
+        raise _BadCrc("has an unreadable CRC") from None
+    if zlib.crc32(body) != crc or not line.endswith(b"}"):
+        raise _BadCrc("fails its CRC")
+    return body
+
+
+def damaged_log(path: Path, damage: str) -> SinkFileDamaged:
+    """The error for a commit log that cannot be trusted: the file, the damage, the ways out."""
+    table = path.parent.parent.parent if path.parent.parent.name == "_esault" else None
+    return SinkFileDamaged(
+        f"the sink's commit log {path} is damaged: {damage}. It says which batches of the table are published, "
+        "so the sink cannot go on without it. Ways out: put back a copy of the file from a backup and run "
+        f"again; or move the table{f' ({table})' if table else ''} aside and run the job with --fresh "
+        "(JobConfig(fresh_start=True)), which writes the table again from the beginning")
 
 
 def fsync_dir(path: Path) -> None:

@@ -8,7 +8,9 @@ Under guarantee="exactly_once" the runtime calls, on the SPU's thread:
   on_checkpoint_complete(e)   every staged epoch <= e is published (phase two: rename into the table);
   open() after a rollback or restart with context.restored_epoch = E: staged epochs <= E are published
                               (their checkpoint completed, the process died before publishing), later
-                              ones aborted (their rows come again from the replay);
+                              ones aborted (their rows come again from the replay), and published
+                              epochs > E retracted (E is older than the latest: a fallback from a
+                              damaged checkpoint, a restore_from, or a fresh start);
   abandon()                   a rollback discards the instance: nothing more is staged or published.
 Batch ids are `<writer>.e<epoch>.p<part>` and the writer name is per instance, not per SPU, so a
 relaunched instance finds its staged epochs and a republished epoch is recognised by the commit log.
@@ -183,6 +185,12 @@ class EpochCommitter:
                     published = True
                 else:
                     writer.abort_staged(rec.batch)
+            retracted = writer.retract_after(restored_epoch)
+            if retracted:
+                log.warning("SparkSink %s: took %d published batch(es) of epochs after the restored checkpoint %s "
+                            "out of the table (the replay writes their rows again): %s", self.sink.table,
+                            len(retracted), restored_epoch, retracted)
+                published = True
         except Stopped:
             raise
         except BaseException as exc:

@@ -3,7 +3,8 @@
 Every sink instance writing the table (other SPUs, restarted jobs) and every
 reader (spark_sink.analytics) reads the same file, so an inferred schema is
 decided once and then enforced everywhere. The first writer to store it wins
-(an atomic link), a racing writer adopts the winner's.
+(an atomic link), a racing writer adopts the winner's. The file carries the
+CRC-32 of its content: a changed file is SinkFileDamaged, naming the ways out.
 """
 
 from __future__ import annotations
@@ -11,10 +12,11 @@ from __future__ import annotations
 import json
 import os
 import uuid
+import zlib
 from dataclasses import dataclass
 from pathlib import Path
 
-from esault.errors import SinkError
+from esault.errors import SinkFileDamaged
 from spark_sink.schema import Column, TableSchema
 
 
@@ -35,18 +37,20 @@ class TableMeta:
         return self.columns.without(self.partition_names)
 
     def to_json(self) -> str:
-        return json.dumps(
-            {
-                "version": 1,
-                "columns": [[c.name, c.type, c.nullable] for c in self.columns.columns],
-                "partitions": [[c.name, c.type] for c in self.partitions],
-            },
-            indent=1,
-        )
+        content = {
+            "version": 1,
+            "columns": [[c.name, c.type, c.nullable] for c in self.columns.columns],
+            "partitions": [[c.name, c.type] for c in self.partitions],
+        }
+        return json.dumps({**content, "crc": _crc(content)}, indent=1)
 
     @classmethod
     def from_json(cls, text: str) -> "TableMeta":
+        """ValueError if the text is not what to_json() wrote (its CRC, when it has one, fails)."""
         data = json.loads(text)
+        crc = data.pop("crc", None)
+        if crc is not None and crc != _crc(data):
+            raise ValueError("its content fails its CRC")
         cols = TableSchema(tuple(Column(n, t, bool(nl)) for n, t, nl in data["columns"]))
         parts = tuple(Column(n, t) for n, t in data["partitions"])
         return cls(cols, parts)
@@ -62,8 +66,16 @@ def load_meta(path: Path) -> TableMeta | None:
         return None
     try:
         return TableMeta.from_json(text)
-    except (ValueError, KeyError, TypeError) as exc:
-        raise SinkError(f"table metadata {path} is unreadable ({exc}); it is written only by the sink") from None
+    except (ValueError, KeyError, TypeError, AttributeError) as exc:
+        raise SinkFileDamaged(
+            f"the table metadata {path} is damaged: {exc}. It holds the table's schema and partition columns, "
+            "written once by the sink. Ways out: put back a copy of the file from a backup; or delete it and run "
+            "again: the sink writes it again from its declared schema (or infers one from the next rows; check that "
+            "it matches the data already in the table)") from None
+
+
+def _crc(content: dict) -> int:
+    return zlib.crc32(json.dumps(content, sort_keys=True, separators=(",", ":")).encode())
 
 
 def store_meta(path: Path, meta: TableMeta) -> TableMeta:

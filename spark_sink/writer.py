@@ -23,7 +23,9 @@ checkpoint completed: it is published from staging (rolled forward). Leftover
 staging directories of this writer are deleted, except those of staged
 exactly-once batches, which wait for their checkpoint (spark_sink/epochs.py).
 Sequence numbers continue after the highest one in the log, so a restarted
-writer never reuses a batch id.
+writer never reuses a batch id. A batch directory of this writer in the table
+that the log has no record of means the log lost records (truncated, replaced):
+SinkFileDamaged, before anything is written.
 
 File I/O only (the Spark part is the stager); runs on the committer thread.
 """
@@ -39,10 +41,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from esault.errors import SinkError
-from spark_sink.commit_log import CommitLog, fsync_dir
+from spark_sink.commit_log import CommitLog, damaged_log, fsync_dir
 from spark_sink.failpoints import Failpoint
 from spark_sink.failpoints import from_env as failpoint_from_env
 from spark_sink.layout import TablePaths
+from spark_sink.schema import BATCH_COLUMN
 from spark_sink.stager import Stager, is_data_file
 
 if TYPE_CHECKING:
@@ -96,7 +99,22 @@ class BatchWriter:
         """The first sequence number never used by this writer."""
         return self.log.max_seq + 1
 
+    def _check_log_against_table(self) -> None:
+        """Every published batch directory of this writer must be in the log (see the module doc)."""
+        known = {r.batch for r in self.log.records() if r.state in ("begun", "committed", "retracted")}
+        prefix = f"{BATCH_COLUMN}={self.writer}."
+        unknown = []
+        for folder, subdirs, _ in os.walk(self.paths.root):
+            batches = [d for d in subdirs if d.startswith(prefix)]
+            unknown += [os.path.join(folder, d) for d in batches if d[len(BATCH_COLUMN) + 1:] not in known]
+            subdirs[:] = [d for d in subdirs if d != self.paths.meta.name and d not in batches]
+        if unknown:
+            raise damaged_log(self.log.path, f"it has no record of {len(unknown)} published batch(es) of writer "
+                                             f"{self.writer} in the table, e.g. {unknown[0]}: records were lost "
+                                             "(the file was truncated or replaced)")
+
     def _recover(self) -> Recovery:
+        self._check_log_against_table()
         forward, aborted = [], []
         for rec in self.log.unfinished():
             if (self.paths.root / rec.path).is_dir():
@@ -217,6 +235,28 @@ class BatchWriter:
         os.rename(self.paths.staging / batch_id, dest)
         fsync_dir(dest.parent)
         fsync_dir(self.paths.staging)
+
+    def retract_after(self, epoch: int | None) -> list[str]:
+        """Exactly-once: take out of the table every batch this writer published for an epoch after
+        `epoch`, the checkpoint being restored (None: the job starts from nothing). The restore replays
+        those epochs' input, so their rows come again; leaving them would count them twice. Each is
+        logged before its directory goes (renamed into staging, then removed), so a crash in between
+        is finished by the next call."""
+        gone = []
+        for rec in self.log.records():
+            if rec.state == "committed" and rec.epoch is not None and rec.epoch > (epoch or 0):
+                self.log.retract(rec.batch)
+            elif rec.state != "retracted":
+                continue
+            dest = self.paths.root / rec.path
+            if dest.exists():
+                aside = self.paths.staging / f"{rec.batch}.retracted"
+                shutil.rmtree(aside, ignore_errors=True)
+                os.rename(dest, aside)
+                fsync_dir(dest.parent)
+                shutil.rmtree(aside, ignore_errors=True)
+                gone.append(rec.batch)
+        return gone
 
     def abort_staged(self, batch_id: str) -> None:
         """A staged batch whose checkpoint never completed: its rows will be produced again."""

@@ -19,6 +19,8 @@ from __future__ import annotations
 
 import json
 import logging
+import shutil
+import sqlite3
 import threading
 import time
 from dataclasses import dataclass, field
@@ -26,8 +28,8 @@ from typing import Any
 
 import pykka
 
-from esault.checkpoint.store import CheckpointStore, Completed
-from esault.errors import ConfigError
+from esault.checkpoint.store import CheckpointStore, Completed, damaged_store
+from esault.errors import ConfigError, StoreDamaged, WorkerLost
 from esault.metrics import registry as metrics
 from esault.runtime.messages import (
     CheckpointAck, CheckpointComplete, CheckpointStart, FailPending, GetRoutes, GetSpus, ScaleResult,
@@ -138,6 +140,13 @@ class CheckpointStats:
     durations: list[float] = field(default_factory=list)
     completed_at: list[float] = field(default_factory=list)  # time.monotonic() of each completion (last 1000)
     recoveries: list[Recovery] = field(default_factory=list)
+    failed_in_a_row: int = 0
+    """Failures since the last completed checkpoint, those a rollback caused left out."""
+    last_failure: str | None = None
+
+
+def _size(n: int) -> str:
+    return f"{n / (1 << 20):.1f} MiB" if n >= 1 << 20 else f"{n} bytes"
 
 
 def topology_fingerprint(topology: Any) -> str:
@@ -173,6 +182,8 @@ class CheckpointCoordinator:
     """Owns the job's checkpoint record; every method runs on the control thread."""
 
     COMPACT_EVERY = 10
+    RELAUNCH_ATTEMPTS = 3
+    """Relaunches of a unit within one rollback while workers die under its new SPUs."""
 
     def __init__(self, job: Any, collector: AckCollector) -> None:
         self.job = job
@@ -180,28 +191,58 @@ class CheckpointCoordinator:
         self.topology = job.topology
         self.collector = collector
         self.store = CheckpointStore(job.ctx.checkpoint_path)
-        self.next_epoch = self.store.next_epoch()
+        try:
+            self.next_epoch = self.store.next_epoch()
+        except sqlite3.OperationalError:
+            raise
+        except sqlite3.DatabaseError as exc:
+            self.store.close()
+            raise damaged_store(self.store.path, f"SQLite cannot read it ({exc})") from None
         self.stats = CheckpointStats()
         self._last = time.monotonic()
         self.ended = False  # a final checkpoint ran: the spouts stopped at its barrier, no periodic ones follow
+        self.failure: str | None = None
+        """Set once more than tolerable_checkpoint_failures checkpoints failed in a row: why the job stops,
+        what is committed and how to resume. No checkpoint is taken after it."""
+        self.fallback: str | None = None
+        """Set by restore_point() when the latest checkpoint was damaged: what it fell back to, in words."""
 
     # --- start ---------------------------------------------------------------------
 
     def restore_point(self, restore_from: int | None = None) -> Completed | None:
-        """The checkpoint a starting job resumes from: `restore_from` (a savepoint's epoch) or the latest."""
+        """The checkpoint a starting job resumes from: `restore_from`, or the newest intact one.
+
+        Every checkpoint is verified first (store.verify()). A damaged latest one falls back to the newest
+        intact one (`self.fallback` says so) and the damaged ones are discarded; none intact is
+        StoreDamaged, naming the file, the damage and the ways out."""
         fingerprint = topology_fingerprint(self.topology)
+        verified = self.store.verify()
+        if restore_from is not None:
+            point = verified.get(restore_from)
+            if point is None and restore_from not in verified.damage:
+                raise ConfigError(f"no completed checkpoint {restore_from} in {self.store.path} (checkpoints before "
+                                  f"the {self.config.retained_checkpoints} retained ones are compacted away); "
+                                  f"recorded: {[c.epoch for c in verified.checkpoints][-10:]}")
+            problem = verified.spoiled(restore_from)
+            if problem is not None:
+                intact = [c.epoch for c in verified.checkpoints if verified.spoiled(c.epoch) is None]
+                raise StoreDamaged(
+                    f"checkpoint {restore_from} in {self.store.path} cannot be restored: {problem}. Intact "
+                    f"checkpoints: {intact[-10:] or 'none'}; restore one of those with --restore-from EPOCH, or "
+                    "start afresh with --fresh")
+        else:
+            point = verified.newest_intact()
+            newest = verified.newest_recorded
+            if newest is not None and point is None:
+                raise damaged_store(self.store.path, verified.spoiled(newest) or "no manifest can be read")
+            if point is not None and newest is not None and point.epoch < newest:
+                self.fallback = (
+                    f"checkpoint {newest} in {self.store.path} is damaged ({verified.spoiled(newest)}); "
+                    f"falling back to checkpoint {point.epoch}, the newest intact one: the job replays from "
+                    f"there and exactly-once sinks retract what they committed after it")
+                log.warning("topology %r: %s", self.job.name, self.fallback)
+                self.store.discard_after(point.epoch)
         stored = self.store.get_meta("topology")
-        point = self.store.get(restore_from) if restore_from is not None else self.store.latest()
-        if restore_from is not None and point is None:
-            raise ConfigError(f"no completed checkpoint {restore_from} in {self.store.path}; "
-                              f"completed: {[c.epoch for c in self.store.completed()][-10:]}")
-        latest = self.store.latest()
-        if point is not None and point.kind != "savepoint" and latest is not None and point.epoch != latest.epoch:
-            savepoints = [c.epoch for c in self.store.completed() if c.kind == "savepoint"]
-            raise ConfigError(
-                f"checkpoint {point.epoch} in {self.store.path} is not a savepoint (kind {point.kind!r}): "
-                f"compaction keeps those exact only while they are the latest ({latest.epoch}). Restore from a savepoint "
-                f"(esault savepoint; stored: {savepoints[-10:] or 'none'}) or from the latest")
         if point is not None and stored is not None and stored != fingerprint:
             raise ConfigError(
                 f"{self.store.path} holds checkpoints of topology {self.topology.name!r} that this one cannot "
@@ -228,6 +269,12 @@ class CheckpointCoordinator:
         """Take one checkpoint; its epoch once complete, None if it failed (the next one retries, unless
         the job lost a state it had to keep: then none is taken any more, see AckCollector.fatal)."""
         self._last = time.monotonic()
+        if self.failure is not None:
+            return None
+        short = self._space_short()
+        if short is not None:
+            self._failed("a checkpoint was not started", short, counted=True)
+            return None
         self.ended = self.ended or final
         if self.collector.fatal is not None:
             log.error("topology %r: no checkpoint taken: %s", self.job.name, self.collector.fatal)
@@ -256,10 +303,8 @@ class CheckpointCoordinator:
         failure = self.collector.wait(self.config.checkpoint_timeout)
         acks = self.collector.finish()
         if failure is not None:
-            self.stats.failed += 1
-            metrics.record_checkpoint(self.job.name, False, 0.0)
-            log.error("topology %r: checkpoint %d failed: %s", self.job.name, epoch, failure)
-            if failure.startswith("timed out") and not self.job._stopped and self.collector.fatal is None:
+            self._failed(f"checkpoint {epoch} failed", failure, counted=not failure.startswith("aborted"))
+            if failure.startswith("timed out") and not self.job._stopped and self.failure is None and self.collector.fatal is None:
                 # Some SPU may hold channels for a barrier that never comes: only a rollback frees them.
                 self.recover(frozenset(), f"checkpoint {epoch} {failure}")
             return None
@@ -275,18 +320,79 @@ class CheckpointCoordinator:
                 except Exception as exc:  # noqa: BLE001 - its worker died: a rollback follows
                     log.warning("checkpoint %d: CheckpointComplete not delivered: %r", epoch, exc)
         seconds = time.perf_counter() - started
+        self.stats.failed_in_a_row = 0
         self.stats.completed += 1
         self.stats.last_epoch = epoch
         self.stats.last_seconds = seconds
         self.stats.durations.append(seconds)
         self.stats.completed_at.append(time.monotonic())
         del self.stats.completed_at[:-1000]
-        metrics.record_checkpoint(self.job.name, True, seconds)
+        metrics.record_checkpoint(self.job.name, True, seconds, 0)
         del self.stats.durations[:-1000]
         log.info("topology %r: checkpoint %d (%s) complete in %.1f ms", self.job.name, epoch, kind, seconds * 1000)
         if self.stats.completed % self.COMPACT_EVERY == 0:
-            self.store.compact(epoch)
+            self.compact()
         return epoch
+
+    def _space_short(self) -> str | None:
+        """Why a checkpoint should not start for want of disk space where the store is, or None."""
+        folder = self.store.path.parent
+        try:
+            free = shutil.disk_usage(folder).free
+        except OSError as exc:
+            return f"the free space in {folder} cannot be read ({exc})"
+        need = self.config.checkpoint_min_free_bytes
+        if free < need:
+            return f"{folder} has only {_size(free)} free, below checkpoint_min_free_bytes={need}"
+        return None
+
+    def _failed(self, what: str, reason: str, counted: bool) -> None:
+        """Count a failed checkpoint; past the budget, stop taking them (self.failure says why)."""
+        self.stats.failed += 1
+        if counted:
+            self.stats.failed_in_a_row += 1
+            self.stats.last_failure = f"{what}: {reason}"
+        metrics.record_checkpoint(self.job.name, False, 0.0, self.stats.failed_in_a_row)
+        log.error("topology %r: %s: %s", self.job.name, what, reason)
+        if self.failure is None and self.stats.failed_in_a_row > self.config.tolerable_checkpoint_failures:
+            self.failure = self._give_up_message()
+            self.ended = True
+            log.error("topology %r: %s", self.job.name, self.failure)
+
+    def _give_up_message(self) -> str:
+        return self.explain(f"{self.stats.failed_in_a_row} checkpoints in a row failed (tolerable_checkpoint_failures="
+                            f"{self.config.tolerable_checkpoint_failures}), the last: {self.stats.last_failure}")
+
+    def explain(self, what: str) -> str:
+        """`what` went wrong with the checkpoints, then where they are, what is committed and how to go on."""
+        folder = self.store.path.parent
+        try:
+            free = f"{_size(shutil.disk_usage(folder).free)} free there"
+        except OSError:
+            free = "its free space unreadable"
+        try:
+            last = self.store.latest()
+        except sqlite3.Error:
+            last = None
+        if last is None:
+            committed = "nothing is committed (no checkpoint completed): a restart starts from the beginning"
+            resume = "run the same command again"
+        else:
+            at = ", ".join(f"{unit}[{i}] at {p!r}" for unit, by in sorted(last.positions.items())
+                           for i, p in sorted(by.items()))
+            committed = (f"committed is everything up to checkpoint {last.epoch} (spouts {at}), which the sinks "
+                         "published exactly; nothing after it")
+            resume = f"run the same command again: it resumes from checkpoint {last.epoch}"
+        return (f"{what}. The checkpoint store is {self.store.path} ({free}); {committed}. To go on: if that "
+                f"disk is full, make room on it (or move {folder} to a larger one and point --data-dir at it), "
+                f"then {resume}")
+
+    def compact(self) -> None:
+        """Compact at the oldest of the retained_checkpoints newest checkpoints: those stay restorable."""
+        periodic = [c.epoch for c in self.store.completed() if c.kind != "savepoint"]
+        retained = periodic[-self.config.retained_checkpoints:]
+        if retained:
+            self.store.compact(retained[0])
 
     # --- recovery --------------------------------------------------------------------
 
@@ -305,8 +411,15 @@ class CheckpointCoordinator:
             downstream = tuple(self.job.units[d.name].ask(GetRoutes(g.value), timeout=timeout)
                                for d, g in self.topology.downstream(self.topology.output_unit(spec.name)))
             positions = {} if point is None else point.positions.get(spec.name, {})
-            failed = self.job.units[spec.name].ask(
-                RelaunchSpus(record.restored_epoch, positions, downstream), timeout=timeout)
+            for attempt in range(1, self.RELAUNCH_ATTEMPTS + 1):
+                failed = self.job.units[spec.name].ask(
+                    RelaunchSpus(record.restored_epoch, positions, downstream), timeout=timeout)
+                if not isinstance(failed, WorkerLost) or attempt == self.RELAUNCH_ATTEMPTS:
+                    break
+                # Another worker died as this unit's SPUs started on it: those places are still empty (the
+                # unit kept them), so start them now, elsewhere, before any unit upstream sends a tuple.
+                log.warning("topology %r: unit %r: %s; relaunching its SPUs that did not start", self.job.name,
+                            spec.name, failed)
             if isinstance(failed, Exception):
                 self.job.fail(f"unit {spec.name!r} could not be restored after {reason}: {failed}")
         record.seconds = time.monotonic() - record.started

@@ -414,10 +414,20 @@ class ProcessLauncher:
             return
         request = next(self._requests)
         done = self.registry.expect_stop(request, worker)
-        self.postman.send(worker, "host", StopSpu(spu_id, request))
         self.registry.removed(worker, spu_id)
+        try:
+            self.postman.send(worker, "host", StopSpu(spu_id, request))
+        except Exception:
+            if worker in self.registry.workers:
+                raise
+            return  # declared dead meanwhile: the SPU is gone with its process
         if block and not done.wait(self.stop_timeout):
-            log.warning("worker %s did not confirm stopping SPU %d within %ss", worker, spu_id, self.stop_timeout)
+            if worker in self.registry.workers:
+                log.warning("worker %s did not confirm stopping SPU %d within %ss", worker, spu_id,
+                            self.stop_timeout)
+            else:
+                log.warning("worker %s died before it confirmed stopping SPU %d: the SPU went with it",
+                            worker, spu_id)
 
     def worker_of(self, spu_id: int) -> str | None:
         return self._where.get(spu_id)

@@ -146,6 +146,13 @@ CHECKPOINTS: Final = Counter(
     registry=REGISTRY,
 )
 
+CHECKPOINT_FAILURES_IN_A_ROW: Final = Gauge(
+    "esault_checkpoint_failures_in_a_row",
+    "Checkpoints failed since the last completed one; the job stops once it exceeds tolerable_checkpoint_failures.",
+    labelnames=("topology",),
+    registry=REGISTRY,
+)
+
 CHECKPOINT_DURATION: Final = Histogram(
     "esault_checkpoint_duration_seconds",
     "Time from triggering a checkpoint to recording it complete (every SPU's snapshot durable).",
@@ -331,13 +338,15 @@ def init_checkpoint_series(topology: str) -> None:
     for outcome in ("completed", "failed"):
         CHECKPOINTS.labels(topology, outcome)
     CHECKPOINT_DURATION.labels(topology)
+    CHECKPOINT_FAILURES_IN_A_ROW.labels(topology).set(0)
     RECOVERIES.labels(topology)
     RECOVERY_PAUSE.labels(topology)
 
 
-def record_checkpoint(topology: str, completed: bool, seconds: float) -> None:
+def record_checkpoint(topology: str, completed: bool, seconds: float, failures_in_a_row: int = 0) -> None:
     """Count one checkpoint; a completed one's duration goes to the histogram."""
     CHECKPOINTS.labels(topology, "completed" if completed else "failed").inc()
+    CHECKPOINT_FAILURES_IN_A_ROW.labels(topology).set(failures_in_a_row)
     if completed:
         CHECKPOINT_DURATION.labels(topology).observe(_seconds(seconds))
 

@@ -103,6 +103,7 @@ class Job:
         """Why the job cannot go on (a lost SPU no worker could take back): wait() is False at once while any."""
         self._lock = threading.Lock()
         self.final_status: dict[str, Any] | None = None
+        self._final_failure: str | None = None
         self.ctx.acker = self._start_named("acker", lambda: AckServerActor.start(self.ctx))
         self.ctx.ticker.subscribe(self.ctx.acker)
         collector = AckCollector()
@@ -518,6 +519,8 @@ class Job:
             "unaccounted": self.unaccounted,
             "guarantee": self.config.guarantee,
             "checkpoints": {"completed": self.checkpoints.stats.completed, "failed": self.checkpoints.stats.failed,
+                            "failed_in_a_row": self.checkpoints.stats.failed_in_a_row,
+                            "last_failure": self.checkpoints.stats.last_failure,
                             "last_epoch": self.checkpoints.stats.last_epoch,
                             "recoveries": len(self.checkpoints.stats.recoveries)},
         }
@@ -563,12 +566,14 @@ class Job:
 
     @property
     def failures(self) -> list[str]:
-        """Why the job cannot run as declared, first cause first: a lost SPU no worker could take back, or
-        (exactly_once) a state it had to keep that could not be saved (the error names the bolt, key,
-        attribute and type, and the fix). Non-empty: wait() returns False at once, no checkpoint completes
-        any more, and `esault run` exits 2."""
-        fatal = self.checkpoints.collector.fatal
-        return [*self._failures, *([fatal] if fatal and fatal not in self._failures else [])]
+        """Why the job cannot go on as declared, first cause first: a lost SPU no worker could take back, or
+        under exactly_once a state it had to keep that could not be saved (the error names the bolt, key,
+        attribute and type, and the fix), checkpoints that could not be made durable past
+        tolerable_checkpoint_failures, or a final checkpoint that failed (these say what is committed and how
+        to resume). Non-empty: wait() returns False at once, no checkpoint completes any more, and `esault
+        run` exits 2."""
+        found = [*self._failures, self.checkpoints.collector.fatal, self.checkpoints.failure, self._final_failure]
+        return list(dict.fromkeys(reason for reason in found if reason))
 
     @property
     def failure(self) -> str | None:
@@ -782,6 +787,11 @@ class Job:
         if self.failure is not None:  # the final checkpoint found the state the job cannot keep: its verdict
             return
         last = self.checkpoints.stats.last_epoch
+        if self.checkpoints.failure is not None:
+            return  # the budget ran out during the final checkpoint: that message says it all
+        if self.checkpoints.stats.last_failure is not None and why == "see the log above":
+            why = self.checkpoints.stats.last_failure
+        self._final_failure = self.checkpoints.explain(f"the job stopped without its final checkpoint ({why})")
         log.error("topology %r stopped without its final checkpoint (%s); a restart resumes from checkpoint %s "
                   "and produces what came after it again", self.name, why, last)
 

@@ -21,10 +21,12 @@ class ExitCode(IntEnum):
     """The job ran but did not process all its input: it timed out, a spout stopped by errors, tuples were
     lost or dead-lettered. The summary says what and where."""
     NOT_STARTED = 2
-    """Nothing ran, or the job could not run as declared: bad arguments, configuration or topology, a unit
-    that could not start (its open() raised, its params cannot reach a worker, no worker joined or none is
-    left to take a lost SPU back), or a state exactly_once must checkpoint that cannot be saved
-    (Job.failures)."""
+    """Nothing ran, or the job could not go on as declared: bad arguments, configuration or topology, a
+    unit that could not start (its open() raised, its params cannot reach a worker, no worker joined, a
+    damaged checkpoint store), no worker left to take a lost SPU back, a state exactly_once must
+    checkpoint that cannot be saved, or exactly_once checkpoints that cannot be made durable
+    (tolerable_checkpoint_failures spent, a full disk) or a final checkpoint that failed (Job.failures;
+    the message says what is committed and how to resume)."""
     NO_DRIVER = 3
     """`esault worker`: the driver could not be reached within --connect-timeout, or went silent."""
     INTERRUPTED = 130

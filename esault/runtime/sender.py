@@ -10,7 +10,7 @@ import pykka
 
 from esault.dsl.context import TopologyContext
 from esault.dsl.topology import UnitSpec
-from esault.errors import SerializationError, UnsaveableState
+from esault.errors import SerializationError, StoreDamaged, UnsaveableState
 from esault.metrics import registry as metrics
 from esault.metrics.stats import SpuStats
 from esault.routing.output_router import OutputRouter
@@ -140,8 +140,11 @@ class SenderActor(pykka.ThreadingActor):
     def failed_to_start(self, what: str, exc: BaseException) -> None:
         """User code raised in on_start: keep the cause for StartCheck; the launcher fails the unit with it."""
         kind = "spout" if self.spec.is_spout else "bolt"
-        self.start_error = f"{kind} {self.unit_name!r} {what} raised {type(exc).__name__}: {exc}{user_frame(exc)}"
-        log.error("topology %r: %s", self.job.name, self.start_error, exc_info=(type(exc), exc, exc.__traceback__))
+        damaged = isinstance(exc, StoreDamaged)  # its message says it all: no code of the user's is at fault
+        self.start_error = (f"{kind} {self.unit_name!r} {what} raised {type(exc).__name__}: {exc}"
+                            f"{'' if damaged else user_frame(exc)}")
+        log.error("topology %r: %s", self.job.name, self.start_error,
+                  exc_info=None if damaged else (type(exc), exc, exc.__traceback__))
 
     def on_receive(self, message: Any) -> Any:
         if type(message) is StartCheck:

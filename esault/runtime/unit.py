@@ -180,7 +180,9 @@ class UnitActor(pykka.ThreadingActor):
                 op.cmd.reply.set_exception(ScalingError(
                     f"{self._describe(op)} aborted: {msg.reason}; the job rolled back to its last checkpoint "
                     "and the unit can scale again"))
-        self._discarded = sorted(self.spus)
+        # With the ones an earlier relaunch could not start (their worker died as they started): the
+        # interval table and the instances still name them, so this rollback's relaunch must fill them too.
+        self._discarded = sorted(set(self.spus) | set(self._discarded))
         for spu_id, mailbox in {**self.spus, **extra}.items():
             if spu_id in msg.lost:
                 continue
@@ -203,10 +205,17 @@ class UnitActor(pykka.ThreadingActor):
                 version=self.table.version + 1)
         self.version += 1
         self._discarded = []
+        failed: list[tuple[int, Exception]] = []
         for new in renamed.values():
-            self.spus[new] = self._launch(new, self.downstream, None, msg.epoch,
-                                          msg.positions.get(self.instance_of[new]))
+            try:
+                self.spus[new] = self._launch(new, self.downstream, None, msg.epoch,
+                                              msg.positions.get(self.instance_of[new]))
+            except Exception as exc:  # noqa: BLE001 - e.g. WorkerLost: its death queues another rollback
+                failed.append((new, exc))
+                self._discarded.append(new)  # the next rollback relaunches it with the others
         self._announce_members()
+        if failed:
+            raise failed[0][1]
 
     def on_stop(self) -> None:
         for mailbox in self.spus.values():

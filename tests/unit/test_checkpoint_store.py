@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import multiprocessing
+import os
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -10,7 +11,7 @@ from hypothesis import strategies as st
 import pytest
 
 from esault.checkpoint.store import BUCKET_BITS, CheckpointStore, bucket_of, instance_slot, pack_entries
-from esault.errors import ConfigError
+from esault.errors import ConfigError, StoreDamaged
 from esault.keyhash import KEY_SPACE_MAX, key_hash
 from esault.transport.codec import encode
 
@@ -172,3 +173,94 @@ def test_processes_writing_the_same_file_at_once_lose_no_row(tmp_path):
     for epoch in range(1, 21):
         store.complete(epoch, "checkpoint", {})
     assert all(len(restored(store, f"u{i}", 20)) == 20 for i in range(3))
+
+
+def three_checkpoints(path) -> CheckpointStore:
+    """Epochs 1-3, each changing keys a and b (every checkpoint reads rows of all three epochs at most)."""
+    store = CheckpointStore(path)
+    for epoch in (1, 2, 3):
+        store.write_states("count", epoch, 0, rows({"a": epoch, "b": 10 * epoch}))
+        store.write_states("count", epoch, 1, rows({f"k{epoch}": epoch}))
+        store.complete(epoch, "checkpoint", {"src": {0: 100 * epoch}})
+    return store
+
+
+def test_every_checkpoint_of_an_undamaged_store_verifies_intact(tmp_path):
+    verified = three_checkpoints(tmp_path / "c.sqlite").verify()
+    assert verified.damage == {} and [c.epoch for c in verified.checkpoints] == [1, 2, 3]
+    assert verified.newest_intact().epoch == 3
+
+
+def test_a_changed_state_row_spoils_its_checkpoint_and_every_later_one(tmp_path):
+    store = three_checkpoints(tmp_path / "c.sqlite")
+    store._db.execute("UPDATE buckets SET entries = ? WHERE epoch = 2 AND writer = 1", (pack_entries(["k2", 99]),))
+    verified = store.verify()
+    assert "a state row of checkpoint 2 (unit 'count'" in verified.damage[2]
+    assert verified.spoiled(3) == verified.damage[2] and verified.spoiled(1) is None
+    assert verified.newest_intact().epoch == 1
+
+
+def test_a_lost_state_row_is_caught_by_its_manifests_digest(tmp_path):
+    store = three_checkpoints(tmp_path / "c.sqlite")
+    listed = store._db.execute("SELECT COUNT(*) FROM buckets WHERE epoch = 3").fetchone()[0]
+    store._db.execute("DELETE FROM buckets WHERE epoch = 3 AND writer = 1")
+    assert store.verify().damage == {3: f"checkpoint 3 has {listed - 1} state rows where its manifest lists {listed}"}
+
+
+def test_a_changed_manifest_spoils_its_checkpoint(tmp_path):
+    store = three_checkpoints(tmp_path / "c.sqlite")
+    store._db.execute("UPDATE checkpoints SET positions = ? WHERE epoch = 3", (encode({"src": {0: 1}}),))
+    verified = store.verify()
+    assert verified.damage == {3: "the manifest of checkpoint 3 fails its checksum"}
+    assert verified.newest_intact().epoch == 2 and verified.newest_recorded == 3
+
+
+def test_discarding_damaged_checkpoints_never_reuses_their_epochs(tmp_path):
+    store = three_checkpoints(tmp_path / "c.sqlite")
+    store.write_states("count", 4, 0, rows({"a": 4}))  # an epoch that never completed
+    store.discard_after(1)
+    assert [c.epoch for c in store.completed()] == [1] and store.verify().damage == {}
+    assert restored(store, "count", 1) == {"a": 1, "b": 10, "k1": 1}
+    store.close()
+    assert CheckpointStore(tmp_path / "c.sqlite").next_epoch() == 5
+
+
+@pytest.mark.parametrize("damage", ["truncated", "garbage"])
+def test_a_store_sqlite_cannot_read_is_refused_naming_the_file_and_the_ways_out(tmp_path, damage):
+    path = tmp_path / "c.sqlite"
+    three_checkpoints(path).close()
+    if damage == "truncated":
+        size = path.stat().st_size
+        with open(path, "r+b") as fh:
+            fh.truncate(size // 2)
+    else:
+        path.write_bytes(os.urandom(8192))
+    with pytest.raises(StoreDamaged, match=rf"checkpoint store {path} is damaged: .*--fresh.*--restore-from"):
+        CheckpointStore(path).verify()
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.tuples(st.dictionaries(st.sampled_from(KEYS), st.integers(0, 99), max_size=30),
+                          st.booleans(), st.booleans()), min_size=1, max_size=8), st.integers(0, 7))
+def test_compaction_at_any_retained_checkpoint_keeps_every_recorded_one_exact_and_verified(
+        tmp_path_factory, epochs, pick):
+    store = CheckpointStore(tmp_path_factory.mktemp("c") / "c.sqlite")
+    done = []
+    for epoch, (states, completes, savepoint) in enumerate(epochs, start=1):
+        store.write_states("u", epoch, epoch % 3, rows(states))
+        if states:
+            store.write_states("u", epoch, 9, [(instance_slot(0), encode(sum(states.values())))])
+        if completes:
+            store.complete(epoch, "savepoint" if savepoint else "checkpoint", {})
+            done.append(epoch)
+    if not done:
+        return
+    oldest_retained = done[pick % len(done)]
+    before = {e: (restored(store, "u", e), store.read_slot("u", e, instance_slot(0))) for e in done}
+    savepoints = {c.epoch for c in store.completed() if c.kind == "savepoint"}
+    store.compact(oldest_retained)
+    kept = [c.epoch for c in store.completed()]
+    assert [e for e in done if e >= oldest_retained or e in savepoints] == kept
+    assert {e: (restored(store, "u", e), store.read_slot("u", e, instance_slot(0))) for e in kept} == \
+        {e: before[e] for e in kept}
+    assert store.verify().damage == {}

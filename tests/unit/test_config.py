@@ -77,6 +77,10 @@ def test_min_spus_above_max_spus_says_how_to_fix_it() -> None:
         ("checkpoint_timeout", -1, r"JobConfig\.checkpoint_timeout must be a number > 0, got -1"),
         ("fresh_start", "yes", r"JobConfig\.fresh_start must be true or false, got 'yes'"),
         ("restore_from", -3, r"JobConfig\.restore_from must be a whole number >= 1, got -3"),
+        ("retained_checkpoints", 0, r"JobConfig\.retained_checkpoints must be a whole number >= 1, got 0"),
+        ("tolerable_checkpoint_failures", -1,
+         r"JobConfig\.tolerable_checkpoint_failures must be a whole number >= 0, got -1"),
+        ("checkpoint_min_free_bytes", 1.5, r"JobConfig\.checkpoint_min_free_bytes must be a whole number >= 0, got 1\.5"),
     ],
 )
 def test_job_config_rejects_bad_values(field: str, value: object, message: str) -> None:

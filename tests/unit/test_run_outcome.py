@@ -78,3 +78,11 @@ def test_a_job_that_could_not_keep_its_guarantee_exits_2_with_the_reason_first()
     outcome = judge_run({**status(), "failures": [failure]}, False, timeout=None, duration=None, dead_letter_path="x")
     assert outcome.exit_code is ExitCode.NOT_STARTED == 2
     assert outcome.problems == (failure,), "a failed job is not also reported as merely incomplete"
+
+
+def test_a_job_that_could_not_go_on_exits_2_with_its_reason_first_and_no_misleading_timeout():
+    fatal = ("4 checkpoints in a row failed (tolerable_checkpoint_failures=3), the last: ... The checkpoint store "
+             "is d/t/checkpoints.sqlite (0 bytes free there); ... run the same command again")
+    outcome = judge_run({**status(emitted=50, processed=20), "failures": [fatal]}, False, timeout=30.0, duration=None,
+                        dead_letter_path="x")
+    assert outcome.exit_code is ExitCode.NOT_STARTED and outcome.problems == (fatal,)

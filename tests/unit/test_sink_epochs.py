@@ -189,6 +189,49 @@ def test_a_restart_from_the_same_checkpoint_never_writes_an_epoch_twice(tmp_path
     assert rows_in(table_dir(tmp_path)) == sorted(A)
 
 
+@pytest.mark.parametrize("restored, expected", [(None, []), (1, sorted(A)), (2, sorted(A + B)),
+                                                (3, sorted(A + B + C))])
+def test_open_at_an_older_checkpoint_retracts_the_epochs_published_after_it_and_the_replay_writes_them_once(
+        tmp_path, restored, expected):
+    """A restart that falls back from a damaged checkpoint (or starts afresh) restores an epoch older than
+    what was published: the replay writes those epochs' rows again, so they must leave the table first."""
+    sink = open_sink(tmp_path)
+    for epoch, rows in ((1, A), (2, B), (3, C)):
+        feed(sink, rows)
+        checkpoint(sink, epoch)
+    sink.on_checkpoint_complete(3)
+    sink.close()
+    again = open_sink(tmp_path, restored=restored, spu_id=2)
+    again.wait_epochs(30)
+    assert rows_in(table_dir(tmp_path)) == expected
+    replayed = [rows for epoch, rows in ((1, A), (2, B), (3, C)) if restored is None or epoch > restored]
+    for epoch, rows in enumerate(replayed, start=7):  # epochs are never reused: the replay's are new
+        feed(again, rows)
+        checkpoint(again, epoch)
+        again.on_checkpoint_complete(epoch)
+    again.close()
+    assert rows_in(table_dir(tmp_path)) == sorted(A + B + C)
+    states = states_by_epoch(tmp_path)
+    assert all(states[e] == {"retracted"} for e in (1, 2, 3) if restored is None or e > restored)
+
+
+def test_a_retraction_cut_short_after_its_log_record_is_finished_by_the_next_open(tmp_path):
+    sink = open_sink(tmp_path)
+    feed(sink, A)
+    checkpoint(sink, 1)
+    sink.on_checkpoint_complete(1)
+    sink.close()
+    log = commit_log(tmp_path)
+    (batch,) = [r.batch for r in log.records()]
+    log.retract(batch)  # the process died before the directory left the table
+    log.close()
+    assert rows_in(table_dir(tmp_path)) == sorted(A)
+    again = open_sink(tmp_path, restored=1, spu_id=2)
+    again.wait_epochs(30)
+    again.close()
+    assert rows_in(table_dir(tmp_path)) == []
+
+
 def test_abandon_publishes_nothing_more_and_releases_the_commit_log_at_once(tmp_path):
     stager = GateStager(hold=True)
     sink = open_sink(tmp_path, engine=stager)
