@@ -66,3 +66,10 @@ class SinkError(EsaultError):
 
 class SchemaError(SinkError):
     """A row does not fit the declared or inferred table schema."""
+
+
+class ConnectorError(TopologyError):
+    """A connector (esault.connectors: Kafka) was declared wrongly, or its system refused or did not answer.
+
+    A TopologyError, so a bad declaration fails build() like any other.
+    """

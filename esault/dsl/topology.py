@@ -437,6 +437,7 @@ class TopologyBuilder:
             if max_pending is not None and (not isinstance(max_pending, int) or max_pending < 1):
                 raise TopologyError(f"spout {name!r}: max_pending must be a whole number >= 1, got {max_pending!r}")
             versions = {} if is_spout else _versions(name, cls, options)
+            _check_params_valid("spout" if is_spout else "bolt", name, cls, options.get("params", {}))
             units[name] = UnitSpec(
                 name=name,
                 cls=cls,
@@ -534,6 +535,20 @@ def _find_cycle(units: Mapping[str, UnitSpec], stuck: list[str]) -> list[str]:
         path.append(nxt)
         seen.add(nxt)
         node = nxt
+
+
+def _check_params_valid(kind: str, name: str, cls: type, params: Mapping[str, Any]) -> None:
+    """A class with an `esault_check_params(name, params)` classmethod (the connectors) checks its params at build():
+    a bad codec name or start fails here, not in every instance at run time."""
+    check = getattr(cls, "esault_check_params", None)
+    if check is None:
+        return
+    try:
+        check(name, dict(params))
+    except TopologyError:
+        raise
+    except Exception as exc:
+        raise TopologyError(f"{kind} {name!r}: its params were refused: {type(exc).__name__}: {exc}") from None
 
 
 def _check_params_fit(kind: str, name: str, cls: type, params: Mapping[str, Any]) -> None:
