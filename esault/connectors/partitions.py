@@ -118,10 +118,14 @@ class PartitionOffsets:
         return max(0, end - part.next)
 
     def snapshot(self) -> dict[str, list[list[Any]]]:
-        """The position for a checkpoint: {"next": [[topic, partition, offset], ...], "end": [...]}."""
+        """The position for a checkpoint: {"next": [[topic, partition, offset], ...], "end": [...]}.
+
+        Only confirmed ends are kept: an end the broker has not confirmed yet is
+        taken again (and confirmed) after a restore, never trusted as final.
+        """
         parts = sorted(self._parts.items())
         return {"next": [[t, p, part.next] for (t, p), part in parts],
-                "end": [[t, p, part.end] for (t, p), part in parts if part.end is not None]}
+                "end": [[t, p, part.end] for (t, p), part in parts if part.end is not None and part.end_known]}
 
     @staticmethod
     def read(position: Any) -> tuple[dict[TopicPartition, int], dict[TopicPartition, int]]:

@@ -1,0 +1,197 @@
+"""KafkaSource and KafkaSink against a real Kafka-protocol broker (Tansu, started by the kafka_broker fixture).
+
+What the broker cannot show is said where it matters: Tansu shows aborted records to read_committed
+readers, so the sink only ever commits (it produces a checkpoint's records once it completed); it refuses
+CreatePartitions, so new partitions of a running job are not tested here (docs/CONNECTORS.md).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from esault import JobConfig, LocalCluster, TopologyBuilder
+from esault.connectors import KafkaSource
+from esault.errors import UnitStartError
+from esault.testing import CollectorBolt, collected, run_to_completion, wait_until
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import kafka_parts  # noqa: E402
+
+pytestmark = pytest.mark.system
+
+
+def eo_config(tmp_path: Path, **changes) -> JobConfig:
+    return JobConfig(data_dir=tmp_path / "data", elasticity=False, checkpoint_interval=0.3,
+                     message_timeout=300.0, **changes)
+
+
+def test_a_bounded_source_reads_every_record_of_four_partitions_once_and_the_job_finishes_by_itself(kafka_broker):
+    kafka_broker.create_topic("orders", 4)
+    records = [(f"k{i % 10}", json.dumps({"n": i}), i % 4) for i in range(3000)]
+    kafka_broker.produce("orders", records)
+    b = TopologyBuilder("kafka-bounded")
+    b.set_spout("orders", KafkaSource, 3, params={"topic": "orders", "bootstrap": kafka_broker.bootstrap,
+                                                  "key": "utf-8", "value": "json", "end": "end"})
+    b.set_bolt("c", CollectorBolt).shuffle_grouping("orders")
+    result = run_to_completion(b, workers="in-process", timeout=60)  # no stop: the job ends by itself
+    got = sorted(v["n"] for _, v in result["c"])
+    assert got == list(range(3000))
+    assert {k for k, _ in result["c"]} == {f"k{i}" for i in range(10)}
+
+
+def test_record_output_carries_topic_partition_offset_timestamp_and_headers(kafka_broker):
+    from confluent_kafka import Producer
+
+    kafka_broker.create_topic("clicks", 2)
+    producer = Producer({"bootstrap.servers": kafka_broker.bootstrap})
+    for i in range(6):
+        producer.produce("clicks", key=b"u", value=f"c{i}".encode(), partition=i % 2, timestamp=1_700_000_000_000 + i,
+                         headers=[("trace", f"t{i}".encode())])
+    assert producer.flush(10) == 0
+    b = TopologyBuilder("kafka-records")
+    b.set_spout("clicks", KafkaSource, params={"topic": "clicks", "bootstrap": kafka_broker.bootstrap,
+                                               "value": "utf-8", "output": "record", "end": "end"})
+    b.set_bolt("c", CollectorBolt).shuffle_grouping("clicks")
+    result = run_to_completion(b, workers="in-process", timeout=60)
+    by_value = {v["value"]: v for _, v in result["c"]}
+    assert sorted(by_value) == [f"c{i}" for i in range(6)]
+    for i in range(6):
+        r = by_value[f"c{i}"]
+        assert (r["topic"], r["partition"], r["offset"]) == ("clicks", i % 2, i // 2)
+        assert r["timestamp"] == 1_700_000_000_000 + i
+        assert r["headers"] == [["trace", f"t{i}".encode()]]
+
+
+def test_a_poison_record_goes_to_dead_letters_with_its_topic_partition_and_offset_and_the_partition_goes_on(
+        kafka_broker, tmp_path):
+    kafka_broker.create_topic("events", 1)
+    kafka_broker.produce("events", [(None, b'{"n": 1}'), (None, b"not json"), (None, b'{"n": 3}')])
+    b = TopologyBuilder("kafka-poison")
+    b.set_spout("events", KafkaSource, params={"topic": "events", "bootstrap": kafka_broker.bootstrap,
+                                               "value": "json", "end": "end"})
+    b.set_bolt("c", CollectorBolt).shuffle_grouping("events")
+    config = JobConfig(data_dir=tmp_path / "data", elasticity=False)
+    result = run_to_completion(b, workers="in-process", timeout=60, config=config, check=False)
+    assert [v for _, v in result["c"]] == [{"n": 1}, {"n": 3}]
+    letters = [json.loads(line) for line in (tmp_path / "data" / "kafka-poison" / "dead_letters.jsonl")
+               .read_text().splitlines()]
+    assert len(letters) == 1
+    assert letters[0]["msg_id"] == {"topic": "events", "partition": 0, "offset": 1}
+    assert "JSONDecodeError" in letters[0]["error"] and "offset 1" in letters[0]["error"]
+
+
+def test_an_unreachable_broker_fails_the_job_at_start_within_the_connect_timeout_naming_the_address(tmp_path):
+    from esault.testing.kafka import _free_port
+
+    address = f"127.0.0.1:{_free_port()}"  # nothing listens there
+    b = TopologyBuilder("kafka-nobroker")
+    b.set_spout("orders", KafkaSource, params={"topic": "orders", "bootstrap": address, "connect_timeout": 2.0})
+    b.set_bolt("c", CollectorBolt).shuffle_grouping("orders")
+    started = time.monotonic()
+    with LocalCluster() as cluster, pytest.raises(UnitStartError, match=f"no Kafka broker answered at '{address}'"):
+        cluster.submit(b.build(), JobConfig(data_dir=tmp_path / "data", elasticity=False))
+    assert time.monotonic() - started < 15
+
+
+def test_an_unknown_topic_is_an_error_naming_it_and_create_true_makes_it(kafka_broker, tmp_path):
+    kafka_broker.create_topic("present", 1)
+    b = TopologyBuilder("kafka-unknown")
+    b.set_spout("orders", KafkaSource, params={"topic": "absent", "bootstrap": kafka_broker.bootstrap})
+    b.set_bolt("c", CollectorBolt).shuffle_grouping("orders")
+    with LocalCluster() as cluster, pytest.raises(UnitStartError, match="topic 'absent' does not exist"):
+        cluster.submit(b.build(), JobConfig(data_dir=tmp_path / "data", elasticity=False))
+    b = TopologyBuilder("kafka-create")
+    b.set_spout("orders", KafkaSource, params={"topic": "made", "bootstrap": kafka_broker.bootstrap,
+                                               "create": True, "partitions": 3, "end": "end"})
+    b.set_bolt("c", CollectorBolt).shuffle_grouping("orders")
+    run_to_completion(b, workers="in-process", timeout=60)
+    from confluent_kafka.admin import AdminClient
+
+    topics = AdminClient({"bootstrap.servers": kafka_broker.bootstrap}).list_topics(timeout=10).topics
+    assert len(topics["made"].partitions) == 3
+
+
+def test_each_completed_checkpoint_commits_the_source_offsets_to_its_consumer_group(kafka_broker, tmp_path):
+    from confluent_kafka import Consumer, TopicPartition
+
+    kafka_broker.create_topic("logs", 2)
+    kafka_broker.produce("logs", [(None, f"{i}", i % 2) for i in range(200)])
+    b = TopologyBuilder("kafka-commit")
+    b.set_spout("logs", KafkaSource, params={"topic": "logs", "bootstrap": kafka_broker.bootstrap,
+                                             "group": "lag-watch"})  # tails: never finishes by itself
+    b.set_bolt("c", CollectorBolt).shuffle_grouping("logs")
+    reader = Consumer({"bootstrap.servers": kafka_broker.bootstrap, "group.id": "lag-watch"})
+    with LocalCluster() as cluster:
+        job = cluster.submit(b.build(), eo_config(tmp_path))
+        try:
+            wait_until(lambda: len(collected("c")) == 200, 30, message="every record read")
+
+            def committed():
+                tps = reader.committed([TopicPartition("logs", 0), TopicPartition("logs", 1)], timeout=5)
+                return [tp.offset for tp in tps]
+
+            wait_until(lambda: committed() == [100, 100], 30, message="offsets committed after a checkpoint")
+        finally:
+            job.stop()
+            reader.close()
+
+
+def test_a_keyed_count_from_four_partitions_into_a_kafka_topic_is_exact(kafka_broker, tmp_path):
+    kafka_broker.create_topic("words", 4)
+    kafka_broker.create_topic("counts", 2)
+    records = kafka_parts.words(4000)
+    kafka_broker.produce("words", records)
+    topology = kafka_parts.build("kafka-count", kafka_broker.bootstrap, "words", "counts")
+    with LocalCluster(workers=2) as cluster:
+        job = cluster.submit(topology, eo_config(tmp_path))
+        assert job.wait(120), job.status()
+        job.stop()
+    output = kafka_broker.read("counts")
+    assert kafka_parts.running_counts(output) == kafka_parts.exact_counts(records)
+
+
+def test_a_stopped_job_restarted_on_its_data_dir_resumes_after_its_checkpoint_with_nothing_twice(
+        kafka_broker, tmp_path):
+    kafka_broker.create_topic("words", 4)
+    kafka_broker.create_topic("counts", 1)
+    records = kafka_parts.words(3000)
+    kafka_broker.produce("words", records)
+    topology = kafka_parts.build("kafka-restart", kafka_broker.bootstrap, "words", "counts", pace=0.003,
+                                 max_records=50, max_pending=100)
+    with LocalCluster(workers=2) as cluster:
+        job = cluster.submit(topology, eo_config(tmp_path))
+        wait_until(lambda: job.checkpoints.stats.completed >= 2, 60, message="two checkpoints")
+        job.stop()  # mid-stream: a final checkpoint ends the spouts at its barrier
+        first = kafka_parts.running_counts(kafka_broker.read("counts"))
+        assert 0 < sum(map(len, first.values())) < len(records), "the first run did not stop mid-stream"
+        job = cluster.submit(topology, eo_config(tmp_path))  # same data_dir: resumes at the checkpoint
+        assert job.wait(120), job.status()
+        job.stop()
+    assert kafka_parts.running_counts(kafka_broker.read("counts")) == kafka_parts.exact_counts(records)
+
+
+def test_kill_9_of_a_worker_mid_stream_leaves_the_output_topic_exact(kafka_broker, tmp_path):
+    kafka_broker.create_topic("words", 4)
+    kafka_broker.create_topic("counts", 2)
+    records = kafka_parts.words(4000)
+    kafka_broker.produce("words", records)
+    topology = kafka_parts.build("kafka-kill", kafka_broker.bootstrap, "words", "counts", pace=0.003,
+                                 max_records=50, max_pending=100, spout_placement="worker")
+    with LocalCluster(workers=3, heartbeat_timeout=1.0) as cluster:
+        job = cluster.submit(topology, eo_config(tmp_path))
+        wait_until(lambda: job.checkpoints.stats.completed >= 2, 60, message="two checkpoints")
+        victim = next(w for w, spus in cluster.registry.spus_on.items()
+                      if set(spus) & set(job.spus("words")) and set(spus) & set(job.spus("count")))
+        os.kill(cluster.registry.pids[victim], signal.SIGKILL)
+        cluster.pool.spawn("r1")
+        wait_until(lambda: len(job.checkpoints.stats.recoveries) >= 1, 60, message="the rollback")
+        assert job.wait(120), job.status()
+        job.stop()
+    assert kafka_parts.running_counts(kafka_broker.read("counts")) == kafka_parts.exact_counts(records)
