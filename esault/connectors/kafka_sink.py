@@ -20,7 +20,7 @@ from typing import Any
 
 from esault.connectors.codecs import resolve_codec
 from esault.connectors.kafka_source import kafka_client
-from esault.connectors.kafka_transactions import TransactionalPublisher
+from esault.connectors.kafka_transactions import TransactionalPublisher, close_client
 from esault.connectors.settings import SINK_OWNED, check_bootstrap, check_config, check_positive
 from esault.connectors.staging import EpochStage
 from esault.dsl.bolt import Bolt
@@ -226,7 +226,8 @@ class KafkaSink(Bolt):
             self._poller.join(5)
         if left:
             log.error("KafkaSink %r: %d records not delivered within %ss at close", self._unit, left, timeout)
-        self._producer = None
+        producer, self._producer = self._producer, None
+        close_client(producer)
 
 
 def _failpoint() -> Any:

@@ -54,9 +54,10 @@ class TransactionalPublisher:
         self._abandoned = False
         self.published: list[int] = []  # epochs this instance committed to Kafka (for tests and logs)
         bootstrap = producer_settings.get("bootstrap.servers")
-        self.producer = kafka.Producer({**producer_settings, "transactional.id": transactional_id})
+        self._producer_settings = {**producer_settings, "transactional.id": transactional_id}
+        self.producer: Any = None
         try:
-            self.producer.init_transactions(timeout)
+            self.producer = self._new_producer()
         except kafka.KafkaException as exc:
             raise ConnectorError(
                 f"KafkaSink: the broker at {bootstrap!r} did not start a transactional producer "
@@ -78,6 +79,13 @@ class TransactionalPublisher:
                 self.stage.delete(epoch)
         if restored_epoch is not None:
             self._thread.submit(self._publish_through, restored_epoch)
+
+    def _new_producer(self) -> Any:
+        """A producer of this writer's transactional.id: init_transactions() fences every older one and aborts
+        the transaction one left open."""
+        producer = self.kafka.Producer(self._producer_settings)
+        producer.init_transactions(self.timeout)
+        return producer
 
     def _read_marker(self) -> int:
         tp = self.kafka.TopicPartition(self.marker_topic, 0)
@@ -126,8 +134,11 @@ class TransactionalPublisher:
                 return
 
     def _publish(self, epoch: int) -> None:
-        kafka, producer = self.kafka, self.producer
+        kafka = self.kafka
         records = self.stage.read(epoch)
+        if self.producer is None:
+            self.producer = self._new_producer()
+        producer = self.producer
         producer.begin_transaction()
         try:
             for topic, partition, key, value, headers, timestamp in records:
@@ -149,10 +160,10 @@ class TransactionalPublisher:
             producer.send_offsets_to_transaction(marker, self._group.consumer_group_metadata(), self.timeout)
             self._failpoint("committing", epoch)
             producer.commit_transaction(self.timeout)
-        except kafka.KafkaException as exc:
-            error = exc.args[0] if exc.args else None
-            if error is not None and getattr(error, "txn_requires_abort", lambda: False)():
-                producer.abort_transaction(self.timeout)
+        except BaseException:
+            # Whatever state the transaction is in (a commit timed out, the producer was fenced), the next
+            # attempt starts from a new producer, whose init_transactions() aborts it.
+            self.producer = None
             raise
         self.marker = epoch
         self.published.append(epoch)
@@ -170,7 +181,7 @@ class TransactionalPublisher:
         completed, and a transaction cut short would be aborted: records some brokers still show)."""
         self._abandoned = True
         self._thread.shutdown(wait=True, cancel_futures=True)
-        self._group.close()
+        self._release()
 
     def close(self, timeout: float) -> None:
         """A normal stop: publishes already asked for get `timeout`; then the thread and clients are released."""
@@ -182,4 +193,16 @@ class TransactionalPublisher:
             self._abandoned = True
         self._thread.shutdown(wait=False, cancel_futures=True)
         if done.is_set():
-            self._group.close()
+            self._release()
+
+    def _release(self) -> None:
+        self._group.close()
+        producer, self.producer = self.producer, None
+        close_client(producer)
+
+
+def close_client(client: Any) -> None:
+    """Close a librdkafka producer now (confluent-kafka >= 2.13 has close(); older ones close when collected)."""
+    close = getattr(client, "close", None)
+    if close is not None:
+        close()

@@ -158,6 +158,7 @@ class KafkaBroker:
                 except BufferError:  # the local queue is full: let deliveries drain it
                     producer.poll(0.05)
         left = producer.flush(timeout)
+        getattr(producer, "close", lambda: None)()
         if left or failed:
             raise ConfigError(f"producing to {topic!r} at {self.bootstrap}: {left} records not delivered, "
                               f"errors {failed[:3]!r}")
