@@ -63,13 +63,17 @@ class KafkaSource(Spout):
       config: librdkafka settings (SASL, TLS, fetch tuning) passed through.
       connect_timeout: seconds to reach the brokers at start before the job fails (default 10).
       max_records: records per next_tuple() call at most (default 500).
+      refresh_interval: seconds between metadata reads that pick up new partitions, and new topics of a
+        pattern, while the job runs (default 10; None: never). A tailing read only: a bounded read keeps
+        the partitions it started with.
     """
 
     def __init__(self, topic: Any, bootstrap: str, key: str = "bytes", value: str = "bytes",
                  output: str = "value", start: Any = "earliest", reset: str = "earliest", end: Any = None,
                  group: str | None = None, commit_offsets: bool = True, create: bool = False,
                  partitions: int = 1, config: dict[str, Any] | None = None, connect_timeout: float = 10.0,
-                 max_records: int = 500, now: Callable[[], float] = time.monotonic) -> None:
+                 max_records: int = 500, refresh_interval: float | None = 10.0,
+                 now: Callable[[], float] = time.monotonic) -> None:
         what = "KafkaSource"
         self.topics = check_topics(what, topic)
         self.bootstrap = check_bootstrap(what, bootstrap)
@@ -92,6 +96,8 @@ class KafkaSource(Spout):
         self.config = check_config(what, config, SOURCE_OWNED)
         self.connect_timeout = check_positive(what, "connect_timeout", connect_timeout)
         self.max_records = check_positive(what, "max_records", max_records, whole=True)
+        self.refresh_interval = (None if refresh_interval is None
+                                 else check_positive(what, "refresh_interval", refresh_interval))
         self._now = now
         self._consumer: Any = None
         self._offsets = PartitionOffsets()
@@ -100,6 +106,8 @@ class KafkaSource(Spout):
         self._seq = 0
         self._pending: dict[int, tuple[list, list]] = {}  # at_least_once: batches in flight, re-emitted on fail
         self._fetched: set[TopicPartition] = set()  # partitions a fetch answered for (their end is confirmed)
+        self._instance = (0, 1)
+        self._next_refresh = 0.0
 
     @classmethod
     def esault_check_params(cls, name: str, params: dict[str, Any]) -> None:
@@ -114,6 +122,7 @@ class KafkaSource(Spout):
     def open(self, context: TopologyContext) -> None:
         kafka = kafka_client()
         self._unit = context.unit
+        self._instance = (context.instance, context.instances)
         self._untracked = context.guarantee == "none"
         self._at_least_once = context.guarantee == "at_least_once"
         settings = {"bootstrap.servers": self.bootstrap,
@@ -136,6 +145,8 @@ class KafkaSource(Spout):
             raise
         log.info("KafkaSource %r instance %d/%d reads %s", self._unit, context.instance, context.instances,
                  ", ".join(f"{t}[{p}]" for t, p in mine) or "no partition")
+        if self.refresh_interval is not None:
+            self._next_refresh = self._now() + self.refresh_interval
 
     def _discover(self, kafka: Any) -> list[TopicPartition]:
         """Every partition of the topics read, from one metadata request for all topics (asking for one unknown
@@ -151,8 +162,7 @@ class KafkaSource(Spout):
         names: list[str] = []
         for topic in self.topics:
             if topic.startswith("^"):
-                pattern = re.compile(topic)
-                names.extend(t for t in existing if pattern.match(t) and not t.startswith("__"))
+                names.extend(self._matching(topic, existing))
             elif topic in existing and existing[topic].error is None:
                 names.append(topic)
             elif self.create:
@@ -167,6 +177,32 @@ class KafkaSource(Spout):
         if self.create or any(t.startswith("^") for t in self.topics):
             metadata = self._consumer.list_topics(timeout=self.connect_timeout)
         return [(t, p) for t in dict.fromkeys(names) for p in metadata.topics[t].partitions]
+
+    @staticmethod
+    def _matching(pattern: str, existing: Any) -> list[str]:
+        regex = re.compile(pattern)
+        return sorted(t for t in existing if regex.match(t) and not t.startswith("__"))
+
+    def _refresh(self, kafka: Any) -> None:
+        """New partitions of the topics read (and new topics of a pattern) that this instance owns are
+        assigned, from their first record; the owners of existing partitions never change."""
+        try:
+            existing = self._consumer.list_topics(timeout=1.0).topics
+        except kafka.KafkaException as exc:
+            log.warning("KafkaSource %r: metadata refresh at %r failed: %s", self._unit, self.bootstrap, exc)
+            return
+        names = [n for t in self.topics for n in (self._matching(t, existing) if t.startswith("^") else [t])]
+        partitions = [(t, p) for t in dict.fromkeys(names) if t in existing for p in existing[t].partitions]
+        new = [tp for tp in owned(partitions, *self._instance) if tp not in self._offsets]
+        if not new:
+            return
+        added = []
+        for tp in new:
+            low, _ = self._consumer.get_watermark_offsets(kafka.TopicPartition(*tp), timeout=self.connect_timeout)
+            self._offsets.add(tp, max(low, 0))
+            added.append(kafka.TopicPartition(tp[0], tp[1], max(low, 0)))
+        self._consumer.incremental_assign(added)
+        log.info("KafkaSource %r: new partitions %s", self._unit, ", ".join(f"{t}[{p}]" for t, p in new))
 
     def _create(self, kafka: Any, topic: str) -> None:
         from confluent_kafka.admin import AdminClient, NewTopic
@@ -213,6 +249,9 @@ class KafkaSource(Spout):
         if self._offsets.all_done() and self.end is not None:
             self.finish()
             return
+        if self.refresh_interval is not None and self.end is None and self._now() >= self._next_refresh:
+            self._next_refresh = self._now() + self.refresh_interval
+            self._refresh(kafka_client())
         messages = self._consumer.consume(self.max_records, 0)
         if not messages:
             return
@@ -305,7 +344,10 @@ class KafkaSource(Spout):
             raise ConnectorError(f"KafkaSource {self._unit!r}: cannot restore from {exc}") from None
         restored = PartitionOffsets()
         for tp in self._offsets.partitions():
-            start = nexts.get(tp, self._offsets.next_offset(tp))
+            start = nexts.get(tp)
+            if start is None:  # a partition new since the checkpoint: read from its first record
+                low, _ = self._consumer.get_watermark_offsets(kafka.TopicPartition(*tp), timeout=self.connect_timeout)
+                start = max(low, 0)
             end = ends.get(tp, self._offsets.end(tp)) if self.end is not None else None
             restored.add(tp, start, end, end_known=tp in ends or end is None)
         self._offsets = restored

@@ -195,3 +195,26 @@ def test_kill_9_of_a_worker_mid_stream_leaves_the_output_topic_exact(kafka_broke
         assert job.wait(120), job.status()
         job.stop()
     assert kafka_parts.running_counts(kafka_broker.read("counts")) == kafka_parts.exact_counts(records)
+
+
+def test_a_pattern_source_picks_up_a_topic_created_while_the_job_runs_each_record_once(kafka_broker, tmp_path):
+    """Tansu refuses CreatePartitions, so new partitions are shown through a new topic of the pattern: the
+    same metadata refresh and ownership rule assign both (esault.connectors.partitions)."""
+    kafka_broker.create_topic("events-a", 2)
+    kafka_broker.produce("events-a", [(None, f"a{i}", i % 2) for i in range(40)])
+    b = TopologyBuilder("kafka-pattern")
+    b.set_spout("events", KafkaSource, 2, params={"topic": "^events-.*", "bootstrap": kafka_broker.bootstrap,
+                                                  "value": "utf-8", "refresh_interval": 0.2})
+    b.set_bolt("c", CollectorBolt).shuffle_grouping("events")
+    with LocalCluster() as cluster:
+        job = cluster.submit(b.build(), eo_config(tmp_path))
+        try:
+            wait_until(lambda: len(collected("c")) == 40, 30, message="the first topic read")
+            kafka_broker.create_topic("events-b", 3)
+            kafka_broker.produce("events-b", [(None, f"b{i}", i % 3) for i in range(30)])
+            wait_until(lambda: len(collected("c")) >= 70, 30, message="the new topic read")
+            job.drain()
+        finally:
+            job.stop()
+    values = sorted(v for _, v in collected("c"))
+    assert values == sorted([f"a{i}" for i in range(40)] + [f"b{i}" for i in range(30)])
