@@ -20,7 +20,7 @@ import time
 from typing import Any, Callable
 
 from esault.connectors.codecs import resolve_codec
-from esault.connectors.partitions import PartitionOffsets, TopicPartition, owned
+from esault.connectors.partitions import AckedOffsets, PartitionOffsets, TopicPartition, owned
 from esault.connectors.settings import (
     OUTPUTS, SOURCE_OWNED, START_NAMES, check_bootstrap, check_config, check_positive, check_timestamp_spec,
     check_topics,
@@ -103,10 +103,13 @@ class KafkaSource(Spout):
         self._offsets = PartitionOffsets()
         self._unit = ""
         self._untracked = False
+        self._at_least_once = False
         self._seq = 0
         self._pending: dict[int, tuple[list, list]] = {}  # at_least_once: batches in flight, re-emitted on fail
         self._fetched: set[TopicPartition] = set()  # partitions a fetch answered for (their end is confirmed)
         self._instance = (0, 1)
+        self._acked = AckedOffsets()  # at_least_once: what the group may be told was processed
+        self._next_commit = 0.0
         self._next_refresh = 0.0
 
     @classmethod
@@ -260,6 +263,7 @@ class KafkaSource(Spout):
         offsets = self._offsets
         key_codec, value_codec, record = self.key_codec, self.value_codec, self.output == "record"
         end_time = self.end["timestamp"] if isinstance(self.end, dict) else None
+        nexts: dict[TopicPartition, int] = {}  # at_least_once: where this batch ends in each partition
         for m in messages:
             error = m.error()
             tp = (m.topic(), m.partition())
@@ -274,6 +278,7 @@ class KafkaSource(Spout):
                 continue
             if not offsets.accept(tp, offset):
                 continue
+            nexts[tp] = offset + 1
             raw_key, raw_value = m.key(), m.value()
             try:
                 key = None if raw_key is None else key_codec.decode(raw_key)
@@ -290,14 +295,19 @@ class KafkaSource(Spout):
                          "headers": [[h, v] for h, v in headers] if headers else []}
             keys.append(key)
             values.append(value)
-        if keys:
+        if keys or nexts:
             if self._untracked:
                 self.emit_batch(keys, values)
             else:
                 self._seq += 1
                 if self._at_least_once:
-                    self._pending[self._seq] = (keys, values)
-                self.emit_batch(keys, values, msg_id=self._seq)
+                    self._acked.emitted(self._seq, nexts)
+                    if not keys:  # only poison records: dead-lettered, nothing to wait for
+                        self._settle(self._seq)
+                    else:
+                        self._pending[self._seq] = (keys, values)
+                if keys:
+                    self.emit_batch(keys, values, msg_id=self._seq)
         if self.end is not None and offsets.all_done():
             self.finish()
 
@@ -321,7 +331,22 @@ class KafkaSource(Spout):
     # --- tracking and checkpoints ----------------------------------------------------------
 
     def ack(self, msg_id: Any) -> None:
+        self._settle(msg_id)
+
+    def _settle(self, msg_id: Any) -> None:
+        """at_least_once: a batch is done (acked or dropped); the group hears of the acked prefix at most once
+        a second (a checkpoint's commit does this under exactly_once)."""
         self._pending.pop(msg_id, None)
+        if not self._at_least_once:
+            return
+        self._acked.settled(msg_id)
+        if self.commit_offsets and self._consumer is not None and self._now() >= self._next_commit:
+            self._next_commit = self._now() + 1.0
+            moved = self._acked.take()
+            if moved:
+                kafka = kafka_client()
+                self._consumer.commit(offsets=[kafka.TopicPartition(t, p, o) for (t, p), o in moved.items()],
+                                      asynchronous=True)
 
     def fail(self, msg_id: Any) -> None:
         batch = self._pending.get(msg_id)
@@ -329,7 +354,7 @@ class KafkaSource(Spout):
             self.emit_batch(batch[0], batch[1], msg_id=msg_id)
 
     def drop(self, msg_id: Any) -> None:
-        self._pending.pop(msg_id, None)
+        self._settle(msg_id)
 
     def snapshot_position(self) -> dict[str, Any]:
         """{"next": [[topic, partition, next offset], ...], "end": [...]}: every record before them was emitted."""
@@ -381,9 +406,19 @@ class KafkaSource(Spout):
 
     def close(self) -> None:
         if self._consumer is not None:
+            moved = self._acked.take() if self._at_least_once and self.commit_offsets else {}
+            if moved:
+                kafka = kafka_client()
+                try:
+                    self._consumer.commit(offsets=[kafka.TopicPartition(t, p, o) for (t, p), o in moved.items()],
+                                          asynchronous=False)
+                except kafka.KafkaException as exc:
+                    log.warning("KafkaSource %r: committing offsets at close failed: %s", self._unit, exc)
             self._consumer.close()
             self._consumer = None
 
     def abandon(self) -> None:
         """A rollback: the restored instance seeks to the checkpoint; nothing is committed from here."""
-        self.close()
+        if self._consumer is not None:
+            self._consumer.close()
+            self._consumer = None

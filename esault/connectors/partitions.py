@@ -15,6 +15,7 @@ restore resumes at the first record the checkpoint does not cover.
 from __future__ import annotations
 
 import zlib
+from collections import deque
 from dataclasses import dataclass
 from typing import Any, Iterable
 
@@ -144,3 +145,35 @@ class PartitionOffsets:
                 entries[(entry[0], entry[1])] = entry[2]
             out.append(entries)
         return out[0], out[1]
+
+
+class AckedOffsets:
+    """at_least_once: per partition, the offset before which every emitted batch was acked (or dropped).
+
+    Batches complete in any order; a partition's committable offset only moves
+    past a batch once every earlier batch of that partition completed, so a
+    restart from the committed offsets never skips an unacked record.
+    """
+
+    def __init__(self) -> None:
+        self._queues: dict[TopicPartition, deque[tuple[int, int]]] = {}  # tp -> (batch, next offset after it)
+        self._settled: set[int] = set()
+        self._committable: dict[TopicPartition, int] = {}
+
+    def emitted(self, batch: int, nexts: dict[TopicPartition, int]) -> None:
+        """Batch `batch` holds records of each tp in `nexts` up to (not including) nexts[tp]."""
+        for tp, offset in nexts.items():
+            self._queues.setdefault(tp, deque()).append((batch, offset))
+
+    def settled(self, batch: int) -> None:
+        """Batch `batch` was acked, or given up (dead-lettered: it is not read again either)."""
+        self._settled.add(batch)
+        for tp, queue in self._queues.items():
+            while queue and queue[0][0] in self._settled:
+                self._committable[tp] = queue.popleft()[1]
+        self._settled &= {b for queue in self._queues.values() for b, _ in queue}  # O(batches in flight)
+
+    def take(self) -> dict[TopicPartition, int]:
+        """Offsets that moved since the last take(): what to commit to the group."""
+        out, self._committable = self._committable, {}
+        return out

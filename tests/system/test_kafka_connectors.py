@@ -19,7 +19,7 @@ import pytest
 from esault import JobConfig, LocalCluster, TopologyBuilder
 from esault.connectors import KafkaSource
 from esault.errors import UnitStartError
-from esault.testing import CollectorBolt, collected, run_to_completion, wait_until
+from esault.testing import CollectorBolt, collected, reset_collected, run_to_completion, wait_until
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import kafka_parts  # noqa: E402
@@ -218,3 +218,38 @@ def test_a_pattern_source_picks_up_a_topic_created_while_the_job_runs_each_recor
             job.stop()
     values = sorted(v for _, v in collected("c"))
     assert values == sorted([f"a{i}" for i in range(40)] + [f"b{i}" for i in range(30)])
+
+
+def test_at_least_once_commits_the_acked_offsets_to_the_group_and_a_restart_from_them_reads_the_rest(
+        kafka_broker, tmp_path):
+    from confluent_kafka import Consumer, TopicPartition
+
+    kafka_broker.create_topic("jobs", 2)
+    kafka_broker.produce("jobs", [(None, f"{i}", i % 2) for i in range(100)])
+
+    def topology():
+        b = TopologyBuilder("kafka-alo")
+        b.set_spout("jobs", KafkaSource, params={"topic": "jobs", "bootstrap": kafka_broker.bootstrap,
+                                                 "value": "utf-8", "group": "alo", "start": "committed"})
+        b.set_bolt("c", CollectorBolt).shuffle_grouping("jobs")
+        return b.build()
+
+    config = JobConfig(data_dir=tmp_path / "data", elasticity=False, guarantee="at_least_once")
+    reader = Consumer({"bootstrap.servers": kafka_broker.bootstrap, "group.id": "alo"})
+    committed = lambda: [tp.offset for tp in reader.committed([TopicPartition("jobs", 0), TopicPartition("jobs", 1)],
+                                                              timeout=5)]
+    try:
+        with LocalCluster() as cluster:
+            job = cluster.submit(topology(), config)
+            wait_until(lambda: len(collected("c")) == 100, 30, message="every record read")
+            job.stop()  # close() commits what the last acks settled
+            assert committed() == [50, 50]
+            kafka_broker.produce("jobs", [(None, f"{i}", i % 2) for i in range(100, 140)])
+            reset_collected()
+            job = cluster.submit(topology(), config)  # no checkpoints: it starts from the group's offsets
+            wait_until(lambda: len(collected("c")) == 40, 30, message="the new records read")
+            job.drain()
+            job.stop()
+        assert sorted(int(v) for _, v in collected("c")) == list(range(100, 140))
+    finally:
+        reader.close()

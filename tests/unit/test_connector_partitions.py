@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from esault.connectors.partitions import PartitionOffsets, owned, owner
+from esault.connectors.partitions import AckedOffsets, PartitionOffsets, owned, owner
 
 topics = st.lists(st.text(min_size=1, max_size=8), min_size=1, max_size=3, unique=True)
 
@@ -103,3 +103,37 @@ def test_lag_counts_the_records_between_the_next_offset_and_the_log_end_or_a_bou
 def test_a_position_that_is_not_a_kafka_source_position_is_refused_naming_the_shape(position):
     with pytest.raises(ValueError, match=r"\[topic, partition, offset\]"):
         PartitionOffsets.read(position)
+
+
+@settings(max_examples=200)
+@given(st.lists(st.lists(st.tuples(st.integers(0, 2), st.integers(1, 4)), min_size=1, max_size=3),
+                min_size=1, max_size=25), st.randoms())
+def test_the_committable_offset_of_each_partition_never_passes_a_batch_not_yet_acked(batches, rnd):
+    """Batches (each with records of some partitions) are acked in random order; after every ack, each
+    partition's committed offset is exactly the end of its longest fully-acked prefix of batches."""
+    acked = AckedOffsets()
+    ends: dict[tuple, list[tuple[int, int]]] = {}  # tp -> [(batch, end)] in emit order: the naive model
+    position = {p: 0 for p in range(3)}
+    for batch, parts in enumerate(batches):
+        nexts = {}
+        for p, count in parts:
+            position[p] += count
+            nexts[("t", p)] = position[p]
+        for tp, end in nexts.items():
+            ends.setdefault(tp, []).append((batch, end))
+        acked.emitted(batch, nexts)
+    order = list(range(len(batches)))
+    rnd.shuffle(order)
+    done: set[int] = set()
+    committed: dict[tuple, int] = {}
+    for batch in order:
+        acked.settled(batch)
+        done.add(batch)
+        committed.update(acked.take())
+        for tp, seq in ends.items():
+            prefix = 0
+            for b, end in seq:
+                if b not in done:
+                    break
+                prefix = end
+            assert committed.get(tp, 0) == prefix
