@@ -108,6 +108,8 @@ class KafkaSource(Spout):
         self._pending: dict[int, tuple[list, list]] = {}  # at_least_once: batches in flight, re-emitted on fail
         self._fetched: set[TopicPartition] = set()  # partitions a fetch answered for (their end is confirmed)
         self._instance = (0, 1)
+        self.waiting_for_broker = False
+        """True from a metadata refresh the brokers did not answer until one they answer (logged both times)."""
         self._acked = AckedOffsets()  # at_least_once: what the group may be told was processed
         self._next_commit = 0.0
         self._next_refresh = 0.0
@@ -192,8 +194,15 @@ class KafkaSource(Spout):
         try:
             existing = self._consumer.list_topics(timeout=1.0).topics
         except kafka.KafkaException as exc:
-            log.warning("KafkaSource %r: metadata refresh at %r failed: %s", self._unit, self.bootstrap, exc)
+            if not self.waiting_for_broker:
+                log.warning("KafkaSource %r: the brokers at %r did not answer a metadata request within 1 s (%s); "
+                            "waiting for them: reading goes on where it stopped once they answer", self._unit,
+                            self.bootstrap, exc.args[0] if exc.args else exc)
+            self.waiting_for_broker = True
             return
+        if self.waiting_for_broker:
+            log.warning("KafkaSource %r: the brokers at %r answer again", self._unit, self.bootstrap)
+            self.waiting_for_broker = False
         names = [n for t in self.topics for n in (self._matching(t, existing) if t.startswith("^") else [t])]
         partitions = [(t, p) for t in dict.fromkeys(names) if t in existing for p in existing[t].partitions]
         new = [tp for tp in owned(partitions, *self._instance) if tp not in self._offsets]

@@ -253,3 +253,35 @@ def test_at_least_once_commits_the_acked_offsets_to_the_group_and_a_restart_from
         assert sorted(int(v) for _, v in collected("c")) == list(range(100, 140))
     finally:
         reader.close()
+
+
+def test_a_paused_broker_makes_the_source_wait_and_say_so_then_go_on_with_nothing_lost(kafka_broker, tmp_path,
+                                                                                       caplog):
+    import logging
+    import threading
+
+    caplog.set_level(logging.WARNING, logger="esault.connectors.kafka")
+    kafka_broker.create_topic("ticks", 2)
+    kafka_broker.produce("ticks", [(None, f"{i}", i % 2) for i in range(100)])
+    b = TopologyBuilder("kafka-pause")
+    b.set_spout("ticks", KafkaSource, params={"topic": "ticks", "bootstrap": kafka_broker.bootstrap,
+                                              "value": "utf-8", "refresh_interval": 0.5})
+    b.set_bolt("c", CollectorBolt).shuffle_grouping("ticks")
+    with LocalCluster() as cluster:
+        job = cluster.submit(b.build(), eo_config(tmp_path))
+        try:
+            wait_until(lambda: len(collected("c")) == 100, 30, message="the first records read")
+            kafka_broker.pause()  # SIGSTOP: sockets stay open, nothing answers
+            try:
+                wait_until(lambda: "did not answer a metadata request" in caplog.text, 30,
+                           message="the source saying it waits")
+                threading.Event().wait(2.0)  # the pause itself, not synchronisation: checkpoints go on meanwhile
+            finally:
+                kafka_broker.resume()
+            wait_until(lambda: "answer again" in caplog.text, 30, message="the source seeing the broker back")
+            kafka_broker.produce("ticks", [(None, f"{i}", i % 2) for i in range(100, 200)])
+            wait_until(lambda: len(collected("c")) >= 200, 60, message="the records after the pause")
+            job.drain()
+        finally:
+            job.stop()
+    assert sorted(int(v) for _, v in collected("c")) == list(range(200))
