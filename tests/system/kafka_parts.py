@@ -46,8 +46,9 @@ def words(total: int, vocabulary: int = 50) -> list[tuple[str, str, int]]:
 
 def build(name: str, bootstrap: str, source: str, out: str, spouts: int = 2, counters: int = 2,
           pace: float = 0.0, end: Any = "end", max_records: int = 500, spout_placement: str | None = None,
-          max_pending: int = 2000):
-    """source topic -> KafkaSource (utf-8 keys) -> keyed running count -> KafkaSink (utf-8 key, json count)."""
+          max_pending: int = 2000, table: str | None = None):
+    """source topic -> KafkaSource (utf-8 keys) -> keyed running count -> KafkaSink (utf-8 key, json count)
+    [and a Spark table of (word, count) rows, written by pyarrow]."""
     b = TopologyBuilder(name)
     options = {"placement": spout_placement} if spout_placement else {}
     b.set_spout("words", KafkaSource, spouts, params={
@@ -57,6 +58,12 @@ def build(name: str, bootstrap: str, source: str, out: str, spouts: int = 2, cou
                pe_idle_timeout=None).key_grouping("words")
     b.set_bolt("out", KafkaSink, params={"bootstrap": bootstrap, "topic": out, "key": "utf-8", "value": "json"},
                elastic=False).shuffle_grouping("count")
+    if table is not None:
+        from spark_sink import SparkSink
+
+        b.set_bolt("table", SparkSink, elastic=False, params={
+            "table": table, "schema": "word STRING, count BIGINT", "key_column": "word", "value_column": "count",
+            "engine": "pyarrow"}).shuffle_grouping("count")
     return b.build()
 
 

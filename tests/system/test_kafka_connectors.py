@@ -22,6 +22,8 @@ from esault.errors import UnitStartError
 from esault.testing import CollectorBolt, collected, reset_collected, run_to_completion, wait_until
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "examples"))  # eo_parts imports wordcount
+import eo_parts  # noqa: E402
 import kafka_parts  # noqa: E402
 
 pytestmark = pytest.mark.system
@@ -177,13 +179,13 @@ def test_a_stopped_job_restarted_on_its_data_dir_resumes_after_its_checkpoint_wi
     assert kafka_parts.running_counts(kafka_broker.read("counts")) == kafka_parts.exact_counts(records)
 
 
-def test_kill_9_of_a_worker_mid_stream_leaves_the_output_topic_exact(kafka_broker, tmp_path):
+def test_kill_9_of_a_worker_mid_stream_leaves_the_output_topic_and_the_spark_table_exact(kafka_broker, tmp_path):
     kafka_broker.create_topic("words", 4)
     kafka_broker.create_topic("counts", 2)
     records = kafka_parts.words(4000)
     kafka_broker.produce("words", records)
     topology = kafka_parts.build("kafka-kill", kafka_broker.bootstrap, "words", "counts", pace=0.003,
-                                 max_records=50, max_pending=100, spout_placement="worker")
+                                 max_records=50, max_pending=100, spout_placement="worker", table="kafka_counts")
     with LocalCluster(workers=3, heartbeat_timeout=1.0) as cluster:
         job = cluster.submit(topology, eo_config(tmp_path))
         wait_until(lambda: job.checkpoints.stats.completed >= 2, 60, message="two checkpoints")
@@ -192,6 +194,64 @@ def test_kill_9_of_a_worker_mid_stream_leaves_the_output_topic_exact(kafka_broke
         os.kill(cluster.registry.pids[victim], signal.SIGKILL)
         cluster.pool.spawn("r1")
         wait_until(lambda: len(job.checkpoints.stats.recoveries) >= 1, 60, message="the rollback")
+        assert job.wait(120), job.status()
+        job.stop()
+    assert kafka_parts.running_counts(kafka_broker.read("counts")) == kafka_parts.exact_counts(records)
+    assert eo_parts.table_rows(job.data_dir / "warehouse", "kafka_counts") == kafka_parts.exact_counts(records)
+
+
+DRIVER = """
+import sys
+sys.path[:0] = {paths!r}
+import kafka_parts
+from esault import JobConfig, LocalCluster
+with LocalCluster(workers=2, heartbeat_timeout=2.0) as cluster:
+    job = cluster.submit(kafka_parts.build("kafka-driver", {bootstrap!r}, "words", "counts", pace=0.003,
+                                           max_records=50, max_pending=100),
+                         JobConfig(data_dir={data!r}, elasticity=False, checkpoint_interval=0.3))
+    print(" ".join(str(p.pid) for p in cluster.pool.processes), flush=True)
+    job.wait()
+    job.stop()
+"""
+
+
+def test_kill_9_of_the_driver_mid_stream_then_a_restart_leaves_the_output_topic_exact(kafka_broker, tmp_path):
+    """The spouts run in the driver (the default placement): they die with it; the restart resumes them at
+    the last completed checkpoint's offsets, and the sinks publish what it covers."""
+    import subprocess
+
+    from esault.checkpoint.store import CheckpointStore
+
+    kafka_broker.create_topic("words", 4)
+    kafka_broker.create_topic("counts", 2)
+    records = kafka_parts.words(4000)
+    kafka_broker.produce("words", records)
+    data = tmp_path / "data"
+    here = Path(__file__).resolve().parent
+    script = DRIVER.format(paths=[str(here.parents[1]), str(here)], bootstrap=kafka_broker.bootstrap,
+                           data=str(data))
+    driver = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True)
+    try:
+        workers = [int(p) for p in driver.stdout.readline().split()]
+        store_path = data / "kafka-driver" / "checkpoints.sqlite"
+        wait_until(lambda: store_path.exists() and (CheckpointStore(store_path).latest() or None)
+                   and CheckpointStore(store_path).latest().epoch >= 3, 60, message="three checkpoints")
+        driver.send_signal(signal.SIGKILL)
+        driver.wait(10)
+    finally:
+        if driver.poll() is None:
+            driver.kill()
+        driver.stdout.close()
+    for pid in workers:  # the orphaned workers exit by themselves (driver timeout)
+        wait_until(lambda: not os.path.exists(f"/proc/{pid}") or open(f"/proc/{pid}/stat").read().split(")")[-1]
+                   .split()[0] == "Z", 60, message="orphan workers gone")
+    cut = kafka_parts.running_counts(kafka_broker.read("counts"))
+    assert sum(map(len, cut.values())) < len(records), "the driver was not killed mid-stream"
+    topology = kafka_parts.build("kafka-driver", kafka_broker.bootstrap, "words", "counts", pace=0.003,
+                                 max_records=50, max_pending=100)
+    with LocalCluster(workers=2) as cluster:
+        job = cluster.submit(topology, JobConfig(data_dir=data, elasticity=False, checkpoint_interval=0.3))
+        assert job.restored_from is not None and job.restored_from.kind == "checkpoint"
         assert job.wait(120), job.status()
         job.stop()
     assert kafka_parts.running_counts(kafka_broker.read("counts")) == kafka_parts.exact_counts(records)
