@@ -29,6 +29,14 @@ import kafka_parts  # noqa: E402
 pytestmark = pytest.mark.system
 
 
+@pytest.fixture(autouse=True)
+def _fresh_collectors():
+    """CollectorBolt lists live in this process: each test starts with none."""
+    reset_collected()
+    yield
+    reset_collected()
+
+
 def eo_config(tmp_path: Path, **changes) -> JobConfig:
     return JobConfig(data_dir=tmp_path / "data", elasticity=False, checkpoint_interval=0.3,
                      message_timeout=300.0, **changes)
