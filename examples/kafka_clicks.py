@@ -29,7 +29,7 @@ import random
 from typing import Any
 
 from esault import Bolt, TopologyBuilder
-from esault.connectors import KafkaRecord, KafkaSink, KafkaSource
+from esault.connectors import KafkaSink, KafkaSource
 from esault.windows import EventTime, Session, WindowBolt, is_late
 from spark_sink import SparkSink
 

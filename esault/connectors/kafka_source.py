@@ -31,9 +31,6 @@ from esault.errors import ConnectorError
 
 log = logging.getLogger("esault.connectors.kafka")
 
-_RESET = "reset"
-
-
 def kafka_client() -> Any:
     """The confluent_kafka module, or a ConnectorError saying how to install it."""
     try:
