@@ -78,13 +78,26 @@ class KafkaBroker:
     """
 
     def __init__(self, port: int | None = None, start_timeout: float = 20.0) -> None:
+        self._fixed_port = port is not None
         self.port = port or _free_port()
         self.bootstrap = f"127.0.0.1:{self.port}"
         self.start_timeout = start_timeout
         self.process: subprocess.Popen | None = None
         self._log: Any = None
 
-    def start(self) -> "KafkaBroker":
+    def start(self, attempts: int = 3) -> "KafkaBroker":
+        """Start the broker; a port taken between choosing it and the broker binding it is chosen again."""
+        for attempt in range(attempts):
+            try:
+                return self._start()
+            except ConfigError as exc:
+                if "exited at start" not in str(exc) or attempt == attempts - 1 or self._fixed_port:
+                    raise
+                self.port = _free_port()
+                self.bootstrap = f"127.0.0.1:{self.port}"
+        raise AssertionError("unreachable")
+
+    def _start(self) -> "KafkaBroker":
         url = f"tcp://127.0.0.1:{self.port}"
         self._log = tempfile.TemporaryFile()  # noqa: SIM115 - closed in stop(); read when the start fails
         self.process = subprocess.Popen(

@@ -197,8 +197,9 @@ def test_kill_9_of_a_worker_mid_stream_leaves_the_output_topic_and_the_spark_tab
     with LocalCluster(workers=3, heartbeat_timeout=1.0) as cluster:
         job = cluster.submit(topology, eo_config(tmp_path))
         wait_until(lambda: job.checkpoints.stats.completed >= 2, 60, message="two checkpoints")
-        victim = next(w for w, spus in cluster.registry.spus_on.items()
-                      if set(spus) & set(job.spus("words")) and set(spus) & set(job.spus("count")))
+        hosts = {w: set(spus) for w, spus in cluster.registry.spus_on.items()}
+        victim = max(hosts, key=lambda w: (bool(hosts[w] & set(job.spus("words"))),
+                                           bool(hosts[w] & set(job.spus("count"))), len(hosts[w])))
         os.kill(cluster.registry.pids[victim], signal.SIGKILL)
         cluster.pool.spawn("r1")
         wait_until(lambda: len(job.checkpoints.stats.recoveries) >= 1, 60, message="the rollback")
@@ -353,3 +354,19 @@ def test_a_paused_broker_makes_the_source_wait_and_say_so_then_go_on_with_nothin
         finally:
             job.stop()
     assert sorted(int(v) for _, v in collected("c")) == list(range(200))
+
+
+def test_the_test_broker_starts_on_another_port_when_its_port_was_taken_before_it_bound(monkeypatch):
+    import socket
+
+    from esault.testing import kafka as kafka_testing
+
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        ports = iter([taken.getsockname()[1]])
+        real = kafka_testing._free_port
+        monkeypatch.setattr(kafka_testing, "_free_port", lambda: next(ports, None) or real())
+        with kafka_testing.KafkaBroker() as broker:
+            assert broker.port != taken.getsockname()[1]
+            broker.create_topic("t", 1)
