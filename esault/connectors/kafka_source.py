@@ -135,11 +135,21 @@ class KafkaSource(Spout):
                     "socket.connection.setup.timeout.ms": int(self.connect_timeout * 1000),
                     "logger": log}
         settings.update(self.config)
-        self._consumer = kafka.Consumer(settings)
+        try:
+            self._consumer = kafka.Consumer(settings)
+        except kafka.KafkaException as exc:
+            raise ConnectorError(f"KafkaSource {self._unit!r}: librdkafka refused the consumer settings "
+                                 f"({exc.args[0] if exc.args else exc}); fix params 'config'") from None
         try:
             partitions = self._discover(kafka)
             mine = owned(partitions, context.instance, context.instances)
-            self._start_offsets(kafka, mine)
+            try:
+                self._start_offsets(kafka, mine)
+            except kafka.KafkaException as exc:
+                raise ConnectorError(
+                    f"KafkaSource {self._unit!r}: the brokers at {self.bootstrap!r} did not answer where to start "
+                    f"(start={self.start!r}) within {self.connect_timeout}s ({exc.args[0] if exc.args else exc}); "
+                    "check that they run, or raise params 'connect_timeout'") from None
             self._consumer.assign([kafka.TopicPartition(t, p, self._offsets.next_offset((t, p))) for t, p in mine])
         except BaseException:
             self._consumer.close()

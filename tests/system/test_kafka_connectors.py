@@ -370,3 +370,13 @@ def test_the_test_broker_starts_on_another_port_when_its_port_was_taken_before_i
         with kafka_testing.KafkaBroker() as broker:
             assert broker.port != taken.getsockname()[1]
             broker.create_topic("t", 1)
+
+
+def test_a_setting_librdkafka_refuses_fails_the_job_at_start_naming_the_config_param(kafka_broker, tmp_path):
+    kafka_broker.create_topic("orders", 1)
+    b = TopologyBuilder("kafka-badconfig")
+    b.set_spout("orders", KafkaSource, params={"topic": "orders", "bootstrap": kafka_broker.bootstrap,
+                                               "config": {"fetch.min.bytes": "lots"}})
+    b.set_bolt("c", CollectorBolt).shuffle_grouping("orders")
+    with LocalCluster() as cluster, pytest.raises(UnitStartError, match="librdkafka refused the consumer settings"):
+        cluster.submit(b.build(), JobConfig(data_dir=tmp_path / "data", elasticity=False))
