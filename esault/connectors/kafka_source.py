@@ -20,7 +20,7 @@ import time
 from typing import Any, Callable
 
 from esault.connectors.codecs import resolve_codec
-from esault.connectors.partitions import AckedOffsets, PartitionOffsets, TopicPartition, owned
+from esault.connectors.partitions import AckedOffsets, PartitionOffsets, TimeAligner, TopicPartition, owned
 from esault.connectors.settings import (
     OUTPUTS, SOURCE_OWNED, START_NAMES, check_bootstrap, check_config, check_positive, check_timestamp_spec,
     check_topics,
@@ -60,6 +60,10 @@ class KafkaSource(Spout):
       config: librdkafka settings (SASL, TLS, fetch tuning) passed through.
       connect_timeout: seconds to reach the brokers at start before the job fails (default 10).
       max_records: records per next_tuple() call at most (default 500).
+      max_skew: event-time alignment, in ms (default None: off). Records wait per partition and leave in
+        timestamp order, none more than max_skew past a partition that has nothing waiting, so a partition
+        read ahead does not make the others' records late for a window downstream (within this instance;
+        keep it within the windows' max_out_of_orderness).
       refresh_interval: seconds between metadata reads that pick up new partitions, and new topics of a
         pattern, while the job runs (default 10; None: never). A tailing read only: a bounded read keeps
         the partitions it started with.
@@ -69,7 +73,7 @@ class KafkaSource(Spout):
                  output: str = "value", start: Any = "earliest", reset: str = "earliest", end: Any = None,
                  group: str | None = None, commit_offsets: bool = True, create: bool = False,
                  partitions: int = 1, config: dict[str, Any] | None = None, connect_timeout: float = 10.0,
-                 max_records: int = 500, refresh_interval: float | None = 10.0,
+                 max_records: int = 500, max_skew: int | None = None, refresh_interval: float | None = 10.0,
                  now: Callable[[], float] = time.monotonic) -> None:
         what = "KafkaSource"
         self.topics = check_topics(what, topic)
@@ -93,6 +97,10 @@ class KafkaSource(Spout):
         self.config = check_config(what, config, SOURCE_OWNED)
         self.connect_timeout = check_positive(what, "connect_timeout", connect_timeout)
         self.max_records = check_positive(what, "max_records", max_records, whole=True)
+        self.max_skew = None if max_skew is None else check_positive(what, "max_skew", max_skew, whole=True)
+        self._aligner = None if max_skew is None else TimeAligner(max_skew)
+        self._buffered_upto: dict[TopicPartition, int] = {}  # aligned: past the last record buffered
+        self._paused: set[TopicPartition] = set()  # aligned: partitions whose buffer is long
         self.refresh_interval = (None if refresh_interval is None
                                  else check_positive(what, "refresh_interval", refresh_interval))
         self._now = now
@@ -280,20 +288,16 @@ class KafkaSource(Spout):
         key_codec, value_codec, record = self.key_codec, self.value_codec, self.output == "record"
         end_time = self.end["timestamp"] if isinstance(self.end, dict) else None
         nexts: dict[TopicPartition, int] = {}  # at_least_once: where this batch ends in each partition
-        for m in messages:
-            error = m.error()
-            tp = (m.topic(), m.partition())
-            if error is not None:
-                self._on_event(tp, error, m.offset())
-                continue
+        aligner = self._aligner
+
+        def take(tp: TopicPartition, m: Any) -> None:
+            """One record, in the order it is emitted: the position moves past it."""
             offset = m.offset()
-            if tp not in self._fetched:
-                self._first_fetch(tp)
             if end_time is not None and offset >= offsets.next_offset(tp) and m.timestamp()[1] >= end_time:
                 offsets.stop_at_time(tp)
-                continue
+                return
             if not offsets.accept(tp, offset):
-                continue
+                return
             nexts[tp] = offset + 1
             raw_key, raw_value = m.key(), m.value()
             try:
@@ -303,7 +307,7 @@ class KafkaSource(Spout):
                 self.dead_letter(raw_key, raw_value, f"{type(exc).__name__}: {exc} (topic {tp[0]!r} partition "
                                  f"{tp[1]} offset {offset})",
                                  {"topic": tp[0], "partition": tp[1], "offset": offset})
-                continue
+                return
             if record:
                 headers = m.headers()
                 value = {"value": value, "topic": tp[0], "partition": tp[1], "offset": offset,
@@ -311,6 +315,27 @@ class KafkaSource(Spout):
                          "headers": [[h, v] for h, v in headers] if headers else []}
             keys.append(key)
             values.append(value)
+
+        for m in messages:
+            error = m.error()
+            tp = (m.topic(), m.partition())
+            if error is not None:
+                self._on_event(tp, error, m.offset())
+                continue
+            if tp not in self._fetched:
+                self._first_fetch(tp)
+            if aligner is None:
+                take(tp, m)
+                continue
+            if tp not in offsets or m.offset() < max(offsets.next_offset(tp), self._buffered_upto.get(tp, 0)):
+                continue  # not ours, or buffered already (a refetch)
+            self._buffered_upto[tp] = m.offset() + 1
+            aligner.add(tp, m.timestamp()[1], m)
+        if aligner is not None:
+            for tp, m in aligner.release(tp for tp in offsets.partitions()
+                                         if not (self.end is not None and offsets.done(tp))):
+                take(tp, m)
+            self._hold_back(aligner)
         if keys or nexts:
             if self._untracked:
                 self.emit_batch(keys, values)
@@ -327,6 +352,19 @@ class KafkaSource(Spout):
         if self.end is not None and offsets.all_done():
             self.finish()
 
+    def _hold_back(self, aligner: TimeAligner) -> None:
+        """Pause fetching a partition whose buffer grew long (it is far ahead); resume it once it drained."""
+        kafka = kafka_client()
+        long = 20 * self.max_records
+        pause = [tp for tp in self._offsets.partitions() if tp not in self._paused and aligner.buffered(tp) > long]
+        resume = [tp for tp in self._paused if aligner.buffered(tp) < self.max_records]
+        if pause:
+            self._consumer.pause([kafka.TopicPartition(*tp) for tp in pause])
+            self._paused.update(pause)
+        if resume:
+            self._consumer.resume([kafka.TopicPartition(*tp) for tp in resume])
+            self._paused.difference_update(resume)
+
     def _first_fetch(self, tp: TopicPartition) -> None:
         kafka = kafka_client()
         self._fetched.add(tp)
@@ -341,6 +379,8 @@ class KafkaSource(Spout):
                 self._first_fetch(tp)
             if self.end == "end" and tp in self._offsets:
                 self._offsets.confirm_end(tp, offset)
+            if self._aligner is not None:
+                self._aligner.at_end(tp)
             return
         log.warning("KafkaSource %r: %s[%s]: %s", self._unit, tp[0], tp[1], error)
 
@@ -393,6 +433,10 @@ class KafkaSource(Spout):
             restored.add(tp, start, end, end_known=tp in ends or end is None)
         self._offsets = restored
         self._pending.clear()
+        if self._aligner is not None:  # what waited is read again from the restored offsets
+            self._aligner.clear()
+            self._buffered_upto.clear()
+            self._paused.clear()  # assign() below resumes every partition
         self._consumer.assign([kafka.TopicPartition(t, p, restored.next_offset((t, p)))
                                for t, p in restored.partitions()])
 

@@ -14,6 +14,7 @@ restore resumes at the first record the checkpoint does not cover.
 
 from __future__ import annotations
 
+import heapq
 import zlib
 from collections import deque
 from dataclasses import dataclass
@@ -176,4 +177,69 @@ class AckedOffsets:
     def take(self) -> dict[TopicPartition, int]:
         """Offsets that moved since the last take(): what to commit to the group."""
         out, self._committable = self._committable, {}
+        return out
+
+
+class TimeAligner:
+    """Event-time alignment inside one source: per-partition buffers released in timestamp order.
+
+    A window's watermark is the newest timestamp its SPU has seen minus a bound,
+    and librdkafka hands over one partition's fetched batch before the next: a
+    partition read ahead would make the others' records late. Records wait here
+    per partition; the oldest buffered one is released while it is at most
+    `max_skew` ms past the newest timestamp of every partition that has nothing
+    buffered (so nothing older can still come from it). A partition at its end
+    (nothing to read now) holds no one back; one not heard from yet holds
+    everyone until it is. Within a partition the order is the log's.
+    """
+
+    def __init__(self, max_skew: int) -> None:
+        self.max_skew = max_skew
+        self._buffers: dict[TopicPartition, deque[tuple[int, Any]]] = {}
+        self._newest: dict[TopicPartition, int] = {}
+        self._idle: set[TopicPartition] = set()
+
+    def add(self, tp: TopicPartition, timestamp: int, item: Any) -> None:
+        self._buffers.setdefault(tp, deque()).append((timestamp, item))
+        self._idle.discard(tp)
+        if timestamp > self._newest.get(tp, -1):
+            self._newest[tp] = timestamp
+
+    def at_end(self, tp: TopicPartition) -> None:
+        self._idle.add(tp)
+
+    def buffered(self, tp: TopicPartition) -> int:
+        buffer = self._buffers.get(tp)
+        return len(buffer) if buffer else 0
+
+    def clear(self) -> None:
+        self._buffers.clear()
+        self._newest.clear()
+        self._idle.clear()
+
+    def release(self, reading: Iterable[TopicPartition]) -> list[tuple[TopicPartition, Any]]:
+        """The items that may go now, oldest first, among the partitions still `reading` (O(p + n log p))."""
+        reading = list(reading)
+        limit = float("inf")  # the newest timestamp of the partitions with nothing buffered (the slowest)
+        for q in reading:
+            if q not in self._idle and not self._buffers.get(q):
+                seen = self._newest.get(q)
+                if seen is None:
+                    return []  # not heard from yet: it may hold anything
+                limit = min(limit, seen)
+        heads = [(buf[0][0], tp) for tp in reading if (buf := self._buffers.get(tp))]
+        heapq.heapify(heads)
+        out: list[tuple[TopicPartition, Any]] = []
+        while heads:
+            timestamp, tp = heads[0]
+            if timestamp > limit + self.max_skew:
+                break
+            buffer = self._buffers[tp]
+            out.append((tp, buffer.popleft()[1]))
+            if buffer:
+                heapq.heapreplace(heads, (buffer[0][0], tp))
+            else:  # now it has nothing buffered: its newest timestamp bounds the others
+                heapq.heappop(heads)
+                if tp not in self._idle:
+                    limit = min(limit, self._newest[tp])
         return out

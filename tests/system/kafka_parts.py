@@ -79,3 +79,21 @@ def exact_counts(records: list[tuple[str, str, int]]) -> dict[str, list[int]]:
     """What a correct run writes: 1, 2, ..., n for a key seen n times."""
     seen = collections.Counter(k for k, _, _ in records)
     return {k: list(range(1, n + 1)) for k, n in seen.items()}
+
+
+from esault.windows import EventTime, Tumbling, WindowBolt  # noqa: E402
+
+
+class RecordTimeCount(WindowBolt):
+    """Records per key per second of record time (output="record"), within a 200 ms bound."""
+
+    window = Tumbling(size=1_000)
+    aggregate = "count"
+    time = EventTime(max_out_of_orderness=200)
+    flush_on_close = True
+
+    def timestamp(self, tup: Any) -> float:
+        return tup.value["timestamp"]
+
+    def value(self, tup: Any) -> Any:
+        return 1

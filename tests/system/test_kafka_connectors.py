@@ -380,3 +380,37 @@ def test_a_setting_librdkafka_refuses_fails_the_job_at_start_naming_the_config_p
     b.set_bolt("c", CollectorBolt).shuffle_grouping("orders")
     with LocalCluster() as cluster, pytest.raises(UnitStartError, match="librdkafka refused the consumer settings"):
         cluster.submit(b.build(), JobConfig(data_dir=tmp_path / "data", elasticity=False))
+
+
+@pytest.mark.parametrize("max_skew", [None, 100])
+def test_event_time_alignment_keeps_partitions_read_at_different_speeds_from_making_records_late(
+        kafka_broker, tmp_path, max_skew):
+    """Four partitions over the same 15 s of record time; one source reads them all. librdkafka hands over
+    one partition's fetch before the next, so without alignment the window's watermark runs ahead with
+    the first partition and the others' records come late; with max_skew (within the 200 ms bound) none do."""
+    from confluent_kafka import Producer
+
+    from esault.windows import is_late
+
+    kafka_broker.create_topic("stamped", 4)
+    producer = Producer({"bootstrap.servers": kafka_broker.bootstrap, "linger.ms": 20})
+    for p in range(4):
+        for j in range(1500):
+            producer.produce("stamped", key=b"k", value=b"x", partition=p, timestamp=1_700_000_000_000 + j * 10)
+    assert producer.flush(30) == 0
+    params = {"topic": "stamped", "bootstrap": kafka_broker.bootstrap, "key": "utf-8", "output": "record",
+              "end": "end"}
+    if max_skew is not None:
+        params["max_skew"] = max_skew
+    b = TopologyBuilder("kafka-aligned")
+    b.set_spout("stamped", KafkaSource, params=params)
+    b.set_bolt("count", kafka_parts.RecordTimeCount, pe_idle_timeout=None).key_grouping("stamped")
+    b.set_bolt("c", CollectorBolt).shuffle_grouping("count")
+    result = run_to_completion(b, workers="in-process", timeout=60)
+    late = sum(1 for _, v in result["c"] if is_late(v))
+    if max_skew is None:
+        assert late > 0, "the partitions were read evenly: this run shows nothing"
+    else:
+        assert late == 0
+        on_time = sum(v["result"] for _, v in result["c"] if not is_late(v))
+        assert on_time == 6000

@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from esault.connectors.partitions import AckedOffsets, PartitionOffsets, owned, owner
+from esault.connectors.partitions import AckedOffsets, PartitionOffsets, TimeAligner, owned, owner
 
 topics = st.lists(st.text(min_size=1, max_size=8), min_size=1, max_size=3, unique=True)
 
@@ -137,3 +137,47 @@ def test_the_committable_offset_of_each_partition_never_passes_a_batch_not_yet_a
                     break
                 prefix = end
             assert committed.get(tp, 0) == prefix
+
+
+def test_aligned_records_leave_in_timestamp_order_and_wait_for_a_partition_not_heard_from():
+    aligner = TimeAligner(max_skew=5)
+    a, b = ("t", 0), ("t", 1)
+    for ts in (0, 10, 20, 30):
+        aligner.add(a, ts, f"a{ts}")
+    assert aligner.release([a, b]) == []  # b may still hold anything
+    aligner.add(b, 12, "b12")
+    # a's 0 and 10 are older than b's 12; a's 20 is more than 5 past b's newest once b has nothing buffered
+    assert aligner.release([a, b]) == [(a, "a0"), (a, "a10"), (b, "b12")]
+    assert aligner.release([a, b]) == []
+    aligner.at_end(b)  # b has nothing to read now: it holds no one back
+    assert aligner.release([a, b]) == [(a, "a20"), (a, "a30")]
+
+
+@settings(max_examples=200)
+@given(st.lists(st.lists(st.integers(0, 50), max_size=15), min_size=1, max_size=4), st.integers(0, 20), st.data())
+def test_aligned_release_never_lets_a_record_pass_one_more_than_max_skew_older_that_may_still_come(
+        parts, skew, data):
+    """Each partition's timestamps arrive in order, in random interleavings; every released record is
+    at most `skew` past the newest timestamp of any partition with nothing buffered, and at the end (every
+    partition at its end) everything is released, each partition in its own order."""
+    streams = {("t", i): sorted(ts) for i, ts in enumerate(parts)}
+    aligner = TimeAligner(skew)
+    cursor = {tp: 0 for tp in streams}
+    newest: dict = {}
+    released: list = []
+    reading = list(streams)
+    while any(cursor[tp] < len(s) for tp, s in streams.items()):
+        tp = data.draw(st.sampled_from([tp for tp, s in streams.items() if cursor[tp] < len(s)]))
+        ts = streams[tp][cursor[tp]]
+        aligner.add(tp, ts, (tp, cursor[tp], ts))
+        cursor[tp] += 1
+        newest[tp] = ts
+        for _, item in aligner.release(reading):
+            empty = [q for q in reading if aligner.buffered(q) == 0 and q != item[0]]
+            assert all(q in newest and item[2] <= newest[q] + skew for q in empty)
+            released.append(item)
+    for tp in streams:
+        aligner.at_end(tp)
+    released.extend(item for _, item in aligner.release(reading))
+    for tp, s in streams.items():
+        assert [i for (q, i, _) in released if q == tp] == list(range(len(s)))
