@@ -167,14 +167,16 @@ def test_a_keyed_count_from_four_partitions_into_a_kafka_topic_is_exact(kafka_br
     assert kafka_parts.running_counts(output) == kafka_parts.exact_counts(records)
 
 
+@pytest.mark.parametrize("max_skew", [None, 50], ids=["plain", "aligned"])
 def test_a_stopped_job_restarted_on_its_data_dir_resumes_after_its_checkpoint_with_nothing_twice(
-        kafka_broker, tmp_path):
+        kafka_broker, tmp_path, max_skew):
+    """Aligned: records wait in the source's buffers, which are not in its position: read again after."""
     kafka_broker.create_topic("words", 4)
     kafka_broker.create_topic("counts", 1)
     records = kafka_parts.words(3000)
     kafka_broker.produce("words", records)
     topology = kafka_parts.build("kafka-restart", kafka_broker.bootstrap, "words", "counts", pace=0.003,
-                                 max_records=50, max_pending=100)
+                                 max_records=50, max_pending=100, max_skew=max_skew)
     with LocalCluster(workers=2) as cluster:
         job = cluster.submit(topology, eo_config(tmp_path))
         wait_until(lambda: job.checkpoints.stats.completed >= 2, 60, message="two checkpoints")
