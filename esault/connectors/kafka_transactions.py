@@ -64,10 +64,9 @@ class TransactionalPublisher:
                 f"{transactional_id!r} ({exc.args[0] if exc.args else exc}); exactly_once needs transactions: "
                 "check the address and that the broker supports them, or run with guarantee='at_least_once' "
                 "(an idempotent producer)") from None
+        secure = {k: v for k, v in producer_settings.items() if k.startswith(("security.", "sasl.", "ssl."))}
         self._group = kafka.Consumer({"bootstrap.servers": bootstrap, "group.id": transactional_id,
-                                      "enable.auto.commit": False,
-                                      **{k: v for k, v in producer_settings.items() if k.startswith(("security.",
-                                                                                                     "sasl.", "ssl."))}})
+                                      "enable.auto.commit": False, **secure})
         self.marker = self._read_marker()
         if restored_epoch is None and self.marker:
             self._write_marker(0)  # a fresh start numbers epochs from 1 again

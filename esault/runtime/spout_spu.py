@@ -21,7 +21,8 @@ from esault.runtime.context import log
 from esault.runtime.user_errors import UserErrorLog, user_frame
 from esault.runtime.emitter import build_emit_many
 from esault.runtime.messages import (
-    AckInit, CheckpointAck, CheckpointComplete, DeadLettered, Pump, RegisterOwner, SpoutProgress, Tick, TreesDone, TriggerCheckpoint,
+    AckInit, CheckpointAck, CheckpointComplete, DeadLettered, Pump, RegisterOwner, SpoutProgress, Tick, TreesDone,
+    TriggerCheckpoint,
 )
 from esault.runtime.sender import SenderActor
 from esault.transport.address import Address
