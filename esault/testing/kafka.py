@@ -185,7 +185,8 @@ class KafkaBroker:
 
     def read(self, topic: str, timeout: float = 30.0, isolation: str = "read_committed") -> list[dict[str, Any]]:
         """Every record of `topic` (all partitions, from the start to each partition's end), as dicts with
-        topic, partition, offset, key, value, headers; waits until each partition's end was reached."""
+        topic, partition, offset, key, value, headers, timestamp (epoch ms); waits until each partition's end
+        was reached."""
         from confluent_kafka import Consumer, KafkaError, TopicPartition
 
         consumer = Consumer({"bootstrap.servers": self.bootstrap, "group.id": f"esault-test-read-{_free_port()}",
@@ -211,7 +212,8 @@ class KafkaBroker:
                         continue
                     at_end.discard(m.partition())
                     out.append({"topic": m.topic(), "partition": m.partition(), "offset": m.offset(),
-                                "key": m.key(), "value": m.value(), "headers": m.headers() or []})
+                                "key": m.key(), "value": m.value(), "headers": m.headers() or [],
+                                "timestamp": m.timestamp()[1]})
             return out
         finally:
             consumer.close()

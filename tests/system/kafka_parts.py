@@ -98,3 +98,15 @@ class RecordTimeCount(WindowBolt):
 
     def value(self, tup: Any) -> Any:
         return 1
+
+
+from esault.connectors import KafkaRecord  # noqa: E402
+
+
+class RoutingSink(KafkaSink):
+    """Even values to topic "even", odd ones to "odd", each with a header naming its parity and a timestamp."""
+
+    def to_record(self, tup: Any) -> KafkaRecord:
+        parity = "even" if tup.value % 2 == 0 else "odd"
+        return KafkaRecord(value=tup.value, key=tup.key, topic=parity, headers={"parity": parity.encode()},
+                           timestamp=1_700_000_000_000 + tup.value)

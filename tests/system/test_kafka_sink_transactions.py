@@ -212,3 +212,25 @@ def test_the_sink_stages_a_checkpoints_records_at_its_barrier_and_produces_them_
     again = _open_sink(out, tmp_path, restored=1)
     assert again.wait_published(10) and values(out) == ["0", "1", "2"]
     again.close()
+
+
+@pytest.mark.parametrize("guarantee", ["exactly_once", "at_least_once"])
+def test_a_sink_routes_records_to_a_topic_each_with_headers_and_timestamps(kafka_broker, tmp_path, guarantee):
+    import sys
+
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    import kafka_parts
+
+    for topic in ("even", "odd"):
+        kafka_broker.create_topic(topic, 1)
+    b = TopologyBuilder(f"kafka-route-{guarantee}")
+    b.set_spout("s", ListSpout, params={"items": [[f"k{i}", i] for i in range(20)]})
+    b.set_bolt("out", kafka_parts.RoutingSink, params={"bootstrap": kafka_broker.bootstrap,
+                                                       "marker_topic": "even"}).shuffle_grouping("s")
+    config = JobConfig(data_dir=tmp_path / "data", elasticity=False, guarantee=guarantee, checkpoint_interval=0.2)
+    run_to_completion(b, workers="in-process", config=config, timeout=60)
+    for topic, rest in (("even", 0), ("odd", 1)):
+        records = kafka_broker.read(topic)
+        assert sorted(int(r["value"]) for r in records) == [i for i in range(20) if i % 2 == rest]
+        assert all(r["headers"] == [("parity", topic.encode())] for r in records)
+        assert all(r["timestamp"] == 1_700_000_000_000 + int(r["value"]) for r in records)
