@@ -83,7 +83,11 @@ class TransactionalPublisher:
         """A producer of this writer's transactional.id: init_transactions() fences every older one and aborts
         the transaction one left open."""
         producer = self.kafka.Producer(self._producer_settings)
-        producer.init_transactions(self.timeout)
+        try:
+            producer.init_transactions(self.timeout)
+        except BaseException:
+            close_client(producer)
+            raise
         return producer
 
     def _read_marker(self) -> int:

@@ -234,3 +234,17 @@ def test_a_sink_routes_records_to_a_topic_each_with_headers_and_timestamps(kafka
         assert sorted(int(r["value"]) for r in records) == [i for i in range(20) if i % 2 == rest]
         assert all(r["headers"] == [("parity", topic.encode())] for r in records)
         assert all(r["timestamp"] == 1_700_000_000_000 + int(r["value"]) for r in records)
+
+
+def test_a_broker_that_does_not_start_a_transactional_producer_is_refused_naming_at_least_once(tmp_path):
+    """No broker with transactions answers at the address: exactly_once is refused, never weakened."""
+    import confluent_kafka
+
+    from esault.errors import ConnectorError
+    from esault.testing.kafka import _free_port
+
+    address = f"127.0.0.1:{_free_port()}"
+    with pytest.raises(ConnectorError, match=f"the broker at '{address}' did not start a transactional producer"
+                                             r".*guarantee='at_least_once'"):
+        TransactionalPublisher(confluent_kafka, {"bootstrap.servers": address}, "esault.t.i0", "out",
+                               EpochStage(tmp_path / "stage"), None, timeout=2.0)
