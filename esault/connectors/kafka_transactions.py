@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import warnings
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any, Callable
 
@@ -208,4 +209,6 @@ def close_client(client: Any) -> None:
     """Close a librdkafka producer now (confluent-kafka >= 2.13 has close(); older ones close when collected)."""
     close = getattr(client, "close", None)
     if close is not None:
-        close()
+        with warnings.catch_warnings():  # closing a producer whose transaction start failed warns that abort failed
+            warnings.simplefilter("ignore", RuntimeWarning)
+            close()
