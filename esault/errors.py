@@ -82,3 +82,10 @@ class StoreDamaged(EsaultError):
 
 class SinkFileDamaged(SinkError, StoreDamaged):
     """A sink's commit log or a table's metadata fails verification (see StoreDamaged)."""
+
+
+class ConnectorError(TopologyError):
+    """A connector (esault.connectors: Kafka) was declared wrongly, or its system refused or did not answer.
+
+    A TopologyError, so a bad declaration fails build() like any other.
+    """

@@ -9,6 +9,7 @@ from esault.dsl.context import TopologyContext
 
 EmitFn = Callable[[Any, Any, Any], None]
 EmitBatchFn = Callable[[list, list, Any], None]
+DeadLetterFn = Callable[[Any, Any, str, Any], None]
 
 
 class Spout:
@@ -22,6 +23,7 @@ class Spout:
 
     _esault_emit: EmitFn | None = None
     _esault_emit_batch: EmitBatchFn | None = None
+    _esault_dead_letter: DeadLetterFn | None = None
     _esault_finished: bool = False
 
     def open(self, context: TopologyContext) -> None:
@@ -44,6 +46,12 @@ class Spout:
     def close(self) -> None:
         """Called once when the job stops."""
 
+    def abandon(self) -> None:
+        """The runtime discards this instance without close() (a rollback): release connections, commit nothing.
+
+        A restored instance takes over from the last completed checkpoint's position.
+        """
+
     def backlog(self) -> int | None:
         """Tuples the source holds ready but has not emitted yet (a Kafka consumer's lag, the rest of a
         burst), or None when it cannot tell. Read on the SPU's thread at every tick and exported as the
@@ -63,6 +71,13 @@ class Spout:
     def restore_position(self, position: Any) -> None:
         """Resume after `position` (from snapshot_position()): called after open(), before next_tuple()."""
         raise NotImplementedError
+
+    def on_checkpoint_complete(self, epoch: int, position: Any) -> None:
+        """Checkpoint `epoch`, which recorded this instance at `position` (its snapshot_position()), is durable
+        job-wide: a source may acknowledge it upstream (KafkaSource commits its offsets to the group).
+
+        Called on the SPU's thread. Not called for a checkpoint that failed, nor twice for one epoch.
+        """
 
     @classmethod
     def can_rewind(cls) -> bool:
@@ -96,6 +111,16 @@ class Spout:
             raise ValueError(f"{type(self).__name__}.emit_batch(): {len(keys)} keys but {len(values)} values; "
                              "pass one value per key")
         emit(keys, values, msg_id)
+
+    def dead_letter(self, key: Any, value: Any, error: str, msg_id: Any = None) -> None:
+        """Give up on one input that cannot become a tuple (a record that does not decode): it goes to the job's
+        dead letters with `error`, counted, and the source goes on. msg_id says where it was (e.g. a dict of
+        topic, partition, offset); key and value are kept as JSON when they can be, else as their repr()."""
+        dead_letter = self._esault_dead_letter
+        if dead_letter is None:
+            raise RuntimeError(f"{type(self).__name__}.dead_letter() was called before the runtime opened the "
+                               "spout; call it from next_tuple()")
+        dead_letter(key, value, error, msg_id)
 
     def finish(self) -> None:
         """Declare the source exhausted: next_tuple() is not called again."""

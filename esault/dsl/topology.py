@@ -468,6 +468,7 @@ class TopologyBuilder:
             if max_pending is not None and (not isinstance(max_pending, int) or max_pending < 1):
                 raise TopologyError(f"spout {name!r}: max_pending must be a whole number >= 1, got {max_pending!r}")
             versions = {} if is_spout else _versions(name, cls, options)
+            _check_params_valid("spout" if is_spout else "bolt", name, cls, options.get("params", {}))
             units[name] = UnitSpec(
                 name=name,
                 cls=cls,
@@ -590,6 +591,20 @@ def _check_join_numbers(name: str, window: Any, zeta: Any, workers: Any, flush_i
         for field_name, value in shed.items():
             if not _is_number(value) or value < 0:
                 raise TopologyError(f"join {name!r}: shed[{field_name!r}] must be a finite number >= 0, got {value!r}")
+
+
+def _check_params_valid(kind: str, name: str, cls: type, params: Mapping[str, Any]) -> None:
+    """A class with an `esault_check_params(name, params)` classmethod (the connectors) checks its params at build():
+    a bad codec name or start fails here, not in every instance at run time."""
+    check = getattr(cls, "esault_check_params", None)
+    if check is None:
+        return
+    try:
+        check(name, dict(params))
+    except TopologyError:
+        raise
+    except Exception as exc:
+        raise TopologyError(f"{kind} {name!r}: its params were refused: {type(exc).__name__}: {exc}") from None
 
 
 def _check_params_fit(kind: str, name: str, cls: type, params: Mapping[str, Any]) -> None:

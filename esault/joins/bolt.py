@@ -61,7 +61,7 @@ class JoinBolt(Bolt):
         self.joined = 0
 
     @staticmethod
-    def esault_check_params(params: Mapping[str, Any]) -> None:
+    def esault_check_at_start(params: Mapping[str, Any]) -> None:
         """Run where each SPU starts, before any key: a predicate named "module:function" that this process
         cannot import fails the unit at start (TopologyError), as in mode="chain", not every key's tuples."""
         for spec in params.get("queries", ()):

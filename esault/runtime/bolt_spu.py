@@ -98,9 +98,9 @@ class BoltSpuActor(SenderActor):
             if not self.spec.per_key:
                 step = "constructor or open()"
                 self.pes.single()  # one instance: its constructor and open() run now
-            elif hasattr(self.spec.cls, "esault_check_params"):
+            elif hasattr(self.spec.cls, "esault_check_at_start"):
                 step = "constructor"  # per key, later: what can fail for every key fails the unit now
-                self.spec.cls.esault_check_params(self.spec.params)
+                self.spec.cls.esault_check_at_start(self.spec.params)
             if self.cfg.restore_epoch is not None:
                 step = f"restore from checkpoint {self.cfg.restore_epoch}"
                 self._restore(self.cfg.restore_epoch)

@@ -22,7 +22,8 @@ from esault.runtime.user_errors import UserErrorLog, user_frame
 from esault.runtime.emitter import build_emit_many
 from esault.checkpoint.saveable import POSITION_FIX
 from esault.runtime.messages import (
-    AckInit, CheckpointAck, DeadLettered, Pump, RegisterOwner, SpoutProgress, Tick, TreesDone, TriggerCheckpoint,
+    AckInit, CheckpointAck, CheckpointComplete, DeadLettered, Pump, RegisterOwner, SpoutProgress, Tick, TreesDone,
+    TriggerCheckpoint,
 )
 from esault.runtime.sender import SenderActor
 from esault.transport.address import Address
@@ -67,6 +68,7 @@ class SpoutSpuActor(SenderActor):
         self.finished = False
         self._reported = (False, False, "")  # (finished, drained, error) as last told to the ack server
         self._barrier_due: TriggerCheckpoint | None = None  # injected at the next round boundary
+        self._positions: dict[int, Any] = {}  # epoch -> the position its barrier recorded, until it completes
         self._handlers.update({Pump: self._on_pump, Tick: self._on_tick, TreesDone: self._on_trees_done,
                                TriggerCheckpoint: self._on_trigger})
 
@@ -83,6 +85,7 @@ class SpoutSpuActor(SenderActor):
             self.spout = self.spec.instantiate()
             self.spout._esault_emit = self._emit
             self.spout._esault_emit_batch = self._emit_batch
+            self.spout._esault_dead_letter = self._spout_dead_letter
             step = "open()"
             self.spout.open(self.context())
             if self.cfg.restore_epoch is not None:
@@ -117,6 +120,11 @@ class SpoutSpuActor(SenderActor):
         self._error_log.close(f"topology {self.job.name!r}: spout {self.unit_name!r} next_tuple()")
         self._callback_log.close(f"topology {self.job.name!r}: spout {self.unit_name!r} ack()/fail()/drop()")
         if self._abandoned:  # a rollback: no close(), nothing published; a restored SPU takes over
+            if self.spout is not None and self.start_error is None:
+                try:
+                    self.spout.abandon()
+                except Exception as exc:
+                    log.error("spout %r abandon() raised %r", self.unit_name, exc)
             self.abandon_stages()
             self.close_checkpointing()
             self.job.stats.retire(self.stats)
@@ -368,12 +376,33 @@ class SpoutSpuActor(SenderActor):
         owner = f"spout {self.unit_name!r} (instance {self.cfg.instance}) cannot save its position"
         if self.save_state(position, owner, POSITION_FIX) is None:
             position = None  # lost: send_barrier refuses this snapshot
+        self._positions[due.epoch] = position
         snapshot = self.new_snapshot(due.epoch, position)
         self.snapshot_stages(snapshot)
         self.send_barrier(snapshot)
         if due.final:
             self._finish()
             self.flush()
+
+    def _on_checkpoint_complete(self, msg: CheckpointComplete) -> None:
+        """The spout hears of the epoch with the position it recorded; positions of epochs up to it are done."""
+        position = self._positions.pop(msg.epoch, None)
+        for epoch in [e for e in self._positions if e < msg.epoch]:
+            del self._positions[epoch]  # checkpoints that failed: a later one completed
+        if position is not None and self.spout is not None and self.start_error is None:
+            try:
+                self.spout.on_checkpoint_complete(msg.epoch, position)
+            except Exception as exc:
+                self._callback_log("topology %r: spout %r on_checkpoint_complete(%d) raised %s: %s%s", self.job.name,
+                                   self.unit_name, msg.epoch, type(exc).__name__, exc, user_frame(exc), exc=exc)
+                self.stats.user_errors += 1
+        super()._on_checkpoint_complete(msg)
+
+    def _spout_dead_letter(self, key: Any, value: Any, error: str, msg_id: Any) -> None:
+        """Spout.dead_letter(): an input the source gave up on before it became a tuple."""
+        self.stats.dead_letters += 1
+        log.warning("topology %r: spout %r dead-lettered %r: %s", self.job.name, self.unit_name, msg_id, error)
+        self.acker.tell(DeadLettered(self.unit_name, self.spu_id, key, value, str(error), 1, msg_id))
 
     def _call(self, fn: Any, msg_id: Any) -> None:
         try:

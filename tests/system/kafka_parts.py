@@ -1,0 +1,112 @@
+"""Parts of the Kafka connector tests: a keyed running count from a Kafka topic into a Kafka topic.
+
+Worker processes import these by module name (tests/system is on their path).
+"""
+
+from __future__ import annotations
+
+import collections
+import json
+import threading
+from typing import Any
+
+from esault import Bolt, TopologyBuilder
+from esault.connectors import KafkaSink, KafkaSource
+
+_PAUSE = threading.Event()  # never set: wait() on it is a timed pause (pacing the work), not synchronisation
+
+
+class PacedCountBolt(Bolt):
+    """Per key: its running count, emitted as (key, count); each tuple takes at least `pace` seconds, so a
+    run lasts long enough to be cut mid-stream."""
+
+    def __init__(self, pace: float = 0.0) -> None:
+        self.pace = pace
+
+    def open(self, context: Any) -> None:
+        self.count = 0
+
+    def process(self, tup: Any) -> None:
+        if self.pace:
+            _PAUSE.wait(self.pace)
+        self.count += 1
+        self.emit(self.key, self.count)
+
+    def snapshot_state(self) -> dict[str, Any]:
+        return {"count": self.count}
+
+    def restore_state(self, state: dict[str, Any]) -> None:
+        self.count = state["count"]
+
+
+def words(total: int, vocabulary: int = 50) -> list[tuple[str, str, int]]:
+    """`total` records (key, value, partition) over 4 partitions: key word<i % vocabulary>, value its index."""
+    return [(f"word{i % vocabulary}", str(i), i % 4) for i in range(total)]
+
+
+def build(name: str, bootstrap: str, source: str, out: str, spouts: int = 2, counters: int = 2,
+          pace: float = 0.0, end: Any = "end", max_records: int = 500, spout_placement: str | None = None,
+          max_pending: int = 2000, table: str | None = None, max_skew: int | None = None):
+    """source topic -> KafkaSource (utf-8 keys) -> keyed running count -> KafkaSink (utf-8 key, json count)
+    [and a Spark table of (word, count) rows, written by pyarrow]."""
+    b = TopologyBuilder(name)
+    options = {"placement": spout_placement} if spout_placement else {}
+    b.set_spout("words", KafkaSource, spouts, params={
+        "topic": source, "bootstrap": bootstrap, "key": "utf-8", "value": "utf-8", "end": end,
+        "max_records": max_records, **({"max_skew": max_skew} if max_skew else {})},
+        max_pending=max_pending, **options)
+    b.set_bolt("count", PacedCountBolt, counters, params={"pace": pace}, elastic=False,
+               pe_idle_timeout=None).key_grouping("words")
+    b.set_bolt("out", KafkaSink, params={"bootstrap": bootstrap, "topic": out, "key": "utf-8", "value": "json"},
+               elastic=False).shuffle_grouping("count")
+    if table is not None:
+        from spark_sink import SparkSink
+
+        b.set_bolt("table", SparkSink, elastic=False, params={
+            "table": table, "schema": "word STRING, count BIGINT", "key_column": "word", "value_column": "count",
+            "engine": "pyarrow"}).shuffle_grouping("count")
+    return b.build()
+
+
+def running_counts(records: list[dict[str, Any]]) -> dict[str, list[int]]:
+    """key -> the counts the output topic holds for it, sorted."""
+    out: dict[str, list[int]] = collections.defaultdict(list)
+    for r in records:
+        out[r["key"].decode()].append(json.loads(r["value"]))
+    return {k: sorted(v) for k, v in out.items()}
+
+
+def exact_counts(records: list[tuple[str, str, int]]) -> dict[str, list[int]]:
+    """What a correct run writes: 1, 2, ..., n for a key seen n times."""
+    seen = collections.Counter(k for k, _, _ in records)
+    return {k: list(range(1, n + 1)) for k, n in seen.items()}
+
+
+from esault.windows import EventTime, Tumbling, WindowBolt  # noqa: E402
+
+
+class RecordTimeCount(WindowBolt):
+    """Records per key per second of record time (output="record"), within a 200 ms bound."""
+
+    window = Tumbling(size=1_000)
+    aggregate = "count"
+    time = EventTime(max_out_of_orderness=200)
+    flush_on_close = True
+
+    def timestamp(self, tup: Any) -> float:
+        return tup.value["timestamp"]
+
+    def value(self, tup: Any) -> Any:
+        return 1
+
+
+from esault.connectors import KafkaRecord  # noqa: E402
+
+
+class RoutingSink(KafkaSink):
+    """Even values to topic "even", odd ones to "odd", each with a header naming its parity and a timestamp."""
+
+    def to_record(self, tup: Any) -> KafkaRecord:
+        parity = "even" if tup.value % 2 == 0 else "odd"
+        return KafkaRecord(value=tup.value, key=tup.key, topic=parity, headers={"parity": parity.encode()},
+                           timestamp=1_700_000_000_000 + tup.value)
