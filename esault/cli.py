@@ -215,6 +215,9 @@ def _run(args: argparse.Namespace) -> int:
         fallback = getattr(getattr(job, "checkpoints", None), "fallback", None)
         if fallback:
             print(f"esault: {fallback}", flush=True)
+        rewound = getattr(getattr(job, "checkpoints", None), "rewound", None)
+        if rewound:
+            print(f"esault: {rewound}", flush=True)
         print(f"topology {job.name!r} running (Ctrl-C stops it in order)", file=sys.stderr, flush=True)
         progress = _Progress(job, sys.stderr) if sys.stderr.isatty() else None
         interrupted = False
