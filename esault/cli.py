@@ -382,8 +382,11 @@ def _status(args: argparse.Namespace) -> int:
     if not reply.jobs:
         print("no job running")
     for name, status in reply.jobs.items():
-        print(f"job {name!r}: {status['pending_trees']} trees in flight, spouts finished: "
-              f"{status['spouts_finished']}, scaling events: {status['scaling_events']}")
+        failures = status.get("failures") or []
+        print(f"job {name!r}: {'FAILED, ' if failures else ''}{status['pending_trees']} trees in flight, "
+              f"spouts finished: {status['spouts_finished']}, scaling events: {status['scaling_events']}")
+        for failure in failures:  # why it cannot go on: first, before the rates that no longer matter
+            print(f"  FAILED: {failure}")
         before = first.jobs.get(name, {}).get("units", {})
         for unit, info in status["units"].items():
             field = "emitted" if info["kind"] == "spout" else "processed"
