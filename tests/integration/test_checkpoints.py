@@ -143,6 +143,7 @@ def test_a_job_restored_from_an_older_savepoint_never_reads_the_later_checkpoint
 
     job = cluster.submit(build("restored", first + restored), config.replace(restore_from=savepoint))
     assert job.restored_from.epoch == savepoint
+    assert f"restoring checkpoint {savepoint} (savepoint)" in job.checkpoints.rewound, "it says what it forgets"
     assert job.wait(30)
     job.stop()
     assert counts("restored") == {k: 5 for k in keys[5:]}, "the restore started from the savepoint's counts"
