@@ -215,6 +215,9 @@ def _run(args: argparse.Namespace) -> int:
         fallback = getattr(getattr(job, "checkpoints", None), "fallback", None)
         if fallback:
             print(f"esault: {fallback}", flush=True)
+        rewound = getattr(getattr(job, "checkpoints", None), "rewound", None)
+        if rewound:
+            print(f"esault: {rewound}", flush=True)
         print(f"topology {job.name!r} running (Ctrl-C stops it in order)", file=sys.stderr, flush=True)
         progress = _Progress(job, sys.stderr) if sys.stderr.isatty() else None
         interrupted = False
@@ -379,8 +382,11 @@ def _status(args: argparse.Namespace) -> int:
     if not reply.jobs:
         print("no job running")
     for name, status in reply.jobs.items():
-        print(f"job {name!r}: {status['pending_trees']} trees in flight, spouts finished: "
-              f"{status['spouts_finished']}, scaling events: {status['scaling_events']}")
+        failures = status.get("failures") or []
+        print(f"job {name!r}: {'FAILED, ' if failures else ''}{status['pending_trees']} trees in flight, "
+              f"spouts finished: {status['spouts_finished']}, scaling events: {status['scaling_events']}")
+        for failure in failures:  # why it cannot go on: first, before the rates that no longer matter
+            print(f"  FAILED: {failure}")
         before = first.jobs.get(name, {}).get("units", {})
         for unit, info in status["units"].items():
             field = "emitted" if info["kind"] == "spout" else "processed"

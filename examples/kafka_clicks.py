@@ -141,5 +141,5 @@ def summarize(job: Any) -> str:
     sessions = [json.loads(r["value"]) for r in records]
     clicks_in = sum(s.get("clicks", 0) for s in sessions)
     return (f"kafka_clicks: {len(sessions)} sessions with {clicks_in} clicks in the topic click-sessions "
-            "(and the Spark table click_sessions); the clicks of sessions still open at the end are not there: "
-            "flush_on_close emits them after the final checkpoint, which exactly-once sinks do not publish")
+            "(and the Spark table click_sessions); sessions still open at the end of the input are among them: "
+            "flush_on_close fires them inside the final checkpoint")

@@ -267,6 +267,7 @@ class ControlApi:
                  for spec in topology.units for i in spec.inputs]
         return {"name": job.name, "guarantee": status["guarantee"], "checkpoints": status["checkpoints"],
                 "pending_trees": status["pending_trees"], "spouts_finished": status["spouts_finished"],
+                "failures": status.get("failures", []),
                 "units": [spec.name for spec in topology.units], "edges": edges,
                 "workers": job.workers()}
 

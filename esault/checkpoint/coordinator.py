@@ -206,6 +206,8 @@ class CheckpointCoordinator:
         what is committed and how to resume. No checkpoint is taken after it."""
         self.fallback: str | None = None
         """Set by restore_point() when the latest checkpoint was damaged: what it fell back to, in words."""
+        self.rewound: str | None = None
+        """Set by restore_point() when restore_from is older than the newest checkpoint: what it forgot, in words."""
 
     # --- start ---------------------------------------------------------------------
 
@@ -249,7 +251,26 @@ class CheckpointCoordinator:
                 f"restore: {fingerprint_difference(stored, fingerprint)}. Restore with the same layout, or run with "
                 "fresh_start=True (--fresh) to discard them, or use another data_dir")
         self.store.set_meta("topology", fingerprint)
+        newest = verified.newest_recorded
+        if restore_from is not None and point is not None and newest is not None and newest > point.epoch:
+            self._rewind(point, newest)
         return point
+
+    def _rewind(self, point: Completed, newest: int) -> None:
+        """Forget every checkpoint after `point`, the one an explicit restore_from starts the job over from.
+
+        State rows are incremental: the restored job's next checkpoints store only the keys it changes,
+        and read the rest from earlier epochs. Rows of the abandoned later epochs would then be read
+        as if the new timeline had written them (a key unchanged since the restore would come back
+        with its abandoned later state). Those checkpoints cannot be restored consistently anyway: the
+        exactly-once sinks retract what they published after `point`."""
+        later = [c.epoch for c in self.store.completed() if c.epoch > point.epoch]
+        self.rewound = (
+            f"restoring checkpoint {point.epoch} ({point.kind}) of {self.store.path} forgets every later one "
+            f"(epochs {point.epoch + 1} to {newest}: {len(later)} recorded, savepoints included): the job starts "
+            f"over from {point.epoch}, and exactly-once sinks retract what they committed after it")
+        log.warning("topology %r: %s", self.job.name, self.rewound)
+        self.store.discard_after(point.epoch)
 
     # --- periodic ------------------------------------------------------------------
 

@@ -72,6 +72,7 @@ class BoltSpuActor(SenderActor):
         self._park_unsaved: dict[Any, tuple[bytes, int | None]] = {}
         self._align: Alignment | None = None
         self._expect: dict[int, frozenset[int]] = {}  # CheckpointStart that came before its epoch's alignment
+        self._final_epoch: int | None = None  # the final checkpoint's epoch (a stop): the input ends at its barrier
         self._handlers.update({
             DataBatch: self._on_data,
             Tick: self._on_tick,
@@ -243,6 +244,8 @@ class BoltSpuActor(SenderActor):
         return align
 
     def _on_checkpoint_start(self, msg: CheckpointStart) -> None:
+        if msg.final:
+            self._final_epoch = msg.epoch
         align = self._align
         if align is not None and align.epoch != msg.epoch:
             self._expect[msg.epoch] = msg.upstream  # a later epoch: after the current one aligns
@@ -267,9 +270,30 @@ class BoltSpuActor(SenderActor):
         if align is None or not align.complete:
             return
         self._align = None
+        if align.epoch == self._final_epoch:
+            self._end_input()
         self._snapshot_epoch(align.epoch)
         for held in align.release():  # the held channels' messages run now, in arrival order
             self._handlers[type(held)](held)
+
+    def _end_input(self) -> None:
+        """The final checkpoint aligned: no input follows. PEs that flush at the end of the input
+        (esault_end_of_input(), as a WindowBolt with flush_on_close fires its pending windows) emit now,
+        before the snapshot and the barrier: their output is inside the last checkpoint, so exactly-once
+        sinks commit it, and a restart from that checkpoint does not emit it again."""
+        if getattr(self.spec.cls, "esault_end_of_input", None) is None:
+            return
+        ticking = self.services.ticking  # what a PE can still emit waits for time: its key asked for ticks
+        for key in list(ticking):
+            pe = self._ticking_pe(key)
+            if pe is None:
+                ticking.discard(key)
+                continue
+            try:
+                pe.esault_end_of_input()
+            except Exception as exc:
+                self._error_log("topology %r: bolt %r end of input raised %r (key %r)",
+                                self.job.name, self.unit_name, exc, key, exc=exc)
 
     def _snapshot_epoch(self, epoch: int) -> None:
         """Every input before barrier `epoch` is processed: encode the dirty state, pass the barrier on."""

@@ -98,8 +98,10 @@ class WindowBolt(Bolt):
     time: EventTime | ProcessingTime = EventTime()
     key_windows: bool = False
     flush_on_close: bool = False
-    """Bounded input: when the job stops, fire every pending window (a watermark of +infinity). Leave False
-    for a job that is stopped to resume later: it would fire incomplete windows."""
+    """Bounded input: when the job stops, fire every pending window (a watermark of +infinity). Under
+    exactly_once they fire at the final checkpoint's barrier, inside that checkpoint (exactly-once sinks
+    commit them; a restart from it does not fire them again). Leave False for a job that is stopped to
+    resume later: it would fire incomplete windows."""
 
     _esault_core: Any = None
 
@@ -178,7 +180,12 @@ class WindowBolt(Bolt):
         super().restore_state(state)
         self._schedule()  # a moved or restored key keeps firing on its new SPU
 
-    def close(self) -> None:
+    def esault_end_of_input(self) -> None:
+        """The SPU calls this at the final checkpoint's barrier, before its snapshot: no input follows."""
+        if self.flush_on_close and self.key is not None:
+            self._advance(math.inf)
+
+    def close(self) -> None:  # without checkpoints (at_least_once) the job's end comes here only
         if self.flush_on_close and self.key is not None:
             self._advance(math.inf)
 

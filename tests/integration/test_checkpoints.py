@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
-from esault import Spout, TopologyBuilder
+from esault import Bolt, Spout, TopologyBuilder
 from esault.errors import ConfigError
 from esault.testing import CollectorBolt, ListSpout, wait_until
 
@@ -89,3 +91,66 @@ class _Endless(ListSpout):
 
     def __init__(self) -> None:
         super().__init__([("k", i) for i in range(100000)], per_call=8)
+
+
+class RunningCountBolt(Bolt):
+    """Per-key PE: counts its key's tuples and emits the count so far."""
+
+    def open(self, context: Any) -> None:
+        self.count = 0
+
+    def process(self, tup: Any) -> None:
+        self.count += 1
+        self.emit(self.key, self.count)
+
+
+def test_a_job_restored_from_an_older_savepoint_never_reads_the_later_checkpoints_it_abandoned(cluster, config):
+    """Savepoint at E, more input (a later final checkpoint F changes keys k0-k4), restore from E: the restored
+    job changes only k5-k9 and stops (checkpoint N stores only those). A restart from N must read k0-k4 as at
+    E, not as at F: N's rows are incremental, and F's rows lie between E and N."""
+    import threading
+
+    from esault.testing import collected
+    from topology_parts import GATES, GatedListSpout
+
+    keys = [f"k{i}" for i in range(10)]
+    first = [(k, 1) for k in keys] * 3  # every key counts 3 at the savepoint E
+    abandoned = [(k, 1) for k in keys[:5]] * 5  # k0-k4 count 8 on the abandoned timeline
+    restored = [(k, 1) for k in keys[5:]] * 2  # k5-k9 count 5 on the restored one
+    last = [(k, 1) for k in keys]
+    GATES["rewind"] = threading.Event()
+
+    def build(name: str, items: list):
+        builder = TopologyBuilder("rewind")
+        builder.set_spout("src", GatedListSpout, params={"items": items, "gate": "rewind", "hold_at": len(first)})
+        builder.set_bolt("count", RunningCountBolt, 2).key_grouping("src")
+        builder.set_bolt("out", CollectorBolt, params={"name": name}).global_grouping("count")
+        return builder.build()
+
+    def counts(name: str) -> dict:
+        return {k: max(n for key, n in collected(name) if key == k) for k in {key for key, _ in collected(name)}}
+
+    config = config.replace(checkpoint_interval=60.0)
+    job = cluster.submit(build("first", first + abandoned), config)
+    wait_until(lambda: len(collected("first")) == len(first), 30, message="the input before the savepoint")
+    savepoint = job.savepoint(timeout=30)
+    assert savepoint is not None
+    GATES["rewind"].set()
+    assert job.wait(30)
+    job.stop()
+    assert counts("first") == {**{k: 8 for k in keys[:5]}, **{k: 3 for k in keys[5:]}}
+    assert job.checkpoints.stats.last_epoch > savepoint, "a later checkpoint is stored"
+
+    job = cluster.submit(build("restored", first + restored), config.replace(restore_from=savepoint))
+    assert job.restored_from.epoch == savepoint
+    assert f"restoring checkpoint {savepoint} (savepoint)" in job.checkpoints.rewound, "it says what it forgets"
+    assert job.wait(30)
+    job.stop()
+    assert counts("restored") == {k: 5 for k in keys[5:]}, "the restore started from the savepoint's counts"
+
+    job = cluster.submit(build("last", first + restored + last), config)
+    assert job.restored_from.epoch > savepoint
+    assert job.wait(30)
+    job.stop()
+    assert counts("last") == {**{k: 4 for k in keys[:5]}, **{k: 6 for k in keys[5:]}}, \
+        "every key reads its state on the restored timeline"

@@ -177,3 +177,38 @@ def test_a_spout_that_keeps_raising_is_stopped_and_the_run_exits_1(tmp_path):
     assert (f"  - spout 'src' next_tuple() raised 20 times in a row (last: RuntimeError: broken source at {path}:"
             f"{line_of(path, 'broken source')}); it was stopped") in result.stderr
     assert result.stderr.count("Traceback (most recent call last)") == 5, "the first 5 errors in full, then counts"
+
+
+def test_status_shows_why_a_job_cannot_go_on_first_under_its_job(tmp_path):
+    """Job.status()["failures"]: each reason on its own line under the job's, before the units' rates."""
+    import threading
+
+    from esault import JobConfig, LocalCluster, TopologyBuilder
+    from esault.testing import CollectorBolt, reset_collected
+    from topology_parts import GATES, GatedListSpout
+
+    reset_collected()
+    GATES["failing"] = threading.Event()
+    builder = TopologyBuilder("failing")
+    builder.set_spout("src", GatedListSpout, params={"items": [["k", 1]] * 10, "gate": "failing", "hold_at": 5})
+    builder.set_bolt("out", CollectorBolt, params={"name": "failing"}).global_grouping("src")
+    reason = "SPU 7 of bolt 'out' was lost and no worker could take it back: add a worker"
+    with LocalCluster(listen="127.0.0.1:0") as cluster:
+        job = cluster.submit(builder.build(), JobConfig(data_dir=tmp_path / "data", elasticity=False,
+                                                        guarantee="at_least_once"))
+        try:
+            healthy = esault("status", cluster.address, cwd=tmp_path, timeout=60)
+            assert healthy.returncode == 0, healthy.stderr
+            assert "job 'failing': " in healthy.stdout
+            assert "FAILED" not in healthy.stdout
+            job.fail(reason)
+            job.fail("a second reason")
+            result = esault("status", cluster.address, cwd=tmp_path, timeout=60)
+        finally:
+            GATES["failing"].set()
+            job.stop()
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.splitlines()
+    header = next(i for i, line in enumerate(lines) if line.startswith("job 'failing': "))
+    assert lines[header].startswith("job 'failing': FAILED, "), lines[header]
+    assert lines[header + 1:header + 3] == [f"  FAILED: {reason}", "  FAILED: a second reason"], result.stdout

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import html
+import re
 import shutil
 import subprocess
 import sys
@@ -76,6 +78,7 @@ def test_the_page_lists_every_spu_with_its_worker_intervals_and_operations(page)
     assert "[0, " in dom  # intervals rendered
     assert ">swap code</button>" in dom and "<option>v2</option>" in dom and "<b>declared</b>" in dom
     assert '<button id="savepoint" hidden="">' in dom, "no savepoints at at_least_once: the button is hidden"
+    assert '<div id="failures" hidden="">' in dom, "a job that can go on shows no failure box"
 
 
 def test_the_screenshot_shows_the_topology_graph_and_the_tables(page):
@@ -86,3 +89,30 @@ def test_the_screenshot_shows_the_topology_graph_and_the_tables(page):
     counts = {rgb: n for n, rgb in colours}
     assert counts.get(SPOUT_FILL, 0) > 1000, "the spout's box is drawn"
     assert counts.get(UNIT_FILL, 0) > 2000, "the bolts' boxes are drawn"
+
+
+def test_the_page_shows_why_a_failed_job_cannot_go_on_above_everything_else(tmp_path):
+    """Job.status()["failures"] (a lost SPU, a state exactly_once cannot save, ...): each in the red box."""
+    assert CHROMIUM, "Chromium is needed for this test: apt-get install chromium (.ci/run does)"
+    reset_collected()
+    GATES["webfail"] = threading.Event()
+    builder = TopologyBuilder("webfail")
+    builder.set_spout("src", GatedListSpout, params={"items": [["k", 1]] * 10, "gate": "webfail", "hold_at": 5})
+    builder.set_bolt("out", DriverCollectorBolt, params={"name": "webfail"}).global_grouping("src")
+    reasons = ["SPU 7 of bolt 'out' was lost & no worker could take it back: add a worker", "a <second> reason"]
+    with LocalCluster() as cluster:
+        job = cluster.submit(builder.build(), _config(tmp_path))
+        api = ControlApi(lambda: cluster.jobs).start()
+        try:
+            for reason in reasons:
+                job.fail(reason)
+            dom = subprocess.run([*BROWSER, "--dump-dom", api.url], capture_output=True, text=True, timeout=120).stdout
+        finally:
+            api.stop()
+            GATES["webfail"].set()
+            job.stop()
+    assert '<div id="failures">' in dom, "the failure box is shown"
+    box = dom[dom.index('<div id="failures">'):dom.index("</ul>", dom.index('<div id="failures">'))]
+    assert "Failed: this job cannot go on" in box
+    assert re.findall(r'<li class="err">(.*?)</li>', box) == [html.escape(r, quote=False) for r in reasons], box
+    assert dom.index('<div id="failures">') < dom.index('<svg id="graph"'), "above the graph and the tables"

@@ -103,6 +103,28 @@ def test_flush_on_close_fires_what_is_pending():
     assert h.emitted == [("a", {"start": 0, "end": 10, "result": 5, "update": False})]
 
 
+def test_the_end_of_input_fires_what_is_pending_once_so_close_fires_nothing_more():
+    """The SPU calls esault_end_of_input() at the final barrier, before its snapshot; close() comes later."""
+    class Bounded(Totals):
+        flush_on_close = True
+
+    h = BoltHarness(Bounded, per_key=True, key="a")
+    h.feed("a", [1, 5])
+    h.bolt.esault_end_of_input()
+    fired = [("a", {"start": 0, "end": 10, "result": 5, "update": False})]
+    assert h.emitted == fired
+    h.close()
+    assert h.emitted == fired, "nothing pending is left for close()"
+
+
+def test_without_flush_on_close_the_end_of_input_fires_nothing():
+    h = BoltHarness(Totals, per_key=True, key="a")
+    h.feed("a", [1, 5])
+    h.bolt.esault_end_of_input()
+    assert h.emitted == []
+    h.close()
+
+
 @pytest.mark.parametrize("attrs, message", [
     ({"window": 10}, r"window must be Tumbling\(size\), Sliding\(size, slide\) or Session\(gap\)"),
     ({"window": Tumbling(5), "aggregate": "median"}, "is not an aggregate"),
