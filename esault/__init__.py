@@ -15,7 +15,7 @@ from esault.errors import (
 )
 from esault.keyhash import KEY_SPACE_MAX, key_hash
 from esault.runtime.job import Job
-from esault.runtime.messages import ScaleResult
+from esault.messages.control import ScaleResult
 
 __all__ = [
     "KEY_SPACE_MAX", "Anchor", "Bolt", "ConfigError", "ElasticityConfig", "EsaultError", "FrameError",

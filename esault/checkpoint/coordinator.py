@@ -31,10 +31,9 @@ import pykka
 from esault.checkpoint.store import CheckpointStore, Completed, damaged_store
 from esault.errors import ConfigError, StoreDamaged, WorkerLost
 from esault.metrics import registry as metrics
-from esault.runtime.messages import (
-    CheckpointAck, CheckpointComplete, CheckpointStart, FailPending, GetRoutes, GetSpus, ScaleResult,
-    TriggerCheckpoint,
-)
+from esault.messages.acking import FailPending
+from esault.messages.checkpoints import CheckpointAck, CheckpointComplete, CheckpointStart, TriggerCheckpoint
+from esault.messages.control import GetRoutes, GetSpus, ScaleResult
 
 log = logging.getLogger("esault.checkpoint")
 

@@ -11,7 +11,7 @@ from esault.cluster.resources import InProcessResources, ResourceManager, Slot
 from esault.dsl.topology import UnitSpec
 from esault.runtime.context import JobContext
 from esault.runtime.actors import actor_class
-from esault.runtime.messages import SpuConfig
+from esault.messages.control import SpuConfig
 from esault.runtime.sender import StartCheck
 
 

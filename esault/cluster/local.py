@@ -123,7 +123,7 @@ class LocalCluster:
             self.pool.shutdown()  # tells its workers to exit and waits for the processes
             self.pool = None
         elif self.registry is not None:
-            from esault.runtime.messages import Shutdown
+            from esault.messages.cluster import Shutdown
 
             for worker in list(self.registry.workers):  # workers started elsewhere: tell them to exit
                 try:

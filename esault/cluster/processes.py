@@ -31,10 +31,25 @@ from esault.metrics import registry as metrics
 from esault.metrics.forwarded import FORWARDED, ForwardedSamples
 from esault.metrics.stats import SpuStats
 from esault.runtime.context import JobContext
-from esault.runtime.messages import (
-    PeerAddresses, SavepointReply, SavepointRequest, Shutdown, SpuConfig, SpuStarted, SpuStopped, StartSpu, StatusReply, StatusRequest, StopSpu,
-    SubmitJob, Tick, WorkerHeartbeat, WorkerHello, DriverBeat, PeerGone,
+from esault.messages.cluster import (
+    DriverBeat,
+    PeerAddresses,
+    PeerGone,
+    SavepointReply,
+    SavepointRequest,
+    Shutdown,
+    SpuStarted,
+    SpuStopped,
+    StartSpu,
+    StatusReply,
+    StatusRequest,
+    StopSpu,
+    SubmitJob,
+    WorkerHeartbeat,
+    WorkerHello,
 )
+from esault.messages.control import SpuConfig
+from esault.messages.data import Tick
 from esault.cluster.credentials import WorkerKeys
 from esault.transport.keys import KeyPair
 from esault.transport.trust import Role

@@ -29,9 +29,18 @@ from esault.runtime.context import JobContext, job_actor
 from esault.dsl.topology import UnitSpec
 from esault.errors import ConfigError, DriverUnreachable
 from esault.runtime.actors import actor_class
-from esault.runtime.messages import (
-    DriverBeat, PeerAddresses, PeerGone, Shutdown, SpuStarted, SpuStopped, StartSpu, StopSpu, SubmitJob,
-    WorkerHeartbeat, WorkerHello,
+from esault.messages.cluster import (
+    DriverBeat,
+    PeerAddresses,
+    PeerGone,
+    Shutdown,
+    SpuStarted,
+    SpuStopped,
+    StartSpu,
+    StopSpu,
+    SubmitJob,
+    WorkerHeartbeat,
+    WorkerHello,
 )
 from esault.cluster.credentials import WorkerKeys
 from esault.runtime.load_feed import REMOTE_LOADS

@@ -22,7 +22,7 @@ from esault.control.snapshot import MetricsSnapshot
 from esault.elasticity.detector import Load, LoadDetector, Verdict
 from esault.elasticity.planner import choose_merge_target, choose_split_point
 from esault.routing.interval_table import IntervalTable
-from esault.runtime.messages import ScaleResult
+from esault.messages.control import ScaleResult
 
 log = logging.getLogger("esault.elasticity")
 

@@ -19,8 +19,8 @@ from esault.control.snapshot import MetricsSnapshot, SnapshotBuilder
 from esault.dsl.topology import Topology
 from esault.metrics.registry import SCALING_REASONS
 from esault.metrics.stats import RETIRED_SPU, SpuStats
-from esault.runtime.messages import ScaleResult
-from esault.runtime.user_errors import UserErrorLog, user_frame
+from esault.messages.control import ScaleResult
+from esault.user_errors import UserErrorLog, user_frame
 
 log = logging.getLogger("esault.control")
 

@@ -28,9 +28,16 @@ from esault.joins.protocol import Flushed, Handoff, Joined, Link, Send, from_wir
 from esault.migration.handoff import GiverHandoff
 from esault.runtime.bolt_spu import BoltSpuActor
 from esault.runtime.context import log
-from esault.runtime.messages import (
-    AckUpdate, Barrier, CancelReconfiguration, ChainLink, ChainMembers, CheckpointStart, DataBatch, HandoffFinished,
-    PrepareGive, PrepareReceive, Prepared, Tick,
+from esault.messages.acking import AckUpdate
+from esault.messages.chains import ChainLink, ChainMembers
+from esault.messages.checkpoints import Barrier, CheckpointStart
+from esault.messages.data import DataBatch, Tick
+from esault.messages.handoff import (
+    CancelReconfiguration,
+    HandoffFinished,
+    PrepareGive,
+    PrepareReceive,
+    Prepared,
 )
 
 

@@ -21,7 +21,7 @@ from esault.dsl.topology import Topology
 from esault.errors import ScalingError
 from esault.runtime.context import log
 from esault.runtime.group import AtomicGroup
-from esault.runtime.messages import GetRoutes, GetSpus, ScaleCommand, ScaleResult
+from esault.messages.control import GetRoutes, GetSpus, ScaleCommand, ScaleResult
 from esault.runtime.unit import ProposeLogic
 
 

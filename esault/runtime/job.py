@@ -24,9 +24,9 @@ from esault.control.latency import LatencyController
 from esault.control.runner import ControllerRunner
 from esault.dsl.topology import Grouping
 from esault.runtime.unit import AbortReconfiguration
-from esault.runtime.messages import (
-    Drain, FailPending, GetLayout, GetPending, GetRoutes, GetSpus, ScaleResult, SpusChanged,
-)
+from esault.messages.acking import FailPending, GetPending
+from esault.messages.control import GetLayout, GetRoutes, GetSpus, ScaleResult, SpusChanged
+from esault.messages.data import Drain
 from esault.runtime.prober import LatencyProberActor
 from esault.runtime.requests import (
     logic_request, merge_request, operation_request, rescale_request, split_request, spu_limit, version_of,

@@ -20,13 +20,14 @@ from esault.runtime.context import JobContext
 from esault.runtime.emitter import build_emit
 from esault.runtime.load_feed import LoadFeed
 from esault.runtime.faults import UserFaults
-from esault.runtime.user_errors import UserErrorLog, user_frame
+from esault.user_errors import UserErrorLog, user_frame
 from esault.checkpoint.saveable import PE_FIX, encode_state, unsaveable_hook
 from esault.checkpoint.snapshots import Snapshot, SnapshotWriter
 from esault.checkpoint.store import CheckpointStore, instance_slot
-from esault.runtime.messages import (
-    Abandon, Barrier, CheckpointAck, CheckpointComplete, Drain, EpochMarker, InstallRoutes, SpuConfig,
-)
+from esault.messages.checkpoints import Abandon, Barrier, CheckpointAck, CheckpointComplete
+from esault.messages.control import SpuConfig
+from esault.messages.data import Drain
+from esault.messages.handoff import EpochMarker, InstallRoutes
 from esault.transport.codec import check_serialisable
 from esault.transport.frames import EncodedFrame
 

@@ -29,9 +29,17 @@ from esault.migration.reconfiguration import (
 from esault.routing.interval_table import IntervalTable
 from esault.checkpoint.coordinator import AbandonSpus, RelaunchSpus
 from esault.runtime.context import JobContext, log
-from esault.runtime.messages import (
-    Abandon, CancelReconfiguration, ChainMembers, GetLayout, GetRoutes, GetSpus, HandoffFinished, InstallRoutes, Prepared, PrepareGive,
-    PrepareReceive, RouteSpec, ScaleCommand, ScaleResult, SpuConfig,
+from esault.messages.chains import ChainMembers
+from esault.messages.checkpoints import Abandon
+from esault.messages.control import GetLayout, GetRoutes, GetSpus, ScaleCommand, ScaleResult, SpuConfig
+from esault.messages.handoff import (
+    CancelReconfiguration,
+    HandoffFinished,
+    InstallRoutes,
+    PrepareGive,
+    PrepareReceive,
+    Prepared,
+    RouteSpec,
 )
 
 

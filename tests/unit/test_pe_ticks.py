@@ -6,7 +6,7 @@ from types import SimpleNamespace
 
 from esault.clock import ManualClock
 from esault.runtime.bolt_spu import BoltSpuActor
-from esault.runtime.messages import Tick
+from esault.messages.data import Tick
 from esault.runtime.pe_services import PeServices
 
 
