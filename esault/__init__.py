@@ -14,7 +14,7 @@ from esault.errors import (
     SinkError, StoreDamaged, TopologyError, UnitStartError,
 )
 from esault.keyhash import KEY_SPACE_MAX, key_hash
-from esault.runtime.job import Job
+from esault.job.job import Job
 from esault.messages.control import ScaleResult
 
 __all__ = [

@@ -1,6 +1,6 @@
 """The driver side of checkpoints: trigger, collect acks, record, publish; roll back after a failure.
 
-Runs on the job's control thread (esault.runtime.coordinator), the one
+Runs on the job's control thread (esault.job.coordinator), the one
 place that also runs splits and merges: a checkpoint and a reconfiguration
 never overlap, so the upstream SPU set each bolt aligns on is fixed while a
 barrier travels (docs/CHECKPOINTS.md).

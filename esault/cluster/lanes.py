@@ -12,7 +12,7 @@ probes) stays on the data lane, in order with the data.
 
 from __future__ import annotations
 
-from esault.runtime.inbox import JUMPS_QUEUE
+from esault.datapath.inbox import JUMPS_QUEUE
 from esault.messages.cluster import PeerAddresses, SpuStarted, StartSpu, SubmitJob
 from esault.messages.handoff import HandoffFinished, Prepared
 

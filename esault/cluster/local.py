@@ -12,7 +12,7 @@ from esault.cluster.unit_wire import importing_for_worker
 from esault.config import JobConfig
 from esault.dsl.topology import Topology
 from esault.errors import ResourceError, TopologyError
-from esault.runtime.job import Job
+from esault.job.job import Job
 
 
 class LocalCluster:

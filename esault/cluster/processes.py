@@ -30,7 +30,7 @@ from esault.errors import ResourceError, UnitStartError, WorkerLost
 from esault.metrics import registry as metrics
 from esault.metrics.forwarded import FORWARDED, ForwardedSamples
 from esault.metrics.stats import SpuStats
-from esault.runtime.context import JobContext
+from esault.datapath.context import JobContext
 from esault.messages.cluster import (
     DriverBeat,
     PeerAddresses,
@@ -54,10 +54,10 @@ from esault.cluster.credentials import WorkerKeys
 from esault.transport.keys import KeyPair
 from esault.transport.trust import Role
 from esault.cluster.worker import HEARTBEAT_INTERVAL
-from esault.runtime.ticker import Ticker
+from esault.datapath.ticker import Ticker
 from esault.transport.endpoint import RemoteMailbox
 from esault.transport.heartbeat import HeartbeatMonitor
-from esault.runtime.load_feed import REMOTE_LOADS, tag_load_rows
+from esault.datapath.load_feed import REMOTE_LOADS, tag_load_rows
 
 log = logging.getLogger("esault.cluster")
 

@@ -1,6 +1,6 @@
 """LatencyController: the paper's latency-probe elasticity (PAPER_NOTES §5) as a control-plane policy.
 
-The driver probes each SPU of an elastic bolt (runtime/prober.py); every
+The driver probes each SPU of an elastic bolt (job/prober.py); every
 probe's round trip reaches this controller in the snapshot's `probes`, in
 order. Per SPU a pure LoadDetector turns them into verdicts; this class adds
 the policy: min_spus/max_spus, one change at a time, a cool-down after each, a

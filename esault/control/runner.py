@@ -26,7 +26,7 @@ log = logging.getLogger("esault.control")
 
 
 class ControlledJob(Protocol):
-    """What a runner reads and calls on the job it controls (esault.runtime.job.Job is one): the job starts
+    """What a runner reads and calls on the job it controls (esault.job.job.Job is one): the job starts
     its runners and hands itself down, so this module never imports the job."""
 
     topology: Topology

@@ -1,4 +1,4 @@
-"""S2J join chains whose workers are SPUs (esault.joins.spu): links between neighbours, membership.
+"""S2J join chains whose workers are SPUs (esault.datapath.chain_spu): links between neighbours, membership.
 
 Frozen, slotted dataclasses; docstrings read "sender -> receiver: what it means".
 This package imports nothing else of esault's (tests/unit/test_import_graph.py).

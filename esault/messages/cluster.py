@@ -114,7 +114,7 @@ class DriverBeat:
     """driver cluster -> worker host: the driver is alive. A worker that hears none for its
     driver timeout exits, so a killed driver leaves no orphan workers behind. It carries the last
     reported (topology, unit, spu, busy_us, processed, backlog) of every TAG-grouped unit's SPUs, so
-    senders in any process can weigh SPUs by speed (esault.runtime.load_feed)."""
+    senders in any process can weigh SPUs by speed (esault.datapath.load_feed)."""
 
     loads: list[tuple[str, str, int, int, int, int]] = field(default_factory=list)
 

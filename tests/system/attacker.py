@@ -17,7 +17,7 @@ from esault.messages.acking import AckFail
 from esault.messages.cluster import Shutdown, StartSpu, StatusRequest, SubmitJob, WorkerHeartbeat, WorkerHello
 from esault.messages.control import SpuConfig
 from esault.messages.data import DataBatch
-from esault.runtime.context import job_actor
+from esault.datapath.context import job_actor
 from esault.transport.address import Address
 from esault.transport.wire import encode_frame
 

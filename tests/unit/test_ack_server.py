@@ -6,7 +6,7 @@ import queue
 from types import SimpleNamespace
 
 from esault.clock import SystemClock
-from esault.runtime.acker import AckServerActor
+from esault.datapath.acker import AckServerActor
 from esault.messages.acking import AckInit, FailPending, GetPending, RegisterOwner, TreesDone
 
 

@@ -15,7 +15,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 PACKAGES = ("esault", "spark_sink")
 
-RUNTIME = ("esault.runtime", "esault.cluster", "esault.transport", "esault.api", "esault.cli")
+RUNTIME = ("esault.datapath", "esault.job", "esault.cluster", "esault.transport", "esault.api", "esault.cli")
 """What the DSL must not reach: the actors, the processes, the wire."""
 VALUE_CODEC = "esault.transport.codec"
 """The one module under transport/ the DSL may use: the msgpack format of user values (declaring an aggregate
@@ -32,7 +32,8 @@ FLOORS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("declarations", ("esault.dsl", "esault.windows", "esault.connectors", "esault.joins.bolt",
                       "esault.joins.chain_bolt", "spark_sink")),
     ("controllers", ("esault.control", "esault.joins", "esault.joins.controller")),
-    ("runtime", ("esault.runtime", "esault.joins.spu")),
+    ("data path", ("esault.datapath",)),
+    ("job control", ("esault.job",)),
     ("processes and entry points", ("esault.cluster", "esault.api", "esault.cli", "esault.testing", "esault")),
 )
 """Lowest first. A module may import its own floor and the floors below, never one above
@@ -183,7 +184,7 @@ def test_the_dsl_reaches_no_runtime_cluster_or_transport_module_even_through_oth
     reached = reached_from(graph, [m for m in graph if m == "esault.dsl" or m.startswith("esault.dsl.")])
     wrong = [" -> ".join(path) for module, path in sorted(reached.items())
              if module != VALUE_CODEC and any(module == r or module.startswith(r + ".") for r in RUNTIME)]
-    assert wrong == [], ("a declaration names what to run and the runtime resolves it (esault.runtime.actors "
+    assert wrong == [], ("a declaration names what to run and the runtime resolves it (esault.datapath.actors "
                          "picks the SPU kind); the DSL imports runtime code through:\n" + "\n".join(wrong))
     assert set(reached_from(graph, [VALUE_CODEC])) == {VALUE_CODEC, "esault.errors"}
 

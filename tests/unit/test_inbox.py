@@ -18,7 +18,7 @@ from esault.messages.handoff import (
     PrepareReceive,
     StateHandoff,
 )
-from esault.runtime.inbox import JUMPS_QUEUE, ControlFirstInbox
+from esault.datapath.inbox import JUMPS_QUEUE, ControlFirstInbox
 
 DATA = [DataBatch(1, "s", ["k"], [1], [], []), EpochMarker(1, 2), ForwardMarker(1, 2, {}),
         Barrier(3, 1), Probe(1, 0.0, None, False)]

@@ -6,7 +6,7 @@ import pytest
 
 from esault.metrics.stats import SpuStats, StatsRegistry
 from esault.routing.output_router import OutputRouter
-from esault.runtime.load_feed import REPORT_SECONDS, LoadFeed, RemoteLoads, tag_load_rows
+from esault.datapath.load_feed import REPORT_SECONDS, LoadFeed, RemoteLoads, tag_load_rows
 from esault.messages.handoff import RouteSpec
 
 

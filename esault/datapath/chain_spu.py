@@ -26,8 +26,8 @@ from esault.checkpoint.store import instance_slot
 from esault.joins.node import ChainNode, ChainProtocolError
 from esault.joins.protocol import Flushed, Handoff, Joined, Link, Send, from_wire, to_wire
 from esault.migration.handoff import GiverHandoff
-from esault.runtime.bolt_spu import BoltSpuActor
-from esault.runtime.context import log
+from esault.datapath.bolt_spu import BoltSpuActor
+from esault.datapath.context import log
 from esault.messages.acking import AckUpdate
 from esault.messages.chains import ChainLink, ChainMembers
 from esault.messages.checkpoints import Barrier, CheckpointStart

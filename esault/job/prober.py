@@ -29,7 +29,7 @@ from esault.control.events import ControlEvents, ProbeRecord
 from esault.dsl.topology import UnitSpec
 from esault.elasticity.detector import ProbeSample
 from esault.metrics import registry as metrics
-from esault.runtime.context import JobContext
+from esault.datapath.context import JobContext
 from esault.messages.control import Probe, ProbeReturned, SpusChanged
 from esault.messages.data import Tick
 

@@ -13,7 +13,7 @@ import pykka
 
 from esault.metrics import registry as metrics
 from esault.reliability.ack_tracker import AckTracker, TreeOutcome
-from esault.runtime.context import JobContext, log
+from esault.datapath.context import JobContext, log
 from esault.messages.acking import (
     AckFail,
     AckInit,
