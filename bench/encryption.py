@@ -26,7 +26,7 @@ from zmq.auth.thread import ThreadAuthenticator
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _report import write_section  # noqa: E402
 
-from esault.runtime.messages import DataBatch  # noqa: E402
+from esault.messages.data import DataBatch  # noqa: E402
 from esault.transport.wire import encode_frame  # noqa: E402
 
 WORDS_PER_FRAME = 1024

@@ -37,7 +37,7 @@ from esault.cluster.processes import WorkerRegistry  # noqa: E402
 from esault.cluster.worker import HEARTBEAT_INTERVAL  # noqa: E402
 from esault.metrics.collector import SpuStatsCollector  # noqa: E402
 from esault.metrics.stats import SpuStats, StatsRegistry  # noqa: E402
-from esault.runtime.messages import WorkerHeartbeat  # noqa: E402
+from esault.messages.cluster import WorkerHeartbeat  # noqa: E402
 from esault.transport.wire import encode_frame  # noqa: E402
 
 RESULTS = Path(__file__).resolve().parents[1] / "docs" / "results" / "metrics.md"

@@ -14,8 +14,8 @@ from esault.errors import (
     SinkError, StoreDamaged, TopologyError, UnitStartError,
 )
 from esault.keyhash import KEY_SPACE_MAX, key_hash
-from esault.runtime.job import Job
-from esault.runtime.messages import ScaleResult
+from esault.job.job import Job
+from esault.messages.control import ScaleResult
 
 __all__ = [
     "KEY_SPACE_MAX", "Anchor", "Bolt", "ConfigError", "ElasticityConfig", "EsaultError", "FrameError",

@@ -14,7 +14,7 @@ from typing import Any, Sequence
 
 from esault.config import JobConfig
 from esault.errors import ConfigError, DriverUnreachable, EsaultError
-from esault.runtime.outcome import ExitCode, judge_run
+from esault.job.outcome import ExitCode, judge_run
 
 log = logging.getLogger("esault.cli")
 

@@ -1,6 +1,6 @@
 """The driver side of checkpoints: trigger, collect acks, record, publish; roll back after a failure.
 
-Runs on the job's control thread (esault.runtime.coordinator), the one
+Runs on the job's control thread (esault.job.coordinator), the one
 place that also runs splits and merges: a checkpoint and a reconfiguration
 never overlap, so the upstream SPU set each bolt aligns on is fixed while a
 barrier travels (docs/CHECKPOINTS.md).
@@ -31,10 +31,9 @@ import pykka
 from esault.checkpoint.store import CheckpointStore, Completed, damaged_store
 from esault.errors import ConfigError, StoreDamaged, WorkerLost
 from esault.metrics import registry as metrics
-from esault.runtime.messages import (
-    CheckpointAck, CheckpointComplete, CheckpointStart, FailPending, GetRoutes, GetSpus, ScaleResult,
-    TriggerCheckpoint,
-)
+from esault.messages.acking import FailPending
+from esault.messages.checkpoints import CheckpointAck, CheckpointComplete, CheckpointStart, TriggerCheckpoint
+from esault.messages.control import GetRoutes, GetSpus, ScaleResult
 
 log = logging.getLogger("esault.checkpoint")
 

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from esault.checkpoint.store import CheckpointStore
-from esault.runtime.messages import CheckpointAck
+from esault.messages.checkpoints import CheckpointAck
 
 log = logging.getLogger("esault.checkpoint")
 

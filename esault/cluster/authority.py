@@ -12,10 +12,28 @@ from __future__ import annotations
 
 from typing import Any
 
-from esault.runtime.messages import (
-    Abandon, CancelReconfiguration, CheckpointComplete, CheckpointStart, Drain, DriverBeat, FailPending, TriggerCheckpoint, InstallRoutes, PeerGone, PeerAddresses, PrepareGive, PrepareReceive, Probe, Shutdown, SpusChanged, SpuStarted,
-    SpuStopped, StartSpu, SavepointReply, SavepointRequest, StatusReply, StatusRequest, StopSpu, SubmitJob, TreesDone, WorkerHeartbeat, WorkerHello,
+from esault.messages.acking import FailPending, TreesDone
+from esault.messages.checkpoints import Abandon, CheckpointComplete, CheckpointStart, TriggerCheckpoint
+from esault.messages.cluster import (
+    DriverBeat,
+    PeerAddresses,
+    PeerGone,
+    SavepointReply,
+    SavepointRequest,
+    Shutdown,
+    SpuStarted,
+    SpuStopped,
+    StartSpu,
+    StatusReply,
+    StatusRequest,
+    StopSpu,
+    SubmitJob,
+    WorkerHeartbeat,
+    WorkerHello,
 )
+from esault.messages.control import Probe, SpusChanged
+from esault.messages.data import Drain
+from esault.messages.handoff import CancelReconfiguration, InstallRoutes, PrepareGive, PrepareReceive
 from esault.transport.trust import Identity, Role
 
 __all__ = ["DRIVER_ONLY", "refusal"]

@@ -9,10 +9,10 @@ import pykka
 from esault.errors import ResourceError, UnitStartError
 from esault.cluster.resources import InProcessResources, ResourceManager, Slot
 from esault.dsl.topology import UnitSpec
-from esault.runtime.context import JobContext
-from esault.runtime.actors import actor_class
-from esault.runtime.messages import SpuConfig
-from esault.runtime.sender import StartCheck
+from esault.datapath.context import JobContext
+from esault.datapath.actors import actor_class
+from esault.messages.control import SpuConfig
+from esault.datapath.sender import StartCheck
 
 
 class InProcessLauncher:

@@ -12,10 +12,9 @@ probes) stays on the data lane, in order with the data.
 
 from __future__ import annotations
 
-from esault.runtime.inbox import JUMPS_QUEUE
-from esault.runtime.messages import (
-    HandoffFinished, PeerAddresses, Prepared, SpuStarted, StartSpu, SubmitJob,
-)
+from esault.datapath.inbox import JUMPS_QUEUE
+from esault.messages.cluster import PeerAddresses, SpuStarted, StartSpu, SubmitJob
+from esault.messages.handoff import HandoffFinished, Prepared
 
 CONTROL_LANE: frozenset[type] = JUMPS_QUEUE | frozenset({
     Prepared, HandoffFinished,  # the participants' answers to the unit (in the driver)

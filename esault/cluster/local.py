@@ -12,7 +12,7 @@ from esault.cluster.unit_wire import importing_for_worker
 from esault.config import JobConfig
 from esault.dsl.topology import Topology
 from esault.errors import ResourceError, TopologyError
-from esault.runtime.job import Job
+from esault.job.job import Job
 
 
 class LocalCluster:
@@ -123,7 +123,7 @@ class LocalCluster:
             self.pool.shutdown()  # tells its workers to exit and waits for the processes
             self.pool = None
         elif self.registry is not None:
-            from esault.runtime.messages import Shutdown
+            from esault.messages.cluster import Shutdown
 
             for worker in list(self.registry.workers):  # workers started elsewhere: tell them to exit
                 try:

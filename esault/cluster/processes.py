@@ -30,19 +30,34 @@ from esault.errors import ResourceError, UnitStartError, WorkerLost
 from esault.metrics import registry as metrics
 from esault.metrics.forwarded import FORWARDED, ForwardedSamples
 from esault.metrics.stats import SpuStats
-from esault.runtime.context import JobContext
-from esault.runtime.messages import (
-    PeerAddresses, SavepointReply, SavepointRequest, Shutdown, SpuConfig, SpuStarted, SpuStopped, StartSpu, StatusReply, StatusRequest, StopSpu,
-    SubmitJob, Tick, WorkerHeartbeat, WorkerHello, DriverBeat, PeerGone,
+from esault.datapath.context import JobContext
+from esault.messages.cluster import (
+    DriverBeat,
+    PeerAddresses,
+    PeerGone,
+    SavepointReply,
+    SavepointRequest,
+    Shutdown,
+    SpuStarted,
+    SpuStopped,
+    StartSpu,
+    StatusReply,
+    StatusRequest,
+    StopSpu,
+    SubmitJob,
+    WorkerHeartbeat,
+    WorkerHello,
 )
+from esault.messages.control import SpuConfig
+from esault.messages.data import Tick
 from esault.cluster.credentials import WorkerKeys
 from esault.transport.keys import KeyPair
 from esault.transport.trust import Role
 from esault.cluster.worker import HEARTBEAT_INTERVAL
-from esault.runtime.ticker import Ticker
+from esault.datapath.ticker import Ticker
 from esault.transport.endpoint import RemoteMailbox
 from esault.transport.heartbeat import HeartbeatMonitor
-from esault.runtime.load_feed import REMOTE_LOADS, tag_load_rows
+from esault.datapath.load_feed import REMOTE_LOADS, tag_load_rows
 
 log = logging.getLogger("esault.cluster")
 

@@ -12,7 +12,7 @@ from esault.cluster.credentials import WorkerKeys, read_status_keys, status_key_
 from esault.cluster.postman import Postman
 from esault.transport.trust import KeyRing, Role
 from esault.errors import ConfigError
-from esault.runtime.messages import SavepointReply, SavepointRequest, StatusReply, StatusRequest
+from esault.messages.cluster import SavepointReply, SavepointRequest, StatusReply, StatusRequest
 
 
 _calls = itertools.count(1)

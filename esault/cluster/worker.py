@@ -24,18 +24,27 @@ from esault.cluster.unit_wire import config_from_wire, unit_from_wire
 from esault.dsl.topology import Topology
 from esault.metrics.forwarded import SampleSender
 from esault.metrics.stats import STATS
-from esault.runtime.sender import StartCheck
-from esault.runtime.context import JobContext, job_actor
+from esault.datapath.sender import StartCheck
+from esault.datapath.context import JobContext, job_actor
 from esault.dsl.topology import UnitSpec
 from esault.errors import ConfigError, DriverUnreachable
-from esault.runtime.actors import actor_class
-from esault.runtime.messages import (
-    DriverBeat, PeerAddresses, PeerGone, Shutdown, SpuStarted, SpuStopped, StartSpu, StopSpu, SubmitJob,
-    WorkerHeartbeat, WorkerHello,
+from esault.datapath.actors import actor_class
+from esault.messages.cluster import (
+    DriverBeat,
+    PeerAddresses,
+    PeerGone,
+    Shutdown,
+    SpuStarted,
+    SpuStopped,
+    StartSpu,
+    StopSpu,
+    SubmitJob,
+    WorkerHeartbeat,
+    WorkerHello,
 )
 from esault.cluster.credentials import WorkerKeys
-from esault.runtime.load_feed import REMOTE_LOADS
-from esault.runtime.ticker import Ticker
+from esault.datapath.load_feed import REMOTE_LOADS
+from esault.datapath.ticker import Ticker
 
 log = logging.getLogger("esault.worker")
 

@@ -6,7 +6,7 @@ from typing import Iterable
 
 from esault.control.operations import Operation
 from esault.control.snapshot import MetricsSnapshot
-from esault.runtime.messages import ScaleResult
+from esault.messages.control import ScaleResult
 
 
 class Controller:

@@ -1,6 +1,6 @@
 """LatencyController: the paper's latency-probe elasticity (PAPER_NOTES §5) as a control-plane policy.
 
-The driver probes each SPU of an elastic bolt (runtime/prober.py); every
+The driver probes each SPU of an elastic bolt (job/prober.py); every
 probe's round trip reaches this controller in the snapshot's `probes`, in
 order. Per SPU a pure LoadDetector turns them into verdicts; this class adds
 the policy: min_spus/max_spus, one change at a time, a cool-down after each, a
@@ -22,7 +22,7 @@ from esault.control.snapshot import MetricsSnapshot
 from esault.elasticity.detector import Load, LoadDetector, Verdict
 from esault.elasticity.planner import choose_merge_target, choose_split_point
 from esault.routing.interval_table import IntervalTable
-from esault.runtime.messages import ScaleResult
+from esault.messages.control import ScaleResult
 
 log = logging.getLogger("esault.elasticity")
 

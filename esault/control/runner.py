@@ -19,14 +19,14 @@ from esault.control.snapshot import MetricsSnapshot, SnapshotBuilder
 from esault.dsl.topology import Topology
 from esault.metrics.registry import SCALING_REASONS
 from esault.metrics.stats import RETIRED_SPU, SpuStats
-from esault.runtime.messages import ScaleResult
-from esault.runtime.user_errors import UserErrorLog, user_frame
+from esault.messages.control import ScaleResult
+from esault.user_errors import UserErrorLog, user_frame
 
 log = logging.getLogger("esault.control")
 
 
 class ControlledJob(Protocol):
-    """What a runner reads and calls on the job it controls (esault.runtime.job.Job is one): the job starts
+    """What a runner reads and calls on the job it controls (esault.job.job.Job is one): the job starts
     its runners and hands itself down, so this module never imports the job."""
 
     topology: Topology

@@ -22,7 +22,7 @@ class Anchor(Protocol):
 
 
 class SpuServices(Protocol):
-    """What the SPU running a PE offers it beyond emit (esault.runtime.pe_services implements it)."""
+    """What the SPU running a PE offers it beyond emit (esault.datapath.pe_services implements it)."""
 
     local: dict[str, Any]
 

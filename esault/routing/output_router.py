@@ -17,7 +17,8 @@ from typing import Any, Callable, Iterable, Iterator
 from esault.keyhash import key_hash
 from esault.routing.interval_table import IntervalTable
 from esault.routing.tag import TagPartitioner
-from esault.runtime.messages import DataBatch, RouteSpec
+from esault.messages.data import DataBatch
+from esault.messages.handoff import RouteSpec
 
 _CACHE_LIMIT = 1 << 18
 SPREAD = {"tag": "tag", "partial_key": "pkg"}

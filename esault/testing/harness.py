@@ -23,7 +23,7 @@ from typing import Any, Iterable
 
 from esault.clock import ManualClock
 from esault.dsl.context import TopologyContext
-from esault.runtime.pe_services import PeServices
+from esault.datapath.pe_services import PeServices
 from esault.dsl.tuple import Tuple
 
 

@@ -2,7 +2,7 @@
 
 Like Bytewax's `bytewax.testing.run_main` with `TestingSource`/`TestingSink`:
 ListSpout is the finite source, CollectorBolt the sink. The run is judged as
-`esault run` judges one (esault.runtime.outcome): a run that timed out, lost
+`esault run` judges one (esault.job.outcome): a run that timed out, lost
 a spout or dead-lettered tuples is not a success, and says why.
 """
 
@@ -18,7 +18,7 @@ from esault.config import JobConfig
 from esault.dsl.topology import Topology, TopologyBuilder
 from esault.errors import ConfigError, RunIncomplete, TopologyError
 from esault.reliability.dead_letters import read_dead_letters
-from esault.runtime.outcome import RunOutcome, judge_run
+from esault.job.outcome import RunOutcome, judge_run
 from esault.testing.collect import CollectorBolt, collected, reset_collected
 
 if TYPE_CHECKING:

@@ -2,7 +2,7 @@
 
 A frame is one msgpack array ``[tag, field_1, ..., field_n]``: `tag` is a
 small int naming the message class (`TAGS`), the fields follow in dataclass
-order, each encoded by what its annotation in `esault.runtime.messages` says:
+order, each encoded by what its annotation in `esault.messages` says:
 
 - int, float, str, bytes, bool, None and ``X | None`` as msgpack scalars;
 - ``list``/``tuple``/``frozenset``/``dict`` fields as arrays and maps, decoded
@@ -19,9 +19,10 @@ order, each encoded by what its annotation in `esault.runtime.messages` says:
 - a `concurrent.futures.Future` field makes the whole class local-only
   (`LOCAL_ONLY`): encode refuses it, decode drops its tag.
 
-Tags follow the order the dataclasses are defined in messages.py, from 1;
+Tags are pinned by class name in `WIRE_TAGS`, never derived from where a class
+is defined, so messages can move between modules without touching the wire;
 tests/unit/test_wire.py pins them, the field lists and golden frames, so the
-wire format cannot change silently. Add new messages at the end of messages.py.
+wire format cannot change silently. A new message takes the next free tag.
 
 `WireCodec.decode` raises `FrameError` for every malformed input and never
 another exception type; `frame_error_reason(err)` is one of
@@ -46,7 +47,7 @@ from typing import Any
 import msgpack
 
 from esault.errors import FrameError, SerializationError
-from esault.runtime import messages as _messages
+from esault.messages import MODULES as _MESSAGE_MODULES
 from esault.transport import codec as _codec
 from esault.transport.address import Address, Mailbox
 
@@ -105,10 +106,10 @@ FIELD_TYPES: Mapping[tuple[str, str], str] = types.MappingProxyType({
     ("SpusChanged", "result"): "ScaleResult | None",
     ("ChainMembers", "spus"): "dict[int, Mailbox]",
 })
-"""The wire type of fields messages.py annotates ``Any`` that are not plain user values.
+"""The wire type of fields esault.messages annotates ``Any`` that are not plain user values.
 
 Mailboxes (ActorRefs today) and a nested ScaleResult; evaluated in the
-namespace of messages.py plus `Mailbox`. Once messages.py annotates these
+namespace of esault.messages plus `Mailbox`. Once esault.messages annotates these
 fields precisely the entries are redundant (and harmless). Every other
 ``Any`` is a user value (codec types only); tests/unit/test_wire.py pins that
 list, so a new ``Any`` field forces a decision here.
@@ -118,17 +119,50 @@ list, so a new ``Any`` field forces a decision here.
 # --- the tag registry ------------------------------------------------------
 
 
-def _message_classes() -> list[type]:
-    """The dataclasses defined in esault.runtime.messages, in definition order."""
-    return [
-        obj for obj in vars(_messages).values()
-        if isinstance(obj, type) and dataclasses.is_dataclass(obj) and obj.__module__ == _messages.__name__
-    ]
+WIRE_TAGS: Mapping[str, int] = types.MappingProxyType({
+    "DataBatch": 1, "Tick": 2, "Pump": 3, "AckInit": 4, "AckUpdate": 5, "AckFail": 6, "TreesDone": 7,
+    "RouteSpec": 8, "InstallRoutes": 9, "EpochMarker": 10, "PrepareGive": 11, "PrepareReceive": 12,
+    "Prepared": 13, "StateHandoff": 14, "HandoffFinished": 15, "ScaleCommand": 16, "ScaleResult": 17,
+    "GetRoutes": 18, "GetSpus": 19, "GetLayout": 20, "RegisterOwner": 21, "GetPending": 22, "Drain": 23,
+    "SpuConfig": 24, "Probe": 25, "ProbeReturned": 26, "SpusChanged": 27, "WorkerHello": 28,
+    "PeerAddresses": 29, "StartSpu": 30, "StopSpu": 31, "SpuStopped": 32, "WorkerHeartbeat": 33,
+    "Shutdown": 34, "StatusRequest": 35, "StatusReply": 36, "DeadLettered": 37, "SpoutProgress": 38,
+    "SpuStarted": 39, "SubmitJob": 40, "DriverBeat": 41, "PeerGone": 42, "FailPending": 43,
+    "TriggerCheckpoint": 44, "CheckpointStart": 45, "Barrier": 46, "CheckpointAck": 47,
+    "CheckpointComplete": 48, "Abandon": 49, "SavepointRequest": 50, "SavepointReply": 51,
+    "ForwardMarker": 52, "MarkerSeen": 53, "CancelReconfiguration": 54, "ChainLink": 55, "ChainMembers": 56,
+})
+"""Message class name -> wire tag. Never renumber or reuse a tag: a new message takes the next free one."""
 
 
-_CLASSES = _message_classes()
-TAGS: Mapping[type, int] = types.MappingProxyType({cls: tag for tag, cls in enumerate(_CLASSES, start=1)})
-"""Message class -> wire tag (1, 2, ... in definition order in messages.py)."""
+def _message_classes() -> dict[str, type]:
+    """The dataclasses defined in the modules of esault.messages, by name."""
+    return {
+        obj.__name__: obj
+        for module in _MESSAGE_MODULES for obj in vars(module).values()
+        if isinstance(obj, type) and dataclasses.is_dataclass(obj) and obj.__module__ == module.__name__
+    }
+
+
+def _tagged(classes: dict[str, type]) -> list[type]:
+    """The message classes in tag order; ImportError naming the class if WIRE_TAGS and the messages differ."""
+    untagged = sorted(set(classes) - set(WIRE_TAGS))
+    if untagged:
+        raise ImportError(f"message classes without a wire tag: {', '.join(untagged)}; add each to "
+                          f"esault.transport.wire.WIRE_TAGS with the next free tag ({max(WIRE_TAGS.values()) + 1})")
+    gone = sorted(set(WIRE_TAGS) - set(classes))
+    if gone:
+        raise ImportError(f"WIRE_TAGS names {', '.join(gone)}, which no module of esault.messages defines; "
+                          f"restore the class or move it into esault.messages (never reuse its tag)")
+    if len(set(WIRE_TAGS.values())) != len(WIRE_TAGS):
+        raise ImportError("two messages share a wire tag in esault.transport.wire.WIRE_TAGS; give each its own")
+    return sorted(classes.values(), key=lambda cls: WIRE_TAGS[cls.__name__])
+
+
+_BY_NAME = _message_classes()
+_CLASSES = _tagged(_BY_NAME)
+TAGS: Mapping[type, int] = types.MappingProxyType({cls: WIRE_TAGS[cls.__name__] for cls in _CLASSES})
+"""Message class -> wire tag (from WIRE_TAGS)."""
 MESSAGE_TYPES: Mapping[int, type] = types.MappingProxyType({tag: cls for cls, tag in TAGS.items()})
 """Wire tag -> message class."""
 
@@ -140,13 +174,13 @@ def tag_of(cls: type) -> int:
     except KeyError:
         raise KeyError(
             f"{getattr(cls, '__name__', cls)!r} has no wire tag: only the dataclasses of "
-            f"esault.runtime.messages cross processes ({', '.join(c.__name__ for c in _CLASSES)})"
+            f"esault.messages cross processes ({', '.join(c.__name__ for c in _CLASSES)})"
         ) from None
 
 
 def _hints(cls: type) -> dict[str, Any]:
     """Field annotations of `cls`, with FIELD_TYPES applied; ImportError if FIELD_TYPES is stale."""
-    namespace = dict(vars(_messages), Mailbox=Mailbox, _MailboxOrValue=_MailboxOrValue)
+    namespace = dict(_BY_NAME, Any=Any, Future=Future, Mailbox=Mailbox, _MailboxOrValue=_MailboxOrValue)
     hints = typing.get_type_hints(cls, globalns=namespace)
     names = [f.name for f in dataclasses.fields(cls)]
     for (cls_name, name), text in FIELD_TYPES.items():
@@ -155,7 +189,7 @@ def _hints(cls: type) -> dict[str, Any]:
         if name not in names:
             raise ImportError(
                 f"esault.transport.wire.FIELD_TYPES lists {cls_name}.{name}, but {cls_name} has no field "
-                f"{name!r} (fields: {', '.join(names)}); update FIELD_TYPES to match esault/runtime/messages.py"
+                f"{name!r} (fields: {', '.join(names)}); update FIELD_TYPES to match esault/messages/"
             )
         hints[name] = eval(text, namespace)  # a constant of this module, never received data
     return {name: hints[name] for name in names}
@@ -163,7 +197,7 @@ def _hints(cls: type) -> dict[str, Any]:
 
 LOCAL_ONLY: frozenset[type] = frozenset(
     cls for cls in _CLASSES if any(h is Future for h in _hints(cls).values())
-) | {_messages.Tick, _messages.Pump}
+) | {_BY_NAME["Tick"], _BY_NAME["Pump"]}
 """Messages that stay in their process (encode refuses them, decode drops them): those with a
 Future field, and the timer messages Tick and Pump - a process's timers run on its own clock,
 never on a `now` someone else sent."""
@@ -468,7 +502,7 @@ def _default_to_address(mailbox: Any) -> Address:
 
 
 class WireCodec:
-    """Encodes and decodes the messages of esault.runtime.messages; one per process (or endpoint).
+    """Encodes and decodes the messages of esault.messages; one per process (or endpoint).
 
     `to_address(mailbox) -> Address` names a mailbox found in a message field
     (an ActorRef, say); `from_address(address) -> Mailbox` turns a received
@@ -776,7 +810,7 @@ class WireCodec:
                 "ActorRef, or answer with a message (ScaleResult) instead of a future"
             )
         return (
-            f"cannot send a {cls.__name__}: only the message dataclasses of esault.runtime.messages "
+            f"cannot send a {cls.__name__}: only the message dataclasses of esault.messages "
             f"cross processes ({', '.join(c.__name__ for c in _CLASSES if c not in LOCAL_ONLY)})"
         )
 

@@ -15,7 +15,7 @@ import pytest
 
 from esault import KEY_SPACE_MAX, ScalingError, TopologyBuilder
 from esault.control import AssignWorkload, Rescale, Split
-from esault.runtime.bolt_spu import BoltSpuActor
+from esault.datapath.bolt_spu import BoltSpuActor
 from esault.testing import CollectorBolt, wait_until
 from test_split_merge import assert_exact, sequenced_items
 from topology_parts import GATES, GatedListSpout, RelayCheckBolt, SequenceCheckBolt

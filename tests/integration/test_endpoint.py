@@ -21,7 +21,19 @@ import zmq
 
 from esault.errors import ConfigError, SerializationError
 from esault.metrics.registry import REGISTRY
-from esault.runtime import messages as m
+from esault.messages.acking import AckUpdate, RegisterOwner, TreesDone
+from esault.messages.cluster import StopSpu
+from esault.messages.control import GetSpus, Probe, ScaleCommand, SpuConfig
+from esault.messages.data import DataBatch, Drain, Pump
+from esault.messages.handoff import (
+    EpochMarker,
+    HandoffFinished,
+    InstallRoutes,
+    PrepareGive,
+    PrepareReceive,
+    RouteSpec,
+    StateHandoff,
+)
 from esault.transport.address import Address
 from esault.transport.endpoint import Endpoint, RemoteMailbox
 from esault.testing import wait_until
@@ -85,20 +97,20 @@ def dropped_total(reason: str) -> float:
     return REGISTRY.get_sample_value("esault_frames_dropped_total", {"reason": reason}) or 0.0
 
 
-ROUTE = m.RouteSpec("count", "key", [1, [[0, 11], [2**30, 12]]], {11: Address("b", "spu-11"),
+ROUTE = RouteSpec("count", "key", [1, [[0, 11], [2**30, 12]]], {11: Address("b", "spu-11"),
                                                                    12: Address("c", "spu-12")}, 1)
 CONTROL_AND_DATA = [
-    m.DataBatch(7, "split", [f"word{i}" for i in range(256)], [(i, "x") for i in range(256)], [2**63], [9]),
-    m.InstallRoutes(3, ROUTE, {11: Address("b", "spu-11")}),
-    m.PrepareGive(3, ((0, 2**30, 12),), {12: Address("c", "spu-12")}, frozenset({7}), False),
-    m.EpochMarker(3, 7),
-    m.StateHandoff(3, 11, [("word1", b"\x05"), (("composite", 2), b"")]),
-    m.SpuConfig("wc", "count", 12, ((0, 2**30),), (ROUTE,), m.PrepareReceive(3, ((0, 2**30, 11),)),
+    DataBatch(7, "split", [f"word{i}" for i in range(256)], [(i, "x") for i in range(256)], [2**63], [9]),
+    InstallRoutes(3, ROUTE, {11: Address("b", "spu-11")}),
+    PrepareGive(3, ((0, 2**30, 12),), {12: Address("c", "spu-12")}, frozenset({7}), False),
+    EpochMarker(3, 7),
+    StateHandoff(3, 11, [("word1", b"\x05"), (("composite", 2), b"")]),
+    SpuConfig("wc", "count", 12, ((0, 2**30),), (ROUTE,), PrepareReceive(3, ((0, 2**30, 11),)),
                 {"unit_ref": Address("a", "unit-count")}),
-    m.StopSpu(125, 0),
-    m.GetSpus(),
-    m.Probe(1, 2.5, Address("a", "monitor"), True),
-    m.DataBatch(7, "split", [], [], [], []),
+    StopSpu(125, 0),
+    GetSpus(),
+    Probe(1, 2.5, Address("a", "monitor"), True),
+    DataBatch(7, "split", [], [], [], []),
 ]
 
 
@@ -114,17 +126,17 @@ def test_two_endpoints_exchange_data_and_control_messages_in_order(endpoint):
     assert b_inbox.undecoded == 2  # the I/O thread moved the data frames' bytes; the receiver decoded them
 
     b.connect("a", a.address)
-    b.send(Address("a", "acker"), m.AckUpdate({2**63: 5}))
-    b.send(Address("a", "unit-count"), m.HandoffFinished(3, 11, "giver", 2, 0.0))
-    assert a_inbox.wait_for(2) == [("acker", m.AckUpdate({2**63: 5})),
-                                   ("unit-count", m.HandoffFinished(3, 11, "giver", 2, 0.0))]
+    b.send(Address("a", "acker"), AckUpdate({2**63: 5}))
+    b.send(Address("a", "unit-count"), HandoffFinished(3, 11, "giver", 2, 0.0))
+    assert a_inbox.wait_for(2) == [("acker", AckUpdate({2**63: 5})),
+                                   ("unit-count", HandoffFinished(3, 11, "giver", 2, 0.0))]
 
 
 def test_an_endpoint_reaches_its_own_process_without_connecting(endpoint):
     inbox = Inbox()
     a = endpoint("a", inbox)
-    a.mailbox(Address("a", "self")).tell(m.StopSpu(3, 0))
-    assert inbox.wait_for(1) == [("self", m.StopSpu(3, 0))]
+    a.mailbox(Address("a", "self")).tell(StopSpu(3, 0))
+    assert inbox.wait_for(1) == [("self", StopSpu(3, 0))]
 
 
 def test_mailboxes_map_to_local_refs_and_remote_mailboxes_across_processes(endpoint):
@@ -153,11 +165,11 @@ def test_mailboxes_map_to_local_refs_and_remote_mailboxes_across_processes(endpo
     a.connect("b", b.address)
     b.connect("a", a.address)
 
-    a.send(Address("b", "acker"), m.RegisterOwner(5, spout))
+    a.send(Address("b", "acker"), RegisterOwner(5, spout))
     actor, register = acker_inbox.get(timeout=WAIT)
     assert actor == "acker" and register.mailbox == RemoteMailbox(b, Address("a", "spout-5"))
-    register.mailbox.tell(m.TreesDone([(9, True, None, 0.5)]))  # the ack server answers the spout
-    assert a_inbox.wait_for(1) == [("spout-5", m.TreesDone([(9, True, None, 0.5)]))]
+    register.mailbox.tell(TreesDone([(9, True, None, 0.5)]))  # the ack server answers the spout
+    assert a_inbox.wait_for(1) == [("spout-5", TreesDone([(9, True, None, 0.5)]))]
 
 
 def test_ten_thousand_messages_arrive_in_fifo_order_per_sender(endpoint):
@@ -172,7 +184,7 @@ def test_ten_thousand_messages_arrive_in_fifo_order_per_sender(endpoint):
     def run(ep: Endpoint, sender: int) -> None:
         to = Address("r", f"spu-{sender}")
         for seq in range(per_sender):
-            ep.send(to, m.EpochMarker(seq, sender))
+            ep.send(to, EpochMarker(seq, sender))
 
     threads = [threading.Thread(target=run, args=(a, 1)), threading.Thread(target=run, args=(a, 2)),
                threading.Thread(target=run, args=(c, 3))]
@@ -203,8 +215,8 @@ def test_a_slow_receiver_makes_send_block_and_time_out_instead_of_growing_memory
     to = Address("slow", "spu-1")
     payload = b"x" * 65536
 
-    def batch(i: int) -> m.DataBatch:
-        return m.DataBatch(1, "src", ["k"], [payload], [i], [0])
+    def batch(i: int) -> DataBatch:
+        return DataBatch(1, "src", ["k"], [payload], [i], [0])
 
     try:
         sent = 0
@@ -250,13 +262,13 @@ def test_a_control_message_overtakes_the_data_queued_to_a_slow_peer_and_never_wa
         gate.wait(WAIT * 3)
         inbox(actor, message)
 
-    control = frozenset({m.PrepareGive}) if lanes else frozenset()
+    control = frozenset({PrepareGive}) if lanes else frozenset()
     receiver = endpoint("slow", slow, hwm=2, socket_buffer=16384)
     sender = endpoint("fast", queue_size=8, hwm=2, socket_buffer=16384, control=control)
     sender.connect("slow", receiver.address)
     to = Address("slow", "spu-1")
     payload = b"x" * 65536
-    warm = m.PrepareGive(6, ((0, 9, 2),), {}, frozenset(), False)
+    warm = PrepareGive(6, ((0, 9, 2),), {}, frozenset(), False)
     sender.send(to, warm)  # both lanes' connections exist (their handshakes are done) before the stall
     gate.set()
     inbox.wait_for(1)
@@ -266,16 +278,16 @@ def test_a_control_message_overtakes_the_data_queued_to_a_slow_peer_and_never_wa
     try:
         while True:  # fill every queue between the two: the sender's own, zmq's, the kernel's
             try:
-                sender.send(to, m.DataBatch(1, "src", ["k"], [payload], [sent], [0]), timeout=0.3)
+                sender.send(to, DataBatch(1, "src", ["k"], [payload], [sent], [0]), timeout=0.3)
             except TimeoutError:
                 break
             sent += 1
             if sent == 1:
                 assert entered.wait(WAIT)
         if lanes:  # the queue is full, yet a control message is accepted at once
-            sender.send(to, m.PrepareGive(7, ((0, 9, 2),), {}, frozenset(), False), timeout=0.01)
+            sender.send(to, PrepareGive(7, ((0, 9, 2),), {}, frozenset(), False), timeout=0.01)
         else:
-            sending = threading.Thread(target=sender.send, args=(to, m.PrepareGive(7, ((0, 9, 2),), {},
+            sending = threading.Thread(target=sender.send, args=(to, PrepareGive(7, ((0, 9, 2),), {},
                                                                                      frozenset(), False)))
             sending.start()
     finally:
@@ -283,7 +295,7 @@ def test_a_control_message_overtakes_the_data_queued_to_a_slow_peer_and_never_wa
     items = inbox.wait_for(sent + 2)[1:]
     kinds = [type(msg).__name__ for _, msg in items]
     where = kinds.index("PrepareGive")
-    assert [msg.roots[0] for _, msg in items if type(msg) is m.DataBatch] == list(range(sent))
+    assert [msg.roots[0] for _, msg in items if type(msg) is DataBatch] == list(range(sent))
     if lanes:  # behind at most what already sat in the receiver's own queues when it stalled
         assert where <= sent // 2, f"the control message came {where}th of {len(kinds)}"
         print(f"[endpoint] control frame delivered {where}th of {len(kinds)}")
@@ -305,7 +317,7 @@ def test_a_malformed_frame_is_dropped_counted_and_logged_once_while_later_frames
     raw.curve_publickey, raw.curve_secretkey, raw.curve_serverkey = pair.public, pair.secret, receiver.keys.own.public
     try:
         raw.connect(receiver.address)
-        good = encode_frame(m.StopSpu(1, 0))
+        good = encode_frame(StopSpu(1, 0))
         raw.send_multipart([b"only-one-part"])
         raw.send_multipart([b"spu-1", b"\xc1"])
         raw.send_multipart([b"spu-1", msgpack.packb([99, 1])])
@@ -314,7 +326,7 @@ def test_a_malformed_frame_is_dropped_counted_and_logged_once_while_later_frames
         raw.send_multipart([b"spu-1", msgpack.packb([32, "soon", 1])])
         raw.send_multipart([b"spu-1", b"\xc1\xc1"])
         raw.send_multipart([b"spu-1", good])
-        assert inbox.wait_for(1) == [("spu-1", m.StopSpu(1, 0))]  # FIFO: every bad frame was handled before it
+        assert inbox.wait_for(1) == [("spu-1", StopSpu(1, 0))]  # FIFO: every bad frame was handled before it
     finally:
         raw.close()
         ctx.term()
@@ -330,16 +342,16 @@ def test_a_deliver_handler_that_raises_costs_one_frame_not_the_io_thread(endpoin
     inbox = Inbox()
 
     def picky(actor: str, message: Any, sender: Identity, size: int) -> None:
-        if message == m.Drain():
+        if message == Drain():
             raise RuntimeError("bug in a handler")
         inbox(actor, message)
 
     receiver = endpoint("r", picky)
     sender = endpoint("s")
     sender.connect("r", receiver.address)
-    for msg in (m.StopSpu(1, 0), m.Drain(), m.StopSpu(2, 0)):
+    for msg in (StopSpu(1, 0), Drain(), StopSpu(2, 0)):
         sender.send(Address("r", "x"), msg)
-    assert inbox.wait_for(2) == [("x", m.StopSpu(1, 0)), ("x", m.StopSpu(2, 0))]
+    assert inbox.wait_for(2) == [("x", StopSpu(1, 0)), ("x", StopSpu(2, 0))]
     assert receiver.dropped() == {"deliver": 1}
 
 
@@ -350,13 +362,13 @@ def test_disconnect_drops_queued_frames_and_wakes_blocked_senders(endpoint):
     to = Address("gone", "spu-1")
     with pytest.raises(TimeoutError):
         for i in range(100):
-            sender.send(to, m.EpochMarker(i, 1), timeout=0.2)
+            sender.send(to, EpochMarker(i, 1), timeout=0.2)
     assert sender.queued("gone") == 4
     outcome: queue.Queue = queue.Queue()
 
     def blocked() -> None:
         try:
-            sender.send(to, m.EpochMarker(999, 1))
+            sender.send(to, EpochMarker(999, 1))
         except ConnectionError as exc:
             outcome.put(exc)
 
@@ -367,7 +379,7 @@ def test_disconnect_drops_queued_frames_and_wakes_blocked_senders(endpoint):
     worker.join(WAIT)
     assert sender.queued("gone") == 0
     with pytest.raises(LookupError, match=r"no connection to process 'gone'.*call connect\('gone', "):
-        sender.send(to, m.StopSpu(0, 0))
+        sender.send(to, StopSpu(0, 0))
 
 
 def test_close_sends_what_is_queued_within_its_linger(endpoint):
@@ -377,24 +389,24 @@ def test_close_sends_what_is_queued_within_its_linger(endpoint):
     trust(sender, receiver)
     sender.connect("r", receiver.address)
     for i in range(500):
-        sender.send(Address("r", "x"), m.EpochMarker(i, 1))
+        sender.send(Address("r", "x"), EpochMarker(i, 1))
     sender.close()
     assert [msg.reconfig_id for _, msg in inbox.wait_for(500)] == list(range(500))
     with pytest.raises(RuntimeError, match=r"Endpoint\('s'\) is closed; cannot send"):
-        sender.send(Address("r", "x"), m.StopSpu(0, 0))
+        sender.send(Address("r", "x"), StopSpu(0, 0))
     sender.close()  # idempotent
 
 
 def test_send_and_connect_errors_say_what_to_do(endpoint):
     a = endpoint("a")
     with pytest.raises(SerializationError, match="futures never cross processes"):
-        a.send(Address("a", "unit"), m.ScaleCommand("split", 1, {}, (), Future()))
+        a.send(Address("a", "unit"), ScaleCommand("split", 1, {}, (), Future()))
     small = endpoint("small", max_frame_bytes=1000)
     with pytest.raises(SerializationError, match=r"cannot send DataBatch to small/spu: its frame is \d+ bytes, over "
                                                  r"max_frame_bytes=1000 .*; send smaller batches"):
-        small.send(Address("small", "spu"), m.DataBatch(1, "s", ["k"], [b"x" * 2000], [], []))
+        small.send(Address("small", "spu"), DataBatch(1, "s", ["k"], [b"x" * 2000], [], []))
     with pytest.raises(TypeError, match=r"send needs an Address, got 'a/unit'"):
-        a.send("a/unit", m.Pump())  # type: ignore[arg-type]
+        a.send("a/unit", Pump())  # type: ignore[arg-type]
     with pytest.raises(ConfigError, match=r"must be a zmq endpoint such as 'tcp://127.0.0.1:5555'"):
         a.connect("b", "127.0.0.1:5555")
     a.connect("b", "tcp://127.0.0.1:5555")
@@ -412,7 +424,7 @@ def test_send_and_connect_errors_say_what_to_do(endpoint):
 
 CHILD = textwrap.dedent("""
     import queue, sys
-    from esault.runtime.messages import Drain
+    from esault.messages.data import Drain
     from esault.transport.address import Address
     from esault.transport.endpoint import Endpoint
     from esault.transport.frames import EncodedFrame
@@ -450,12 +462,12 @@ def test_a_second_process_echoes_data_and_control_messages_in_order(endpoint):
         child_address = child.stdout.readline().strip()
         assert child_address.startswith("tcp://"), f"the child did not start (said {child_address!r})"
         parent.connect("child", child_address)
-        messages = CONTROL_AND_DATA + [m.EpochMarker(i, 2) for i in range(1000)]
+        messages = CONTROL_AND_DATA + [EpochMarker(i, 2) for i in range(1000)]
         for msg in messages:
             parent.send(Address("child", "spu-3"), msg)
         assert inbox.wait_for(len(messages), timeout=30) == [("echo-spu-3", msg) for msg in messages]
         assert {sender for sender, _ in inbox.senders} == {Identity(pair.public.decode(), Role.WORKER, "child")}
-        parent.send(Address("child", "spu-3"), m.Drain())
+        parent.send(Address("child", "spu-3"), Drain())
         assert child.wait(timeout=WAIT) == 0
     finally:
         if child.poll() is None:
@@ -492,7 +504,7 @@ def test_a_peer_without_an_admitted_key_gets_nothing_delivered_and_is_counted(en
     ctx = zmq.Context()
     raw = _raw_dealer(ctx, receiver, None if peer == "no keys" else KeyPair.generate())
     try:
-        raw.send_multipart([b"spu-1", encode_frame(m.StopSpu(1, 0))])
+        raw.send_multipart([b"spu-1", encode_frame(StopSpu(1, 0))])
         wait_until(lambda: sum(_rejected(r) - before[r] for r in reasons) > 0, WAIT,
                    message=f"the refused handshake counted as {' or '.join(reasons)}")
         if peer == "a key not admitted":
@@ -500,9 +512,9 @@ def test_a_peer_without_an_admitted_key_gets_nothing_delivered_and_is_counted(en
         # And a trusted peer's frame, sent after, arrives alone: nothing of the stranger's was delivered.
         friend = endpoint("friend")
         friend.connect("r", receiver.address)
-        friend.send(Address("r", "spu-1"), m.StopSpu(2, 0))
-        assert inbox.wait_for(1) == [("spu-1", m.StopSpu(2, 0))]
-        assert inbox.items == [("spu-1", m.StopSpu(2, 0))]
+        friend.send(Address("r", "spu-1"), StopSpu(2, 0))
+        assert inbox.wait_for(1) == [("spu-1", StopSpu(2, 0))]
+        assert inbox.items == [("spu-1", StopSpu(2, 0))]
         assert receiver.dropped() == {}, "the stranger's frame reached the endpoint's decoder"
     finally:
         raw.close()
@@ -514,14 +526,14 @@ def test_a_revoked_key_is_dropped_even_on_its_open_connection(endpoint):
     receiver = endpoint("r", inbox)
     sender = endpoint("s")
     sender.connect("r", receiver.address)
-    sender.send(Address("r", "x"), m.StopSpu(1, 0))
-    assert inbox.wait_for(1) == [("x", m.StopSpu(1, 0))]
+    sender.send(Address("r", "x"), StopSpu(1, 0))
+    assert inbox.wait_for(1) == [("x", StopSpu(1, 0))]
     receiver.keys.revoke(sender.keys.own.public)
     before = receiver.dropped().get("unauthenticated", 0)
-    sender.send(Address("r", "x"), m.StopSpu(2, 0))
+    sender.send(Address("r", "x"), StopSpu(2, 0))
     wait_until(lambda: receiver.dropped().get("unauthenticated", 0) > before, WAIT, message="the frame dropped")
     assert receiver.dropped().get("unauthenticated", 0) == before + 1
-    assert inbox.items == [("x", m.StopSpu(1, 0))]
+    assert inbox.items == [("x", StopSpu(1, 0))]
 
 
 def test_deliver_gets_the_sender_its_key_proves_and_the_frame_size(endpoint):
@@ -529,7 +541,7 @@ def test_deliver_gets_the_sender_its_key_proves_and_the_frame_size(endpoint):
     b = endpoint("b", inbox)
     a = endpoint("a")
     a.connect("b", b.address)
-    messages = [m.StopSpu(1, 0), CONTROL_AND_DATA[0], m.InstallRoutes(3, ROUTE, {})]  # control, data, control
+    messages = [StopSpu(1, 0), CONTROL_AND_DATA[0], InstallRoutes(3, ROUTE, {})]  # control, data, control
     for msg in messages:
         a.send(Address("b", "spu-1"), msg)
     assert inbox.wait_for(len(messages)) == [("spu-1", msg) for msg in messages]
@@ -545,15 +557,15 @@ def test_endpoints_with_their_default_keys_cannot_reach_each_other_until_keys_ar
         assert a.keys.key_of("a") == a.keys.own.public and a.keys.key_of("b") is None
         # a has no key for b, so it cannot check whom it would talk to: it does not connect at all.
         a.connect("b", b.address)
-        a.send(Address("b", "x"), m.StopSpu(1, 0))
+        a.send(Address("b", "x"), StopSpu(1, 0))
         wait_until(lambda: a.dropped().get("connect_failed", 0) == 1, WAIT, message="the frame dropped by a")
         with pytest.raises(LookupError, match=r"no connection to process 'b'"):
-            a.send(Address("b", "x"), m.StopSpu(1, 0))
+            a.send(Address("b", "x"), StopSpu(1, 0))
         # a knows b's key now, but b does not admit a's: b's ZAP handler refuses the handshake.
         before = _rejected("unknown_key")
         a.keys.admit(b.keys.own.public, Role.WORKER, "b")
         a.connect("b", b.address)
-        a.send(Address("b", "x"), m.StopSpu(2, 0))
+        a.send(Address("b", "x"), StopSpu(2, 0))
         wait_until(lambda: _rejected("unknown_key") > before, WAIT, message="b refused a's key")
         assert b_inbox.items == [] and b.dropped() == {}
     finally:
@@ -569,21 +581,21 @@ def test_a_peer_choosing_another_processs_routing_id_still_speaks_only_as_its_ow
     receiver = endpoint("r", inbox)
     friend = endpoint("friend")
     friend.connect("r", receiver.address)
-    friend.send(Address("r", "spu-1"), m.StopSpu(1, 0))
+    friend.send(Address("r", "spu-1"), StopSpu(1, 0))
     inbox.wait_for(1)
     pair = KeyPair.generate()
     receiver.keys.admit(pair.public, Role.WORKER, "raw")
     ctx = zmq.Context()
     raw = _raw_dealer(ctx, receiver, pair, routing_id=b"friend")
     try:
-        raw.send_multipart([b"spu-1", encode_frame(m.StopSpu(2, 0))])
+        raw.send_multipart([b"spu-1", encode_frame(StopSpu(2, 0))])
         inbox.wait_for(2)
-        friend.send(Address("r", "spu-1"), m.StopSpu(3, 0))  # friend's own connection is untouched
+        friend.send(Address("r", "spu-1"), StopSpu(3, 0))  # friend's own connection is untouched
         items = inbox.wait_for(3)
     finally:
         raw.close()
         ctx.term()
     assert [(msg, sender.name) for (_, msg), (sender, _) in zip(items, inbox.senders)] == [
-        (m.StopSpu(1, 0), "friend"), (m.StopSpu(2, 0), "raw"), (m.StopSpu(3, 0), "friend")]
+        (StopSpu(1, 0), "friend"), (StopSpu(2, 0), "raw"), (StopSpu(3, 0), "friend")]
     assert inbox.senders[1][0].key == pair.public.decode()
     assert receiver.keys.key_of("friend") == friend.keys.own.public

@@ -14,7 +14,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from esault import TopologyBuilder
 from esault.metrics import REGISTRY, STATS, register_stats_collector
-from esault.runtime.job import Job
+from esault.job.job import Job
 from esault.testing import CollectorBolt, wait_until
 from test_split_merge import assert_exact, sequenced_items
 from topology_parts import GATES, GatedListSpout, SequenceCheckBolt

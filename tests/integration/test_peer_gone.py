@@ -9,7 +9,8 @@ import pytest
 
 from esault.cluster.postman import Postman
 from esault.cluster.worker import DriverLiveness, HostActor, WorkerControl
-from esault.runtime import messages as m
+from esault.messages.cluster import PeerGone
+from esault.messages.handoff import EpochMarker
 from esault.testing import wait_until
 from esault.transport.address import Address
 from esault.transport.keys import KeyPair
@@ -34,12 +35,12 @@ def fill_until_blocked(postman: Postman, to: Address) -> queue.Queue:
     """Queue frames for a peer nobody serves until send blocks; a thread then waits in send."""
     with pytest.raises(TimeoutError):  # zmq's queue, then the endpoint's, fill up: send would block
         for i in range(100_000):
-            postman.endpoint.send(to, m.EpochMarker(i, 1), timeout=0.2)
+            postman.endpoint.send(to, EpochMarker(i, 1), timeout=0.2)
     outcome: queue.Queue = queue.Queue()
 
     def blocked() -> None:
         try:
-            postman.endpoint.send(to, m.EpochMarker(-1, 1))
+            postman.endpoint.send(to, EpochMarker(-1, 1))
             outcome.put("sent")
         except Exception as exc:  # noqa: BLE001 - what releases it is the point
             outcome.put(exc)
@@ -54,11 +55,11 @@ def test_peer_gone_from_the_driver_releases_a_sender_blocked_on_the_dead_peer_an
     postman.admit_peer("w9", "tcp://127.0.0.1:1", dead.public)  # nothing listens: frames pile up
     outcome = fill_until_blocked(postman, Address("w9", "spu-3"))
     assert outcome.empty()
-    postman._deliver("control", m.PeerGone("w9"), driver, 16)  # as the endpoint hands it over
+    postman._deliver("control", PeerGone("w9"), driver, 16)  # as the endpoint hands it over
     assert isinstance(outcome.get(timeout=10), ConnectionError)
     wait_until(lambda: postman.keys.identity(dead.public.decode()) is None, 10, message="its key revoked")
     with pytest.raises(LookupError):
-        postman.endpoint.send(Address("w9", "spu-3"), m.EpochMarker(0, 1))
+        postman.endpoint.send(Address("w9", "spu-3"), EpochMarker(0, 1))
 
 
 def test_peer_gone_from_a_worker_is_refused(host):
@@ -67,7 +68,7 @@ def test_peer_gone_from_a_worker_is_refused(host):
     postman.admit_peer("w2", "tcp://127.0.0.1:1", other.public)
     victim = KeyPair.generate()
     postman.admit_peer("w9", "tcp://127.0.0.1:1", victim.public)
-    postman._deliver("control", m.PeerGone("w9"), Identity(other.public.decode(), Role.WORKER, "w2"), 16)
+    postman._deliver("control", PeerGone("w9"), Identity(other.public.decode(), Role.WORKER, "w2"), 16)
     assert postman.refused.get("not_permitted") == 1
-    postman.endpoint.send(Address("w9", "spu-3"), m.EpochMarker(0, 1), timeout=5.0)  # still connected
+    postman.endpoint.send(Address("w9", "spu-3"), EpochMarker(0, 1), timeout=5.0)  # still connected
     assert postman.keys.identity(victim.public.decode()) is not None

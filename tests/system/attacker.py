@@ -13,8 +13,11 @@ import sys
 
 import zmq
 
-from esault.runtime import messages as m
-from esault.runtime.context import job_actor
+from esault.messages.acking import AckFail
+from esault.messages.cluster import Shutdown, StartSpu, StatusRequest, SubmitJob, WorkerHeartbeat, WorkerHello
+from esault.messages.control import SpuConfig
+from esault.messages.data import DataBatch
+from esault.datapath.context import job_actor
 from esault.transport.address import Address
 from esault.transport.wire import encode_frame
 
@@ -41,19 +44,19 @@ def attacks(plan: dict, reply_address: str) -> dict[str, list[tuple[str, object]
             "parallelism": 1, "is_spout": False, "params": {"command": f"touch {plan['canary']}"},
             "inputs": [], "pe_idle_timeout": 1.0, "max_pending": 1, "elasticity": {}, "chain": False,
             "stages": [], "placement": "worker"}
-    spu = m.SpuConfig("pwn", "pwn", 999, None, ())
+    spu = SpuConfig("pwn", "pwn", 999, None, ())
     worker = [
-        ("host", m.SubmitJob("pwn", [unit], {})),
-        ("host", m.StartSpu("pwn", "pwn", spu)),
-        ("host", m.Shutdown()),
-        *((f"spu-{i}", m.DataBatch(0, plan["source"], [plan["forged_key"]], [1], [], [])) for i in plan["spus"]),
+        ("host", SubmitJob("pwn", [unit], {})),
+        ("host", StartSpu("pwn", "pwn", spu)),
+        ("host", Shutdown()),
+        *((f"spu-{i}", DataBatch(0, plan["source"], [plan["forged_key"]], [1], [], [])) for i in plan["spus"]),
     ]
     driver = [
-        ("cluster", m.WorkerHello(plan["name"], reply_address, 1)),
-        ("cluster", m.WorkerHeartbeat(plan["name"], [(plan["topology"], "count", 1, {"processed": 1})])),
-        ("cluster", m.StatusRequest(1, Address(plan["name"], "status"), reply_address)),
-        *((f"spu-{i}", m.DataBatch(0, plan["source"], [plan["forged_key"]], [1], [], [])) for i in plan["spus"]),
-        (job_actor(plan["topology"], "acker"), m.AckFail(0, "forged")),
+        ("cluster", WorkerHello(plan["name"], reply_address, 1)),
+        ("cluster", WorkerHeartbeat(plan["name"], [(plan["topology"], "count", 1, {"processed": 1})])),
+        ("cluster", StatusRequest(1, Address(plan["name"], "status"), reply_address)),
+        *((f"spu-{i}", DataBatch(0, plan["source"], [plan["forged_key"]], [1], [], [])) for i in plan["spus"]),
+        (job_actor(plan["topology"], "acker"), AckFail(0, "forged")),
     ]
     return {"worker": worker, "driver": [a for a in driver if a is not None]}
 
@@ -77,7 +80,7 @@ def main() -> None:
             sock.send_multipart([actor.encode(), encode_frame(message)])
             sent += 1
         for i in range(plan.get("flood", 0)):  # valid-looking frames to actors that do not exist
-            batch = m.DataBatch(0, "x", [f"k{i}"], ["v" * plan.get("flood_bytes", 1024)], [], [])
+            batch = DataBatch(0, "x", [f"k{i}"], ["v" * plan.get("flood_bytes", 1024)], [], [])
             sock.send_multipart([f"spu-{10**6 + i}".encode(), encode_frame(batch)])
             sent += 1
         sock.close()  # linger: what was accepted goes out

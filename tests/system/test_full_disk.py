@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from esault import JobConfig, LocalCluster
-from esault.runtime.outcome import ExitCode, judge_run
+from esault.job.outcome import ExitCode, judge_run
 from esault.testing import wait_until
 
 ROOT = Path(__file__).resolve().parents[2]

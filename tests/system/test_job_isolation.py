@@ -12,7 +12,7 @@ import pytest
 
 from esault import ConfigError, LocalCluster, TopologyBuilder, TopologyError
 from esault.errors import UnitStartError
-from esault.runtime.context import job_actor
+from esault.datapath.context import job_actor
 from esault.testing import ListSpout, collected, reset_collected, wait_until
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -31,7 +31,7 @@ import pytest
 from esault import JobConfig, LocalCluster, TopologyBuilder
 from esault.dsl.topology import Grouping
 from esault.errors import ScalingError
-from esault.runtime.unit import UnitActor
+from esault.job.unit import UnitActor
 from esault.testing import reset_collected, wait_until
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from esault import JobConfig, LocalCluster
-from esault.runtime.outcome import judge_run
+from esault.job.outcome import judge_run
 from esault.testing import wait_until
 
 ROOT = Path(__file__).resolve().parents[2]

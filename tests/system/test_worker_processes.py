@@ -196,7 +196,7 @@ def test_guarantee_none_losing_a_worker_ends_the_job_without_a_timeout_and_count
     """Nothing tracks tuples under "none": the job must still end once the loss settles, and say so."""
     from topology_parts import SlowIncrementBolt
 
-    from esault.runtime.outcome import ExitCode, judge_run
+    from esault.job.outcome import ExitCode, judge_run
 
     items = [(f"w{i % 40}", i) for i in range(1200)]
     GATES["none-kill"] = threading.Event()

@@ -6,8 +6,8 @@ import queue
 from types import SimpleNamespace
 
 from esault.clock import SystemClock
-from esault.runtime.acker import AckServerActor
-from esault.runtime.messages import AckInit, FailPending, GetPending, RegisterOwner, TreesDone
+from esault.datapath.acker import AckServerActor
+from esault.messages.acking import AckInit, FailPending, GetPending, RegisterOwner, TreesDone
 
 
 class DeadWorkerMailbox:

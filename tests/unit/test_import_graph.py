@@ -1,4 +1,4 @@
-"""The code's floors hold: no import circles, and the DSL reaches no runtime code.
+"""The code's floors hold: no import circles, no import up a floor, and the DSL reaches no runtime code.
 
 A circle means two files are one concept split badly, or a lower floor knows a
 higher one (docs/ARCHITECTURE.md, "Floors"). The graph is read from the source
@@ -15,11 +15,50 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 PACKAGES = ("esault", "spark_sink")
 
-RUNTIME = ("esault.runtime", "esault.cluster", "esault.transport", "esault.api", "esault.cli")
+RUNTIME = ("esault.datapath", "esault.job", "esault.cluster", "esault.transport", "esault.api", "esault.cli")
 """What the DSL must not reach: the actors, the processes, the wire."""
 VALUE_CODEC = "esault.transport.codec"
 """The one module under transport/ the DSL may use: the msgpack format of user values (declaring an aggregate
 asks whether its arguments can travel to a worker). It is ground floor: it imports only esault.errors."""
+
+
+FLOORS: tuple[tuple[str, tuple[str, ...]], ...] = (
+    ("ground", ("esault.errors", "esault.keyhash", "esault.clock", "esault.config", "esault.messages",
+                "esault.aggregates", "esault.user_errors", "esault.metrics", "esault.state")),
+    ("pure cores", ("esault.routing", "esault.elasticity", "esault.migration", "esault.reliability",
+                    "esault.joins.chain", "esault.joins.node", "esault.joins.protocol", "esault.joins.queries",
+                    "esault.joins.shedding", "esault.joins.worker")),
+    ("wire and storage", ("esault.transport", "esault.checkpoint")),
+    ("declarations", ("esault.dsl", "esault.windows", "esault.connectors", "esault.joins.bolt",
+                      "esault.joins.chain_bolt", "spark_sink")),
+    ("controllers", ("esault.control", "esault.joins", "esault.joins.controller")),
+    ("data path", ("esault.datapath",)),
+    ("job control", ("esault.job",)),
+    ("processes and entry points", ("esault.cluster", "esault.api", "esault.cli", "esault.testing", "esault")),
+)
+"""Lowest first. A module may import its own floor and the floors below, never one above
+(docs/ARCHITECTURE.md). A module's floor is that of the longest prefix listed, so a package can keep
+one module on another floor (esault.joins' declarations and pure chain apart from its runtime code)."""
+MESSAGES = "esault.messages"
+"""The message vocabulary: every floor may use it, so it imports nothing else of esault's."""
+
+
+def floor_of(module: str, floors: tuple[tuple[str, tuple[str, ...]], ...] = FLOORS) -> int | None:
+    """The index of `module`'s floor in `floors` (its longest listed prefix), None if no prefix is listed."""
+    best: tuple[int, int] | None = None
+    for index, (_, prefixes) in enumerate(floors):
+        for prefix in prefixes:
+            if (module == prefix or module.startswith(prefix + ".")) and (best is None or len(prefix) > best[0]):
+                best = (len(prefix), index)
+    return None if best is None else best[1]
+
+
+def upward_imports(graph: dict[str, set[str]],
+                   floors: tuple[tuple[str, tuple[str, ...]], ...] = FLOORS) -> list[str]:
+    """"a (floor) -> b (higher floor)" for every import that runs up a floor."""
+    return [f"{module} ({floors[floor_of(module, floors)][0]}) -> {target} ({floors[floor_of(target, floors)][0]})"
+            for module in sorted(graph) for target in sorted(graph[module])
+            if floor_of(target, floors) > floor_of(module, floors)]
 
 
 def module_name(root: Path, path: Path) -> str:
@@ -122,12 +161,30 @@ def test_no_file_of_esault_or_spark_sink_is_part_of_an_import_circle():
         "\n".join(" <-> ".join(c) for c in found)
 
 
+def test_every_module_has_a_floor_and_no_import_runs_up_a_floor():
+    graph = import_graph(ROOT)
+    homeless = sorted(m for m in graph if floor_of(m) is None)
+    assert homeless == [], f"modules on no floor; add their package to FLOORS in this file: {homeless}"
+    wrong = upward_imports(graph)
+    assert wrong == [], ("imports up a floor (move the shared piece down, or hand a small Protocol or a "
+                         "callback down instead):\n" + "\n".join(wrong))
+
+
+def test_the_message_modules_import_nothing_of_esault_but_each_other():
+    graph = import_graph(ROOT)
+    modules = [m for m in graph if m == MESSAGES or m.startswith(MESSAGES + ".")]
+    assert len(modules) > 1
+    wrong = {m: sorted(t for t in graph[m] if not (t == MESSAGES or t.startswith(MESSAGES + ".")))
+             for m in modules}
+    assert {m: t for m, t in wrong.items() if t} == {}
+
+
 def test_the_dsl_reaches_no_runtime_cluster_or_transport_module_even_through_other_files():
     graph = import_graph(ROOT)
     reached = reached_from(graph, [m for m in graph if m == "esault.dsl" or m.startswith("esault.dsl.")])
     wrong = [" -> ".join(path) for module, path in sorted(reached.items())
              if module != VALUE_CODEC and any(module == r or module.startswith(r + ".") for r in RUNTIME)]
-    assert wrong == [], ("a declaration names what to run and the runtime resolves it (esault.runtime.actors "
+    assert wrong == [], ("a declaration names what to run and the runtime resolves it (esault.datapath.actors "
                          "picks the SPU kind); the DSL imports runtime code through:\n" + "\n".join(wrong))
     assert set(reached_from(graph, [VALUE_CODEC])) == {VALUE_CODEC, "esault.errors"}
 
@@ -154,3 +211,20 @@ def test_a_module_importing_its_own_package_or_a_name_of_a_module_is_no_circle(t
     graph = import_graph(tmp_path, ("pkg",))
     assert graph == {"pkg": {"pkg.a"}, "pkg.a": set(), "pkg.b": {"pkg.a"}}
     assert circles(graph) == []
+
+
+def test_the_floor_check_finds_an_import_up_a_floor_and_takes_the_longest_prefix(tmp_path):
+    write_package(tmp_path, {
+        "pkg/__init__.py": "",
+        "pkg/low.py": "from pkg.high.leaf import H\n",
+        "pkg/high/__init__.py": "",
+        "pkg/high/part.py": "from pkg import low\n",
+        "pkg/high/leaf.py": "import pkg.low\nH = 1\n",
+    })
+    floors = (("low", ("pkg", "pkg.high.leaf")), ("high", ("pkg.high",)))
+    graph = import_graph(tmp_path, ("pkg",))
+    assert floor_of("pkg.high.leaf", floors) == 0 and floor_of("pkg.high.part", floors) == 1
+    assert floor_of("other", floors) is None
+    assert upward_imports(graph, floors) == []  # low imports leaf, which is on the low floor
+    write_package(tmp_path, {"pkg/low.py": "from pkg.high.part import P\n"})
+    assert upward_imports(import_graph(tmp_path, ("pkg",)), floors) == ["pkg.low (low) -> pkg.high.part (high)"]

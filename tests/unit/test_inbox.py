@@ -7,13 +7,23 @@ import threading
 from hypothesis import given, strategies as st
 from pykka._envelope import Envelope
 
-from esault.runtime import messages as m
-from esault.runtime.inbox import JUMPS_QUEUE, ControlFirstInbox
+from esault.messages.checkpoints import Barrier
+from esault.messages.control import Probe
+from esault.messages.data import DataBatch
+from esault.messages.handoff import (
+    EpochMarker,
+    ForwardMarker,
+    MarkerSeen,
+    PrepareGive,
+    PrepareReceive,
+    StateHandoff,
+)
+from esault.datapath.inbox import JUMPS_QUEUE, ControlFirstInbox
 
-DATA = [m.DataBatch(1, "s", ["k"], [1], [], []), m.EpochMarker(1, 2), m.ForwardMarker(1, 2, {}),
-        m.Barrier(3, 1), m.Probe(1, 0.0, None, False)]
-CONTROL = [m.PrepareGive(1, (), {}, frozenset(), False), m.PrepareReceive(1, ()), m.MarkerSeen(1, 2, 3),
-           m.StateHandoff(1, 2, [], True)]
+DATA = [DataBatch(1, "s", ["k"], [1], [], []), EpochMarker(1, 2), ForwardMarker(1, 2, {}),
+        Barrier(3, 1), Probe(1, 0.0, None, False)]
+CONTROL = [PrepareGive(1, (), {}, frozenset(), False), PrepareReceive(1, ()), MarkerSeen(1, 2, 3),
+           StateHandoff(1, 2, [], True)]
 
 
 @given(st.lists(st.tuples(st.booleans(), st.integers(0, 3)), max_size=40))
@@ -31,7 +41,7 @@ def test_commands_come_out_first_and_each_lane_keeps_its_order(puts):
 
 def test_in_band_messages_never_jump():
     assert not JUMPS_QUEUE & {type(x) for x in DATA} and {type(x) for x in CONTROL} <= JUMPS_QUEUE
-    assert m.Probe not in JUMPS_QUEUE  # a probe measures the queue, so it waits in it
+    assert Probe not in JUMPS_QUEUE  # a probe measures the queue, so it waits in it
 
 
 def test_a_blocked_reader_wakes_for_either_lane():

@@ -8,7 +8,7 @@ from esault.config import ElasticityConfig
 from esault.control import Change, LatencyController, Merge, ProbeRecord, SnapshotBuilder, Split
 from esault.elasticity.detector import Load, LoadDetector, ProbeSample
 from esault.keyhash import KEY_SPACE_MAX
-from esault.runtime.messages import ScaleResult
+from esault.messages.control import ScaleResult
 
 CFG = ElasticityConfig(max_latency=0.1, probe_period=1.0, overload_reaction_time=3, overload_reaction_factor=0.5,
                        low_watermark=0.3, underload_reaction_time=4, underload_reaction_factor=0.6, cooldown=5.0,

@@ -6,8 +6,8 @@ import pytest
 
 from esault.metrics.stats import SpuStats, StatsRegistry
 from esault.routing.output_router import OutputRouter
-from esault.runtime.load_feed import REPORT_SECONDS, LoadFeed, RemoteLoads, tag_load_rows
-from esault.runtime.messages import RouteSpec
+from esault.datapath.load_feed import REPORT_SECONDS, LoadFeed, RemoteLoads, tag_load_rows
+from esault.messages.handoff import RouteSpec
 
 
 def feed_for(grouping: str = "tag"):

@@ -1,5 +1,5 @@
 """Operations are bounded before anything is built from them: SPU counts by the unit's limit, ranges and split
-points by the key space (esault.runtime.requests), whatever the numbers."""
+points by the key space (esault.job.requests), whatever the numbers."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from hypothesis import given, settings, strategies as st
 from esault import KEY_SPACE_MAX, TopologyBuilder
 from esault.config import MAX_SPUS
 from esault.errors import ScalingError
-from esault.runtime.requests import rescale_request, split_request, spu_limit, workload_request
+from esault.job.requests import rescale_request, split_request, spu_limit, workload_request
 from esault.testing import CollectorBolt, ListSpout
 
 HALF = (KEY_SPACE_MAX + 1) // 2

@@ -5,7 +5,7 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from esault.runtime.pe_manager import PeManager
+from esault.datapath.pe_manager import PeManager
 
 TIMEOUT = 8.0
 

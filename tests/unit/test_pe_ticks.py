@@ -5,9 +5,9 @@ from __future__ import annotations
 from types import SimpleNamespace
 
 from esault.clock import ManualClock
-from esault.runtime.bolt_spu import BoltSpuActor
-from esault.runtime.messages import Tick
-from esault.runtime.pe_services import PeServices
+from esault.datapath.bolt_spu import BoltSpuActor
+from esault.messages.data import Tick
+from esault.datapath.pe_services import PeServices
 
 
 def spu_stub(receiving):

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from esault.runtime.outcome import ExitCode, judge_run
+from esault.job.outcome import ExitCode, judge_run
 
 
 def status(emitted=50, processed=50, dead=0, spout_errors=(), pending=0):

@@ -13,7 +13,7 @@ from esault.checkpoint.saveable import (
 )
 from esault.checkpoint.snapshots import Snapshot, SnapshotWriter
 from esault.errors import SerializationError, UnsaveableState
-from esault.runtime.messages import CheckpointAck
+from esault.messages.checkpoints import CheckpointAck
 from esault.transport.codec import encode, unencodable_part
 
 scalars = (st.none() | st.booleans() | st.integers(-(2**63), 2**64 - 1) | st.floats(allow_nan=False)

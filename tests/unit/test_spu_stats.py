@@ -146,7 +146,7 @@ def test_a_negative_reporting_window_is_refused():
 def test_a_worker_hosted_spus_final_counts_reach_the_driver_after_the_worker_forgets_it():
     """The driver's WorkerRegistry keeps each SPU's last heartbeat row; the worker need not keep it."""
     from esault.cluster.processes import WorkerRegistry
-    from esault.runtime.messages import WorkerHeartbeat
+    from esault.messages.cluster import WorkerHeartbeat
 
     clock = ManualClock()
     worker = StatsRegistry(clock, report_retired_for=30.0)

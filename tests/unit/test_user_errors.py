@@ -6,7 +6,7 @@ import logging
 
 import pytest
 
-from esault.runtime.user_errors import UserErrorLog, user_frame
+from esault.user_errors import UserErrorLog, user_frame
 
 
 class Clock:

@@ -16,7 +16,68 @@ from hypothesis import strategies as st
 
 from esault.dsl.tuple import Tuple
 from esault.errors import FrameError, SerializationError
-from esault.runtime import messages as m
+from esault.messages.acking import (
+    AckFail,
+    AckInit,
+    AckUpdate,
+    DeadLettered,
+    FailPending,
+    GetPending,
+    RegisterOwner,
+    SpoutProgress,
+    TreesDone,
+)
+from esault.messages.chains import ChainLink, ChainMembers
+from esault.messages.checkpoints import (
+    Abandon,
+    Barrier,
+    CheckpointAck,
+    CheckpointComplete,
+    CheckpointStart,
+    TriggerCheckpoint,
+)
+from esault.messages.cluster import (
+    DriverBeat,
+    PeerAddresses,
+    PeerGone,
+    SavepointReply,
+    SavepointRequest,
+    Shutdown,
+    SpuStarted,
+    SpuStopped,
+    StartSpu,
+    StatusReply,
+    StatusRequest,
+    StopSpu,
+    SubmitJob,
+    WorkerHeartbeat,
+    WorkerHello,
+)
+from esault.messages.control import (
+    GetLayout,
+    GetRoutes,
+    GetSpus,
+    Probe,
+    ProbeReturned,
+    ScaleCommand,
+    ScaleResult,
+    SpuConfig,
+    SpusChanged,
+)
+from esault.messages.data import DataBatch, Drain, Pump, Tick
+from esault.messages.handoff import (
+    CancelReconfiguration,
+    EpochMarker,
+    ForwardMarker,
+    HandoffFinished,
+    InstallRoutes,
+    MarkerSeen,
+    PrepareGive,
+    PrepareReceive,
+    Prepared,
+    RouteSpec,
+    StateHandoff,
+)
 from esault.transport import wire
 from esault.transport.address import Address, Mailbox
 from esault.transport.wire import (
@@ -112,20 +173,35 @@ PINNED_SCHEMA = {
 
 def test_message_tags_and_field_layouts_are_pinned_so_the_wire_cannot_change_silently():
     # A failure here means the frame format changed: every process must be upgraded together.
-    # Append new messages at the end of messages.py and add them here; never renumber.
+    # Add a new message to wire.WIRE_TAGS with the next free tag and add it here; never renumber.
     assert {tag: (name, fields) for tag, name, fields in wire.describe()} == PINNED_SCHEMA
     assert {cls.__name__: tag for cls, tag in wire.TAGS.items()} == {n: t for t, (n, _) in PINNED_SCHEMA.items()}
     assert all(wire.MESSAGE_TYPES[tag_of(cls)] is cls for cls in wire.TAGS)
 
 
+def test_tags_follow_the_class_name_and_a_message_without_a_tag_is_refused_by_name():
+    @dataclasses.dataclass(frozen=True, slots=True)
+    class Fresh:
+        """a message someone added without a tag."""
+
+    classes = dict(reversed([(cls.__name__, cls) for cls in wire.TAGS]))  # definition order does not matter
+    assert [wire.TAGS[cls] for cls in wire._tagged(classes)] == sorted(wire.WIRE_TAGS.values())
+    with pytest.raises(ImportError, match=r"without a wire tag: Fresh; add each to esault.transport.wire.WIRE_TAGS "
+                                          r"with the next free tag \(57\)"):
+        wire._tagged({**classes, "Fresh": Fresh})
+    del classes["Abandon"]
+    with pytest.raises(ImportError, match=r"WIRE_TAGS names Abandon, which no module of esault.messages defines"):
+        wire._tagged(classes)
+
+
 @pytest.mark.parametrize(("message", "frame_hex"), [
-    (m.StopSpu(7, 3), "931f0703"),
-    (m.EpochMarker(7, 3), "930a0703"),
-    (m.DataBatch(3, "split", ["w"], [(1, "a")], [2**64 - 1], [5]),
+    (StopSpu(7, 3), "931f0703"),
+    (EpochMarker(7, 3), "930a0703"),
+    (DataBatch(3, "split", ["w"], [(1, "a")], [2**64 - 1], [5]),
      "970103a573706c697491a17791d6019201a16191cfffffffffffffffff9105"),
-    (m.PrepareGive(9, ((0, 100, 4),), {4: Address("w2", "spu-4")}, frozenset({1}), False),
+    (PrepareGive(9, ((0, 100, 4),), {4: Address("w2", "spu-4")}, frozenset({1}), False),
      "960b099193006404810492a27732a57370752d349101c2"),
-    (m.SpuConfig("t", "count", 5, ((0, 10),), (), None, {"unit_ref": Address("driver", "unit-count")}),
+    (SpuConfig("t", "count", 5, ((0, 10),), (), None, {"unit_ref": Address("driver", "unit-count")}),
      "9c18a174a5636f756e74059192000a90c081a8756e69745f726566c416c7131092a6647269766572aa756e69742d636f756e740001c0c0"),
 ])
 def test_golden_frames_are_byte_for_byte_stable(message, frame_hex):
@@ -136,7 +212,7 @@ def test_golden_frames_are_byte_for_byte_stable(message, frame_hex):
 def _any_fields() -> set[tuple[str, str]]:
     found = set()
     for cls in wire.TAGS:
-        for name, hint in typing.get_type_hints(cls, globalns=vars(m)).items():
+        for name, hint in typing.get_type_hints(cls, globalns=globals()).items():
             if (cls.__name__, name) not in wire.FIELD_TYPES and "Any" in repr(hint):
                 found.add((cls.__name__, name))
     return found
@@ -160,70 +236,70 @@ def test_a_decode_reports_only_the_documented_reasons():
 
 # --- round trips -------------------------------------------------------------------
 
-ROUTE = m.RouteSpec("count", "key", [3, [[0, 11], [2**30, 12]]], {11: Address("w1", "spu-11"),
+ROUTE = RouteSpec("count", "key", [3, [[0, 11], [2**30, 12]]], {11: Address("w1", "spu-11"),
                                                                    12: Address("w2", "spu-12")}, 3)
-RESULT = m.ScaleResult("split", "count", 11, 13, 0, 2**29, 42, 0.01, 0.2, "overload", ((0, 2**29, 11, 13),), (13,), ())
+RESULT = ScaleResult("split", "count", 11, 13, 0, 2**29, 42, 0.01, 0.2, "overload", ((0, 2**29, 11, 13),), (13,), ())
 EXAMPLES: dict[type, Any] = {
-    m.DataBatch: m.DataBatch(7, "split", ["apple", ("k", 2)], [1, {"n": [1.5, None]}], [2**63], [12345]),
-    m.AckInit: m.AckInit(3, [(1, 2), (2**64 - 1, 0)]),
-    m.AckUpdate: m.AckUpdate({1: 5, 2**63: 0}),
-    m.AckFail: m.AckFail(99, "ValueError: bad word"),
-    m.TreesDone: m.TreesDone([(1, True, None, 0.25), (2, False, "timed out", 30.0)]),
-    m.RouteSpec: ROUTE,
-    m.InstallRoutes: m.InstallRoutes(4, ROUTE, {11: Address("w1", "spu-11")}),
-    m.EpochMarker: m.EpochMarker(4, 8),
-    m.PrepareGive: m.PrepareGive(4, ((0, 2**30, 13), (2**30 + 7, 2**31 - 1, 14)),
+    DataBatch: DataBatch(7, "split", ["apple", ("k", 2)], [1, {"n": [1.5, None]}], [2**63], [12345]),
+    AckInit: AckInit(3, [(1, 2), (2**64 - 1, 0)]),
+    AckUpdate: AckUpdate({1: 5, 2**63: 0}),
+    AckFail: AckFail(99, "ValueError: bad word"),
+    TreesDone: TreesDone([(1, True, None, 0.25), (2, False, "timed out", 30.0)]),
+    RouteSpec: ROUTE,
+    InstallRoutes: InstallRoutes(4, ROUTE, {11: Address("w1", "spu-11")}),
+    EpochMarker: EpochMarker(4, 8),
+    PrepareGive: PrepareGive(4, ((0, 2**30, 13), (2**30 + 7, 2**31 - 1, 14)),
                                  {13: Address("w3", "spu-13"), 14: Address("w1", "spu-14")}, frozenset({8, 9}), True),
-    m.PrepareReceive: m.PrepareReceive(4, ((0, 2**30, 11), (2**30 + 5, 2**30 + 9, 12))),
-    m.Prepared: m.Prepared(4, 11, "receiver"),
-    m.ForwardMarker: m.ForwardMarker(4, 11, {13: Address("w3", "spu-13")}),
-    m.MarkerSeen: m.MarkerSeen(4, 11, 20),
-    m.CancelReconfiguration: m.CancelReconfiguration(4),
-    m.ChainLink: m.ChainLink(3, [["B", "R", 2, [[1, 2.5, {"k": 1}, "a"]]], ["A", "S", 7], ["M", 4]]),
-    m.ChainMembers: m.ChainMembers({3: Address("w1", "spu-3"), 4: Address("w2", "spu-4")}),
-    m.StateHandoff: m.StateHandoff(4, 11, [("apple", b"\x81\xa1n\x05"), (("t", 1), b"")]),
-    m.HandoffFinished: m.HandoffFinished(4, 11, "giver", 2, 0.0),
-    m.ScaleResult: RESULT,
-    m.GetRoutes: m.GetRoutes("key"),
-    m.GetSpus: m.GetSpus(),
-    m.GetLayout: m.GetLayout(),
-    m.RegisterOwner: m.RegisterOwner(5, Address("w1", "spout-5")),
-    m.GetPending: m.GetPending(),
-    m.Drain: m.Drain(),
-    m.SpuConfig: m.SpuConfig("wordcount", "count", 13, ((0, 2**30),), (ROUTE,), m.PrepareReceive(4, ((0, 9, 11),)),
+    PrepareReceive: PrepareReceive(4, ((0, 2**30, 11), (2**30 + 5, 2**30 + 9, 12))),
+    Prepared: Prepared(4, 11, "receiver"),
+    ForwardMarker: ForwardMarker(4, 11, {13: Address("w3", "spu-13")}),
+    MarkerSeen: MarkerSeen(4, 11, 20),
+    CancelReconfiguration: CancelReconfiguration(4),
+    ChainLink: ChainLink(3, [["B", "R", 2, [[1, 2.5, {"k": 1}, "a"]]], ["A", "S", 7], ["M", 4]]),
+    ChainMembers: ChainMembers({3: Address("w1", "spu-3"), 4: Address("w2", "spu-4")}),
+    StateHandoff: StateHandoff(4, 11, [("apple", b"\x81\xa1n\x05"), (("t", 1), b"")]),
+    HandoffFinished: HandoffFinished(4, 11, "giver", 2, 0.0),
+    ScaleResult: RESULT,
+    GetRoutes: GetRoutes("key"),
+    GetSpus: GetSpus(),
+    GetLayout: GetLayout(),
+    RegisterOwner: RegisterOwner(5, Address("w1", "spout-5")),
+    GetPending: GetPending(),
+    Drain: Drain(),
+    SpuConfig: SpuConfig("wordcount", "count", 13, ((0, 2**30),), (ROUTE,), PrepareReceive(4, ((0, 9, 11),)),
                              {"unit_ref": Address("driver", "unit-count"), "n": (1, frozenset({2}))}),
-    m.Probe: m.Probe(1, 12.5, Address("driver", "monitor-count"), False),
-    m.ProbeReturned: m.ProbeReturned(11, 1, 12.5, 4000, (5, 2**31 - 1)),
-    m.SpusChanged: m.SpusChanged({11: Address("w1", "spu-11")}, {11: ((0, 9), (20, 29)), 12: None}, RESULT),
-    m.WorkerHello: m.WorkerHello("w1", "tcp://127.0.0.1:5601", 4242),
-    m.PeerAddresses: m.PeerAddresses({"driver": ("tcp://127.0.0.1:5600", "k" * 40),
+    Probe: Probe(1, 12.5, Address("driver", "monitor-count"), False),
+    ProbeReturned: ProbeReturned(11, 1, 12.5, 4000, (5, 2**31 - 1)),
+    SpusChanged: SpusChanged({11: Address("w1", "spu-11")}, {11: ((0, 9), (20, 29)), 12: None}, RESULT),
+    WorkerHello: WorkerHello("w1", "tcp://127.0.0.1:5601", 4242),
+    PeerAddresses: PeerAddresses({"driver": ("tcp://127.0.0.1:5600", "k" * 40),
                                       "w1": ("tcp://127.0.0.1:5601", "j" * 40)}),
-    m.StartSpu: m.StartSpu("wc", "count",
-                           m.SpuConfig("wc", "count", 5, ((0, 10),), (), None, {"unit_ref": Address("driver", "unit-count")})),
-    m.StopSpu: m.StopSpu(5, 9),
-    m.SpuStopped: m.SpuStopped(5, 9),
-    m.WorkerHeartbeat: m.WorkerHeartbeat("w1", [("wc", "count", 5, {"processed": 10, "pes": 3})],
+    StartSpu: StartSpu("wc", "count",
+                           SpuConfig("wc", "count", 5, ((0, 10),), (), None, {"unit_ref": Address("driver", "unit-count")})),
+    StopSpu: StopSpu(5, 9),
+    SpuStopped: SpuStopped(5, 9),
+    WorkerHeartbeat: WorkerHeartbeat("w1", [("wc", "count", 5, {"processed": 10, "pes": 3})],
                                          [("esault_frames_dropped", "esault_frames_dropped_total", {"reason": "decode"},
                                            2.0)]),
-    m.Shutdown: m.Shutdown(),
-    m.StatusRequest: m.StatusRequest(3, Address("status-1", "status"), "tcp://127.0.0.1:5609"),
-    m.StatusReply: m.StatusReply(3, {"wc": {"units": {"count": {"spus": {5: {"interval": (0, 9)}}}}}},
+    Shutdown: Shutdown(),
+    StatusRequest: StatusRequest(3, Address("status-1", "status"), "tcp://127.0.0.1:5609"),
+    StatusReply: StatusReply(3, {"wc": {"units": {"count": {"spus": {5: {"interval": (0, 9)}}}}}},
                                  {"w1": "tcp://127.0.0.1:5601"}),
-    m.DeadLettered: m.DeadLettered("risky", 4, ("k", 1), {"v": [1, 2]}, "ValueError: bad at x.py:3", 4, None),
-    m.SpoutProgress: m.SpoutProgress(3, True, False, 0, "spout 'src' open() raised"),
-    m.SpuStarted: m.SpuStarted(7, 4242, "TopologyError: worker cannot import x:Y"),
-    m.DriverBeat: m.DriverBeat([("wc", "count", 5, 1200, 40, 3)]),
-    m.PeerGone: m.PeerGone("w2"),
-    m.FailPending: m.FailPending("a worker died"),
-    m.TriggerCheckpoint: m.TriggerCheckpoint(7, True),
-    m.CheckpointStart: m.CheckpointStart(7, frozenset({3, 4}), True),
-    m.Barrier: m.Barrier(7, 3),
-    m.CheckpointAck: m.CheckpointAck(7, 3, "sentences", 0, {"offset": 4096}, "", False),
-    m.CheckpointComplete: m.CheckpointComplete(7),
-    m.Abandon: m.Abandon(),
-    m.SavepointRequest: m.SavepointRequest(4, Address("client-1", "status"), "tcp://127.0.0.1:5609", "wc", True),
-    m.SavepointReply: m.SavepointReply(4, 12, ""),
-    m.SubmitJob: m.SubmitJob("wc", [{"name": "count", "params": {"k": (1, "a")}}], {"acking": True, "data_dir": "d"}),
+    DeadLettered: DeadLettered("risky", 4, ("k", 1), {"v": [1, 2]}, "ValueError: bad at x.py:3", 4, None),
+    SpoutProgress: SpoutProgress(3, True, False, 0, "spout 'src' open() raised"),
+    SpuStarted: SpuStarted(7, 4242, "TopologyError: worker cannot import x:Y"),
+    DriverBeat: DriverBeat([("wc", "count", 5, 1200, 40, 3)]),
+    PeerGone: PeerGone("w2"),
+    FailPending: FailPending("a worker died"),
+    TriggerCheckpoint: TriggerCheckpoint(7, True),
+    CheckpointStart: CheckpointStart(7, frozenset({3, 4}), True),
+    Barrier: Barrier(7, 3),
+    CheckpointAck: CheckpointAck(7, 3, "sentences", 0, {"offset": 4096}, "", False),
+    CheckpointComplete: CheckpointComplete(7),
+    Abandon: Abandon(),
+    SavepointRequest: SavepointRequest(4, Address("client-1", "status"), "tcp://127.0.0.1:5609", "wc", True),
+    SavepointReply: SavepointReply(4, 12, ""),
+    SubmitJob: SubmitJob("wc", [{"name": "count", "params": {"k": (1, "a")}}], {"acking": True, "data_dir": "d"}),
 }
 
 
@@ -254,12 +330,12 @@ def test_every_message_survives_a_round_trip_with_its_field_types(message):
 
 
 def test_decode_builds_the_declared_containers_from_lists_the_runtime_passes():
-    decoded = decode_frame(encode_frame(m.AckInit(1, [[1, 2]])))  # the annotation says tuple[int, int]
+    decoded = decode_frame(encode_frame(AckInit(1, [[1, 2]])))  # the annotation says tuple[int, int]
     assert decoded.roots == [(1, 2)] and type(decoded.roots[0]) is tuple
-    spu = decode_frame(encode_frame(m.SpuConfig("t", "u", 1, [[0, 5]], [], None)))
+    spu = decode_frame(encode_frame(SpuConfig("t", "u", 1, [[0, 5]], [], None)))
     assert spu.intervals == ((0, 5),) and type(spu.intervals[0]) is tuple and spu.downstream == () and spu.extra == {}
-    assert decode_frame(encode_frame(m.Probe(1, 5, Address("d", "m")))).sent_at == 5.0
-    assert type(decode_frame(encode_frame(m.Probe(1, 5, Address("d", "m")))).sent_at) is float
+    assert decode_frame(encode_frame(Probe(1, 5, Address("d", "m")))).sent_at == 5.0
+    assert type(decode_frame(encode_frame(Probe(1, 5, Address("d", "m")))).sent_at) is float
 
 
 hashables = st.recursive(
@@ -280,7 +356,7 @@ user_values = st.recursive(
 @given(st.lists(st.tuples(hashables, user_values), max_size=4), st.text(max_size=5),
        st.lists(st.tuples(st.integers(0, 2**64 - 1), st.integers(0, 2**64 - 1)), max_size=3))
 def test_user_keys_and_values_keep_their_types_through_a_data_batch(rows, source, trees):
-    batch = m.DataBatch(1, source, [k for k, _ in rows], [v for _, v in rows], [r for r, _ in trees],
+    batch = DataBatch(1, source, [k for k, _ in rows], [v for _, v in rows], [r for r, _ in trees],
                         [e for _, e in trees])
     decoded = decode_frame(encode_frame(batch))
     assert same(decoded.keys, batch.keys) and same(decoded.values, batch.values)
@@ -290,10 +366,10 @@ def test_user_keys_and_values_keep_their_types_through_a_data_batch(rows, source
 def test_a_data_batch_frame_starts_with_the_prefix_the_endpoint_hands_over_undecoded():
     from esault.transport.frames import DATA_FRAME_PREFIX
 
-    frame = encode_frame(m.DataBatch(1, "s", ["k"] * 300, [1] * 300, [], []))
+    frame = encode_frame(DataBatch(1, "s", ["k"] * 300, [1] * 300, [], []))
     assert frame[:2] == DATA_FRAME_PREFIX
     assert all(not encode_frame(msg).startswith(DATA_FRAME_PREFIX) for cls, msg in EXAMPLES.items()
-               if cls is not m.DataBatch)
+               if cls is not DataBatch)
 
 
 # --- mailboxes ------------------------------------------------------------------------
@@ -314,12 +390,12 @@ def test_mailbox_fields_go_through_the_callers_address_hooks():
     local = {"spu-11": FakeRef("spu-11"), "unit-count": FakeRef("unit-count")}
     sender = WireCodec(to_address=lambda ref: Address("w1", ref.name))
     receiver = WireCodec(from_address=lambda a: local[a.actor] if a.process == "w1" else a)
-    msg = m.InstallRoutes(4, dataclasses.replace(ROUTE, spus={11: local["spu-11"], 12: Address("w2", "spu-12")}),
+    msg = InstallRoutes(4, dataclasses.replace(ROUTE, spus={11: local["spu-11"], 12: Address("w2", "spu-12")}),
                           {11: local["spu-11"]})
     decoded = receiver.decode(sender.encode(msg))
     assert decoded.route.spus == {11: local["spu-11"], 12: Address("w2", "spu-12")}
     assert decoded.notify[11] is local["spu-11"] and isinstance(decoded.notify[11], Mailbox)
-    cfg = m.SpuConfig("t", "count", 1, None, (), None, {"unit_ref": local["unit-count"], "pair": (local["spu-11"], 1)})
+    cfg = SpuConfig("t", "count", 1, None, (), None, {"unit_ref": local["unit-count"], "pair": (local["spu-11"], 1)})
     extra = receiver.decode(sender.encode(cfg)).extra
     assert extra["unit_ref"] is local["unit-count"] and extra["pair"] == (local["spu-11"], 1)
 
@@ -327,13 +403,13 @@ def test_mailbox_fields_go_through_the_callers_address_hooks():
 def test_a_mailbox_the_hook_cannot_name_is_refused_naming_the_field():
     with pytest.raises(SerializationError, match=r"RegisterOwner\.mailbox: to_address\(.*FakeRef.*\) failed.*"
                                                  r"WireCodec\(to_address=\.\.\.\)"):
-        encode_frame(m.RegisterOwner(1, FakeRef("spout-1")))
+        encode_frame(RegisterOwner(1, FakeRef("spout-1")))
     with pytest.raises(SerializationError, match=r"returned str 'w1/spu', not an Address"):
-        WireCodec(to_address=lambda ref: "w1/spu").encode(m.RegisterOwner(1, FakeRef("spout-1")))
+        WireCodec(to_address=lambda ref: "w1/spu").encode(RegisterOwner(1, FakeRef("spout-1")))
 
 
 def test_a_failing_from_address_drops_the_frame_with_reason_address():
-    frame = encode_frame(m.RegisterOwner(1, Address("w9", "spout-1")))
+    frame = encode_frame(RegisterOwner(1, Address("w9", "spout-1")))
 
     def unknown(address: Address) -> Any:
         raise KeyError(f"no actor {address}")
@@ -346,12 +422,12 @@ def test_a_failing_from_address_drops_the_frame_with_reason_address():
 # --- refusals on encode --------------------------------------------------------------
 
 
-@pytest.mark.parametrize("timer", [m.Tick(1e12), m.Pump()], ids=["Tick", "Pump"])
+@pytest.mark.parametrize("timer", [Tick(1e12), Pump()], ids=["Tick", "Pump"])
 def test_timer_messages_never_cross_processes_so_no_frame_can_set_a_clock(timer):
     with pytest.raises(SerializationError, match=r"timer messages stay in their process"):
         encode_frame(timer)
     tag = tag_of(type(timer))
-    forged = msgpack.packb([tag, 1e12] if type(timer) is m.Tick else [tag])
+    forged = msgpack.packb([tag, 1e12] if type(timer) is Tick else [tag])
     with pytest.raises(FrameError, match=rf"tag {tag} \({type(timer).__name__}\) never crosses processes") as err:
         decode_frame(forged)
     assert frame_error_reason(err.value) == "local_only"
@@ -359,11 +435,11 @@ def test_timer_messages_never_cross_processes_so_no_frame_can_set_a_clock(timer)
 
 def test_a_frame_over_the_codec_cap_is_refused_before_decoding():
     codec = wire.WireCodec(max_frame_bytes=100)
-    big = encode_frame(m.DataBatch(1, "s", ["k" * 200], [1], [], []))
+    big = encode_frame(DataBatch(1, "s", ["k" * 200], [1], [], []))
     with pytest.raises(FrameError, match=r"over max_frame_bytes=100") as err:
         codec.decode(big)
     assert frame_error_reason(err.value) == "too_large"
-    assert codec.decode(encode_frame(m.StopSpu(1, 2))) == m.StopSpu(1, 2)
+    assert codec.decode(encode_frame(StopSpu(1, 2))) == StopSpu(1, 2)
 
 
 @pytest.mark.parametrize("header", [b"\xdd\x40\x00\x00\x00", b"\xdf\x40\x00\x00\x00", b"\xdb\x40\x00\x00\x00"],
@@ -391,25 +467,25 @@ def test_an_array_over_max_array_items_is_refused_even_when_the_frame_carries_ev
 
 
 def test_a_future_never_crosses_processes():
-    cmd = m.ScaleCommand("split", 11, {}, (), Future())
+    cmd = ScaleCommand("split", 11, {}, (), Future())
     with pytest.raises(SerializationError, match=r"cannot send ScaleCommand to another process: field 'reply' is a "
                                                  r"concurrent.futures.Future, and futures never cross processes"):
         encode_frame(cmd)
-    assert wire.LOCAL_ONLY == {m.ScaleCommand, m.Tick, m.Pump}
+    assert wire.LOCAL_ONLY == {ScaleCommand, Tick, Pump}
     with pytest.raises(FrameError, match=r"tag 16 \(ScaleCommand\) never crosses processes") as err:
         decode_frame(msgpack.packb([16, "split", 11, {}, [], None, None, None, "manual", None, None, None]))
     assert frame_error_reason(err.value) == "local_only"
 
 
 @pytest.mark.parametrize(("message", "error"), [
-    (m.EpochMarker("7", 3), r"cannot send EpochMarker\.reconfig_id: expected int, got str '7'"),
-    (m.PrepareGive(1, ((0, 5, 2),), {}, {1, "x"}, True), r"PrepareGive\.upstream\[item\]: expected int, got str 'x'"),
-    (m.DataBatch(1, "s", ("a", "b"), [1, 2], [], []), r"DataBatch\.keys: expected a list of values, got tuple"),
-    (m.DataBatch(1, "s", ["a", "b"], [1, object()], [], []),
+    (EpochMarker("7", 3), r"cannot send EpochMarker\.reconfig_id: expected int, got str '7'"),
+    (PrepareGive(1, ((0, 5, 2),), {}, {1, "x"}, True), r"PrepareGive\.upstream\[item\]: expected int, got str 'x'"),
+    (DataBatch(1, "s", ("a", "b"), [1, 2], [], []), r"DataBatch\.keys: expected a list of values, got tuple"),
+    (DataBatch(1, "s", ["a", "b"], [1, object()], [], []),
      r"DataBatch\.values\[1\]: cannot encode type object; user keys, values and state must be"),
-    (m.AckUpdate({1: 2**64}), r"AckUpdate\.deltas: cannot encode an int outside the 64-bit range"),
-    (m.InstallRoutes(1, "not a route", {}), r"InstallRoutes\.route: expected a RouteSpec, got str"),
-    (m.TreesDone([(1, "yes", None, 0.0)]), r"TreesDone\.outcomes\[0\]\[1\]: expected bool, got str 'yes'"),
+    (AckUpdate({1: 2**64}), r"AckUpdate\.deltas: cannot encode an int outside the 64-bit range"),
+    (InstallRoutes(1, "not a route", {}), r"InstallRoutes\.route: expected a RouteSpec, got str"),
+    (TreesDone([(1, "yes", None, 0.0)]), r"TreesDone\.outcomes\[0\]\[1\]: expected bool, got str 'yes'"),
 ])
 def test_a_field_of_the_wrong_type_is_refused_naming_its_path(message, error):
     with pytest.raises(SerializationError, match=error):
@@ -429,7 +505,7 @@ GOOD_FRAMES = [encode_frame(msg) for msg in EXAMPLES.values()]
 @pytest.mark.parametrize(("frame", "reason", "error"), [
     (b"", "truncated", r"malformed frame \(0 bytes\): truncated"),
     (GOOD_FRAMES[0][:-3], "truncated", r"truncated"),
-    (encode_frame(m.StopSpu(1, 2)) + b"\x00", "trailing_bytes", r"bytes after the message"),
+    (encode_frame(StopSpu(1, 2)) + b"\x00", "trailing_bytes", r"bytes after the message"),
     (b"\xc1", "malformed", r"malformed frame \(1 bytes\)"),
     (b"\x91" * 5000 + b"\x01", "too_deep", r"nested too deeply"),
     (msgpack.packb({"tag": 1}), "not_a_frame", r"expected \[tag, fields\.\.\.\], got dict"),

@@ -8,7 +8,7 @@ import pytest
 
 from esault.cluster.processes import WorkerRegistry
 from esault.errors import WorkerLost
-from esault.runtime.messages import SpuStarted
+from esault.messages.cluster import SpuStarted
 
 
 def waiting(registry: WorkerRegistry, spu: int, worker: str) -> tuple[threading.Thread, list]:

@@ -26,11 +26,18 @@ from esault.checkpoint.store import instance_slot
 from esault.joins.node import ChainNode, ChainProtocolError
 from esault.joins.protocol import Flushed, Handoff, Joined, Link, Send, from_wire, to_wire
 from esault.migration.handoff import GiverHandoff
-from esault.runtime.bolt_spu import BoltSpuActor
-from esault.runtime.context import log
-from esault.runtime.messages import (
-    AckUpdate, Barrier, CancelReconfiguration, ChainLink, ChainMembers, CheckpointStart, DataBatch, HandoffFinished,
-    PrepareGive, PrepareReceive, Prepared, Tick,
+from esault.datapath.bolt_spu import BoltSpuActor
+from esault.datapath.context import log
+from esault.messages.acking import AckUpdate
+from esault.messages.chains import ChainLink, ChainMembers
+from esault.messages.checkpoints import Barrier, CheckpointStart
+from esault.messages.data import DataBatch, Tick
+from esault.messages.handoff import (
+    CancelReconfiguration,
+    HandoffFinished,
+    PrepareGive,
+    PrepareReceive,
+    Prepared,
 )
 
 

@@ -16,7 +16,7 @@ from esault.dsl.bolt import Bolt
 from esault.dsl.topology import Topology
 from esault.errors import ScalingError
 from esault.keyhash import KEY_SPACE_MAX
-from esault.runtime.coordinator import ScaleRequest
+from esault.job.coordinator import ScaleRequest
 
 
 def spu_limit(topology: Topology, unit: str) -> int:

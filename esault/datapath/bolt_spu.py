@@ -20,20 +20,31 @@ from esault.keyhash import key_hash
 from esault.errors import SerializationError, UnsaveableState
 from esault.migration import handoff
 from esault.migration.handoff import EarlyMessages, GiverHandoff, HeldBatch, ReceiverHandoff, chunk_states
-from esault.runtime.anchors import BatchHold, DeferredAnchor
-from esault.runtime.context import log
-from esault.runtime.user_errors import UserErrorLog
+from esault.datapath.anchors import BatchHold, DeferredAnchor
+from esault.datapath.context import log
+from esault.user_errors import UserErrorLog
 from esault.checkpoint.alignment import Alignment
 from esault.checkpoint.saveable import encode_key, key_owner, unsaveable_hook
 from esault.checkpoint.store import bucket_of, pack_entries
-from esault.runtime.messages import (
-    AckUpdate, Barrier, CancelReconfiguration, CheckpointComplete, CheckpointStart, DataBatch, EpochMarker,
-    ForwardMarker, HandoffFinished, InstallRoutes, MarkerSeen, PrepareGive, PrepareReceive, Prepared, Probe, ProbeReturned,
-    StateHandoff, Tick,
+from esault.messages.acking import AckUpdate
+from esault.messages.checkpoints import Barrier, CheckpointComplete, CheckpointStart
+from esault.messages.control import Probe, ProbeReturned
+from esault.messages.data import DataBatch, Tick
+from esault.messages.handoff import (
+    CancelReconfiguration,
+    EpochMarker,
+    ForwardMarker,
+    HandoffFinished,
+    InstallRoutes,
+    MarkerSeen,
+    PrepareGive,
+    PrepareReceive,
+    Prepared,
+    StateHandoff,
 )
-from esault.runtime.pe_manager import PeManager
-from esault.runtime.pe_services import PeServices
-from esault.runtime.sender import SenderActor
+from esault.datapath.pe_manager import PeManager
+from esault.datapath.pe_services import PeServices
+from esault.datapath.sender import SenderActor
 from esault.state.store import StateStore
 from esault.transport.codec import decode, encode
 

@@ -16,16 +16,15 @@ from random import getrandbits
 from typing import Any
 
 from esault.metrics import registry as metrics
-from esault.runtime.anchors import EdgeAnchor, NoAnchor
-from esault.runtime.context import log
-from esault.runtime.user_errors import UserErrorLog, user_frame
-from esault.runtime.emitter import build_emit_many
+from esault.datapath.anchors import EdgeAnchor, NoAnchor
+from esault.datapath.context import log
+from esault.user_errors import UserErrorLog, user_frame
+from esault.datapath.emitter import build_emit_many
 from esault.checkpoint.saveable import POSITION_FIX
-from esault.runtime.messages import (
-    AckInit, CheckpointAck, CheckpointComplete, DeadLettered, Pump, RegisterOwner, SpoutProgress, Tick, TreesDone,
-    TriggerCheckpoint,
-)
-from esault.runtime.sender import SenderActor
+from esault.messages.acking import AckInit, DeadLettered, RegisterOwner, SpoutProgress, TreesDone
+from esault.messages.checkpoints import CheckpointAck, CheckpointComplete, TriggerCheckpoint
+from esault.messages.data import Pump, Tick
+from esault.datapath.sender import SenderActor
 from esault.transport.address import Address
 from esault.transport.codec import _SIMPLE
 

@@ -11,8 +11,8 @@ from typing import Any
 
 from esault.dsl.tuple import Tuple
 from esault.metrics.stats import SpuStats
-from esault.runtime.messages import DeadLettered
-from esault.runtime.user_errors import UserErrorLog, user_frame
+from esault.messages.acking import DeadLettered
+from esault.user_errors import UserErrorLog, user_frame
 
 
 class UserFaults:

@@ -29,8 +29,9 @@ from esault.control.events import ControlEvents, ProbeRecord
 from esault.dsl.topology import UnitSpec
 from esault.elasticity.detector import ProbeSample
 from esault.metrics import registry as metrics
-from esault.runtime.context import JobContext
-from esault.runtime.messages import Probe, ProbeReturned, SpusChanged, Tick
+from esault.datapath.context import JobContext
+from esault.messages.control import Probe, ProbeReturned, SpusChanged
+from esault.messages.data import Tick
 
 log = logging.getLogger("esault.elasticity")
 

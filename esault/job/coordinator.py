@@ -19,10 +19,10 @@ from typing import Any, Callable
 
 from esault.dsl.topology import Topology
 from esault.errors import ScalingError
-from esault.runtime.context import log
-from esault.runtime.group import AtomicGroup
-from esault.runtime.messages import GetRoutes, GetSpus, ScaleCommand, ScaleResult
-from esault.runtime.unit import ProposeLogic
+from esault.datapath.context import log
+from esault.job.group import AtomicGroup
+from esault.messages.control import GetRoutes, GetSpus, ScaleCommand, ScaleResult
+from esault.job.unit import ProposeLogic
 
 
 @dataclass(frozen=True, slots=True)

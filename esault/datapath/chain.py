@@ -13,7 +13,7 @@ from typing import Any, Callable
 from esault.dsl.topology import UnitSpec
 from esault.dsl.tuple import Tuple
 from esault.metrics.stats import SpuStats
-from esault.runtime.faults import UserFaults
+from esault.datapath.faults import UserFaults
 
 Emit = Callable[[Any, Any], None]
 

@@ -28,10 +28,18 @@ from esault.migration.reconfiguration import (
 )
 from esault.routing.interval_table import IntervalTable
 from esault.checkpoint.coordinator import AbandonSpus, RelaunchSpus
-from esault.runtime.context import JobContext, log
-from esault.runtime.messages import (
-    Abandon, CancelReconfiguration, ChainMembers, GetLayout, GetRoutes, GetSpus, HandoffFinished, InstallRoutes, Prepared, PrepareGive,
-    PrepareReceive, RouteSpec, ScaleCommand, ScaleResult, SpuConfig,
+from esault.datapath.context import JobContext, log
+from esault.messages.chains import ChainMembers
+from esault.messages.checkpoints import Abandon
+from esault.messages.control import GetLayout, GetRoutes, GetSpus, ScaleCommand, ScaleResult, SpuConfig
+from esault.messages.handoff import (
+    CancelReconfiguration,
+    HandoffFinished,
+    InstallRoutes,
+    PrepareGive,
+    PrepareReceive,
+    Prepared,
+    RouteSpec,
 )
 
 
@@ -141,7 +149,7 @@ class UnitActor(pykka.ThreadingActor):
         self.history: list[ScaleResult] = []
         self._proposed: UnitSpec | None = None  # ProposeLogic's spec, for the assign_logic command after it
         self.chain = bool(getattr(spec.cls, "esault_chain", False))
-        """An S2J join chain (esault.joins.spu): its SPUs in id order are the chain; it grows and shrinks at its
+        """An S2J join chain (esault.datapath.chain_spu): its SPUs in id order are the chain; it grows and shrinks at its
         tail, and every SPU is told the members (ChainMembers) whenever they change."""
         metrics.init_unknown_message_series("UnitActor")
 

@@ -33,8 +33,8 @@ from typing import Any, Protocol
 
 from esault.dsl.topology import Topology
 from esault.errors import ScalingError
-from esault.runtime.messages import GetLayout, ScaleResult
-from esault.runtime.unit import CancelHeld, CommitHeld, HeldOperation
+from esault.messages.control import GetLayout, ScaleResult
+from esault.job.unit import CancelHeld, CommitHeld, HeldOperation
 
 
 class Member(Protocol):

@@ -14,8 +14,13 @@ import queue
 from collections import deque
 from typing import Any
 
-from esault.runtime.messages import (
-    CancelReconfiguration, InstallRoutes, MarkerSeen, PrepareGive, PrepareReceive, StateHandoff,
+from esault.messages.handoff import (
+    CancelReconfiguration,
+    InstallRoutes,
+    MarkerSeen,
+    PrepareGive,
+    PrepareReceive,
+    StateHandoff,
 )
 
 JUMPS_QUEUE: frozenset[type] = frozenset({PrepareGive, PrepareReceive, InstallRoutes, StateHandoff, MarkerSeen,

@@ -14,19 +14,20 @@ from esault.errors import SerializationError, StoreDamaged, UnsaveableState
 from esault.metrics import registry as metrics
 from esault.metrics.stats import SpuStats
 from esault.routing.output_router import OutputRouter
-from esault.runtime.chain import Stage, sync_emitted
-from esault.runtime.inbox import ControlFirstInbox
-from esault.runtime.context import JobContext
-from esault.runtime.emitter import build_emit
-from esault.runtime.load_feed import LoadFeed
-from esault.runtime.faults import UserFaults
-from esault.runtime.user_errors import UserErrorLog, user_frame
+from esault.datapath.chain import Stage, sync_emitted
+from esault.datapath.inbox import ControlFirstInbox
+from esault.datapath.context import JobContext
+from esault.datapath.emitter import build_emit
+from esault.datapath.load_feed import LoadFeed
+from esault.datapath.faults import UserFaults
+from esault.user_errors import UserErrorLog, user_frame
 from esault.checkpoint.saveable import PE_FIX, encode_state, unsaveable_hook
 from esault.checkpoint.snapshots import Snapshot, SnapshotWriter
 from esault.checkpoint.store import CheckpointStore, instance_slot
-from esault.runtime.messages import (
-    Abandon, Barrier, CheckpointAck, CheckpointComplete, Drain, EpochMarker, InstallRoutes, SpuConfig,
-)
+from esault.messages.checkpoints import Abandon, Barrier, CheckpointAck, CheckpointComplete
+from esault.messages.control import SpuConfig
+from esault.messages.data import Drain
+from esault.messages.handoff import EpochMarker, InstallRoutes
 from esault.transport.codec import check_serialisable
 from esault.transport.frames import EncodedFrame
 
@@ -46,7 +47,7 @@ class SenderActor(pykka.ThreadingActor):
 
     @staticmethod
     def _create_actor_inbox() -> ControlFirstInbox:
-        """Reconfiguration commands go ahead of queued data (esault.runtime.inbox)."""
+        """Reconfiguration commands go ahead of queued data (esault.datapath.inbox)."""
         return ControlFirstInbox()
 
     def __init__(self, cfg: SpuConfig, spec: UnitSpec, job: JobContext) -> None:

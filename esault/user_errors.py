@@ -17,14 +17,14 @@ from typing import Callable
 
 log = logging.getLogger("esault")
 
-_RUNTIME_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+_ESAULT_DIR = os.path.dirname(os.path.abspath(__file__))  # frames outside it are the user's
 
 
 def user_frame(exc: BaseException) -> str:
     """' at file:line' of the innermost frame in user code (outside esault), else the innermost frame."""
     frames = traceback.extract_tb(exc.__traceback__) if exc.__traceback__ else []
     for frame in reversed(frames):
-        if not os.path.abspath(frame.filename).startswith(_RUNTIME_DIR + os.sep):
+        if not os.path.abspath(frame.filename).startswith(_ESAULT_DIR + os.sep):
             return f" at {frame.filename}:{frame.lineno}"
     return f" at {frames[-1].filename}:{frames[-1].lineno}" if frames else ""
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 import threading
 from typing import Any
 
-from esault.runtime.messages import AckFail, AckUpdate
+from esault.messages.acking import AckFail, AckUpdate
 
 
 class BatchHold:

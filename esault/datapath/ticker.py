@@ -6,7 +6,7 @@ import threading
 from typing import Any
 
 from esault.clock import Clock
-from esault.runtime.messages import Tick
+from esault.messages.data import Tick
 
 
 class Ticker:

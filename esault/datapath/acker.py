@@ -13,11 +13,19 @@ import pykka
 
 from esault.metrics import registry as metrics
 from esault.reliability.ack_tracker import AckTracker, TreeOutcome
-from esault.runtime.context import JobContext, log
-from esault.runtime.messages import (
-    AckFail, AckInit, AckUpdate, DeadLettered, FailPending, GetPending, RegisterOwner, SpoutProgress, Tick,
+from esault.datapath.context import JobContext, log
+from esault.messages.acking import (
+    AckFail,
+    AckInit,
+    AckUpdate,
+    DeadLettered,
+    FailPending,
+    GetPending,
+    RegisterOwner,
+    SpoutProgress,
     TreesDone,
 )
+from esault.messages.data import Tick
 
 
 class AckServerActor(pykka.ThreadingActor):

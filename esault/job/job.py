@@ -14,29 +14,29 @@ from esault.clock import Clock, SystemClock
 from esault.config import JobConfig
 from esault.dsl.topology import Topology
 from esault.reliability.dead_letters import DeadLetterWriter
-from esault.runtime import gc_policy
-from esault.runtime.acker import AckServerActor
-from esault.runtime.context import JobContext, job_actor
-from esault.runtime.coordinator import ReconfigurationCoordinator, ScaleRequest
+from esault.job import gc_policy
+from esault.datapath.acker import AckServerActor
+from esault.datapath.context import JobContext, job_actor
+from esault.job.coordinator import ReconfigurationCoordinator, ScaleRequest
 from esault.control.controller import Controller
 from esault.control.events import Change, ControlEvents
 from esault.control.latency import LatencyController
 from esault.control.runner import ControllerRunner
 from esault.dsl.topology import Grouping
-from esault.runtime.unit import AbortReconfiguration
-from esault.runtime.messages import (
-    Drain, FailPending, GetLayout, GetPending, GetRoutes, GetSpus, ScaleResult, SpusChanged,
-)
-from esault.runtime.prober import LatencyProberActor
-from esault.runtime.requests import (
+from esault.job.unit import AbortReconfiguration
+from esault.messages.acking import FailPending, GetPending
+from esault.messages.control import GetLayout, GetRoutes, GetSpus, ScaleResult, SpusChanged
+from esault.messages.data import Drain
+from esault.job.prober import LatencyProberActor
+from esault.job.requests import (
     logic_request, merge_request, operation_request, rescale_request, split_request, spu_limit, version_of,
     workload_request,
 )
 from esault.control.operations import Operation, Rescale
-from esault.runtime.ticker import Ticker
+from esault.datapath.ticker import Ticker
 from esault.metrics import registry as metrics
 from esault.metrics.stats import RETIRED_SPU, SpuStats
-from esault.runtime.unit import LaunchSpus, SpuLauncher, UnitActor
+from esault.job.unit import LaunchSpus, SpuLauncher, UnitActor
 from esault.checkpoint.coordinator import AckCollector, CheckpointAcksActor, CheckpointCoordinator
 from esault.errors import ConfigError, EsaultError, ScalingError
 from esault.dsl.topology import DECLARED_VERSION

@@ -1,0 +1,89 @@
+"""Tuple-tree tracking (docs/PROTOCOLS.md): spout SPUs, SPUs and the ack server.
+
+Frozen, slotted dataclasses; docstrings read "sender -> receiver: what it means".
+This package imports nothing else of esault's (tests/unit/test_import_graph.py).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+
+@dataclass(frozen=True, slots=True)
+class AckInit:
+    """spout SPU -> ack server: new trees, (root, xor of root edges) each, owned by `owner`."""
+
+    owner: int
+    roots: list[tuple[int, int]]
+
+
+@dataclass(frozen=True, slots=True)
+class AckUpdate:
+    """SPU -> ack server: XOR deltas per root (input edge ^ child edges) of processed tuples."""
+
+    deltas: dict[int, int]
+
+
+@dataclass(frozen=True, slots=True)
+class AckFail:
+    """SPU -> ack server: processing a tuple of `root` failed for `reason`."""
+
+    root: int
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class TreesDone:
+    """ack server -> spout SPU: outcomes of its trees: (root, ok, reason, latency)."""
+
+    outcomes: list[tuple[int, bool, str | None, float]]
+
+
+@dataclass(frozen=True, slots=True)
+class RegisterOwner:
+    """spout SPU -> ack server: send the outcomes of trees owned by `owner` to `mailbox`."""
+
+    owner: int
+    mailbox: Any
+
+
+@dataclass(frozen=True, slots=True)
+class GetPending:
+    """driver -> ack server (ask): how many started trees are incomplete."""
+
+
+@dataclass(frozen=True, slots=True)
+class DeadLettered:
+    """SPU -> ack server (driver): a tuple was given up after `attempts` tries (a spout's msg_id, or a bolt's input)."""
+
+    unit: str
+    spu_id: int
+    key: Any
+    value: Any
+    error: str
+    attempts: int
+    msg_id: Any = None
+
+
+@dataclass(frozen=True, slots=True)
+class SpoutProgress:
+    """spout SPU -> ack server (driver): it is `finished` (no more next_tuple), `drained` (nothing in flight).
+
+    Sent when either changes; `untracked` counts tuples it emitted outside any tree so far; `error` says why
+    it finished early (open() raised, next_tuple() raised max_spout_errors times in a row), "" if it did not.
+    """
+
+    spu_id: int
+    finished: bool
+    drained: bool
+    untracked: int
+    error: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class FailPending:
+    """job -> ack server: fail every tree in flight now (a worker died and its SPUs were replaced), so
+    spouts replay at once instead of after message_timeout."""
+
+    reason: str

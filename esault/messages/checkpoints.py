@@ -1,0 +1,65 @@
+"""Aligned checkpoints (docs/CHECKPOINTS.md): the checkpoint coordinator, spout SPUs and SPUs.
+
+Frozen, slotted dataclasses; docstrings read "sender -> receiver: what it means".
+This package imports nothing else of esault's (tests/unit/test_import_graph.py).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+
+@dataclass(frozen=True, slots=True)
+class TriggerCheckpoint:
+    """checkpoint coordinator -> spout SPU: record your position and send Barrier(epoch) on every output
+    channel at your next round boundary; `final` stops the spout after it (stop-with-checkpoint)."""
+
+    epoch: int
+    final: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class CheckpointStart:
+    """checkpoint coordinator -> bolt SPU: checkpoint `epoch` is aligned over barriers from exactly these
+    upstream SPUs (the layout is frozen while a checkpoint runs: reconfigurations wait for it). `final`: the
+    spouts end at its barriers (a stop): nothing should be emitted after them (a join chain stays quiet)."""
+
+    epoch: int
+    upstream: frozenset[int]
+    final: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class Barrier:
+    """upstream SPU -> SPU, in band after its data: everything `sender` sent before belongs to epochs <= `epoch`."""
+
+    epoch: int
+    sender: int
+
+
+@dataclass(frozen=True, slots=True)
+class CheckpointAck:
+    """SPU -> checkpoint coordinator: its snapshot of `epoch` is durable (`position`: a spout's, else None);
+    or, with `error`, it is not. `fatal`: no retry can succeed (a state that cannot be encoded): the job fails,
+    whatever the epoch (-1: a state lost outside a checkpoint, when its key moved)."""
+
+    epoch: int
+    spu_id: int
+    unit: str
+    instance: int
+    position: Any = None
+    error: str = ""
+    fatal: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class CheckpointComplete:
+    """checkpoint coordinator -> every SPU: `epoch` is recorded durably; sinks publish what they staged for it."""
+
+    epoch: int
+
+
+@dataclass(frozen=True, slots=True)
+class Abandon:
+    """unit -> SPU: a rollback discards you: drop what you hold, publish nothing, skip close(); a stop follows."""
