@@ -110,8 +110,10 @@ class Compose:
         return json.loads(self.podman("inspect", self.container(service)).stdout)[0]
 
     def logs(self) -> str:
-        return "\n".join(f"--- {service}\n" + self.podman("logs", "--tail", "40", self.container(service),
-                                                         check=False).stderr[-4000:] for service in SERVICES)
+        def tail(service: str) -> str:
+            done = self.podman("logs", "--tail", "40", self.container(service), check=False)
+            return (done.stdout + done.stderr)[-4000:]
+        return "\n".join(f"--- {service}\n{tail(service)}" for service in SERVICES)
 
 
 def leftovers(env: dict[str, str]) -> dict[str, list[str]]:
@@ -308,7 +310,8 @@ def test_the_compose_cluster_runs_the_word_count_exactly_and_is_observable(stack
                  if not range_has_data(prometheus_api(ports, "query_range", query=query, **window)["result"])]
         if empty:
             raw = prometheus_api(ports, "query_range", query="esault_tuples_processed_total", **{**window, "step": "5"})
-            print("DEBUG processed", json.dumps([[s["metric"], s["values"]] for s in raw["result"]]))
+            print("esault_tuples_processed_total over the run:", json.dumps([[s["metric"], s["values"]]
+                                                                           for s in raw["result"]]))
         assert not empty, "dashboard queries without data during the run:\n" + "\n".join(map(str, empty))
 
     except BaseException:
