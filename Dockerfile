@@ -6,8 +6,13 @@
 #
 #   docker build -t esault .
 #   docker build --build-arg SPARK_VERSION=4.1.0 -t esault .   # match the cluster
+#
+# Offline under podman (no registry, no package index): deploy/podman/build-images.sh
+# builds it FROM a Debian base image that already has Python 3.11 and Java 17
+# (--build-arg BASE_IMAGE=...) with pip pointed at a wheelhouse mounted at /wheels.
 
-FROM python:3.11-slim-bookworm
+ARG BASE_IMAGE=python:3.11-slim-bookworm
+FROM ${BASE_IMAGE}
 
 # PySpark's version must equal the Spark cluster's (docker-compose.yml's
 # spark-master/spark-worker images use the same SPARK_VERSION).
@@ -18,10 +23,12 @@ ENV PYTHONDONTWRITEBYTECODE=1 \
     PIP_NO_CACHE_DIR=1 \
     PIP_DISABLE_PIP_VERSION_CHECK=1
 
-# Java 17 runs Spark 4.x; procps gives PySpark's scripts `ps`.
-RUN apt-get update \
-    && apt-get install -y --no-install-recommends openjdk-17-jre-headless procps \
-    && rm -rf /var/lib/apt/lists/* \
+# Java 17 runs Spark 4.x; procps gives PySpark's scripts `ps` (the offline base has both).
+RUN if ! command -v java >/dev/null || ! command -v ps >/dev/null; then \
+        apt-get update \
+        && apt-get install -y --no-install-recommends openjdk-17-jre-headless procps \
+        && rm -rf /var/lib/apt/lists/*; \
+    fi \
     && ln -s "$(dirname "$(dirname "$(readlink -f "$(command -v java)")")")" /opt/java
 ENV JAVA_HOME=/opt/java
 

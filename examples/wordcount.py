@@ -12,6 +12,7 @@ from __future__ import annotations
 import collections
 import itertools
 import json
+import os
 import random
 import time
 from pathlib import Path
@@ -121,6 +122,28 @@ class LatestCountsBolt(Bolt):
         path.write_text(json.dumps(self.counts, sort_keys=True))
 
 
+RATE_ENV = "WORDCOUNT_RATE"
+
+
+def rate_from_env() -> float | None:
+    """Sentences per second from $WORDCOUNT_RATE (unset: as fast as the topology goes).
+
+    The compose stack sets it so that its run lasts long enough for Prometheus (a 5 s scrape)
+    and Grafana to see it; at full speed the 20000 sentences are done between two scrapes.
+    """
+    value = os.environ.get(RATE_ENV, "").strip()
+    if not value:
+        return None
+    try:
+        rate = float(value)
+    except ValueError:
+        rate = 0.0
+    if not rate > 0:
+        raise ValueError(f"{RATE_ENV}={value!r} is not a positive number of sentences per second; "
+                         f"set it to e.g. 500, or unset it to run at full speed")
+    return rate
+
+
 SPARK_TABLE = "word_counts"
 JOB_DEFAULTS = {"message_timeout": 120.0}
 """The sink acks after a commit, and the first commit waits for the JVM: allow for it."""
@@ -129,7 +152,10 @@ JOB_DEFAULTS = {"message_timeout": 120.0}
 def build_topology(total: int = 20000, seed: int = 42, rate: float | None = None,
                    split_parallelism: int = 1, count_parallelism: int = 2, sink: str | None = "spark",
                    chain: bool = True):
-    """sink: "spark" (the default: rows into a Spark table), "pyarrow" (same table, no JVM) or None."""
+    """sink: "spark" (the default: rows into a Spark table), "pyarrow" (same table, no JVM) or None.
+    rate: sentences per second; None: $WORDCOUNT_RATE if set (rate_from_env), else full speed."""
+    if rate is None:
+        rate = rate_from_env()
     builder = TopologyBuilder("wordcount")
     # Sink acks wait for commits, so let enough sentences be in flight to fill a batch.
     builder.set_spout("sentences", SentenceSpout, params={"total": total, "seed": seed, "rate": rate},

@@ -50,8 +50,8 @@ def services() -> dict[str, dict[str, Any]]:
 
 
 def esault_services() -> dict[str, dict[str, Any]]:
-    """Services that run the esault image (built from this repo's Dockerfile)."""
-    return {name: svc for name, svc in services().items() if "build" in svc}
+    """Services that run the esault image (built from this repo's Dockerfile, context `.`)."""
+    return {name: svc for name, svc in services().items() if (svc.get("build") or {}).get("context") == "."}
 
 
 def worker_services() -> dict[str, dict[str, Any]]:
@@ -469,13 +469,46 @@ def test_the_deploy_readme_says_how_to_make_the_keys_and_the_password():
     assert "GRAFANA_ADMIN_PASSWORD" in text
 
 
+# -- the broker and the podman offline variant ---------------------------------
+
+OFFLINE_OVERRIDE = REPO / "deploy" / "podman" / "compose.offline.yml"
+
+
+def test_the_broker_service_runs_tansu_built_from_deploy_broker_and_advertises_its_service_name():
+    broker = services()["broker"]
+    assert broker["build"]["context"] == "deploy/broker" and (REPO / "deploy/broker/Dockerfile").is_file()
+    command = broker["command"]
+    assert command[0] == "broker", command
+    flags = dict(zip(command[1::2], command[2::2]))
+    assert flags["--advertised-listener-url"] == "tcp://broker:9092", (
+        "clients on the compose network reconnect to the advertised address: it must be the service name")
+    assert flags["--listener-url"].endswith(":9092") and "9092" in [str(p) for p in broker["expose"]]
+    assert "ports" not in broker, "the broker is reached on the compose network only"
+    assert "healthcheck" in broker
+
+
+def test_the_offline_override_changes_only_images_and_profiles_of_existing_services():
+    """deploy/podman/compose.offline.yml is a variant, not a second copy of the services."""
+    override = yaml.safe_load(OFFLINE_OVERRIDE.read_text())
+    assert set(override) == {"services"}
+    for name, service in override["services"].items():
+        assert name in services(), f"the offline override names {name!r}, which docker-compose.yml has not"
+        assert set(service) <= {"image", "profiles"}, f"{name}: the override may change image/profiles only, not {set(service)}"
+    built = {name for name, svc in services().items() if "build" in svc}
+    assert not built & set(override["services"]), "services built from a Dockerfile keep it (build-images.sh builds them)"
+    pulled = {name for name, svc in services().items() if "build" not in svc}
+    assert pulled == set(override["services"]), "every pulled image needs an offline replacement (or a profile)"
+
+
 # -- Dockerfile ---------------------------------------------------------------
 
 
 def test_the_dockerfile_builds_python_311_with_a_jre_and_installs_the_package():
     text = DOCKERFILE.read_text()
     instructions = [line for line in text.splitlines() if line and not line.startswith("#")]
-    assert instructions[0].startswith("FROM python:3.11-slim")
+    # The public base by default; deploy/podman/build-images.sh passes an offline one (--build-arg BASE_IMAGE).
+    assert instructions[0].startswith("ARG BASE_IMAGE=python:3.11-slim"), instructions[0]
+    assert instructions[1] == "FROM ${BASE_IMAGE}", instructions[1]
     assert re.search(r"openjdk-\d+-jre", text), "install a JRE: PySpark starts a JVM"
     assert re.search(r"^COPY \. \.", text, re.M), "copy the repository into the image"
     assert re.search(r"pip install [^\n]*\s\.(\s|$)", text), "pip install the package (.)"

@@ -1,0 +1,341 @@
+"""The real docker-compose.yml runs under podman, offline: the word count end to end in containers.
+
+deploy/podman/build-images.sh builds every image with no registry and no package index in the
+builds (a debootstrap base image, cached in podman's store under a hash of its recipe; a
+wheelhouse built on the host). podman-compose then starts docker-compose.yml with
+deploy/podman/compose.offline.yml (the images that cannot be pulled) and a small override
+this test writes (its own keys, free host ports): the driver, two workers with their Curve keys
+as secrets, a Spark standalone master and worker, Prometheus and the Kafka-compatible broker.
+
+Checked: the healthchecks pass; `esault status` answers through the published port; a worker
+container killed with kill -9 mid-job is restarted by compose's restart policy and the job
+ends exact; the Spark table, read back with Spark SQL on the compose Spark cluster, holds every
+running count exactly once; every Prometheus target is up; every PromQL expression of the
+shipped Grafana dashboards returned data while the job ran; `down -v` leaves nothing behind.
+
+Run as root on a Debian host with podman, runc, the dnsname plugin, debootstrap and
+podman-compose (.ci/run installs them): python -m pytest -m compose tests/system/test_compose_podman.py
+The build and start-up times are printed (-s) and written to /tmp/esault-compose-timings.json.
+
+The Kafka example (examples/kafka_clicks.py, from the connectors work) is not merged yet:
+test_the_kafka_example_runs_against_the_compose_broker is the hook, and says what to wire once it is.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import time
+import urllib.parse
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from esault.testing import wait_until
+from prometheus_server import DASHBOARDS, dashboard_queries, has_data, with_grafana_variables
+
+pytestmark = [pytest.mark.compose, pytest.mark.timeout(1800)]  # not `system`: -m system leaves it out too
+
+REPO = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(REPO / "examples"))
+import wordcount  # noqa: E402
+
+PROJECT = "esault-compose-test"
+TAG = "compose-test"
+SPARK_VERSION = "4.0.1"
+CONTAINERS_CONF = REPO / "deploy" / "podman" / "containers.conf"
+OFFLINE_OVERRIDE = REPO / "deploy" / "podman" / "compose.offline.yml"
+SERVICES = ["driver", "worker-1", "worker-2", "spark-master", "spark-worker", "prometheus", "broker"]
+HEALTHCHECKED = ["driver", "broker"]
+IMAGES = ["esault", "esault-broker", "esault-spark", "esault-prometheus"]  # deploy/podman/build-images.sh
+TIMINGS = Path("/tmp/esault-compose-timings.json")
+RATE_WINDOW = "30s"
+"""$__rate_interval for the compose Prometheus's 5 s scrape: enough samples for rate() and quantiles."""
+
+KAFKA_EXAMPLE = REPO / "examples" / "kafka_clicks.py"
+"""The connectors' Kafka example (branch i28, not merged when this test was written): see
+test_the_kafka_example_runs_against_the_compose_broker."""
+
+WORDS = sum(wordcount.oracle(20000).values())  # the driver's command runs the example's default: 20000 sentences
+
+
+def run(*args: str, timeout: float = 120, check: bool = True, **kwargs: Any) -> subprocess.CompletedProcess:
+    done = subprocess.run(args, capture_output=True, text=True, timeout=timeout, **kwargs)
+    if check and done.returncode != 0:
+        raise AssertionError(f"{' '.join(args)} exited {done.returncode}:\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}")
+    return done
+
+
+def missing_tools() -> list[str]:
+    tools = ["podman", "runc", "debootstrap", "podman-compose"]
+    missing = [tool for tool in tools if shutil.which(tool) is None]
+    if not Path("/usr/lib/cni/dnsname").exists():
+        missing.append("dnsname CNI plugin (golang-github-containernetworking-plugin-dnsname)")
+    return missing
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+class Compose:
+    """podman-compose on the real compose file plus the offline override and this test's override."""
+
+    def __init__(self, override: Path, env: dict[str, str]) -> None:
+        self.files = [REPO / "docker-compose.yml", OFFLINE_OVERRIDE, override]
+        self.env = env
+
+    def __call__(self, *args: str, timeout: float = 300, check: bool = True) -> subprocess.CompletedProcess:
+        files = [arg for path in self.files for arg in ("-f", str(path))]
+        return run("podman-compose", "-p", PROJECT, *files, *args, timeout=timeout, check=check,
+                   env=self.env, cwd=REPO)
+
+    def container(self, service: str) -> str:
+        return f"{PROJECT}_{service}_1"
+
+    def podman(self, *args: str, timeout: float = 120, check: bool = True) -> subprocess.CompletedProcess:
+        return run("podman", *args, timeout=timeout, check=check, env=self.env)
+
+    def inspect(self, service: str) -> dict[str, Any]:
+        return json.loads(self.podman("inspect", self.container(service)).stdout)[0]
+
+    def logs(self) -> str:
+        def tail(service: str) -> str:
+            done = self.podman("logs", "--tail", "40", self.container(service), check=False)
+            return (done.stdout + done.stderr)[-4000:]
+        return "\n".join(f"--- {service}\n{tail(service)}" for service in SERVICES)
+
+
+def leftovers(env: dict[str, str]) -> dict[str, list[str]]:
+    """What podman still holds of the test's compose project."""
+    label = f"label=io.podman.compose.project={PROJECT}"
+    out = {}
+    for kind, cmd in {"containers": ["ps", "-a"], "volumes": ["volume", "ls"], "networks": ["network", "ls"]}.items():
+        listed = run("podman", *cmd, "--filter", label, "--format", "{{.Name}}" if kind != "containers"
+                     else "{{.Names}}", env=env).stdout.split()
+        out[kind] = listed
+    return out
+
+
+def write_override(tmp: Path, keys: Path, ports: dict[str, int]) -> Path:
+    """This test's own keys and free host ports; everything else comes from the real files."""
+    compose = yaml.safe_load((REPO / "docker-compose.yml").read_text())
+    secrets = {name: {"file": str(keys / Path(spec["file"]).name)} for name, spec in compose["secrets"].items()}
+    text = yaml.safe_dump({"secrets": secrets})
+    text += f"""
+services:
+  driver:
+    ports: !override
+      - "127.0.0.1:{ports['status']}:5555"
+      - "127.0.0.1:{ports['driver_metrics']}:9100"
+  spark-master:
+    ports: !override
+      - "127.0.0.1:{ports['spark_master']}:8080"
+  spark-worker:
+    ports: !override
+      - "127.0.0.1:{ports['spark_worker']}:8081"
+  prometheus:
+    ports: !override
+      - "127.0.0.1:{ports['prometheus']}:9090"
+"""
+    path = tmp / "compose.test.yml"
+    path.write_text(text)
+    return path
+
+
+@pytest.fixture(scope="module")
+def env() -> dict[str, str]:
+    missing = missing_tools()
+    if missing:
+        pytest.fail(f"the compose test needs {', '.join(missing)}: .ci/run installs them (apt-get install "
+                    "podman runc golang-github-containernetworking-plugin-dnsname debootstrap catatonit; "
+                    "pip install podman-compose)")
+    if os.geteuid() != 0:
+        pytest.fail("the compose test runs podman as root (debootstrap, rootful networks): run it as root")
+    return {**os.environ, "CONTAINERS_CONF": str(CONTAINERS_CONF), "ESAULT_TAG": TAG,
+            "SPARK_VERSION": SPARK_VERSION, "GRAFANA_ADMIN_PASSWORD": os.urandom(12).hex()}
+
+
+@pytest.fixture(scope="module")
+def timings() -> Iterator[dict[str, Any]]:
+    figures: dict[str, Any] = {}
+    yield figures
+    TIMINGS.write_text(json.dumps(figures, indent=2))
+    print(f"\ncompose test timings: {json.dumps(figures)}")
+
+
+@pytest.fixture(scope="module")
+def stack(env, timings, tmp_path_factory) -> Iterator[tuple[Compose, dict[str, int], Path]]:
+    tmp = tmp_path_factory.mktemp("compose")
+    keys = tmp / "keys"
+    run(sys.executable, "-m", "esault.cli", "keys", "generate", str(keys), "--workers", "2")
+    for secret in keys.glob("*.key_secret"):
+        os.chown(secret, 185, 185)  # the images' uid: secrets are bind-mounted as they are (deploy/README.md)
+    ports = {name: free_port() for name in ("status", "driver_metrics", "spark_master", "spark_worker", "prometheus")}
+    compose = Compose(write_override(tmp, keys, ports), env)
+    compose("down", "-v", check=False)  # a previous run killed before its teardown
+    try:
+        started = time.monotonic()
+        build = run(str(REPO / "deploy" / "podman" / "build-images.sh"), timeout=1200, env=env)
+        timings["build_s"] = round(time.monotonic() - started, 1)
+        timings["build_steps"] = [line for line in build.stderr.splitlines() if line.startswith("build-images:")]
+        started = time.monotonic()
+        compose("up", "-d", "--no-build")
+        timings["up_s"] = round(time.monotonic() - started, 1)
+        yield compose, ports, keys
+    finally:
+        compose("down", "-v", "-t", "10", check=False)
+        # Only the base image stays cached: the others are rebuilt each run, so that a wheelhouse
+        # change (pip's layer would not see it: /wheels is a build mount) is never hidden by a cache.
+        run("podman", "rmi", "-f", *(f"localhost/{name}:{TAG}" for name in IMAGES), check=False, env=env)
+        run("podman", "image", "prune", "-f", check=False, env=env)
+
+
+def healthy(compose: Compose, service: str) -> bool:
+    """One run of the service's compose healthcheck (podman runs none by itself without systemd)."""
+    return compose.podman("healthcheck", "run", compose.container(service), check=False).returncode == 0
+
+
+def status(keys: Path, ports: dict[str, int], gateway: str) -> subprocess.CompletedProcess:
+    """`esault status` from the host through the published port; the driver replies to the bridge's address."""
+    return run(sys.executable, "-m", "esault.cli", "status", f"127.0.0.1:{ports['status']}",
+               "--secret-key", str(keys / "client-1.key_secret"), "--driver-key", str(keys / "driver.key"),
+               "--advertise", gateway, "--timeout", "10", check=False)
+
+
+def prometheus_api(ports: dict[str, int], endpoint: str, **params: str) -> Any:
+    url = f"http://127.0.0.1:{ports['prometheus']}/api/v1/{endpoint}?{urllib.parse.urlencode(params)}"
+    with urllib.request.urlopen(url, timeout=10) as response:
+        body = json.loads(response.read())
+    assert body["status"] == "success", body
+    return body["data"]
+
+
+def range_has_data(matrix: list[dict[str, Any]]) -> bool:
+    """A range-query result with at least one point a panel would draw (has_data, per point)."""
+    return any(has_data([{"value": point}]) for series in matrix for point in series["values"])
+
+
+def worker_pid(compose: Compose, service: str) -> int:
+    """The host pid of the `esault worker` process of one worker container (catatonit is its pid 1)."""
+    top = compose.podman("top", compose.container(service), "hpid", "args").stdout.splitlines()[1:]
+    pids = [int(line.split()[0]) for line in top if "esault worker" in line and "podman-init" not in line]
+    assert len(pids) == 1, top
+    return pids[0]
+
+
+READ_BACK = """
+import json, socket
+from pyspark.sql import SparkSession
+from spark_sink import analytics
+spark = (SparkSession.builder.master("spark://spark-master:7077").appName("compose-test-read-back")
+         .config("spark.driver.host", socket.gethostbyname(socket.gethostname()))
+         .config("spark.executor.memory", "512m").getOrCreate())
+analytics.open_table("word_counts", "/data/warehouse", spark)
+rows = spark.sql("SELECT word, count, COUNT(*) AS n FROM word_counts GROUP BY word, count").collect()
+print("ROWS " + json.dumps([[r.word, r["count"], r.n] for r in rows]))
+spark.stop()
+"""
+
+
+def test_the_compose_cluster_runs_the_word_count_exactly_and_is_observable(stack, timings):
+    compose, ports, keys = stack
+    started = time.monotonic()
+    try:
+        for service in HEALTHCHECKED:
+            wait_until(lambda s=service: healthy(compose, s), 240, interval=2,
+                       message=f"the {service} container's healthcheck passing")
+        timings["up_to_healthy_s"] = round(time.monotonic() - started, 1)
+        # The broker answers by its service name on the compose network (what the Kafka example will use).
+        compose.podman("exec", compose.container("worker-2"), "python", "-c",
+                       "import socket; socket.create_connection(('broker', 9092), 5)")
+        network = f"{PROJECT}_default"
+        gateway = json.loads(compose.podman("network", "inspect", network).stdout)[0]["subnets"][0]["gateway"]
+
+        answer = status(keys, ports, gateway)
+        assert answer.returncode == 0 and "wordcount" in answer.stdout, (answer.stdout, answer.stderr)
+        job_started = time.time()
+
+        # kill -9 worker-1's esault process mid-job; compose's restart policy (on-failure) restarts it.
+        restarts = compose.inspect("worker-1")["RestartCount"]
+        os.kill(worker_pid(compose, "worker-1"), 9)
+        assert compose.inspect("driver")["State"]["Running"], "the job ended before the worker was killed"
+        wait_until(lambda: compose.inspect("worker-1")["RestartCount"] > restarts
+                   and compose.inspect("worker-1")["State"]["Running"], 120, interval=1,
+                   message="worker-1 restarted by its restart policy")
+
+        # Every Prometheus target up while the job runs: the driver, both workers (DNS alias `worker`,
+        # the restarted one included), Prometheus itself.
+        def targets_up() -> list[dict[str, Any]] | None:
+            active = prometheus_api(ports, "targets")["activeTargets"]
+            return active if len(active) == 4 and all(t["health"] == "up" for t in active) else None
+        active = wait_until(targets_up, 60, interval=1, message="every Prometheus target up")
+        assert compose.inspect("driver")["State"]["Running"], "the job ended before every target was seen up"
+        assert sorted(t["labels"]["job"] for t in active) == ["esault-driver", "esault-worker", "esault-worker",
+                                                               "prometheus"]
+
+        wait_until(lambda: not compose.inspect("driver")["State"]["Running"], 600, interval=2,
+                   message="the word count finishing (the driver exiting)")
+        job_ended = time.time()
+        timings["job_s"] = round(job_ended - job_started, 1)
+        state = compose.inspect("driver")["State"]
+        assert state["ExitCode"] == 0, f"the driver exited {state['ExitCode']}:\n{compose.logs()}"
+
+        # The Spark table, with Spark SQL on the compose Spark cluster: every running count exactly once.
+        out = run("podman", "exec", "-i", compose.container("spark-worker"), "python", "-",
+                  timeout=300, env=compose.env, input=READ_BACK)
+        rows = json.loads(next(line for line in out.stdout.splitlines() if line.startswith("ROWS "))[5:])
+        expected = {(word, k): 1 for word, n in wordcount.oracle(20000).items() for k in range(1, n + 1)}
+        assert {(word, count): n for word, count, n in rows} == expected
+        assert sum(n for _, _, n in rows) == WORDS
+
+        # Every dashboard expression returned data at some moment of the run, as a Grafana panel over
+        # the run's time range would draw it (a range query, one point a second).
+        queries = [(path.name, title, with_grafana_variables(expr, {"$__rate_interval": RATE_WINDOW}))
+                   for path in sorted(DASHBOARDS.glob("*.json"))
+                   for title, expr in dashboard_queries(path, annotations=False)]
+        assert len(queries) > 20, "the dashboards' queries were not found"
+        window = {"start": str(int(job_started) - 10), "end": str(int(job_ended) + 30), "step": "1"}
+        empty = [(dashboard, title, query) for dashboard, title, query in queries
+                 if not range_has_data(prometheus_api(ports, "query_range", query=query, **window)["result"])]
+        if empty:
+            raw = prometheus_api(ports, "query_range", query="esault_tuples_processed_total", **{**window, "step": "5"})
+            print("esault_tuples_processed_total over the run:", json.dumps([[s["metric"], s["values"]]
+                                                                           for s in raw["result"]]))
+        assert not empty, "dashboard queries without data during the run:\n" + "\n".join(map(str, empty))
+
+    except BaseException:
+        print(compose.logs())
+        raise
+
+
+def test_the_kafka_example_runs_against_the_compose_broker(stack):
+    """The hook for the connectors' Kafka example, once it is merged.
+
+    To wire it: install the `kafka` extra (confluent-kafka) in the esault image and its wheels in
+    build-images.sh's wheelhouse; create and fill its input topic on broker:9092 (the example
+    starts a broker of its own only when ESAULT_KAFKA_BOOTSTRAP is unset); run it in a container
+    of the esault image on the compose network (`podman-compose run` of the driver service with
+    ESAULT_KAFKA_BOOTSTRAP=broker:9092, or a second driver service); check its Kafka output topic
+    and its Spark table exact against its own oracle, as test_kafka_example.py does locally.
+    """
+    if not KAFKA_EXAMPLE.exists():
+        pytest.skip(f"{KAFKA_EXAMPLE.relative_to(REPO)} is not in the repository yet (connectors work, branch i28)")
+    pytest.fail(f"{KAFKA_EXAMPLE.relative_to(REPO)} exists now: wire it here against the compose broker "
+                "(this test's docstring says how)")
+
+
+def test_down_v_leaves_no_container_network_or_volume(stack, env):
+    compose, _, _ = stack
+    compose("down", "-v", "-t", "10")
+    assert leftovers(env) == {"containers": [], "volumes": [], "networks": []}
