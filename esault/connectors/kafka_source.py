@@ -28,6 +28,7 @@ from esault.connectors.settings import (
 from esault.dsl.context import TopologyContext
 from esault.dsl.spout import Spout
 from esault.errors import ConnectorError
+from esault.metrics.registry import forget_kafka_lag, set_kafka_lag
 
 log = logging.getLogger("esault.connectors.kafka")
 
@@ -107,6 +108,8 @@ class KafkaSource(Spout):
         self._consumer: Any = None
         self._offsets = PartitionOffsets()
         self._unit = ""
+        self._topology = ""
+        self._lag_series: set[TopicPartition] = set()  # partitions whose esault_kafka_consumer_lag is exported
         self._untracked = False
         self._at_least_once = False
         self._seq = 0
@@ -132,6 +135,7 @@ class KafkaSource(Spout):
     def open(self, context: TopologyContext) -> None:
         kafka = kafka_client()
         self._unit = context.unit
+        self._topology = context.topology
         self._instance = (context.instance, context.instances)
         self._untracked = context.guarantee == "none"
         self._at_least_once = context.guarantee == "at_least_once"
@@ -451,16 +455,24 @@ class KafkaSource(Spout):
                                   asynchronous=True)
 
     def backlog(self) -> int | None:
-        """Records in the owned partitions not emitted yet (the broker's high watermarks as last fetched)."""
+        """Records in the owned partitions not emitted yet (the broker's high watermarks as last fetched).
+
+        Called each tick: the same lag, per partition, is exported as esault_kafka_consumer_lag."""
         if self._consumer is None:
             return None
         kafka = kafka_client()
-        total = 0
+        lags: dict[TopicPartition, int] = {}
         for tp in self._offsets.partitions():
             _, high = self._consumer.get_watermark_offsets(kafka.TopicPartition(*tp), cached=True)
             if high >= 0:
-                total += self._offsets.lag(tp, high)
-        return total
+                lags[tp] = self._offsets.lag(tp, high)
+        self._lag_series = set_kafka_lag(self._topology, self._unit, lags, self._lag_series)
+        return sum(lags.values())
+
+    def _forget_lag(self) -> None:
+        """This instance's partitions leave with it (a stop, a rollback): so do their lag series."""
+        forget_kafka_lag(self._topology, self._unit, self._lag_series)
+        self._lag_series = set()
 
     # --- end -------------------------------------------------------------------------------
 
@@ -476,9 +488,11 @@ class KafkaSource(Spout):
                     log.warning("KafkaSource %r: committing offsets at close failed: %s", self._unit, exc)
             self._consumer.close()
             self._consumer = None
+        self._forget_lag()
 
     def abandon(self) -> None:
         """A rollback: the restored instance seeks to the checkpoint; nothing is committed from here."""
         if self._consumer is not None:
             self._consumer.close()
             self._consumer = None
+        self._forget_lag()

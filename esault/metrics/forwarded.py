@@ -8,7 +8,7 @@ changed, and every few seconds regardless, in case a beat was lost) and the driv
 next to its own, each with a ``process`` label naming the worker: one scrape target still has every
 series, and sums over ``reason``/``actor``/``unit`` add the workers' counts in.
 
-Bounded: the forwarded metrics have fixed label sets (reasons, actor classes, spout units), and a
+Bounded: the forwarded metrics have fixed label sets (reasons, actor classes, spout units, the partitions a Kafka source reads), and a
 worker's samples leave the driver when the worker does.
 """
 
@@ -21,12 +21,12 @@ from typing import Any, Final
 from prometheus_client.metrics_core import Metric
 from prometheus_client.samples import Sample
 
-from esault.metrics.registry import AUTH_REJECTED, FRAMES_DROPPED, TUPLE_LATENCY, UNKNOWN_MESSAGES
+from esault.metrics.registry import AUTH_REJECTED, FRAMES_DROPPED, KAFKA_CONSUMER_LAG, TUPLE_LATENCY, UNKNOWN_MESSAGES
 
 ForwardedRow = tuple[str, str, dict[str, str], float]
 """(family name, sample name, labels, value), as a WorkerHeartbeat carries it."""
 
-FORWARDED_METRICS: Final = (FRAMES_DROPPED, AUTH_REJECTED, UNKNOWN_MESSAGES, TUPLE_LATENCY)
+FORWARDED_METRICS: Final = (FRAMES_DROPPED, AUTH_REJECTED, UNKNOWN_MESSAGES, TUPLE_LATENCY, KAFKA_CONSUMER_LAG)
 """What a worker forwards; everything else it observes on prometheus_client objects is driver-side."""
 
 _LABELS: Final = {family.name: frozenset(metric._labelnames) | {"le"}

@@ -1,0 +1,95 @@
+"""Operating a Kafka job against a real broker (Tansu, started by the kafka_broker fixture): the consumer
+lag per partition on /metrics, the shipped dashboard and the controllers' snapshot; a broker that stops
+answering shown in the job's status; event time taken from the record."""
+
+from __future__ import annotations
+
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from esault import JobConfig, LocalCluster
+from esault.control import Controller
+from esault.metrics import start_metrics_server
+from esault.testing import wait_until
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import kafka_parts  # noqa: E402
+from prometheus_server import DASHBOARDS, PrometheusServer, dashboard_queries, with_grafana_variables  # noqa: E402
+
+pytestmark = pytest.mark.system
+
+
+def eo_config(tmp_path: Path, **changes) -> JobConfig:
+    return JobConfig(data_dir=tmp_path / "data", elasticity=False, checkpoint_interval=0.3,
+                     message_timeout=300.0, **changes)
+
+
+class SnapshotRecorder(Controller):
+    """Keeps the backlog each snapshot shows for one unit; decides nothing."""
+
+    interval = 0.2
+
+    def __init__(self, unit: str) -> None:
+        self.unit = unit
+        self.backlogs: list[int] = []
+
+    def decide(self, snapshot):
+        self.backlogs.append(snapshot.unit(self.unit).backlog)
+        return []
+
+
+def kafka_lag_query() -> str:
+    """The shipped dashboard's consumer-lag panel query, Grafana variables filled in."""
+    queries = [expr for path in sorted(DASHBOARDS.glob("*.json"))
+               for title, expr in dashboard_queries(path, annotations=False) if "esault_kafka_consumer_lag" in expr]
+    assert len(queries) == 1, f"the dashboards should have one Kafka lag query, found {queries}"
+    return with_grafana_variables(queries[0])
+
+
+def lag_by_partition(result: list[dict]) -> dict[int, float]:
+    return {int(r["metric"]["partition"]): float(r["value"][1]) for r in result if r["metric"].get("topic") == "words"}
+
+
+def test_consumer_lag_per_partition_reaches_the_dashboard_and_the_controllers_snapshot_then_drains_to_zero(
+        kafka_broker, tmp_path):
+    """Spouts on a worker process (their lag reaches the driver's /metrics in heartbeats), a paced count
+    behind them: the lag builds per partition, a real Prometheus answers the dashboard's query with one
+    series per partition, a controller's snapshot reads the same lag as the spout unit's backlog, and once
+    every record is read each partition's lag is 0 and the output exact."""
+    kafka_broker.create_topic("words", 4)
+    kafka_broker.create_topic("counts", 2)
+    records = kafka_parts.words(3000)
+    kafka_broker.produce("words", records)
+    topology = kafka_parts.build("kafka-lag", kafka_broker.bootstrap, "words", "counts", pace=0.01, end=None,
+                                 max_records=20, max_pending=40, spout_placement="worker")
+    server = start_metrics_server(port=0)
+    recorder = SnapshotRecorder("words")
+    try:
+        with LocalCluster(workers=1) as cluster, \
+                PrometheusServer([f"127.0.0.1:{server.port}"], scrape_interval=0.5) as prometheus:
+            job = cluster.submit(topology, eo_config(tmp_path))
+            try:
+                job.add_controller(recorder)
+                query = kafka_lag_query()
+                building = wait_until(lambda: (lags := lag_by_partition(prometheus.query(query)))
+                                      and len(lags) == 4 and all(v > 0 for v in lags.values()) and lags, 30,
+                                      message="a lag series above 0 for each of the 4 partitions")
+                assert set(building) == {0, 1, 2, 3} and sum(building.values()) <= 3000
+                wait_until(lambda: any(b > 0 for b in recorder.backlogs), 30,
+                           message="the controller's snapshot showing the lag as the spout's backlog")
+                assert max(recorder.backlogs) <= 3000
+                wait_until(lambda: len(kafka_broker.read("counts")) == 3000, 60, message="every record counted")
+                wait_until(lambda: (lags := lag_by_partition(prometheus.query(query)))
+                           and set(lags) == {0, 1, 2, 3} and not any(lags.values()), 30,
+                           message="each partition's lag back to 0 once every record was read")
+                wait_until(lambda: recorder.backlogs and recorder.backlogs[-1] == 0, 30,
+                           message="the snapshot's backlog back to 0")
+            finally:
+                job.stop()
+    finally:
+        server.stop()
+    output = kafka_broker.read("counts")
+    assert kafka_parts.running_counts(output) == kafka_parts.exact_counts(records)
