@@ -41,6 +41,12 @@ def kafka_client() -> Any:
     return confluent_kafka
 
 
+BROKER_CHECK_INTERVAL = 10.0
+"""Seconds between metadata requests that check the brokers answer, when refresh_interval is None."""
+WAITING_CHECK_INTERVAL = 2.0
+"""Seconds between those requests while the brokers do not answer: the wait clears soon after they do."""
+
+
 class KafkaSource(Spout):
     """Reads one topic, a list of topics, or a pattern ('^orders-.*'); emits (key, value) per record.
 
@@ -67,7 +73,9 @@ class KafkaSource(Spout):
         keep it within the windows' max_out_of_orderness).
       refresh_interval: seconds between metadata reads that pick up new partitions, and new topics of a
         pattern, while the job runs (default 10; None: never). A tailing read only: a bounded read keeps
-        the partitions it started with.
+        the partitions it started with. The same reads (every 10 s with None) notice brokers that stop
+        answering: the source then waits, logs it and shows "waiting for broker ADDRESS since ..." in the
+        job's status until they answer (checked every 2 s meanwhile).
     """
 
     def __init__(self, topic: Any, bootstrap: str, key: str = "bytes", value: str = "bytes",
@@ -169,8 +177,7 @@ class KafkaSource(Spout):
             raise
         log.info("KafkaSource %r instance %d/%d reads %s", self._unit, context.instance, context.instances,
                  ", ".join(f"{t}[{p}]" for t, p in mine) or "no partition")
-        if self.refresh_interval is not None:
-            self._next_refresh = self._now() + self.refresh_interval
+        self._next_refresh = self._now() + (self.refresh_interval or BROKER_CHECK_INTERVAL)
 
     def _discover(self, kafka: Any) -> list[TopicPartition]:
         """Every partition of the topics read, from one metadata request for all topics (asking for one unknown
@@ -208,20 +215,24 @@ class KafkaSource(Spout):
         return sorted(t for t in existing if regex.match(t) and not t.startswith("__"))
 
     def _refresh(self, kafka: Any) -> None:
-        """New partitions of the topics read (and new topics of a pattern) that this instance owns are
-        assigned, from their first record; the owners of existing partitions never change."""
+        """Are the brokers answering (else the source waits for them, and says so)? When tailing with a
+        refresh_interval: new partitions of the topics read (and new topics of a pattern) that this instance
+        owns are assigned, from their first record; the owners of existing partitions never change."""
         try:
             existing = self._consumer.list_topics(timeout=1.0).topics
         except kafka.KafkaException as exc:
             if not self.waiting_for_broker:
-                log.warning("KafkaSource %r: the brokers at %r did not answer a metadata request within 1 s (%s); "
-                            "waiting for them: reading goes on where it stopped once they answer", self._unit,
-                            self.bootstrap, exc.args[0] if exc.args else exc)
+                log.warning("KafkaSource %r: waiting for broker %s: the brokers at %r did not answer a metadata "
+                            "request within 1 s (%s); reading goes on where it stopped once they answer",
+                            self._unit, self.bootstrap, self.bootstrap, exc.args[0] if exc.args else exc)
             self.waiting_for_broker = True
             return
         if self.waiting_for_broker:
-            log.warning("KafkaSource %r: the brokers at %r answer again", self._unit, self.bootstrap)
+            log.warning("KafkaSource %r: the brokers at %r answer again: no longer waiting", self._unit,
+                        self.bootstrap)
             self.waiting_for_broker = False
+        if self.refresh_interval is None or self.end is not None:
+            return
         names = [n for t in self.topics for n in (self._matching(t, existing) if t.startswith("^") else [t])]
         partitions = [(t, p) for t in dict.fromkeys(names) if t in existing for p in existing[t].partitions]
         new = [tp for tp in owned(partitions, *self._instance) if tp not in self._offsets]
@@ -280,9 +291,10 @@ class KafkaSource(Spout):
         if self._offsets.all_done() and self.end is not None:
             self.finish()
             return
-        if self.refresh_interval is not None and self.end is None and self._now() >= self._next_refresh:
-            self._next_refresh = self._now() + self.refresh_interval
+        if self._now() >= self._next_refresh:
             self._refresh(kafka_client())
+            self._next_refresh = self._now() + (WAITING_CHECK_INTERVAL if self.waiting_for_broker
+                                                else self.refresh_interval or BROKER_CHECK_INTERVAL)
         messages = self._consumer.consume(self.max_records, 0)
         if not messages:
             return
@@ -453,6 +465,10 @@ class KafkaSource(Spout):
         if nexts:
             self._consumer.commit(offsets=[kafka.TopicPartition(t, p, o) for (t, p), o in nexts.items()],
                                   asynchronous=True)
+
+    def waiting_for(self) -> str | None:
+        """'broker ADDRESS' from a metadata request the brokers did not answer until one they answer."""
+        return f"broker {self.bootstrap}" if self.waiting_for_broker else None
 
     def backlog(self) -> int | None:
         """Records in the owned partitions not emitted yet (the broker's high watermarks as last fetched).

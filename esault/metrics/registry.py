@@ -187,6 +187,18 @@ KAFKA_CONSUMER_LAG: Final = Gauge(
 back (its partitions leave with it); a worker forwards at most MAX_ROWS_PER_WORKER samples, and a
 source reading more than MAX_LAG_SERIES partitions exports the MAX_LAG_SERIES with the most lag."""
 
+SPOUT_WAITING: Final = Gauge(
+    "esault_spout_waiting_since_seconds",
+    "Unix time since which a spout SPU's source waits for something outside esault (Spout.waiting_for(), "
+    "e.g. a Kafka broker that stopped answering); absent while it does not wait.",
+    labelnames=("topology", "unit", "spu", "waiting_for"),
+    registry=REGISTRY,
+)
+"""Bounded: at most one series per spout SPU, removed once it stops waiting or stops (what it waits for is
+the source's own short text, cut to MAX_WAITING_TEXT characters)."""
+
+MAX_WAITING_TEXT: Final = 200
+
 MAX_LAG_SERIES: Final = 200
 """Per source instance: partitions beyond this many are summed in esault_backlog only."""
 
@@ -231,7 +243,8 @@ def exposed_sample_names() -> frozenset[str]:
     names: set[str] = set()
     for metric in (PROBE_LATENCY, TUPLE_LATENCY, SCALING_EVENTS, WORKERS,
                    FRAMES_DROPPED, AUTH_REJECTED, UNKNOWN_MESSAGES,
-                   CHECKPOINTS, CHECKPOINT_DURATION, RECOVERIES, RECOVERY_PAUSE, KAFKA_CONSUMER_LAG):
+                   CHECKPOINTS, CHECKPOINT_DURATION, RECOVERIES, RECOVERY_PAUSE, KAFKA_CONSUMER_LAG,
+                   SPOUT_WAITING):
         for family in metric.describe():
             names.update(_sample_names(family.name, family.type))
     for spu_metric in SPU_COUNTERS:
@@ -393,3 +406,21 @@ def forget_kafka_lag(topology: str, unit: str, partitions: Iterable[tuple[str, i
             KAFKA_CONSUMER_LAG.remove(topology, unit, topic, str(partition))
         except KeyError:
             pass
+
+
+def set_spout_waiting(topology: str, unit: str, spu: int, waiting_for: str, since: float) -> None:
+    """Spout SPU ``spu`` waits for ``waiting_for`` since ``since`` (unix seconds): one series, its last text."""
+    clear_spout_waiting(topology, unit, spu)
+    SPOUT_WAITING.labels(topology, unit, str(spu), waiting_for[:MAX_WAITING_TEXT]).set(since)
+
+
+def clear_spout_waiting(topology: str, unit: str, spu: int) -> None:
+    """Spout SPU ``spu`` no longer waits (or stopped): its series goes."""
+    for family in SPOUT_WAITING.collect():
+        for sample in family.samples:
+            labels = sample.labels
+            if (labels["topology"], labels["unit"], labels["spu"]) == (topology, unit, str(spu)):
+                try:
+                    SPOUT_WAITING.remove(topology, unit, str(spu), labels["waiting_for"])
+                except KeyError:
+                    pass

@@ -93,3 +93,76 @@ def test_consumer_lag_per_partition_reaches_the_dashboard_and_the_controllers_sn
         server.stop()
     output = kafka_broker.read("counts")
     assert kafka_parts.running_counts(output) == kafka_parts.exact_counts(records)
+
+
+def status_lines(address: str) -> str:
+    """What `esault status ADDRESS` prints (the CLI in a process of its own, as a user runs it)."""
+    import subprocess
+
+    done = subprocess.run([sys.executable, "-m", "esault.cli", "status", address, "--timeout", "10"],
+                          capture_output=True, text=True, timeout=60, env=env_with_this_tree())
+    assert done.returncode == 0, done.stderr
+    return done.stdout
+
+
+def env_with_this_tree() -> dict[str, str]:
+    import os
+
+    repo = str(Path(__file__).resolve().parents[2])
+    return {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (repo, os.environ.get("PYTHONPATH", "")) if p)}
+
+
+@pytest.mark.parametrize("placement", ["driver", "worker"])
+def test_a_broker_that_stops_answering_shows_as_a_wait_in_the_log_and_the_status_then_clears_with_nothing_lost(
+        kafka_broker, tmp_path, caplog, placement):
+    """SIGSTOP the broker under a running job: its sockets stay open and nothing answers. The spout SPU's
+    status says 'waiting for broker ADDRESS since ...' (a spout on a worker: through its heartbeats), so
+    does `esault status` and, for a spout in this process, the log; once the broker answers again the
+    wait clears and every record is read once."""
+    import logging
+
+    from esault import TopologyBuilder
+    from esault.connectors import KafkaSource
+    from esault.testing import CollectorBolt, collected, reset_collected
+
+    reset_collected()
+    caplog.set_level(logging.WARNING, logger="esault.connectors.kafka")
+    kafka_broker.create_topic("ticks", 2)
+    kafka_broker.produce("ticks", [(None, f"{i}", i % 2) for i in range(100)])
+    b = TopologyBuilder("kafka-wait")
+    b.set_spout("ticks", KafkaSource, params={"topic": "ticks", "bootstrap": kafka_broker.bootstrap,
+                                              "value": "utf-8", "refresh_interval": 0.5}, placement=placement)
+    b.set_bolt("c", CollectorBolt).shuffle_grouping("ticks")
+    wanted = f"waiting for broker {kafka_broker.bootstrap} since "
+
+    def waiting() -> list[str]:
+        return job.status()["units"]["ticks"].get("waiting", [])
+
+    with LocalCluster(workers=1) as cluster:
+        job = cluster.submit(b.build(), eo_config(tmp_path))
+        try:
+            wait_until(lambda: len(collected("c")) == 100, 30, message="the first records read")
+            assert waiting() == []
+            kafka_broker.pause()
+            try:
+                shown = wait_until(waiting, 30, message="the status showing the wait")
+                assert len(shown) == 1 and shown[0].startswith(wanted), shown
+                since = time.strptime(shown[0][len(wanted):], "%Y-%m-%dT%H:%M:%SZ")
+                assert abs(time.mktime(since) - time.mktime(time.gmtime())) < 60
+                spu_fields = [s.get("waiting") for s in job.status()["units"]["ticks"]["spus"].values()]
+                assert spu_fields == shown
+                assert wanted in status_lines(cluster.address)
+                if placement == "driver":
+                    assert f"waiting for broker {kafka_broker.bootstrap}" in caplog.text
+            finally:
+                kafka_broker.resume()
+            wait_until(lambda: waiting() == [], 30, message="the wait cleared once the broker answers")
+            if placement == "driver":
+                assert "no longer waiting" in caplog.text
+            assert wanted not in status_lines(cluster.address)
+            kafka_broker.produce("ticks", [(None, f"{i}", i % 2) for i in range(100, 200)])
+            wait_until(lambda: len(collected("c")) >= 200, 60, message="the records after the pause")
+        finally:
+            job.stop()
+    assert sorted(int(v) for _, v in collected("c")) == list(range(200))
+    reset_collected()
