@@ -22,8 +22,8 @@ from typing import Any, Callable
 from esault.connectors.codecs import resolve_codec
 from esault.connectors.partitions import AckedOffsets, PartitionOffsets, TimeAligner, TopicPartition, owned
 from esault.connectors.settings import (
-    OUTPUTS, SOURCE_OWNED, START_NAMES, check_bootstrap, check_config, check_positive, check_timestamp_spec,
-    check_topics,
+    OUTPUTS, SOURCE_OWNED, START_NAMES, check_bootstrap, check_config, check_event_time, check_positive,
+    check_timestamp_spec, check_topics,
 )
 from esault.dsl.context import TopologyContext
 from esault.dsl.spout import Spout
@@ -45,6 +45,21 @@ BROKER_CHECK_INTERVAL = 10.0
 """Seconds between metadata requests that check the brokers answer, when refresh_interval is None."""
 WAITING_CHECK_INTERVAL = 2.0
 """Seconds between those requests while the brokers do not answer: the wait clears soon after they do."""
+
+
+def event_time_of(spec: str, message: Any, value: Any) -> int | float:
+    """A record's event time (epoch ms) by params 'event_time'; ValueError (a dead letter) when it has none."""
+    if spec == "timestamp":
+        kind, stamp = message.timestamp()
+        if stamp is None or stamp < 0:
+            raise ValueError("the record has no timestamp (event_time='timestamp')")
+        return stamp
+    name = spec[len("field:"):]
+    found = value.get(name) if isinstance(value, dict) else None
+    if isinstance(found, bool) or not isinstance(found, (int, float)):
+        raise ValueError(f"the value has no number in field {name!r} (event_time={spec!r}); got "
+                         f"{found!r:.40} in {type(value).__name__} {value!r:.80}")
+    return found
 
 
 class KafkaSource(Spout):
@@ -71,6 +86,11 @@ class KafkaSource(Spout):
         timestamp order, none more than max_skew past a partition that has nothing waiting, so a partition
         read ahead does not make the others' records late for a window downstream (within this instance;
         keep it within the windows' max_out_of_orderness).
+      event_time: None (default), "timestamp" (the record's timestamp) or "field:NAME" (field NAME of the
+        decoded value, a dict): the tuple's value then carries its event time, in epoch ms, in field "ts",
+        where WindowBolt's default timestamp() and a join's default time="ts" read it (no output="record"
+        and no timestamp() of your own needed). A dict value gets the field "ts" (replaced if it had one);
+        any other value becomes {"ts": ms, "value": value}. A record without it goes to dead letters.
       refresh_interval: seconds between metadata reads that pick up new partitions, and new topics of a
         pattern, while the job runs (default 10; None: never). A tailing read only: a bounded read keeps
         the partitions it started with. The same reads (every 10 s with None) notice brokers that stop
@@ -83,7 +103,7 @@ class KafkaSource(Spout):
                  group: str | None = None, commit_offsets: bool = True, create: bool = False,
                  partitions: int = 1, config: dict[str, Any] | None = None, connect_timeout: float = 10.0,
                  max_records: int = 500, max_skew: int | None = None, refresh_interval: float | None = 10.0,
-                 now: Callable[[], float] = time.monotonic) -> None:
+                 event_time: str | None = None, now: Callable[[], float] = time.monotonic) -> None:
         what = "KafkaSource"
         self.topics = check_topics(what, topic)
         self.bootstrap = check_bootstrap(what, bootstrap)
@@ -110,6 +130,7 @@ class KafkaSource(Spout):
         self._aligner = None if max_skew is None else TimeAligner(max_skew)
         self._buffered_upto: dict[TopicPartition, int] = {}  # aligned: past the last record buffered
         self._paused: set[TopicPartition] = set()  # aligned: partitions whose buffer is long
+        self.event_time = check_event_time(what, event_time)
         self.refresh_interval = (None if refresh_interval is None
                                  else check_positive(what, "refresh_interval", refresh_interval))
         self._now = now
@@ -305,6 +326,7 @@ class KafkaSource(Spout):
         end_time = self.end["timestamp"] if isinstance(self.end, dict) else None
         nexts: dict[TopicPartition, int] = {}  # at_least_once: where this batch ends in each partition
         aligner = self._aligner
+        event_time = self.event_time
 
         def take(tp: TopicPartition, m: Any) -> None:
             """One record, in the order it is emitted: the position moves past it."""
@@ -319,6 +341,7 @@ class KafkaSource(Spout):
             try:
                 key = None if raw_key is None else key_codec.decode(raw_key)
                 value = None if raw_value is None else value_codec.decode(raw_value)
+                ts = None if event_time is None else event_time_of(event_time, m, value)
             except Exception as exc:  # a poison record: to dead letters, the partition goes on
                 self.dead_letter(raw_key, raw_value, f"{type(exc).__name__}: {exc} (topic {tp[0]!r} partition "
                                  f"{tp[1]} offset {offset})",
@@ -329,6 +352,11 @@ class KafkaSource(Spout):
                 value = {"value": value, "topic": tp[0], "partition": tp[1], "offset": offset,
                          "timestamp": m.timestamp()[1],
                          "headers": [[h, v] for h, v in headers] if headers else []}
+            if ts is not None:
+                if isinstance(value, dict):
+                    value["ts"] = ts
+                else:
+                    value = {"ts": ts, "value": value}
             keys.append(key)
             values.append(value)
 

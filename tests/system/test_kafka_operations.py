@@ -4,16 +4,21 @@ answering shown in the job's status; event time taken from the record."""
 
 from __future__ import annotations
 
+import logging
+import os
+import subprocess
 import sys
 import time
 from pathlib import Path
 
 import pytest
 
-from esault import JobConfig, LocalCluster
+from esault import JobConfig, LocalCluster, TopologyBuilder
+from esault.connectors import KafkaSource
 from esault.control import Controller
 from esault.metrics import start_metrics_server
-from esault.testing import wait_until
+from esault.testing import CollectorBolt, collected, reset_collected, run_to_completion, wait_until
+from esault.windows import is_late
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import kafka_parts  # noqa: E402
@@ -97,8 +102,6 @@ def test_consumer_lag_per_partition_reaches_the_dashboard_and_the_controllers_sn
 
 def status_lines(address: str) -> str:
     """What `esault status ADDRESS` prints (the CLI in a process of its own, as a user runs it)."""
-    import subprocess
-
     done = subprocess.run([sys.executable, "-m", "esault.cli", "status", address, "--timeout", "10"],
                           capture_output=True, text=True, timeout=60, env=env_with_this_tree())
     assert done.returncode == 0, done.stderr
@@ -106,8 +109,6 @@ def status_lines(address: str) -> str:
 
 
 def env_with_this_tree() -> dict[str, str]:
-    import os
-
     repo = str(Path(__file__).resolve().parents[2])
     return {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (repo, os.environ.get("PYTHONPATH", "")) if p)}
 
@@ -119,11 +120,6 @@ def test_a_broker_that_stops_answering_shows_as_a_wait_in_the_log_and_the_status
     status says 'waiting for broker ADDRESS since ...' (a spout on a worker: through its heartbeats), so
     does `esault status` and, for a spout in this process, the log; once the broker answers again the
     wait clears and every record is read once."""
-    import logging
-
-    from esault import TopologyBuilder
-    from esault.connectors import KafkaSource
-    from esault.testing import CollectorBolt, collected, reset_collected
 
     reset_collected()
     caplog.set_level(logging.WARNING, logger="esault.connectors.kafka")
@@ -166,3 +162,90 @@ def test_a_broker_that_stops_answering_shows_as_a_wait_in_the_log_and_the_status
             job.stop()
     assert sorted(int(v) for _, v in collected("c")) == list(range(200))
     reset_collected()
+
+
+BASE_MS = 1_700_000_000_000
+
+
+@pytest.mark.parametrize("event_time", ["timestamp", "field:at"])
+def test_event_time_from_the_record_timestamp_or_a_field_drives_a_window_with_no_timestamp_method(
+        kafka_broker, event_time):
+    """Records over 30 s of event time on 2 partitions; a WindowBolt with no timestamp() of its own counts
+    them per key per second. With event_time="timestamp" the time is the record's (the value is a plain
+    string); with "field:at" it is the json field, while the records' own timestamps all say now."""
+    from confluent_kafka import Producer
+
+
+    kafka_broker.create_topic("clicks", 2)
+    producer = Producer({"bootstrap.servers": kafka_broker.bootstrap})
+    expected: dict[tuple[str, int], int] = {}
+    for i in range(600):
+        at = BASE_MS + i * 50 + (i % 7) * 10
+        key = f"u{i % 3}"
+        window = at - at % 1000
+        expected[(key, window)] = expected.get((key, window), 0) + 1
+        if event_time == "timestamp":
+            producer.produce("clicks", key=key.encode(), value=f"c{i}".encode(), partition=i % 2, timestamp=at)
+        else:
+            producer.produce("clicks", key=key.encode(), value=f'{{"at": {at}, "n": {i}}}'.encode(), partition=i % 2)
+    assert producer.flush(30) == 0
+    b = TopologyBuilder("kafka-event-time")
+    b.set_spout("clicks", KafkaSource, params={
+        "topic": "clicks", "bootstrap": kafka_broker.bootstrap, "key": "utf-8",
+        "value": "utf-8" if event_time == "timestamp" else "json", "end": "end", "event_time": event_time})
+    b.set_bolt("count", kafka_parts.DefaultTimeCount, pe_idle_timeout=None).key_grouping("clicks")
+    b.set_bolt("c", CollectorBolt).shuffle_grouping("count")
+    result = run_to_completion(b, workers="in-process", timeout=60)
+    assert not [v for _, v in result["c"] if is_late(v)]
+    got = {(k, v["start"]): v["result"] for k, v in result["c"]}
+    assert got == expected
+
+
+def test_a_join_of_two_kafka_topics_uses_the_record_timestamps_as_event_time_with_the_joins_default_time_field(
+        kafka_broker):
+    """Orders and payments keyed by order id, json values without any time field: event_time="timestamp"
+    gives each its record's timestamp in "ts", where the join's default time="ts" reads it. A payment 200 ms
+    after its order joins it; one 5 s after does not (the window is 1 s)."""
+    from confluent_kafka import Producer
+
+
+    for topic in ("orders", "payments"):
+        kafka_broker.create_topic(topic, 2)
+    producer = Producer({"bootstrap.servers": kafka_broker.bootstrap})
+    for i in range(40):
+        at = BASE_MS + i * 10_000
+        producer.produce("orders", key=f"o{i}".encode(), value=f'{{"id": "o{i}", "amount": {i}}}'.encode(),
+                         partition=i % 2, timestamp=at)
+        late = 5_000 if i % 4 == 0 else 200  # every 4th payment comes too late to join
+        producer.produce("payments", key=f"o{i}".encode(), value=f'{{"id": "o{i}", "paid": true}}'.encode(),
+                         partition=i % 2, timestamp=at + late)
+    assert producer.flush(30) == 0
+    b = TopologyBuilder("kafka-join-time")
+    for topic in ("orders", "payments"):
+        b.set_spout(topic, KafkaSource, params={"topic": topic, "bootstrap": kafka_broker.bootstrap, "key": "utf-8",
+                                                "value": "json", "end": "end", "event_time": "timestamp"})
+    b.join("j", "orders", "payments", on="id", window=1_000)
+    b.set_bolt("c", CollectorBolt).shuffle_grouping("j")
+    result = run_to_completion(b, workers="in-process", timeout=60)
+    pairs = sorted((v["left"]["id"], v["right"]["ts"] - v["left"]["ts"]) for _, v in result["c"])
+    assert pairs == sorted((f"o{i}", 200) for i in range(40) if i % 4)
+
+
+def test_a_record_without_its_event_time_field_goes_to_dead_letters_naming_the_field_and_the_rest_go_on(
+        kafka_broker, tmp_path):
+    import json
+
+    kafka_broker.create_topic("events", 1)
+    kafka_broker.produce("events", [(None, b'{"at": 5, "n": 1}'), (None, b'{"n": 2}'), (None, b'{"at": "soon"}'),
+                                    (None, b'{"at": 7.5, "n": 3}')])
+    b = TopologyBuilder("kafka-no-time")
+    b.set_spout("events", KafkaSource, params={"topic": "events", "bootstrap": kafka_broker.bootstrap,
+                                               "value": "json", "end": "end", "event_time": "field:at"})
+    b.set_bolt("c", CollectorBolt).shuffle_grouping("events")
+    config = JobConfig(data_dir=tmp_path / "data", elasticity=False)
+    result = run_to_completion(b, workers="in-process", timeout=60, config=config, check=False)
+    assert [v for _, v in result["c"]] == [{"at": 5, "n": 1, "ts": 5}, {"at": 7.5, "n": 3, "ts": 7.5}]
+    letters = [json.loads(line) for line in (tmp_path / "data" / "kafka-no-time" / "dead_letters.jsonl")
+               .read_text().splitlines()]
+    assert [letter["msg_id"]["offset"] for letter in letters] == [1, 2]
+    assert all("no number in field 'at'" in letter["error"] for letter in letters)
