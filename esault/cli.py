@@ -392,6 +392,8 @@ def _status(args: argparse.Namespace) -> int:
             field = "emitted" if info["kind"] == "spout" else "processed"
             rate = info[field] - before.get(unit, {}).get(field, info[field])
             print(f"  {unit:<12} {len(info['spus'])} SPU(s), {field} {info[field]} ({rate}/s), PEs {info['pes']}")
+            for waiting in info.get("waiting", []):  # a source stalled outside esault: why the rate is 0
+                print(f"    {waiting}")
     return 0
 
 
@@ -405,6 +407,8 @@ def _print_status(status: dict[str, Any], elapsed: float) -> None:
         if unit.get("shed"):  # load shedding (a stream join's) is never silent
             extra += f", shed {unit['shed']} under overload"
         print(f"  {name:<12} {len(unit['spus'])} SPU(s), {verb} {count}{extra}")
+        for waiting in unit.get("waiting", []):
+            print(f"    {waiting}")
     ckpt = status.get("checkpoints")
     if ckpt and status.get("guarantee") == "exactly_once":
         print(f"  {status['guarantee']}: {ckpt['completed']} checkpoint(s), last epoch {ckpt['last_epoch']}, "

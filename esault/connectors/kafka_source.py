@@ -22,12 +22,13 @@ from typing import Any, Callable
 from esault.connectors.codecs import resolve_codec
 from esault.connectors.partitions import AckedOffsets, PartitionOffsets, TimeAligner, TopicPartition, owned
 from esault.connectors.settings import (
-    OUTPUTS, SOURCE_OWNED, START_NAMES, check_bootstrap, check_config, check_positive, check_timestamp_spec,
-    check_topics,
+    OUTPUTS, SOURCE_OWNED, START_NAMES, check_bootstrap, check_config, check_event_time, check_positive,
+    check_timestamp_spec, check_topics,
 )
 from esault.dsl.context import TopologyContext
 from esault.dsl.spout import Spout
 from esault.errors import ConnectorError
+from esault.metrics.registry import forget_kafka_lag, set_kafka_lag
 
 log = logging.getLogger("esault.connectors.kafka")
 
@@ -38,6 +39,27 @@ def kafka_client() -> Any:
     except ImportError:
         raise ConnectorError("the Kafka connectors need confluent-kafka: pip install 'esault[kafka]'") from None
     return confluent_kafka
+
+
+BROKER_CHECK_INTERVAL = 10.0
+"""Seconds between metadata requests that check the brokers answer, when refresh_interval is None."""
+WAITING_CHECK_INTERVAL = 2.0
+"""Seconds between those requests while the brokers do not answer: the wait clears soon after they do."""
+
+
+def event_time_of(spec: str, message: Any, value: Any) -> int | float:
+    """A record's event time (epoch ms) by params 'event_time'; ValueError (a dead letter) when it has none."""
+    if spec == "timestamp":
+        kind, stamp = message.timestamp()
+        if stamp is None or stamp < 0:
+            raise ValueError("the record has no timestamp (event_time='timestamp')")
+        return stamp
+    name = spec[len("field:"):]
+    found = value.get(name) if isinstance(value, dict) else None
+    if isinstance(found, bool) or not isinstance(found, (int, float)):
+        raise ValueError(f"the value has no number in field {name!r} (event_time={spec!r}); got "
+                         f"{found!r:.40} in {type(value).__name__} {value!r:.80}")
+    return found
 
 
 class KafkaSource(Spout):
@@ -64,9 +86,16 @@ class KafkaSource(Spout):
         timestamp order, none more than max_skew past a partition that has nothing waiting, so a partition
         read ahead does not make the others' records late for a window downstream (within this instance;
         keep it within the windows' max_out_of_orderness).
+      event_time: None (default), "timestamp" (the record's timestamp) or "field:NAME" (field NAME of the
+        decoded value, a dict): the tuple's value then carries its event time, in epoch ms, in field "ts",
+        where WindowBolt's default timestamp() and a join's default time="ts" read it (no output="record"
+        and no timestamp() of your own needed). A dict value gets the field "ts" (replaced if it had one);
+        any other value becomes {"ts": ms, "value": value}. A record without it goes to dead letters.
       refresh_interval: seconds between metadata reads that pick up new partitions, and new topics of a
         pattern, while the job runs (default 10; None: never). A tailing read only: a bounded read keeps
-        the partitions it started with.
+        the partitions it started with. The same reads (every 10 s with None) notice brokers that stop
+        answering: the source then waits, logs it and shows "waiting for broker ADDRESS since ..." in the
+        job's status until they answer (checked every 2 s meanwhile).
     """
 
     def __init__(self, topic: Any, bootstrap: str, key: str = "bytes", value: str = "bytes",
@@ -74,7 +103,7 @@ class KafkaSource(Spout):
                  group: str | None = None, commit_offsets: bool = True, create: bool = False,
                  partitions: int = 1, config: dict[str, Any] | None = None, connect_timeout: float = 10.0,
                  max_records: int = 500, max_skew: int | None = None, refresh_interval: float | None = 10.0,
-                 now: Callable[[], float] = time.monotonic) -> None:
+                 event_time: str | None = None, now: Callable[[], float] = time.monotonic) -> None:
         what = "KafkaSource"
         self.topics = check_topics(what, topic)
         self.bootstrap = check_bootstrap(what, bootstrap)
@@ -101,12 +130,15 @@ class KafkaSource(Spout):
         self._aligner = None if max_skew is None else TimeAligner(max_skew)
         self._buffered_upto: dict[TopicPartition, int] = {}  # aligned: past the last record buffered
         self._paused: set[TopicPartition] = set()  # aligned: partitions whose buffer is long
+        self.event_time = check_event_time(what, event_time)
         self.refresh_interval = (None if refresh_interval is None
                                  else check_positive(what, "refresh_interval", refresh_interval))
         self._now = now
         self._consumer: Any = None
         self._offsets = PartitionOffsets()
         self._unit = ""
+        self._topology = ""
+        self._lag_series: set[TopicPartition] = set()  # partitions whose esault_kafka_consumer_lag is exported
         self._untracked = False
         self._at_least_once = False
         self._seq = 0
@@ -132,6 +164,7 @@ class KafkaSource(Spout):
     def open(self, context: TopologyContext) -> None:
         kafka = kafka_client()
         self._unit = context.unit
+        self._topology = context.topology
         self._instance = (context.instance, context.instances)
         self._untracked = context.guarantee == "none"
         self._at_least_once = context.guarantee == "at_least_once"
@@ -165,8 +198,7 @@ class KafkaSource(Spout):
             raise
         log.info("KafkaSource %r instance %d/%d reads %s", self._unit, context.instance, context.instances,
                  ", ".join(f"{t}[{p}]" for t, p in mine) or "no partition")
-        if self.refresh_interval is not None:
-            self._next_refresh = self._now() + self.refresh_interval
+        self._next_refresh = self._now() + (self.refresh_interval or BROKER_CHECK_INTERVAL)
 
     def _discover(self, kafka: Any) -> list[TopicPartition]:
         """Every partition of the topics read, from one metadata request for all topics (asking for one unknown
@@ -204,20 +236,24 @@ class KafkaSource(Spout):
         return sorted(t for t in existing if regex.match(t) and not t.startswith("__"))
 
     def _refresh(self, kafka: Any) -> None:
-        """New partitions of the topics read (and new topics of a pattern) that this instance owns are
-        assigned, from their first record; the owners of existing partitions never change."""
+        """Are the brokers answering (else the source waits for them, and says so)? When tailing with a
+        refresh_interval: new partitions of the topics read (and new topics of a pattern) that this instance
+        owns are assigned, from their first record; the owners of existing partitions never change."""
         try:
             existing = self._consumer.list_topics(timeout=1.0).topics
         except kafka.KafkaException as exc:
             if not self.waiting_for_broker:
-                log.warning("KafkaSource %r: the brokers at %r did not answer a metadata request within 1 s (%s); "
-                            "waiting for them: reading goes on where it stopped once they answer", self._unit,
-                            self.bootstrap, exc.args[0] if exc.args else exc)
+                log.warning("KafkaSource %r: waiting for broker %s: the brokers at %r did not answer a metadata "
+                            "request within 1 s (%s); reading goes on where it stopped once they answer",
+                            self._unit, self.bootstrap, self.bootstrap, exc.args[0] if exc.args else exc)
             self.waiting_for_broker = True
             return
         if self.waiting_for_broker:
-            log.warning("KafkaSource %r: the brokers at %r answer again", self._unit, self.bootstrap)
+            log.warning("KafkaSource %r: the brokers at %r answer again: no longer waiting", self._unit,
+                        self.bootstrap)
             self.waiting_for_broker = False
+        if self.refresh_interval is None or self.end is not None:
+            return
         names = [n for t in self.topics for n in (self._matching(t, existing) if t.startswith("^") else [t])]
         partitions = [(t, p) for t in dict.fromkeys(names) if t in existing for p in existing[t].partitions]
         new = [tp for tp in owned(partitions, *self._instance) if tp not in self._offsets]
@@ -276,9 +312,10 @@ class KafkaSource(Spout):
         if self._offsets.all_done() and self.end is not None:
             self.finish()
             return
-        if self.refresh_interval is not None and self.end is None and self._now() >= self._next_refresh:
-            self._next_refresh = self._now() + self.refresh_interval
+        if self._now() >= self._next_refresh:
             self._refresh(kafka_client())
+            self._next_refresh = self._now() + (WAITING_CHECK_INTERVAL if self.waiting_for_broker
+                                                else self.refresh_interval or BROKER_CHECK_INTERVAL)
         messages = self._consumer.consume(self.max_records, 0)
         if not messages:
             return
@@ -289,6 +326,7 @@ class KafkaSource(Spout):
         end_time = self.end["timestamp"] if isinstance(self.end, dict) else None
         nexts: dict[TopicPartition, int] = {}  # at_least_once: where this batch ends in each partition
         aligner = self._aligner
+        event_time = self.event_time
 
         def take(tp: TopicPartition, m: Any) -> None:
             """One record, in the order it is emitted: the position moves past it."""
@@ -303,6 +341,7 @@ class KafkaSource(Spout):
             try:
                 key = None if raw_key is None else key_codec.decode(raw_key)
                 value = None if raw_value is None else value_codec.decode(raw_value)
+                ts = None if event_time is None else event_time_of(event_time, m, value)
             except Exception as exc:  # a poison record: to dead letters, the partition goes on
                 self.dead_letter(raw_key, raw_value, f"{type(exc).__name__}: {exc} (topic {tp[0]!r} partition "
                                  f"{tp[1]} offset {offset})",
@@ -313,6 +352,11 @@ class KafkaSource(Spout):
                 value = {"value": value, "topic": tp[0], "partition": tp[1], "offset": offset,
                          "timestamp": m.timestamp()[1],
                          "headers": [[h, v] for h, v in headers] if headers else []}
+            if ts is not None:
+                if isinstance(value, dict):
+                    value["ts"] = ts
+                else:
+                    value = {"ts": ts, "value": value}
             keys.append(key)
             values.append(value)
 
@@ -450,17 +494,29 @@ class KafkaSource(Spout):
             self._consumer.commit(offsets=[kafka.TopicPartition(t, p, o) for (t, p), o in nexts.items()],
                                   asynchronous=True)
 
+    def waiting_for(self) -> str | None:
+        """'broker ADDRESS' from a metadata request the brokers did not answer until one they answer."""
+        return f"broker {self.bootstrap}" if self.waiting_for_broker else None
+
     def backlog(self) -> int | None:
-        """Records in the owned partitions not emitted yet (the broker's high watermarks as last fetched)."""
+        """Records in the owned partitions not emitted yet (the broker's high watermarks as last fetched).
+
+        Called each tick: the same lag, per partition, is exported as esault_kafka_consumer_lag."""
         if self._consumer is None:
             return None
         kafka = kafka_client()
-        total = 0
+        lags: dict[TopicPartition, int] = {}
         for tp in self._offsets.partitions():
             _, high = self._consumer.get_watermark_offsets(kafka.TopicPartition(*tp), cached=True)
             if high >= 0:
-                total += self._offsets.lag(tp, high)
-        return total
+                lags[tp] = self._offsets.lag(tp, high)
+        self._lag_series = set_kafka_lag(self._topology, self._unit, lags, self._lag_series)
+        return sum(lags.values())
+
+    def _forget_lag(self) -> None:
+        """This instance's partitions leave with it (a stop, a rollback): so do their lag series."""
+        forget_kafka_lag(self._topology, self._unit, self._lag_series)
+        self._lag_series = set()
 
     # --- end -------------------------------------------------------------------------------
 
@@ -476,9 +532,11 @@ class KafkaSource(Spout):
                     log.warning("KafkaSource %r: committing offsets at close failed: %s", self._unit, exc)
             self._consumer.close()
             self._consumer = None
+        self._forget_lag()
 
     def abandon(self) -> None:
         """A rollback: the restored instance seeks to the checkpoint; nothing is committed from here."""
         if self._consumer is not None:
             self._consumer.close()
             self._consumer = None
+        self._forget_lag()

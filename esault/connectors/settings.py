@@ -85,3 +85,13 @@ def check_positive(what: str, param: str, value: Any, whole: bool = False) -> An
         raise ConnectorError(f"{what}: params {param!r} must be a {'whole ' if whole else ''}number > 0, "
                              f"got {value!r}")
     return value
+
+
+def check_event_time(what: str, spec: Any) -> str | None:
+    """params 'event_time': None, "timestamp" or "field:NAME"."""
+    if spec is None or spec == "timestamp":
+        return spec
+    if isinstance(spec, str) and spec.startswith("field:") and spec[len("field:"):]:
+        return spec
+    raise ConnectorError(f"{what}: params 'event_time' is None, 'timestamp' (the record's) or 'field:NAME' (a field "
+                         f"of the decoded value), got {spec!r}")

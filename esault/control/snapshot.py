@@ -29,6 +29,7 @@ class SpuMetrics:
     pes: int
     probe_latency: float | None = None  # seconds: the newest probe round trip of the period (inf: timed out)
     key_hashes: tuple[int, ...] = ()  # key hashes it sampled lately (newest probe's): where its load lies
+    backlog: int = 0  # spout: what its source has ready and not emitted (Spout.backlog(): a Kafka source's lag)
 
 
 @dataclass(frozen=True)
@@ -46,6 +47,11 @@ class UnitMetrics:
     @property
     def emitted_rate(self) -> float:
         return sum(s.emitted_rate or 0.0 for s in self.spus.values())
+
+    @property
+    def backlog(self) -> int:
+        """A spout unit's source backlog (for a Kafka source: the consumer lag over its partitions)."""
+        return sum(s.backlog for s in self.spus.values())
 
     def workload(self) -> dict[int, list[tuple[int, int]]]:
         """{spu: intervals}: the form assign_workload takes (key-grouped units)."""
@@ -121,4 +127,4 @@ def _spu_metrics(spu: int, worker: str | None, intervals: tuple[tuple[int, int],
                       int(counts.get("pes", 0)),
                       None if probe is None else (probe.sample.latency if probe.sample.latency is not None
                                                   else float("inf")),
-                      () if probe is None else probe.hashes)
+                      () if probe is None else probe.hashes, int(counts.get("backlog", 0)))

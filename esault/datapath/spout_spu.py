@@ -11,6 +11,7 @@ A tree that fails or times out replays each of its msg_ids (spout.fail).
 
 from __future__ import annotations
 
+import time
 from collections import deque
 from random import getrandbits
 from typing import Any
@@ -57,6 +58,7 @@ class SpoutSpuActor(SenderActor):
         self._error_log = UserErrorLog(now=job.clock.now)  # next_tuple()
         self._callback_log = UserErrorLog(now=job.clock.now)  # ack(), fail(), drop()
         self.max_errors = conf.max_spout_errors
+        self._waiting_for: str | None = None  # what Spout.waiting_for() last said
         self._errors_in_a_row = 0  # next_tuple() calls that raised since the last one that returned
         self.error = ""  # why this spout stopped early (open() or next_tuple() kept raising); "" if it did not
         self.spout: Any = None
@@ -116,6 +118,8 @@ class SpoutSpuActor(SenderActor):
 
     def on_stop(self) -> None:
         self.job.ticker.unsubscribe(self.actor_ref)
+        if self._waiting_for is not None:
+            metrics.clear_spout_waiting(self.job.name, self.unit_name, self.spu_id)
         self._error_log.close(f"topology {self.job.name!r}: spout {self.unit_name!r} next_tuple()")
         self._callback_log.close(f"topology {self.job.name!r}: spout {self.unit_name!r} ack()/fail()/drop()")
         if self._abandoned:  # a rollback: no close(), nothing published; a restored SPU takes over
@@ -269,6 +273,7 @@ class SpoutSpuActor(SenderActor):
     def _on_tick(self, msg: Tick) -> None:
         self.load_feed.on_tick(msg.now)
         self._read_backlog()
+        self._read_waiting()
         self._schedule()
 
     def _read_backlog(self) -> None:
@@ -284,6 +289,24 @@ class SpoutSpuActor(SenderActor):
                             self.job.name, self.unit_name, backlog)
             backlog = None
         self.stats.backlog = backlog or 0
+
+    def _read_waiting(self) -> None:
+        """Spout.waiting_for(): noted with since when (one gauge series), cleared once it is None again."""
+        try:
+            what = self.spout.waiting_for()
+        except Exception as exc:
+            self._callback_log("topology %r: spout %r waiting_for() raised %s: %s%s", self.job.name, self.unit_name,
+                               type(exc).__name__, exc, user_frame(exc), exc=exc)
+            what = None
+        if what is not None and not isinstance(what, str):
+            what = repr(what)
+        if what == self._waiting_for:
+            return
+        self._waiting_for = what
+        if what is None:
+            metrics.clear_spout_waiting(self.job.name, self.unit_name, self.spu_id)
+        else:
+            metrics.set_spout_waiting(self.job.name, self.unit_name, self.spu_id, what, time.time())
 
     def _next_tuple_failed(self, exc: Exception) -> None:
         """Log it (rate-limited, with its traceback); max_spout_errors in a row stop the spout and fail the job."""

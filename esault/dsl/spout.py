@@ -58,6 +58,12 @@ class Spout:
         spout's `backlog`: a rate-based controller (DS2) sees the demand max_spout_pending hides."""
         return None
 
+    def waiting_for(self) -> str | None:
+        """What the source waits for outside esault right now ("broker host:9092"), or None. Read at every
+        tick; the SPU notes since when, and Job.status() / `esault status` show "waiting for ... since ...",
+        so a stalled input is visible as a wait, not as a quiet job."""
+        return None
+
     def snapshot_position(self) -> Any:
         """Where this source is, for a checkpoint: everything emitted so far lies before it.
 

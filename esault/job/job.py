@@ -35,6 +35,7 @@ from esault.job.requests import (
 from esault.control.operations import Operation, Rescale
 from esault.datapath.ticker import Ticker
 from esault.metrics import registry as metrics
+from esault.metrics.forwarded import spouts_waiting, waiting_since
 from esault.metrics.stats import RETIRED_SPU, SpuStats
 from esault.job.unit import LaunchSpus, SpuLauncher, UnitActor
 from esault.checkpoint.coordinator import AckCollector, CheckpointAcksActor, CheckpointCoordinator
@@ -506,6 +507,11 @@ class Job:
             units[spec.name] = {"kind": "spout" if spec.is_spout else "bolt", "spus": spus, **totals}
             if self.topology.chained(spec.name):
                 units[spec.name]["chained_into"] = self.topology.host_of(spec.name)
+        for unit, spu_id, what, since in spouts_waiting(self.name):  # a source stalled outside esault
+            if unit in units and spu_id in units[unit]["spus"]:
+                text = f"waiting for {what} since {waiting_since(since)}"
+                units[unit]["spus"][spu_id]["waiting"] = text
+                units[unit].setdefault("waiting", []).append(text)
         return {
             "topology": self.name,
             "units": units,

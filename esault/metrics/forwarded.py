@@ -8,25 +8,29 @@ changed, and every few seconds regardless, in case a beat was lost) and the driv
 next to its own, each with a ``process`` label naming the worker: one scrape target still has every
 series, and sums over ``reason``/``actor``/``unit`` add the workers' counts in.
 
-Bounded: the forwarded metrics have fixed label sets (reasons, actor classes, spout units), and a
+Bounded: the forwarded metrics have fixed label sets (reasons, actor classes, spout units, the partitions a Kafka source reads), and a
 worker's samples leave the driver when the worker does.
 """
 
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Iterable, Iterator
 from typing import Any, Final
 
 from prometheus_client.metrics_core import Metric
 from prometheus_client.samples import Sample
 
-from esault.metrics.registry import AUTH_REJECTED, FRAMES_DROPPED, TUPLE_LATENCY, UNKNOWN_MESSAGES
+from esault.metrics.registry import (
+    AUTH_REJECTED, FRAMES_DROPPED, KAFKA_CONSUMER_LAG, SPOUT_WAITING, TUPLE_LATENCY, UNKNOWN_MESSAGES,
+)
 
 ForwardedRow = tuple[str, str, dict[str, str], float]
 """(family name, sample name, labels, value), as a WorkerHeartbeat carries it."""
 
-FORWARDED_METRICS: Final = (FRAMES_DROPPED, AUTH_REJECTED, UNKNOWN_MESSAGES, TUPLE_LATENCY)
+FORWARDED_METRICS: Final = (FRAMES_DROPPED, AUTH_REJECTED, UNKNOWN_MESSAGES, TUPLE_LATENCY, KAFKA_CONSUMER_LAG,
+                            SPOUT_WAITING)
 """What a worker forwards; everything else it observes on prometheus_client objects is driver-side."""
 
 _LABELS: Final = {family.name: frozenset(metric._labelnames) | {"le"}
@@ -103,6 +107,24 @@ class ForwardedSamples:
             for family, name, labels, value in rows:
                 families.setdefault(family, []).append(Sample(name, {**labels, PROCESS_LABEL: process}, value))
         return families
+
+
+def spouts_waiting(topology: str, forwarded: ForwardedSamples | None = None) -> list[tuple[str, int, str, float]]:
+    """(unit, spu, what it waits for, since when) of every waiting spout SPU of `topology`: this process's
+    own (spouts in the driver) and its workers' (from their heartbeats). Job.status() shows them."""
+    samples = [s for family in SPOUT_WAITING.collect() for s in family.samples]
+    samples += (forwarded or FORWARDED).by_family().get(SPOUT_WAITING._name, [])
+    out = []
+    for sample in samples:
+        labels = sample.labels
+        if labels.get("topology") == topology and labels.get("spu", "").lstrip("-").isdigit():
+            out.append((labels.get("unit", ""), int(labels["spu"]), labels.get("waiting_for", ""), sample.value))
+    return sorted(out)
+
+
+def waiting_since(since: float) -> str:
+    """A wait's start as status shows it: UTC to the second, ISO 8601 ('2026-11-26T08:30:01Z')."""
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(since))
 
 
 FORWARDED = ForwardedSamples()

@@ -176,6 +176,32 @@ RECOVERY_PAUSE: Final = Histogram(
     registry=REGISTRY,
 )
 
+KAFKA_CONSUMER_LAG: Final = Gauge(
+    "esault_kafka_consumer_lag",
+    "Records of a Kafka partition a KafkaSource has not emitted yet (high watermark - next offset), "
+    "per topic and partition.",
+    labelnames=("topology", "unit", "topic", "partition"),
+    registry=REGISTRY,
+)
+"""Bounded: one series per partition a source instance reads, removed when the instance stops or rolls
+back (its partitions leave with it); a worker forwards at most MAX_ROWS_PER_WORKER samples, and a
+source reading more than MAX_LAG_SERIES partitions exports the MAX_LAG_SERIES with the most lag."""
+
+SPOUT_WAITING: Final = Gauge(
+    "esault_spout_waiting_since_seconds",
+    "Unix time since which a spout SPU's source waits for something outside esault (Spout.waiting_for(), "
+    "e.g. a Kafka broker that stopped answering); absent while it does not wait.",
+    labelnames=("topology", "unit", "spu", "waiting_for"),
+    registry=REGISTRY,
+)
+"""Bounded: at most one series per spout SPU, removed once it stops waiting or stops (what it waits for is
+the source's own short text, cut to MAX_WAITING_TEXT characters)."""
+
+MAX_WAITING_TEXT: Final = 200
+
+MAX_LAG_SERIES: Final = 200
+"""Per source instance: partitions beyond this many are summed in esault_backlog only."""
+
 SCALING_ACTIONS: Final = ("split", "merge", "assign_workload", "assign_resource", "rescale", "assign_logic")
 SCALING_REASONS: Final = ("overload", "underload", "manual", "controller")
 """The reasons the runtime is expected to use; kept small so the label stays bounded."""
@@ -217,7 +243,8 @@ def exposed_sample_names() -> frozenset[str]:
     names: set[str] = set()
     for metric in (PROBE_LATENCY, TUPLE_LATENCY, SCALING_EVENTS, WORKERS,
                    FRAMES_DROPPED, AUTH_REJECTED, UNKNOWN_MESSAGES,
-                   CHECKPOINTS, CHECKPOINT_DURATION, RECOVERIES, RECOVERY_PAUSE):
+                   CHECKPOINTS, CHECKPOINT_DURATION, RECOVERIES, RECOVERY_PAUSE, KAFKA_CONSUMER_LAG,
+                   SPOUT_WAITING):
         for family in metric.describe():
             names.update(_sample_names(family.name, family.type))
     for spu_metric in SPU_COUNTERS:
@@ -355,3 +382,45 @@ def record_recovery(topology: str, seconds: float) -> None:
     """Count one rollback and how long it paused the job."""
     RECOVERIES.labels(topology).inc()
     RECOVERY_PAUSE.labels(topology).observe(_seconds(seconds))
+
+
+def set_kafka_lag(topology: str, unit: str, lags: dict[tuple[str, int], int],
+                  exported: set[tuple[str, int]]) -> set[tuple[str, int]]:
+    """Export one source instance's lag per partition; returns the partitions now exported.
+
+    ``exported`` is what the previous call returned: partitions no longer among the MAX_LAG_SERIES with
+    the most lag (or no longer read) lose their series, so the count stays bounded.
+    """
+    top = sorted(lags, key=lambda tp: (-lags[tp], tp))[:MAX_LAG_SERIES]
+    for topic, partition in top:
+        KAFKA_CONSUMER_LAG.labels(topology, unit, topic, str(partition)).set(lags[(topic, partition)])
+    now = set(top)
+    forget_kafka_lag(topology, unit, exported - now)
+    return now
+
+
+def forget_kafka_lag(topology: str, unit: str, partitions: Iterable[tuple[str, int]]) -> None:
+    """Remove the lag series of partitions a source instance no longer reads (it stopped or rolled back)."""
+    for topic, partition in partitions:
+        try:
+            KAFKA_CONSUMER_LAG.remove(topology, unit, topic, str(partition))
+        except KeyError:
+            pass
+
+
+def set_spout_waiting(topology: str, unit: str, spu: int, waiting_for: str, since: float) -> None:
+    """Spout SPU ``spu`` waits for ``waiting_for`` since ``since`` (unix seconds): one series, its last text."""
+    clear_spout_waiting(topology, unit, spu)
+    SPOUT_WAITING.labels(topology, unit, str(spu), waiting_for[:MAX_WAITING_TEXT]).set(since)
+
+
+def clear_spout_waiting(topology: str, unit: str, spu: int) -> None:
+    """Spout SPU ``spu`` no longer waits (or stopped): its series goes."""
+    for family in SPOUT_WAITING.collect():
+        for sample in family.samples:
+            labels = sample.labels
+            if (labels["topology"], labels["unit"], labels["spu"]) == (topology, unit, str(spu)):
+                try:
+                    SPOUT_WAITING.remove(topology, unit, str(spu), labels["waiting_for"])
+                except KeyError:
+                    pass

@@ -111,12 +111,20 @@ class WindowBolt(Bolt):
             cls._esault_core = _core_of(cls)
 
     def timestamp(self, tup: Tuple) -> float:
-        """The tuple's event time (same unit as the window sizes)."""
-        return tup.value[0]
+        """The tuple's event time (same unit as the window sizes): by default value["ts"] of a dict value
+        (where a source's event_time puts it, and where joins read it), else value[0]."""
+        value = tup.value
+        return value["ts"] if isinstance(value, dict) else value[0]
 
     def value(self, tup: Tuple) -> Any:
-        """What the aggregate folds: by default value[1] on event time, the whole value on processing time."""
-        return tup.value if isinstance(self.time, ProcessingTime) else tup.value[1]
+        """What the aggregate folds: by default, on event time, value[1] (a dict value: the dict itself, or its
+        "value" when it is {"ts", "value"}, a source's wrapped value); on processing time, the whole value."""
+        value = tup.value
+        if isinstance(self.time, ProcessingTime):
+            return value
+        if isinstance(value, dict):
+            return value["value"] if len(value) == 2 and "ts" in value and "value" in value else value
+        return value[1]
 
     def open(self, context: Any) -> None:
         if self._esault_core is None:

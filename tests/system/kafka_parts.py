@@ -100,6 +100,16 @@ class RecordTimeCount(WindowBolt):
         return 1
 
 
+class DefaultTimeCount(WindowBolt):
+    """Records per key per second of event time, with WindowBolt's default timestamp(): what a source's
+    event_time param put in the value's "ts" field."""
+
+    window = Tumbling(size=1_000)
+    aggregate = "count"
+    time = EventTime(max_out_of_orderness=100_000)
+    flush_on_close = True
+
+
 from esault.connectors import KafkaRecord  # noqa: E402
 
 

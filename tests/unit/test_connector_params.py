@@ -87,6 +87,8 @@ def _source(**params) -> TopologyBuilder:
     ({"config": {"enable.auto.commit": True}}, "esault commits the offsets of each completed checkpoint"),
     ({"connect_timeout": 0}, "params 'connect_timeout' must be a number > 0"),
     ({"max_records": 1.5}, "params 'max_records' must be a whole number > 0"),
+    ({"event_time": "time"}, "params 'event_time' is None, 'timestamp' (the record's) or 'field:NAME'"),
+    ({"event_time": "field:"}, "params 'event_time' is None, 'timestamp' (the record's) or 'field:NAME'"),
 ])
 def test_bad_source_params_fail_build_naming_the_param_and_the_fix(params, match):
     builder = _source(**params)
@@ -98,6 +100,8 @@ def test_good_source_params_build():
     _source(value="json", start={"timestamp": 1}, end="end", output="record",
             config={"fetch.min.bytes": 1}).build()
     _source(topic=["a", "b"], key=f"{__name__}:UpperCodec").build()
+    _source(event_time="timestamp").build()
+    _source(value="json", event_time="field:at").build()
 
 
 @pytest.mark.parametrize(("params", "match"), [
