@@ -29,7 +29,7 @@ from esault.dsl.topology import Grouping, Topology, UnitSpec
 from esault.errors import ResourceError, UnitStartError, WorkerLost
 from esault.metrics import registry as metrics
 from esault.metrics.forwarded import FORWARDED, ForwardedSamples
-from esault.metrics.stats import SpuStats
+from esault.metrics.stats import COUNTERS, GAUGES, SpuStats
 from esault.datapath.context import JobContext
 from esault.messages.cluster import (
     DriverBeat,
@@ -62,6 +62,10 @@ from esault.datapath.load_feed import REMOTE_LOADS, tag_load_rows
 log = logging.getLogger("esault.cluster")
 
 
+REPORTED_COUNTS = frozenset(COUNTERS + GAUGES)
+"""The SpuStats fields a worker's heartbeat may set: never the SPU's identity, never another attribute."""
+
+
 class WorkerRegistry:
     """Thread-safe record of the workers, their SPUs and their last reported counts."""
 
@@ -78,6 +82,7 @@ class WorkerRegistry:
         self._started: dict[int, SpuStarted | None] = {}  # spu id -> the worker's answer, None until it came
         self.pids: dict[str, int] = {}
         self.lost: list[str] = []  # workers declared dead, in order
+        self.bad_counts = 0  # heartbeat counts dropped: not a counter or gauge name, or not a count
 
     def joined(self, process: str, address: str) -> None:
         with self._lock:
@@ -100,7 +105,10 @@ class WorkerRegistry:
                 if stats is None:
                     stats = self.stats[(topology, unit, spu)] = SpuStats(topology, unit, spu)
                 for name, value in counts.items():
-                    setattr(stats, name, value)
+                    if name in REPORTED_COUNTS and type(value) is int and value >= 0:
+                        setattr(stats, name, value)
+                    else:  # a frame names no attribute of ours: a count it cannot be is dropped, the rest kept
+                        self.bad_counts += 1
             self._lock.notify_all()
 
     def await_fresh_reports(self, timeout: float) -> bool:

@@ -8,7 +8,7 @@ import pytest
 
 from esault.cluster.processes import WorkerRegistry
 from esault.errors import WorkerLost
-from esault.messages.cluster import SpuStarted
+from esault.messages.cluster import SpuStarted, WorkerHeartbeat
 
 
 def waiting(registry: WorkerRegistry, spu: int, worker: str) -> tuple[threading.Thread, list]:
@@ -68,3 +68,17 @@ def test_a_stop_request_ends_when_its_worker_is_declared_dead_and_not_when_anoth
     registry.stopped(1)
     assert on_w1.is_set()
     assert registry.lost == ["w2"]
+
+
+def test_a_heartbeat_sets_only_counts_and_gauges_and_drops_what_no_count_can_be():
+    """Nothing in a frame is authority: a name that is the SPU's identity or no field at all, or a value that
+    is no count, is dropped and counted; the beat's real counts still land."""
+    registry = WorkerRegistry()
+    registry.joined("w1", "tcp://127.0.0.1:1")
+    counts = {"processed": 7, "unit": "other", "spu": 99, "__class__": 1, "nosuch": 3, "emitted": "9", "acked": -1,
+              "queue_depth": 2}
+    registry.heartbeat(WorkerHeartbeat("w1", [("t", "count", 4, counts)]))
+    stats = registry.stats[("t", "count", 4)]
+    assert (stats.unit, stats.spu, stats.processed, stats.queue_depth) == ("count", 4, 7, 2)
+    assert (stats.emitted, stats.acked) == (0, 0)
+    assert registry.bad_counts == 6
