@@ -68,3 +68,17 @@ def test_a_stop_request_ends_when_its_worker_is_declared_dead_and_not_when_anoth
     registry.stopped(1)
     assert on_w1.is_set()
     assert registry.lost == ["w2"]
+
+
+def test_a_lost_name_that_joins_again_is_live_with_no_spus_and_no_longer_lost():
+    registry = WorkerRegistry()
+    registry.joined("w1", "tcp://127.0.0.1:1")
+    registry.joined("w2", "tcp://127.0.0.1:2")
+    registry.placed("w1", 5)
+    registry.placed("w2", 6)
+    assert registry.remove("w1") == {5}
+    registry.joined("w1", "tcp://127.0.0.1:3")  # a new incarnation under the same name
+    assert registry.lost == [] and registry.workers["w1"] == "tcp://127.0.0.1:3"
+    assert registry.spus_on["w1"] == set(), "the dead incarnation's SPUs are not the new one's"
+    assert registry.pick() == "w1"
+    assert registry.remove("w1") == set() and registry.lost == ["w1"], "and it can be lost again"
