@@ -312,16 +312,30 @@ class ClusterActor(pykka.ThreadingActor):
             elif kind is SavepointRequest:
                 self._savepoint(message)
             elif kind is StatusRequest:
-                jobs = {name: job.status() for name, job in self.jobs().items() if not job._stopped}
-                process = message.reply_to.address.process
-                self.postman.connect(process, message.address)
-                message.reply_to.tell(StatusReply(message.request_id, jobs, dict(self.registry.workers)))
-                self._status_clients.append(process)
-                while len(self._status_clients) > 8:  # healthchecks call often: keep few connections
-                    self.postman.endpoint.disconnect(self._status_clients.pop(0))
+                self._status(message)
         except Exception:
             log.exception("cluster actor failed handling %s", kind.__name__)
 
+
+    def _status(self, message: StatusRequest) -> None:
+        """Answer on a thread of its own: a job's status asks its unit actors, which a rollback keeps busy
+        while it waits for SPU answers that only this actor handles (asked here, they deadlocked until a
+        timeout, and the heartbeats queued behind got every worker declared dead)."""
+        process = message.reply_to.address.process
+        self.postman.connect(process, message.address)
+        self._status_clients.append(process)
+        while len(self._status_clients) > 8:  # healthchecks call often: keep few connections
+            self.postman.endpoint.disconnect(self._status_clients.pop(0))
+        workers = dict(self.registry.workers)
+
+        def answer() -> None:
+            try:
+                jobs = {name: job.status() for name, job in self.jobs().items() if not job._stopped}
+                message.reply_to.tell(StatusReply(message.request_id, jobs, workers))
+            except Exception:  # noqa: BLE001 - the client times out and says so
+                log.exception("status request from %s not answered", process)
+
+        threading.Thread(target=answer, name="esault-status", daemon=True).start()
 
     def _savepoint(self, message: SavepointRequest) -> None:
         """Take it on a thread of its own (it waits for every SPU), then answer the client."""

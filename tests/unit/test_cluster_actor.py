@@ -1,5 +1,6 @@
-"""The driver's cluster actor when a worker comes back under its own name (a restart after kill -9).
+"""The driver's cluster actor: a worker coming back under its own name, and status requests during a rollback.
 
+A worker restarted after kill -9 (a restart policy) says hello under its old name.
 A worker sends one hello in its life, and the postman delivers it only when the sender's Curve key is the
 one bound to that name; so a hello under a connected name is a new incarnation: the old one is retired at
 once (its SPUs recovered) and the new one admitted. A name declared dead may join again the same way.
@@ -10,7 +11,10 @@ from __future__ import annotations
 from typing import Any
 
 from esault.cluster.processes import ClusterActor, WorkerRegistry
-from esault.messages.cluster import PeerAddresses, PeerGone, WorkerHeartbeat, WorkerHello
+import threading
+from types import SimpleNamespace
+
+from esault.messages.cluster import PeerAddresses, PeerGone, StatusReply, StatusRequest, WorkerHeartbeat, WorkerHello
 from esault.testing import wait_until
 
 
@@ -106,4 +110,46 @@ def test_a_name_declared_dead_joins_again_and_its_beats_count_again():
         assert registry.beats["w1"] == 1, "the new incarnation's beats count"
         assert job.replaced == [{7}], "joining again replaces nothing: the old one's SPUs were replaced already"
     finally:
+        ref.stop()
+
+
+class BusyJob(FakeJob):
+    """A job whose status() blocks, as it does while a rollback keeps its unit actors busy."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.release = threading.Event()
+
+    def status(self) -> dict:
+        self.release.wait(60)
+        return {"state": "running"}
+
+
+class Client:
+    def __init__(self) -> None:
+        self.address = SimpleNamespace(process="status-1-1")
+        self.replies: list = []
+
+    def tell(self, message: object) -> None:
+        self.replies.append(message)
+
+
+def test_a_status_request_during_a_rollback_does_not_hold_up_heartbeats_and_is_answered_after_it():
+    """A rollback waits for SPU answers that only the cluster actor handles: a status asked on the actor
+    deadlocked with it, and the heartbeats queued behind got every worker declared dead."""
+    postman, registry, job = FakePostman(), WorkerRegistry(), BusyJob()
+    ref = ClusterActor.start(postman, registry, lambda: {"job": job}, heartbeat_timeout=600.0)
+    try:
+        ref.ask(WorkerHello("w1", "tcp://10.0.0.1:4000", 100))
+        client = Client()
+        ref.ask(StatusRequest(1, client, "tcp://10.0.0.9:1"))
+        ref.ask(WorkerHeartbeat("w1", []), timeout=10)
+        assert registry.beats["w1"] == 1, "the heartbeat was handled while the status waited"
+        assert client.replies == []
+        job.release.set()
+        reply = wait_until(lambda: client.replies and client.replies[0], 30, message="the status reply")
+        assert isinstance(reply, StatusReply) and reply.jobs == {"job": {"state": "running"}}
+        assert reply.workers == {"w1": "tcp://10.0.0.1:4000"}
+    finally:
+        job.release.set()
         ref.stop()
