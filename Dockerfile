@@ -35,9 +35,10 @@ ENV JAVA_HOME=/opt/java
 WORKDIR /opt/esault
 
 # Dependencies first, from setup.cfg alone, so that a code change does not
-# reinstall PySpark.
+# reinstall PySpark; with the `kafka` extra (confluent-kafka) for the Kafka
+# connectors (examples/kafka_clicks.py against the compose broker).
 COPY pyproject.toml setup.cfg ./
-RUN python -c "import configparser; c = configparser.ConfigParser(); c.read('setup.cfg'); print(c['options']['install_requires'].strip())" > /tmp/requirements.txt \
+RUN python -c "import configparser; c = configparser.ConfigParser(); c.read('setup.cfg'); print(c['options']['install_requires'].strip()); print(c['options.extras_require']['kafka'].strip())" > /tmp/requirements.txt \
     && pip install -r /tmp/requirements.txt "pyspark==${SPARK_VERSION}" \
     && rm /tmp/requirements.txt
 

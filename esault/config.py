@@ -289,6 +289,7 @@ OTHER_VARIABLES = {
     "ESAULT_SPARK_WAREHOUSE": "the Spark sink's warehouse folder (spark_sink.session)",
     "ESAULT_SINK_FAILPOINT": "crash tests of the Spark sink (spark_sink.failpoints)",
     "ESAULT_TAG": "the image tag docker-compose.yml runs",
+    "ESAULT_KAFKA_BOOTSTRAP": "examples/kafka_clicks.py's broker (without it, the example starts one of its own)",
 }
 """ESAULT_* variables read elsewhere than JobConfig, and by what: they are not unknown."""
 

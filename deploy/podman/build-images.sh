@@ -50,7 +50,7 @@ build_base() {  # its text is part of the base image's tag: edit it and the next
 }
 
 build_wheelhouse() {
-  python3 -c "import configparser; c = configparser.ConfigParser(); c.read('setup.cfg'); print(c['options']['install_requires'].strip())" >"$work/requirements.txt"
+  python3 -c "import configparser; c = configparser.ConfigParser(); c.read('setup.cfg'); print(c['options']['install_requires'].strip()); print(c['options.extras_require']['kafka'].strip())" >"$work/requirements.txt"  # the Dockerfile's list: install_requires and the kafka extra
   { python3 -m pip wheel -q --disable-pip-version-check -w "$wheels" -r "$work/requirements.txt" \
       "pyspark[connect]==$SPARK_VERSION" "setuptools>=68" wheel \
     && python3 -m pip wheel -q --disable-pip-version-check --no-deps -w "$wheels" \

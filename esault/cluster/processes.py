@@ -85,7 +85,10 @@ class WorkerRegistry:
         self.bad_counts = 0  # heartbeat counts dropped: not a counter or gauge name, or not a count
 
     def joined(self, process: str, address: str) -> None:
+        """`process` joined (again, if it was lost: a new incarnation under the same name, with no SPUs)."""
         with self._lock:
+            if process in self.lost:
+                self.lost.remove(process)
             self.workers[process] = address
             self.spus_on.setdefault(process, set())
             self.last_beat[process] = time.monotonic()
@@ -243,24 +246,53 @@ class ClusterActor(pykka.ThreadingActor):
 
     def _check_hearts(self) -> None:
         for worker in self.hearts.dead():
-            self.hearts.forget(worker)
-            lost = self.registry.remove(worker)
-            self.lost.append(worker)
-            metrics.set_workers(len(self.registry.workers))
-            log.error("worker %s missed its heartbeats: declared dead; replacing its %d SPU(s) %s",
-                      worker, len(lost), sorted(lost))
+            self._declare_dead(worker, "missed its heartbeats")
+
+    def _declare_dead(self, worker: str, why: str) -> None:
+        """Forget `worker`, tell the survivors, and have every job replace the SPUs it hosted."""
+        self.hearts.forget(worker)
+        lost = self.registry.remove(worker)
+        self.lost.append(worker)
+        metrics.set_workers(len(self.registry.workers))
+        log.error("worker %s %s: declared dead; replacing its %d SPU(s) %s", worker, why, len(lost), sorted(lost))
+        try:
+            self.postman.endpoint.disconnect(worker)
+        except Exception:
+            pass
+        for survivor in list(self.registry.workers):  # no survivor may stay blocked sending to it
             try:
-                self.postman.endpoint.disconnect(worker)
-            except Exception:
+                self.postman.send(survivor, "control", PeerGone(worker), timeout=1.0)
+            except Exception:  # noqa: BLE001 - that one's own heartbeats tell
                 pass
-            for survivor in list(self.registry.workers):  # no survivor may stay blocked sending to it
-                try:
-                    self.postman.send(survivor, "control", PeerGone(worker), timeout=1.0)
-                except Exception:  # noqa: BLE001 - that one's own heartbeats tell
-                    pass
-            for job in self.jobs().values():
-                if not job._stopped:
-                    job.replace_lost(lost)
+        for job in self.jobs().values():
+            if not job._stopped:
+                job.replace_lost(lost)
+
+    def _admit(self, hello: WorkerHello) -> None:
+        """A worker joins. A worker process sends one hello in its life, and the postman delivered this one
+        only because its sender's Curve key is the one bound to that name: a hello under a name that is
+        connected comes from a new incarnation (restarted after a crash), so the old one is gone. It is
+        retired at once, as if it had missed its heartbeats (its SPUs are replaced), and the new one joins;
+        a name declared dead before may join again the same way."""
+        if hello.process in self.registry.workers:
+            old = self.registry.pids.get(hello.process)
+            self._declare_dead(hello.process, f"(pid {old}) came back as a new process (pid {hello.pid}, "
+                                              f"{hello.address})")
+        if hello.process in self.lost:  # its beats count again: they come from the new incarnation
+            self.lost = [w for w in self.lost if w != hello.process]
+            self._fenced.discard(hello.process)
+        self.postman.connect(hello.process, hello.address)
+        self.registry.joined(hello.process, hello.address)
+        self.registry.pids[hello.process] = hello.pid
+        self.hearts.beat(hello.process)
+        metrics.set_workers(len(self.registry.workers))
+        # Every process's address and key: a worker admits exactly these keys besides the driver's.
+        keys = self.postman.keys
+        peers = {name: (address, (keys.key_of(name) or b"").decode())
+                 for name, address in {"driver": self.postman.address, **self.registry.workers}.items()}
+        for worker in self.registry.workers:
+            self.postman.send(worker, "host", PeerAddresses(peers))
+        log.info("worker %s (pid %d) joined from %s", hello.process, hello.pid, hello.address)
 
     def on_receive(self, message: Any) -> Any:
         kind = type(message)
@@ -280,18 +312,7 @@ class ClusterActor(pykka.ThreadingActor):
                 self.hearts.beat(message.process)
                 self.registry.heartbeat(message)
             elif kind is WorkerHello:
-                self.postman.connect(message.process, message.address)
-                self.registry.joined(message.process, message.address)
-                self.registry.pids[message.process] = message.pid
-                self.hearts.beat(message.process)
-                metrics.set_workers(len(self.registry.workers))
-                # Every process's address and key: a worker admits exactly these keys besides the driver's.
-                keys = self.postman.keys
-                peers = {name: (address, (keys.key_of(name) or b"").decode())
-                         for name, address in {"driver": self.postman.address, **self.registry.workers}.items()}
-                for worker in self.registry.workers:
-                    self.postman.send(worker, "host", PeerAddresses(peers))
-                log.info("worker %s (pid %d) joined from %s", message.process, message.pid, message.address)
+                self._admit(message)
             elif kind is SpuStarted:
                 self.registry.started(message)
             elif kind is SpuStopped:
@@ -299,16 +320,30 @@ class ClusterActor(pykka.ThreadingActor):
             elif kind is SavepointRequest:
                 self._savepoint(message)
             elif kind is StatusRequest:
-                jobs = {name: job.status() for name, job in self.jobs().items() if not job._stopped}
-                process = message.reply_to.address.process
-                self.postman.connect(process, message.address)
-                message.reply_to.tell(StatusReply(message.request_id, jobs, dict(self.registry.workers)))
-                self._status_clients.append(process)
-                while len(self._status_clients) > 8:  # healthchecks call often: keep few connections
-                    self.postman.endpoint.disconnect(self._status_clients.pop(0))
+                self._status(message)
         except Exception:
             log.exception("cluster actor failed handling %s", kind.__name__)
 
+
+    def _status(self, message: StatusRequest) -> None:
+        """Answer on a thread of its own: a job's status asks its unit actors, which a rollback keeps busy
+        while it waits for SPU answers that only this actor handles (asked here, they deadlocked until a
+        timeout, and the heartbeats queued behind got every worker declared dead)."""
+        process = message.reply_to.address.process
+        self.postman.connect(process, message.address)
+        self._status_clients.append(process)
+        while len(self._status_clients) > 8:  # healthchecks call often: keep few connections
+            self.postman.endpoint.disconnect(self._status_clients.pop(0))
+        workers = dict(self.registry.workers)
+
+        def answer() -> None:
+            try:
+                jobs = {name: job.status() for name, job in self.jobs().items() if not job._stopped}
+                message.reply_to.tell(StatusReply(message.request_id, jobs, workers))
+            except Exception:  # noqa: BLE001 - the client times out and says so
+                log.exception("status request from %s not answered", process)
+
+        threading.Thread(target=answer, name="esault-status", daemon=True).start()
 
     def _savepoint(self, message: SavepointRequest) -> None:
         """Take it on a thread of its own (it waits for every SPU), then answer the client."""

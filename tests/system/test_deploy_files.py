@@ -184,7 +184,17 @@ def test_esault_commands_start_with_esault_and_a_known_subcommand():
         assert command[0] == "esault", f"{name}: command must start with esault, got {command}"
         assert command[1] in ESAULT_SUBCOMMANDS, f"{name}: unknown subcommand {command[1]!r}"
     assert services()["driver"]["command"][1] == "run"
-    assert set(esault_services()) == {"driver"} | set(worker_services())
+    assert set(esault_services()) == {"driver", "kafka-clicks"} | set(worker_services())
+
+
+def test_the_kafka_example_service_runs_on_request_against_the_compose_broker():
+    kafka = services()["kafka-clicks"]
+    assert kafka["profiles"] == ["kafka"], "`up` must not start it: its input topic is filled first"
+    assert kafka["command"][:3] == ["esault", "run", "examples/kafka_clicks.py"]
+    assert (REPO / kafka["command"][2]).exists()
+    assert kafka["environment"]["ESAULT_KAFKA_BOOTSTRAP"] == "broker:9092"
+    assert "9092" in [str(p) for p in services()["broker"]["expose"]]
+    assert kafka["restart"] == "no", "a bounded job that ended must not be started again"
 
 
 def healthcheck_commands() -> dict[str, list[str]]:

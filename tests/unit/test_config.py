@@ -271,3 +271,8 @@ def test_variables_read_outside_jobconfig_are_known_and_others_are_left_alone() 
 def test_max_spout_errors_must_be_at_least_one() -> None:
     with pytest.raises(ConfigError, match=r"JobConfig\.max_spout_errors must be a whole number >= 1, got 0"):
         JobConfig(max_spout_errors=0)
+
+
+def test_the_kafka_examples_broker_variable_is_known_not_refused() -> None:
+    """examples/kafka_clicks.py documents ESAULT_KAFKA_BOOTSTRAP; `esault run` refused it as unknown."""
+    assert JobConfig.load(environ={"ESAULT_KAFKA_BOOTSTRAP": "broker:9092"}) == JobConfig.load(environ={})

@@ -82,3 +82,17 @@ def test_a_heartbeat_sets_only_counts_and_gauges_and_drops_what_no_count_can_be(
     assert (stats.unit, stats.spu, stats.processed, stats.queue_depth) == ("count", 4, 7, 2)
     assert (stats.emitted, stats.acked) == (0, 0)
     assert registry.bad_counts == 6
+
+
+def test_a_lost_name_that_joins_again_is_live_with_no_spus_and_no_longer_lost():
+    registry = WorkerRegistry()
+    registry.joined("w1", "tcp://127.0.0.1:1")
+    registry.joined("w2", "tcp://127.0.0.1:2")
+    registry.placed("w1", 5)
+    registry.placed("w2", 6)
+    assert registry.remove("w1") == {5}
+    registry.joined("w1", "tcp://127.0.0.1:3")  # a new incarnation under the same name
+    assert registry.lost == [] and registry.workers["w1"] == "tcp://127.0.0.1:3"
+    assert registry.spus_on["w1"] == set(), "the dead incarnation's SPUs are not the new one's"
+    assert registry.pick() == "w1"
+    assert registry.remove("w1") == set() and registry.lost == ["w1"], "and it can be lost again"
