@@ -82,10 +82,14 @@ class LatencyProberActor(pykka.ThreadingActor):
         self._confirm()
         if now >= self.next_probe_at:
             self.next_probe_at = max(self.next_probe_at + self.cfg.probe_period, now)
-            for spu, mailbox in self.spus.items():
+            for spu, mailbox in list(self.spus.items()):
                 probe_id = next(self._ids)
+                try:
+                    mailbox.tell(Probe(probe_id, now, self.actor_ref))
+                except pykka.ActorDeadError:  # a rollback discarded it: the relaunched SPUs come in SpusChanged
+                    del self.spus[spu]
+                    continue
                 self.outstanding[probe_id] = (spu, now)
-                mailbox.tell(Probe(probe_id, now, self.actor_ref))
 
     def _on_probe_returned(self, msg: ProbeReturned) -> None:
         # Latency from this actor's own record of the send, never from the echoed `sent_at`: no
