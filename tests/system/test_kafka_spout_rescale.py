@@ -44,6 +44,20 @@ def post(url: str, body: object) -> tuple[int, dict]:
         return err.code, json.loads(err.read())
 
 
+def wait_every_partition_read_from(kafka_broker, topology: str, partitions: int = 4) -> None:
+    """Until a completed checkpoint has every partition past its first record (the offsets it committed to the
+    source's group): a rescale then moves partitions read part way, which an instance must not read again."""
+    from confluent_kafka import Consumer, TopicPartition
+
+    reader = Consumer({"bootstrap.servers": kafka_broker.bootstrap, "group.id": f"esault.{topology}.words"})
+    try:
+        wait_until(lambda: all(tp.offset > 0 for tp in reader.committed(
+            [TopicPartition("words", p) for p in range(partitions)], timeout=5)), 60,
+                   message="a checkpoint past the first record of every partition")
+    finally:
+        reader.close()
+
+
 def eo_config(tmp_path: Path, **changes) -> JobConfig:
     return JobConfig(data_dir=tmp_path / "data", elasticity=False, checkpoint_interval=0.3,
                      message_timeout=300.0, **changes)
@@ -61,10 +75,10 @@ def start(kafka_broker, name: str, total: int = 6000, **build):
 
 def test_a_kafka_spout_rescaled_2_to_4_to_1_mid_stream_leaves_the_topic_and_the_spark_table_exact(
         kafka_broker, tmp_path):
-    records, topology = start(kafka_broker, "kafka-rescale", table="kafka_counts")
+    records, topology = start(kafka_broker, "kafka-rescale", total=12000, table="kafka_counts")
     with LocalCluster(workers=2) as cluster:
         job = cluster.submit(topology, eo_config(tmp_path))
-        wait_until(lambda: job.checkpoints.stats.completed >= 2, 60, message="two checkpoints")
+        wait_every_partition_read_from(kafka_broker, "kafka-rescale")
         grown = job.rescale("words", 4)
         assert len(grown.started) == 4 and len(job.spus("words")) == 4
         assert len(kafka_broker.read("counts")) < len(records), "the rescale to 4 did not happen mid-stream"
@@ -114,7 +128,7 @@ def test_kill_9_of_the_worker_hosting_the_spouts_at_each_step_of_a_rescale_leave
                               sink_placement="driver", table="kafka_counts")
     with LocalCluster(workers=3, heartbeat_timeout=1.0) as cluster:
         job = cluster.submit(topology, eo_config(tmp_path))
-        wait_until(lambda: job.checkpoints.stats.completed >= 2, 60, message="two checkpoints")
+        wait_every_partition_read_from(kafka_broker, f"kafka-rescale-{step}")
         killed: list[str] = []
 
         def cut(unit: str, at: str) -> None:
