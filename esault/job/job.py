@@ -427,11 +427,7 @@ class Job:
     def rescale_spout_async(self, unit: str, spus: int, reason: str = "manual") -> Future:
         """Job.rescale of a spout, its future; refused at once (ScalingError) when it cannot be done."""
         spec = self.topology.unit(unit)
-        try:
-            rescale_request(unit, spus, {}, reason, spu_limit(self.topology, unit))  # a whole number, within bounds
-        except ScalingError as exc:
-            return _failed(exc)
-        problem = spout_rescale_refusal(spec, self.config.guarantee)
+        problem = spout_rescale_refusal(spec, self.config.guarantee, spus, spu_limit(self.topology, unit))
         if problem is not None:
             return _failed(ScalingError(problem))
         rescale = SpoutRescale(self, unit, spus, reason, self.rescale_step)

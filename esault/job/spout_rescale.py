@@ -17,6 +17,7 @@ from __future__ import annotations
 import time
 from typing import Any, Callable
 
+from esault.config import MAX_SPUS, ElasticityConfig
 from esault.dsl.spout import MERGE_HOOK, merge_hook
 from esault.dsl.topology import UnitSpec
 from esault.errors import ScalingError
@@ -29,9 +30,16 @@ STEPS = ("checkpoint", "abandoned", "relaunched")
 """Where Job.rescale_step is called during a spout rescale (tests cut the rescale there)."""
 
 
-def spout_rescale_refusal(spec: UnitSpec, guarantee: str) -> str | None:
-    """Why spout `spec` cannot be rescaled on a running job of `guarantee`, or None."""
+def spout_rescale_refusal(spec: UnitSpec, guarantee: str, spus: Any = 1, limit: int = 1) -> str | None:
+    """Why spout `spec` cannot be rescaled to `spus` instances (at most `limit`, Job's spu_limit) on a running
+    job of `guarantee`, or None."""
     name = spec.name
+    if not isinstance(spus, int) or isinstance(spus, bool) or spus < 1:
+        return f"rescale of {name!r} to {spus!r:.40} SPUs: give a whole number >= 1"
+    if spus > limit:
+        return (f"rescale of {name!r} to {spus} SPUs: it runs at most {limit} (its max_spus: the default "
+                f"{ElasticityConfig().max_spus}, or its declared parallelism if larger; declare the spout with a "
+                f"larger parallelism, up to MAX_SPUS={MAX_SPUS})")
     if merge_hook(spec.cls) is None:
         return (f"spout {name!r} ({spec.cls.__name__}) cannot be rescaled: its instances' positions cannot be "
                 f"merged. Give the class a static {MERGE_HOOK}(positions) that returns one position every "

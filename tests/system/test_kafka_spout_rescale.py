@@ -16,6 +16,7 @@ import pytest
 
 from esault import JobConfig, LocalCluster
 from esault.api import ControlApi
+from esault.control import Controller, Rescale
 from esault.job.spout_rescale import STEPS
 from esault.testing import reset_collected, wait_until
 
@@ -58,6 +59,19 @@ def wait_every_partition_read_from(kafka_broker, topology: str, partitions: int 
         reader.close()
 
 
+class GrowOnce(Controller):
+    """Rescales the spout to 4 instances, once."""
+
+    interval = 0.1
+    done = False
+
+    def decide(self, snapshot):
+        if self.done:
+            return ()
+        self.done = True
+        return [Rescale("words", 4)]
+
+
 def eo_config(tmp_path: Path, **changes) -> JobConfig:
     return JobConfig(data_dir=tmp_path / "data", elasticity=False, checkpoint_interval=0.3,
                      message_timeout=300.0, **changes)
@@ -79,8 +93,10 @@ def test_a_kafka_spout_rescaled_2_to_4_to_1_mid_stream_leaves_the_topic_and_the_
     with LocalCluster(workers=2) as cluster:
         job = cluster.submit(topology, eo_config(tmp_path))
         wait_every_partition_read_from(kafka_broker, "kafka-rescale")
-        grown = job.rescale("words", 4)
-        assert len(grown.started) == 4 and len(job.spus("words")) == 4
+        runner = job.add_controller(GrowOnce())  # to 4 by a controller's Rescale, to 1 by the REST route
+        wait_until(lambda: runner.decisions, 60, message="the controller's rescale applied")
+        grown = runner.decisions[0]
+        assert grown.error is None and len(grown.result.started) == 4 and len(job.spus("words")) == 4, grown
         assert len(kafka_broker.read("counts")) < len(records), "the rescale to 4 did not happen mid-stream"
         read = len(kafka_broker.read("counts"))
         wait_until(lambda: len(kafka_broker.read("counts")) > read, 60, message="output after the rescale to 4")

@@ -69,3 +69,11 @@ def test_the_fingerprint_lets_a_spout_with_the_hook_restore_with_another_paralle
         return b.build()
 
     assert topology_fingerprint(topology(2)) == topology_fingerprint(topology(4))
+
+
+def test_a_spout_rescale_outside_its_bounds_is_refused_naming_the_bound():
+    kafka = UnitSpec("orders", KafkaSource, 2, True)
+    assert "give a whole number >= 1" in spout_rescale_refusal(kafka, "exactly_once", 0, 8)
+    assert "give a whole number >= 1" in spout_rescale_refusal(kafka, "exactly_once", True, 8)
+    assert "at most 8 (its max_spus" in spout_rescale_refusal(kafka, "exactly_once", 9, 8)
+    assert spout_rescale_refusal(kafka, "exactly_once", 8, 8) is None
