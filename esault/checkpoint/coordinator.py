@@ -24,7 +24,7 @@ import sqlite3
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Callable
 
 import pykka
 
@@ -151,9 +151,12 @@ def _size(n: int) -> str:
 def topology_fingerprint(topology: Any) -> str:
     """What must match for a checkpoint to be restored into a job: its units, their kinds, and the
     parallelism of every unit that is not key-grouped (spouts and such bolts keep a position or a
-    state per instance: fewer instances would lose some, more would start from nothing)."""
+    state per instance: fewer instances would lose some, more would start from nothing), except spouts
+    with a merge hook (esault_merge_positions: any count restores from the merged position)."""
     return json.dumps([[u.name, "spout" if u.is_spout else "bolt", bool(u.per_key),
-                        None if u.per_key or getattr(u.cls, "esault_chain", False) else u.parallelism]
+                        None if u.per_key or getattr(u.cls, "esault_chain", False)
+                        or (u.is_spout and getattr(u.cls, "esault_merge_positions", None) is not None)
+                        else u.parallelism]
                        for u in topology.units])
 
 
@@ -172,8 +175,9 @@ def fingerprint_difference(stored: str, current: str) -> str:
             return f"unit {name!r} was a {old[1]} ({'key-grouped' if old[2] else 'not key-grouped'}) in the checkpoint"
         if old[3] != unit[3]:
             return (f"unit {name!r} had parallelism {old[3]} in the checkpoint and {unit[3]} now: only key-grouped "
-                    "bolts can change parallelism on restore (their state is re-split by key range); spouts and "
-                    "other bolts keep a position or state per instance")
+                    "bolts can change parallelism on restore (their state is re-split by key range), and spouts "
+                    "whose class has an esault_merge_positions hook; other spouts and bolts keep a position or "
+                    "state per instance")
     return "a different topology"
 
 
@@ -416,8 +420,9 @@ class CheckpointCoordinator:
 
     # --- recovery --------------------------------------------------------------------
 
-    def recover(self, lost: frozenset[int], reason: str) -> Recovery:
-        """Global rollback to the last completed checkpoint (see the module doc)."""
+    def recover(self, lost: frozenset[int], reason: str, abandoned: Callable[[], None] | None = None) -> Recovery:
+        """Global rollback to the last completed checkpoint (see the module doc). `abandoned` runs once every
+        SPU is discarded, before any is relaunched (a spout rescale's step, which tests cut there)."""
         point = self.store.latest()
         record = Recovery(reason, None if point is None else point.epoch, time.monotonic())
         log.warning("topology %r: rolling back to checkpoint %s: %s", self.job.name, record.restored_epoch, reason)
@@ -427,6 +432,8 @@ class CheckpointCoordinator:
             self.job.units[spec.name].ask(AbandonSpus(lost, reason), timeout=timeout)
         if self.job.ctx.acker is not None:
             self.job.ctx.acker.tell(FailPending(f"rolled back: {reason}"))
+        if abandoned is not None:
+            abandoned()
         for spec in reversed(order):  # downstream first, so each SPU starts knowing its routes
             downstream = tuple(self.job.units[d.name].ask(GetRoutes(g.value), timeout=timeout)
                                for d, g in self.topology.downstream(self.topology.output_unit(spec.name)))

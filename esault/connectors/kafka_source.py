@@ -20,7 +20,9 @@ import time
 from typing import Any, Callable
 
 from esault.connectors.codecs import resolve_codec
-from esault.connectors.partitions import AckedOffsets, PartitionOffsets, TimeAligner, TopicPartition, owned
+from esault.connectors.partitions import (
+    AckedOffsets, PartitionOffsets, TimeAligner, TopicPartition, merge_positions, owned,
+)
 from esault.connectors.settings import (
     OUTPUTS, SOURCE_OWNED, START_NAMES, check_bootstrap, check_config, check_event_time, check_positive,
     check_timestamp_spec, check_topics,
@@ -455,6 +457,12 @@ class KafkaSource(Spout):
 
     def drop(self, msg_id: Any) -> None:
         self._settle(msg_id)
+
+    @staticmethod
+    def esault_merge_positions(positions: list[Any]) -> dict[str, Any]:
+        """The rescale hook (Job.rescale of a spout): the union of the instances' offsets. Each instance of
+        the new count restores from it and keeps the partitions it owns, at their checkpointed offsets."""
+        return merge_positions(positions)
 
     def snapshot_position(self) -> dict[str, Any]:
         """{"next": [[topic, partition, next offset], ...], "end": [...]}: every record before them was emitted."""

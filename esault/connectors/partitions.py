@@ -148,6 +148,28 @@ class PartitionOffsets:
         return out[0], out[1]
 
 
+def merge_positions(positions: Iterable[Any]) -> dict[str, list[list[Any]]]:
+    """One position holding every partition of several instances' positions (their partition sets are
+    disjoint): what each instance of a rescaled source is restored from, keeping the partitions it owns.
+
+    None entries (an instance that recorded nothing) are skipped. ValueError names a partition that two
+    positions both hold, or an entry that is no position."""
+    nexts: dict[TopicPartition, int] = {}
+    ends: dict[TopicPartition, int] = {}
+    for position in positions:
+        if position is None:
+            continue
+        more_nexts, more_ends = PartitionOffsets.read(position)
+        twice = sorted(set(nexts) & set(more_nexts))
+        if twice:
+            raise ValueError(f"partition {twice[0]} is in two instances' positions; the instances of a source "
+                             "own disjoint partitions, so these positions are not of one checkpoint")
+        nexts.update(more_nexts)
+        ends.update(more_ends)
+    return {"next": [[t, p, o] for (t, p), o in sorted(nexts.items())],
+            "end": [[t, p, o] for (t, p), o in sorted(ends.items())]}
+
+
 class AckedOffsets:
     """at_least_once: per partition, the offset before which every emitted batch was acked (or dropped).
 

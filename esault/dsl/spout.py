@@ -137,6 +137,18 @@ class Spout:
         return self._esault_finished
 
 
+MERGE_HOOK = "esault_merge_positions"
+"""A spout class may define `esault_merge_positions(positions: list) -> position` (a staticmethod): one
+position covering every instance's, from which each instance of any count restores its own share
+(KafkaSource's: the union of the partitions' offsets). Such a spout can be rescaled on a running job
+(Job.rescale) and restored with another parallelism (docs/CONNECTORS.md, "Rescaling a source")."""
+
+
+def merge_hook(spout_class: type) -> Callable[[list], Any] | None:
+    """The class's esault_merge_positions, or None: without it a spout's instance count is fixed."""
+    return getattr(spout_class, MERGE_HOOK, None)
+
+
 class ReplayingSpout(Spout):
     """A spout that keeps emitted-but-unacked tuples and re-emits them on fail().
 

@@ -28,6 +28,7 @@ from esault.messages.acking import FailPending, GetPending
 from esault.messages.control import GetLayout, GetRoutes, GetSpus, ScaleResult, SpusChanged
 from esault.messages.data import Drain
 from esault.job.prober import LatencyProberActor
+from esault.job.spout_rescale import SpoutRescale, spout_rescale_refusal
 from esault.job.requests import (
     logic_request, merge_request, operation_request, rescale_request, split_request, spu_limit, version_of,
     workload_request,
@@ -100,6 +101,9 @@ class Job:
         balance, while the relaunched SPUs redo that work."""
         """A rollback found the job complete: its spouts replay to the same end, and stop() waits for that."""
         self._recovery_lock = threading.Lock()
+        self.rescale_step: Callable[[str, str], None] = lambda unit, step: None
+        """Called at each step of a spout rescale (esault.job.spout_rescale.STEPS), on the control thread:
+        the seam where tests cut a rescale (kill -9 a worker there)."""
         self._failures: list[str] = []
         """Why the job cannot go on (a lost SPU no worker could take back): wait() is False at once while any."""
         self._lock = threading.Lock()
@@ -214,19 +218,23 @@ class Job:
                 mine = {s for s in lost if placed is not None and placed(s) is not None}
                 if not mine:
                     return None
-                if not self.checkpoints.ended and self._input_done():  # (a final barrier ends spouts early)
-                    self._complete_at_rollback = True
-                first_new = self.ctx.next_id()  # every SPU the rollback relaunches has a larger id
-                recovered = self.checkpoints.recover(frozenset(mine), f"{reason} holding SPUs {sorted(mine)}")
-                self._counted_from = (first_new, {s.unit: (s.emitted, s.processed) for s in self.ctx.stats.totals()
-                                                  if s.topology == self.name and s.spu == RETIRED_SPU})
-                self._refresh_probers(set())  # the rollback relaunched every SPU under new ids
-                return recovered
+                return self._roll_back(frozenset(mine), f"{reason} holding SPUs {sorted(mine)}")
             finally:
                 with self._recovery_lock:
                     self._recovering -= 1
 
         return self.coordinator.run_task(recover, self.coordinator.URGENT)
+
+    def _roll_back(self, lost: frozenset[int], reason: str, abandoned: Callable[[], None] | None = None) -> Any:
+        """The rollback itself (control thread), with the job's bookkeeping around it."""
+        if not self.checkpoints.ended and self._input_done():  # (a final barrier ends spouts early)
+            self._complete_at_rollback = True
+        first_new = self.ctx.next_id()  # every SPU the rollback relaunches has a larger id
+        recovered = self.checkpoints.recover(lost, reason, abandoned)
+        self._counted_from = (first_new, {s.unit: (s.emitted, s.processed) for s in self.ctx.stats.totals()
+                                          if s.topology == self.name and s.spu == RETIRED_SPU})
+        self._refresh_probers(set())  # the rollback relaunched every SPU under new ids
+        return recovered
 
     def _tell_listeners(self, result: ScaleResult) -> None:
         for listener in list(self.coordinator.listeners):
@@ -407,9 +415,23 @@ class Job:
         """Run `unit` on `spus` SPUs in one atomic reconfiguration. Key grouped: equal shares of the key
         space; the existing SPUs, in key order, take the first slices (so most keep part of their range),
         new ones start for the rest, surplus ones retire with their state handed over. Otherwise (shuffle
-        grouping): SPUs start, or the newest retire once their queued tuples are processed."""
+        grouping): SPUs start, or the newest retire once their queued tuples are processed. A spout whose
+        class has an esault_merge_positions hook (KafkaSource), under exactly_once: a checkpoint, then a
+        rollback to it with `spus` instances, which take their shares of its merged position
+        (esault.job.spout_rescale)."""
+        if self.topology.unit(unit).is_spout:
+            return self.rescale_spout_async(unit, spus, reason).result(timeout)
         request = rescale_request(unit, spus, self.workload(unit), reason, spu_limit(self.topology, unit))
         return self.coordinator.submit(request).result(timeout)
+
+    def rescale_spout_async(self, unit: str, spus: int, reason: str = "manual") -> Future:
+        """Job.rescale of a spout, its future; refused at once (ScalingError) when it cannot be done."""
+        spec = self.topology.unit(unit)
+        problem = spout_rescale_refusal(spec, self.config.guarantee, spus, spu_limit(self.topology, unit))
+        if problem is not None:
+            return _failed(ScalingError(problem))
+        rescale = SpoutRescale(self, unit, spus, reason, self.rescale_step)
+        return self.coordinator.run_task(rescale.run)
 
     def apply(self, operations: Iterable[Operation], timeout: float | None = 120.0,
               reason: str | None = "manual") -> list[ScaleResult]:

@@ -11,12 +11,13 @@ messages (docs/PROTOCOLS.md).
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
 import pykka
 
 from esault.dsl.bolt import Bolt
+from esault.dsl.spout import merge_hook
 from esault.dsl.topology import Grouping, UnitSpec
 from esault.errors import ResourceError, RoutingError, ScalingError, WorkerLost
 from esault.keyhash import KEY_SPACE_MAX
@@ -57,6 +58,14 @@ class LaunchSpus:
     def __init__(self, epoch: int | None = None, positions: dict[int, Any] | None = None) -> None:
         self.epoch = epoch
         self.positions = positions or {}
+
+
+class ResizeSpout:
+    """control thread -> unit (ask), in this process only: a spout with a merge hook runs `spus` instances from
+    its next relaunch on (Job.rescale of a spout: a rollback follows at once). Later rollbacks keep it."""
+
+    def __init__(self, spus: int) -> None:
+        self.spus = spus
 
 
 class AbortReconfiguration:
@@ -158,9 +167,10 @@ class UnitActor(pykka.ThreadingActor):
         ids = [self.job.next_id() for _ in range(self.spec.parallelism)]
         if self.spec.per_key:
             self.table = even_table(ids)
+        positions = self._shares(positions or {})
         for instance, spu_id in enumerate(ids):
             self.instance_of[spu_id] = instance
-            self.spus[spu_id] = self._launch(spu_id, self.downstream, None, epoch, (positions or {}).get(instance))
+            self.spus[spu_id] = self._launch(spu_id, self.downstream, None, epoch, positions.get(instance))
         self._announce_members()
 
     def _announce_members(self) -> None:
@@ -201,9 +211,27 @@ class UnitActor(pykka.ThreadingActor):
                 log.warning("unit %r: SPU %d not stopped cleanly: %r", self.spec.name, spu_id, exc)
         self.spus = {}
 
+    def _shares(self, positions: dict[int, Any]) -> dict[int, Any]:
+        """Each instance's position. A spout with a merge hook: every instance gets the merge of all the
+        checkpoint's positions (recorded by any number of instances) and keeps its own share of it."""
+        hook = merge_hook(self.spec.cls) if self.spec.is_spout else None
+        if hook is None or not positions:
+            return positions
+        merged = hook([positions[i] for i in sorted(positions)])
+        return {instance: merged for instance in range(self.spec.parallelism)}
+
     def _relaunch(self, msg: RelaunchSpus) -> None:
-        """Fresh SPUs in the discarded ones' places (same intervals and instances), restored from msg.epoch."""
+        """Fresh SPUs in the discarded ones' places (same intervals and instances), restored from msg.epoch.
+        A spout with a merge hook starts its current parallelism (a rescale may have changed it), instances
+        0 .. n - 1, each from the merged position."""
         self.downstream = msg.downstream
+        positions = msg.positions
+        if self.spec.is_spout and merge_hook(self.spec.cls) is not None:
+            self.instance_of = {}
+            self._discarded = [-(i + 1) for i in range(self.spec.parallelism)]  # placeholders for instance i
+            for i, old in enumerate(self._discarded):
+                self.instance_of[old] = i
+            positions = self._shares(positions)
         renamed = {old: self.job.next_id() for old in self._discarded}
         for old, new in renamed.items():
             self.instance_of[new] = self.instance_of.pop(old, 0)
@@ -217,7 +245,7 @@ class UnitActor(pykka.ThreadingActor):
         for new in renamed.values():
             try:
                 self.spus[new] = self._launch(new, self.downstream, None, msg.epoch,
-                                              msg.positions.get(self.instance_of[new]))
+                                              positions.get(self.instance_of[new]))
             except Exception as exc:  # noqa: BLE001 - e.g. WorkerLost: its death queues another rollback
                 failed.append((new, exc))
                 self._discarded.append(new)  # the next rollback relaunches it with the others
@@ -258,6 +286,9 @@ class UnitActor(pykka.ThreadingActor):
                 return None
             if kind is AbandonSpus:
                 return self._abandon(message)
+            if kind is ResizeSpout:
+                self.spec = replace(self.spec, parallelism=message.spus)
+                return None
             if kind is RelaunchSpus:
                 try:
                     return self._relaunch(message)
@@ -338,7 +369,9 @@ class UnitActor(pykka.ThreadingActor):
                 raise ScalingError(f"unit {name!r} has no SPU {cmd.spu_id} to replace")
             return
         if self.spec.is_spout:
-            raise ScalingError(f"spout {name!r} cannot split or merge: only bolts scale")
+            raise ScalingError(f"spout {name!r} cannot split or merge (only bolts scale), nor rescale in an atomic "
+                               "group: rescale it on its own with Job.rescale (its class needs an "
+                               "esault_merge_positions hook)")
         if any(i.grouping is Grouping.GLOBAL for i in self.spec.inputs):
             raise ScalingError(f"bolt {name!r} reads with global_grouping: all its data goes to one SPU, "
                                "so splitting it cannot help")

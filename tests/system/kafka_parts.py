@@ -46,7 +46,8 @@ def words(total: int, vocabulary: int = 50) -> list[tuple[str, str, int]]:
 
 def build(name: str, bootstrap: str, source: str, out: str, spouts: int = 2, counters: int = 2,
           pace: float = 0.0, end: Any = "end", max_records: int = 500, spout_placement: str | None = None,
-          max_pending: int = 2000, table: str | None = None, max_skew: int | None = None):
+          max_pending: int = 2000, table: str | None = None, max_skew: int | None = None,
+          sink_placement: str | None = None):
     """source topic -> KafkaSource (utf-8 keys) -> keyed running count -> KafkaSink (utf-8 key, json count)
     [and a Spark table of (word, count) rows, written by pyarrow]."""
     b = TopologyBuilder(name)
@@ -58,7 +59,7 @@ def build(name: str, bootstrap: str, source: str, out: str, spouts: int = 2, cou
     b.set_bolt("count", PacedCountBolt, counters, params={"pace": pace}, elastic=False,
                pe_idle_timeout=None).key_grouping("words")
     b.set_bolt("out", KafkaSink, params={"bootstrap": bootstrap, "topic": out, "key": "utf-8", "value": "json"},
-               elastic=False).shuffle_grouping("count")
+               elastic=False, **({"placement": sink_placement} if sink_placement else {})).shuffle_grouping("count")
     if table is not None:
         from spark_sink import SparkSink
 

@@ -169,7 +169,8 @@ def test_rescale_move_assign_and_swap_commands_reconfigure_a_running_job_over_it
         bad = run("assign", url, "paced", "up", "{not json")
         assert bad.returncode == 2 and "the assignment is not JSON" in bad.stderr
         refused = run("rescale", url, "paced", "src", "2")
-        assert refused.returncode == 2 and "only bolts scale" in refused.stderr and "HTTP 409" in refused.stderr, \
+        assert refused.returncode == 2 and "cannot be rescaled" in refused.stderr \
+            and "esault_merge_positions" in refused.stderr and "HTTP 409" in refused.stderr, \
             refused.stderr
         nobody = run("rescale", "http://127.0.0.1:9", "paced", "up", "2")
         assert nobody.returncode == 2 and "no esault API answers at" in nobody.stderr
