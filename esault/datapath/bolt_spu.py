@@ -21,9 +21,9 @@ from esault.errors import SerializationError, UnsaveableState
 from esault.migration import handoff
 from esault.migration.handoff import EarlyMessages, GiverHandoff, HeldBatch, ReceiverHandoff, chunk_states
 from esault.datapath.anchors import BatchHold, DeferredAnchor
+from esault.datapath.barriers import BarrierAligner
 from esault.datapath.context import log
 from esault.user_errors import UserErrorLog
-from esault.checkpoint.alignment import Alignment
 from esault.checkpoint.saveable import encode_key, key_owner, unsaveable_hook
 from esault.checkpoint.store import bucket_of, pack_entries
 from esault.messages.acking import AckUpdate
@@ -81,9 +81,8 @@ class BoltSpuActor(SenderActor):
         self._park_store: StateStore | None = None
         # exactly_once: parked states not yet in a completed checkpoint: key -> (state, epoch written or None)
         self._park_unsaved: dict[Any, tuple[bytes, int | None]] = {}
-        self._align: Alignment | None = None
-        self._expect: dict[int, frozenset[int]] = {}  # CheckpointStart that came before its epoch's alignment
-        self._final_epoch: int | None = None  # the final checkpoint's epoch (a stop): the input ends at its barrier
+        self.barriers = BarrierAligner(self, self._run_now,
+                                       f"topology {job.name!r}: bolt {spec.name!r} SPU {cfg.spu_id}")
         self._handlers.update({
             DataBatch: self._on_data,
             Tick: self._on_tick,
@@ -95,8 +94,8 @@ class BoltSpuActor(SenderActor):
             ForwardMarker: self._on_forward_marker,
             MarkerSeen: self._on_marker_seen,
             Probe: self._on_probe,
-            Barrier: self._on_barrier,
-            CheckpointStart: self._on_checkpoint_start,
+            Barrier: self.barriers.on_barrier,
+            CheckpointStart: self.barriers.on_checkpoint_start,
         })
 
     # --- lifecycle --------------------------------------------------------
@@ -248,44 +247,19 @@ class BoltSpuActor(SenderActor):
 
     # --- checkpoints: align, snapshot, restore ----------------------------------
 
-    def _alignment(self, epoch: int) -> Alignment:
-        align = self._align
-        if align is None:
-            align = self._align = Alignment(epoch, self._expect.pop(epoch, None))
-        return align
+    def ready_to_seal(self, epoch: int) -> bool:
+        """EpochSeal: every barrier is in, so every input before them is processed: seal now."""
+        return True
 
-    def _on_checkpoint_start(self, msg: CheckpointStart) -> None:
-        if msg.final:
-            self._final_epoch = msg.epoch
-        align = self._align
-        if align is not None and align.epoch != msg.epoch:
-            self._expect[msg.epoch] = msg.upstream  # a later epoch: after the current one aligns
-            return
-        self._alignment(msg.epoch).expect(msg.upstream)
-        self._check_aligned()
-
-    def _on_barrier(self, msg: Barrier) -> None:
-        align = self._align
-        if align is not None and align.epoch != msg.epoch:
-            if align.holds(msg.sender):  # the sender's next epoch: it waits with its data
-                align.hold(msg)
-            else:
-                log.warning("topology %r: bolt %r SPU %d dropped a stale barrier %d from SPU %d (aligning %d)",
-                            self.job.name, self.unit_name, self.spu_id, msg.epoch, msg.sender, align.epoch)
-            return
-        self._alignment(msg.epoch).barrier(msg.sender)
-        self._check_aligned()
-
-    def _check_aligned(self) -> None:
-        align = self._align
-        if align is None or not align.complete:
-            return
-        self._align = None
-        if align.epoch == self._final_epoch:
+    def seal_epoch(self, epoch: int, final: bool) -> None:
+        """EpochSeal: at the final epoch (a stop) the input ends first; then the snapshot and the barrier."""
+        if final:
             self._end_input()
-        self._snapshot_epoch(align.epoch)
-        for held in align.release():  # the held channels' messages run now, in arrival order
-            self._handlers[type(held)](held)
+        self._snapshot_epoch(epoch)
+
+    def _run_now(self, message: Any) -> None:
+        """A message held back (by the alignment, or till the SPU can take it) runs as if it arrived now."""
+        self._handlers[type(message)](message)
 
     def _end_input(self) -> None:
         """The final checkpoint aligned: no input follows. PEs that flush at the end of the input
@@ -367,7 +341,7 @@ class BoltSpuActor(SenderActor):
         return hold.anchor()
 
     def _on_data(self, msg: DataBatch) -> None:
-        align = self._align
+        align = self.barriers.align
         if align is not None and align.holds(msg.sender):  # after its barrier: the next epoch waits
             align.hold(msg)
             return
