@@ -22,6 +22,7 @@ from esault.migration import handoff
 from esault.migration.handoff import EarlyMessages, GiverHandoff, HeldBatch, ReceiverHandoff, chunk_states
 from esault.datapath.anchors import BatchHold, DeferredAnchor
 from esault.datapath.barriers import BarrierAligner
+from esault.datapath.giver import GiverSide
 from esault.datapath.context import log
 from esault.user_errors import UserErrorLog
 from esault.checkpoint.saveable import encode_key, key_owner, unsaveable_hook
@@ -67,10 +68,9 @@ class BoltSpuActor(SenderActor):
         self.sampler = HashSampler(capacity=1024, every=_SAMPLE_EVERY)
         self._acks: dict[int, int] = {}
         self._view = Tuple()
-        self._giving: GiverHandoff | None = None
-        self._giving_to: dict[int, Any] = {}  # receiver id -> mailbox
         self._receiving: ReceiverHandoff | None = None
         self._early = EarlyMessages()
+        self.giver = GiverSide(self, self._early, self.unit_ref, cfg.spu_id)
         self._retiring = False
         # on_batch_end() is called only for bolts that are not key grouped and define it (a combiner)
         self._calls_batch_end = not spec.per_key and getattr(spec.cls, "on_batch_end", None) is not Bolt.on_batch_end
@@ -86,10 +86,10 @@ class BoltSpuActor(SenderActor):
         self._handlers.update({
             DataBatch: self._on_data,
             Tick: self._on_tick,
-            PrepareGive: self._on_prepare_give,
+            PrepareGive: self.giver.on_prepare_give,
             PrepareReceive: self._on_prepare_receive,
             CancelReconfiguration: self._on_cancel,
-            EpochMarker: self._on_marker,
+            EpochMarker: self.giver.on_marker,
             StateHandoff: self._on_state,
             ForwardMarker: self._on_forward_marker,
             MarkerSeen: self._on_marker_seen,
@@ -543,15 +543,6 @@ class BoltSpuActor(SenderActor):
 
     # --- key hand-off (docs/PROTOCOLS.md) ----------------------------------
 
-    def _on_prepare_give(self, msg: PrepareGive) -> None:
-        self._giving = GiverHandoff(msg.reconfig_id, msg.ranges, msg.upstream, msg.retire)
-        self._giving_to = dict(msg.receivers)
-        for sender in self._early.take_markers(msg.reconfig_id):
-            self._giving.marker(sender)
-        self.unit_ref.tell(Prepared(msg.reconfig_id, self.spu_id, "giver"))
-        if self._giving.ready:
-            self._hand_off()
-
     def _on_install_routes(self, msg: InstallRoutes) -> None:
         super()._on_install_routes(msg)
         if self._receiving is not None:  # a downstream unit's SPUs changed while this receives keys
@@ -560,28 +551,15 @@ class BoltSpuActor(SenderActor):
 
     def _on_cancel(self, msg: CancelReconfiguration) -> None:
         """Called off before the switch: no marker came and no moved key was held, so forgetting is all."""
-        if self._giving is not None and self._giving.reconfig_id == msg.reconfig_id:
-            self._giving = None
-            self._giving_to = {}
+        self.giver.cancel(msg.reconfig_id)
         if self._receiving is not None and self._receiving.reconfig_id == msg.reconfig_id:
             self._receiving = None
         self._early.forget(msg.reconfig_id)
 
-    def _on_marker(self, msg: EpochMarker) -> None:
-        giving = self._giving
-        if giving is None or giving.reconfig_id != msg.reconfig_id:
-            self._early.markers.setdefault(msg.reconfig_id, set()).add(msg.sender)
-            return
-        giving.marker(msg.sender)
-        if giving.ready:
-            self._hand_off()
-
-    def _hand_off(self) -> None:
-        """Every upstream SPU switched: the moved keys' state is final; each receiver gets its ranges'."""
-        giving = self._giving
-        self._giving = None
+    def give(self, giving: GiverHandoff, mailboxes: dict[int, Any]) -> None:
+        """Gives: every upstream SPU switched: the moved keys' state is final; each receiver gets its ranges'."""
         self.flush()
-        receivers = {r: self._giving_to[r] for r in giving.by_receiver() if r in self._giving_to}
+        receivers = {r: mailboxes[r] for r in giving.by_receiver() if r in mailboxes}
         # In band behind this SPU's last output of the moved keys: each downstream SPU tells the receivers.
         self.router.broadcast(ForwardMarker(giving.reconfig_id, self.spu_id, receivers))
         moved = 0
@@ -593,13 +571,12 @@ class BoltSpuActor(SenderActor):
                         states.append((key, self._snapshot(key, pe)))
                     states.extend(self._take_parked(lo, hi))
             moved += len(states)
-            receiver = self._giving_to.get(receiver_id)
+            receiver = mailboxes.get(receiver_id)
             if receiver is not None:
                 self._send_states(receiver, giving.reconfig_id, states)
         self.stats.pes = len(self.pes)
         self._retiring = giving.retire
         self.sampler.clear()
-        self._giving_to = {}
         self.unit_ref.tell(HandoffFinished(giving.reconfig_id, self.spu_id, "giver", moved, 0.0))
 
     def _send_states(self, receiver: Any, reconfig_id: int, states: list[tuple[Any, bytes]]) -> None:

@@ -35,7 +35,6 @@ from esault.messages.data import DataBatch, Tick
 from esault.messages.handoff import (
     CancelReconfiguration,
     HandoffFinished,
-    PrepareGive,
     PrepareReceive,
     Prepared,
 )
@@ -387,14 +386,9 @@ class ChainSpuActor(BoltSpuActor):
 
     # --- chain changes at the tail (the unit's split and merge) ---------------------------
 
-    def _on_prepare_give(self, msg: PrepareGive) -> None:
-        self.mailboxes.update(msg.receivers)
-        super()._on_prepare_give(msg)
-
-    def _hand_off(self) -> None:
-        """Every upstream SPU switched: no S enters here any more."""
-        giving, self._giving = self._giving, None
-        self._giving_to = {}
+    def give(self, giving: GiverHandoff, mailboxes: dict[int, Any]) -> None:
+        """Gives: every upstream SPU switched: no S enters here any more."""
+        self.mailboxes.update(mailboxes)
         receiver = giving.ranges[0][2]
         node = self.node
         if giving.retire:
