@@ -23,6 +23,7 @@ from esault.migration.handoff import EarlyMessages, GiverHandoff, HeldBatch, Rec
 from esault.datapath.anchors import BatchHold, DeferredAnchor
 from esault.datapath.barriers import BarrierAligner
 from esault.datapath.giver import GiverSide
+from esault.datapath.parking import ParkedStates
 from esault.datapath.context import log
 from esault.user_errors import UserErrorLog
 from esault.checkpoint.saveable import encode_key, key_owner, unsaveable_hook
@@ -46,7 +47,6 @@ from esault.messages.handoff import (
 from esault.datapath.pe_manager import PeManager
 from esault.datapath.pe_services import PeServices
 from esault.datapath.sender import SenderActor
-from esault.state.store import StateStore
 from esault.transport.codec import decode, encode
 
 _SAMPLE_EVERY = 16
@@ -77,10 +77,8 @@ class BoltSpuActor(SenderActor):
         self._last_expiry_scan = job.clock.now()
         self._error_log = UserErrorLog(now=job.clock.now)
         self.processed_since_probe = 0
-        self._parked: set[Any] = set()  # keys whose PE expired; their state waits in the unit's store
-        self._park_store: StateStore | None = None
-        # exactly_once: parked states not yet in a completed checkpoint: key -> (state, epoch written or None)
-        self._park_unsaved: dict[Any, tuple[bytes, int | None]] = {}
+        self.parked = ParkedStates(self, job.data_dir / "state" / f"{spec.name}.sqlite", job.exactly_once,
+                                   spec.name, f"topology {job.name!r}: bolt {spec.name!r}")
         self.barriers = BarrierAligner(self, self._run_now,
                                        f"topology {job.name!r}: bolt {spec.name!r} SPU {cfg.spu_id}")
         self._handlers.update({
@@ -139,10 +137,9 @@ class BoltSpuActor(SenderActor):
             self.abandon_stages()
             self.close_checkpointing()
             self.job.stats.retire(self.stats)
-            if self._park_store is not None:
-                self._park_store.close()
+            self.parked.close()
             return
-        for key in list(self._parked):  # parked keys close like every other: wake them first
+        for key in list(self.parked.keys):  # parked keys close like every other: wake them first
             try:
                 self.pes.create(key)
             except Exception as exc:
@@ -158,8 +155,7 @@ class BoltSpuActor(SenderActor):
             for stage in self.stages:
                 self.job.stats.retire(stage.stats)
             self.job.stats.retire(self.stats)
-        if self._park_store is not None:
-            self._park_store.close()
+        self.parked.close()
         self.close_checkpointing()
 
     def _make_pe(self, key: Any) -> Any:
@@ -171,79 +167,11 @@ class BoltSpuActor(SenderActor):
         pe._esault_spu = self.services
         pe._esault_stats = self.stats  # for counts a bolt keeps itself (a join's shed tuples)
         pe.open(self.context(key))
-        if self._parked and key in self._parked:
-            self._unpark(key, pe)
+        parked = self.parked.keys
+        if parked and key in parked:
+            self.parked.unpark(key, pe)
         self.stats.pes = len(self.pes) + 1 if self.spec.per_key else 1
         return pe
-
-    # --- idle PEs park their state (never lost to expiry) ---------------------
-
-    def _state_store(self) -> StateStore:
-        if self._park_store is None:
-            self._park_store = StateStore(self.job.data_dir / "state" / f"{self.unit_name}.sqlite")
-        return self._park_store
-
-    def _park(self, expired: list[tuple[Any, Any]]) -> None:
-        """Keep the state of expired PEs (after their on_expire()) in the store, to restore on the key's return.
-
-        Under exactly_once the state waits in memory until the next checkpoint
-        writes it (then it is in the checkpoint store, where a restore finds it too).
-        """
-        if self.exactly_once:
-            for key, pe in expired:
-                self._park_unsaved[key] = (self._state_of(key, pe), None)
-                self._parked.add(key)
-            return
-        rows, keys = [], []
-        for key, pe in expired:
-            state = self._state_of(key, pe)
-            if state:
-                blob = self.save_state(state, key_owner(self.unit_name, key))
-                key_blob = self._save_key(key) if blob is not None else None
-                if key_blob is not None:
-                    rows.append((key_hash(key), key_blob, blob))
-                    keys.append(key)
-        if not rows:
-            return
-        try:
-            self._state_store().put_many(rows)
-        except Exception as exc:
-            log.error("topology %r: bolt %r cannot write %d idle keys' state to %s (%r); they restart empty",
-                      self.job.name, self.unit_name, len(rows), self._state_store().path, exc)
-            return
-        self._parked.update(keys)
-
-    def _unpark(self, key: Any, pe: Any) -> None:
-        self._parked.discard(key)
-        if self.exactly_once:
-            state = self._parked_state(key)
-            self._park_unsaved.pop(key, None)
-        else:
-            blob = self._state_store().take_many([encode(key)])[0]
-            state = None if blob is None else decode(blob)
-        if state is not None:
-            pe.restore_state(dict(state))
-
-    def _take_parked(self, lo: int, hi: int) -> list[tuple[Any, bytes]]:
-        """(key, state) of the parked keys hashing into [lo, hi], removed from the store: they move away."""
-        moving = [key for key in self._parked if lo <= key_hash(key) <= hi]
-        if not moving:
-            return []
-        self._parked.difference_update(moving)
-        if self.exactly_once:
-            out = [(key, self._parked_state(key)) for key in moving]
-            for key in moving:
-                self._park_unsaved.pop(key, None)
-            return [(key, self._encode_state(key, state)) for key, state in out if state is not None]
-        blobs = self._state_store().take_many([encode(key) for key in moving])
-        return [(key, blob) for key, blob in zip(moving, blobs) if blob is not None]
-
-    def _parked_state(self, key: Any) -> Any:
-        """exactly_once: a parked key's state, from memory or else from its latest completed checkpoint."""
-        unsaved = self._park_unsaved.get(key)
-        if unsaved is not None:
-            return unsaved[0]
-        return self.checkpoint_store().read_key(self.unit_name, key)[1]
 
     # --- checkpoints: align, snapshot, restore ----------------------------------
 
@@ -292,10 +220,7 @@ class BoltSpuActor(SenderActor):
                 if entries is None:
                     entries = buckets[bucket] = []
                 entries += (key, state)
-            for key, (state, written) in self._park_unsaved.items():
-                if written is None:
-                    buckets.setdefault(bucket_of(key_hash(key)), []).extend((key, state))
-                    self._park_unsaved[key] = (state, epoch)
+            self.parked.snapshot_into(buckets, epoch)
             snapshot.rows[self.unit_name] = [(b, self._pack(entries)) for b, entries in buckets.items()]
         else:
             self.snapshot_instance(self.unit_name, self.pes.single(), snapshot)
@@ -306,10 +231,7 @@ class BoltSpuActor(SenderActor):
         if not self.spec.per_key:
             self._call_complete(self.unit_name, self.pes.single(), msg.epoch)
         super()._on_checkpoint_complete(msg)
-        if self._park_unsaved:  # durable in a completed checkpoint now: the store has them
-            done = [k for k, (_, written) in self._park_unsaved.items() if written is not None and written <= msg.epoch]
-            for key in done:
-                del self._park_unsaved[key]
+        self.parked.completed(msg.epoch)
 
     def _restore(self, epoch: int) -> None:
         """Start from completed checkpoint `epoch`: this SPU's key range (or instance) and its chained stages."""
@@ -477,7 +399,7 @@ class BoltSpuActor(SenderActor):
             except Exception as exc:
                 self._error_log("topology %r: bolt %r on_expire() raised %r (key %r)",
                                 self.job.name, self.unit_name, exc, key, exc=exc)
-        self._park(expired)
+        self.parked.park(expired)
         self.stats.pes = len(self.pes)
         self.flush()
 
@@ -569,7 +491,7 @@ class BoltSpuActor(SenderActor):
                 for lo, hi in ranges:
                     for key, pe in self.pes.take_range(lo, hi):
                         states.append((key, self._snapshot(key, pe)))
-                    states.extend(self._take_parked(lo, hi))
+                    states.extend(self.parked.take(lo, hi))
             moved += len(states)
             receiver = mailboxes.get(receiver_id)
             if receiver is not None:
