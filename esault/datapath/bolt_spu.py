@@ -21,9 +21,11 @@ from esault.errors import SerializationError, UnsaveableState
 from esault.migration import handoff
 from esault.migration.handoff import EarlyMessages, GiverHandoff, HeldBatch, ReceiverHandoff, chunk_states
 from esault.datapath.anchors import BatchHold, DeferredAnchor
+from esault.datapath.barriers import BarrierAligner
+from esault.datapath.giver import GiverSide
+from esault.datapath.parking import ParkedStates
 from esault.datapath.context import log
 from esault.user_errors import UserErrorLog
-from esault.checkpoint.alignment import Alignment
 from esault.checkpoint.saveable import encode_key, key_owner, unsaveable_hook
 from esault.checkpoint.store import bucket_of, pack_entries
 from esault.messages.acking import AckUpdate
@@ -45,7 +47,6 @@ from esault.messages.handoff import (
 from esault.datapath.pe_manager import PeManager
 from esault.datapath.pe_services import PeServices
 from esault.datapath.sender import SenderActor
-from esault.state.store import StateStore
 from esault.transport.codec import decode, encode
 
 _SAMPLE_EVERY = 16
@@ -67,36 +68,32 @@ class BoltSpuActor(SenderActor):
         self.sampler = HashSampler(capacity=1024, every=_SAMPLE_EVERY)
         self._acks: dict[int, int] = {}
         self._view = Tuple()
-        self._giving: GiverHandoff | None = None
-        self._giving_to: dict[int, Any] = {}  # receiver id -> mailbox
         self._receiving: ReceiverHandoff | None = None
         self._early = EarlyMessages()
+        self.giver = GiverSide(self, self._early, self.unit_ref, cfg.spu_id)
         self._retiring = False
         # on_batch_end() is called only for bolts that are not key grouped and define it (a combiner)
         self._calls_batch_end = not spec.per_key and getattr(spec.cls, "on_batch_end", None) is not Bolt.on_batch_end
         self._last_expiry_scan = job.clock.now()
         self._error_log = UserErrorLog(now=job.clock.now)
         self.processed_since_probe = 0
-        self._parked: set[Any] = set()  # keys whose PE expired; their state waits in the unit's store
-        self._park_store: StateStore | None = None
-        # exactly_once: parked states not yet in a completed checkpoint: key -> (state, epoch written or None)
-        self._park_unsaved: dict[Any, tuple[bytes, int | None]] = {}
-        self._align: Alignment | None = None
-        self._expect: dict[int, frozenset[int]] = {}  # CheckpointStart that came before its epoch's alignment
-        self._final_epoch: int | None = None  # the final checkpoint's epoch (a stop): the input ends at its barrier
+        self.parked = ParkedStates(self, job.data_dir / "state" / f"{spec.name}.sqlite", job.exactly_once,
+                                   spec.name, f"topology {job.name!r}: bolt {spec.name!r}")
+        self.barriers = BarrierAligner(self, self._run_now,
+                                       f"topology {job.name!r}: bolt {spec.name!r} SPU {cfg.spu_id}")
         self._handlers.update({
             DataBatch: self._on_data,
             Tick: self._on_tick,
-            PrepareGive: self._on_prepare_give,
+            PrepareGive: self.giver.on_prepare_give,
             PrepareReceive: self._on_prepare_receive,
             CancelReconfiguration: self._on_cancel,
-            EpochMarker: self._on_marker,
+            EpochMarker: self.giver.on_marker,
             StateHandoff: self._on_state,
             ForwardMarker: self._on_forward_marker,
             MarkerSeen: self._on_marker_seen,
             Probe: self._on_probe,
-            Barrier: self._on_barrier,
-            CheckpointStart: self._on_checkpoint_start,
+            Barrier: self.barriers.on_barrier,
+            CheckpointStart: self.barriers.on_checkpoint_start,
         })
 
     # --- lifecycle --------------------------------------------------------
@@ -140,10 +137,9 @@ class BoltSpuActor(SenderActor):
             self.abandon_stages()
             self.close_checkpointing()
             self.job.stats.retire(self.stats)
-            if self._park_store is not None:
-                self._park_store.close()
+            self.parked.close()
             return
-        for key in list(self._parked):  # parked keys close like every other: wake them first
+        for key in list(self.parked.keys):  # parked keys close like every other: wake them first
             try:
                 self.pes.create(key)
             except Exception as exc:
@@ -159,8 +155,7 @@ class BoltSpuActor(SenderActor):
             for stage in self.stages:
                 self.job.stats.retire(stage.stats)
             self.job.stats.retire(self.stats)
-        if self._park_store is not None:
-            self._park_store.close()
+        self.parked.close()
         self.close_checkpointing()
 
     def _make_pe(self, key: Any) -> Any:
@@ -172,120 +167,27 @@ class BoltSpuActor(SenderActor):
         pe._esault_spu = self.services
         pe._esault_stats = self.stats  # for counts a bolt keeps itself (a join's shed tuples)
         pe.open(self.context(key))
-        if self._parked and key in self._parked:
-            self._unpark(key, pe)
+        parked = self.parked.keys
+        if parked and key in parked:
+            self.parked.unpark(key, pe)
         self.stats.pes = len(self.pes) + 1 if self.spec.per_key else 1
         return pe
 
-    # --- idle PEs park their state (never lost to expiry) ---------------------
-
-    def _state_store(self) -> StateStore:
-        if self._park_store is None:
-            self._park_store = StateStore(self.job.data_dir / "state" / f"{self.unit_name}.sqlite")
-        return self._park_store
-
-    def _park(self, expired: list[tuple[Any, Any]]) -> None:
-        """Keep the state of expired PEs (after their on_expire()) in the store, to restore on the key's return.
-
-        Under exactly_once the state waits in memory until the next checkpoint
-        writes it (then it is in the checkpoint store, where a restore finds it too).
-        """
-        if self.exactly_once:
-            for key, pe in expired:
-                self._park_unsaved[key] = (self._state_of(key, pe), None)
-                self._parked.add(key)
-            return
-        rows, keys = [], []
-        for key, pe in expired:
-            state = self._state_of(key, pe)
-            if state:
-                blob = self.save_state(state, key_owner(self.unit_name, key))
-                key_blob = self._save_key(key) if blob is not None else None
-                if key_blob is not None:
-                    rows.append((key_hash(key), key_blob, blob))
-                    keys.append(key)
-        if not rows:
-            return
-        try:
-            self._state_store().put_many(rows)
-        except Exception as exc:
-            log.error("topology %r: bolt %r cannot write %d idle keys' state to %s (%r); they restart empty",
-                      self.job.name, self.unit_name, len(rows), self._state_store().path, exc)
-            return
-        self._parked.update(keys)
-
-    def _unpark(self, key: Any, pe: Any) -> None:
-        self._parked.discard(key)
-        if self.exactly_once:
-            state = self._parked_state(key)
-            self._park_unsaved.pop(key, None)
-        else:
-            blob = self._state_store().take_many([encode(key)])[0]
-            state = None if blob is None else decode(blob)
-        if state is not None:
-            pe.restore_state(dict(state))
-
-    def _take_parked(self, lo: int, hi: int) -> list[tuple[Any, bytes]]:
-        """(key, state) of the parked keys hashing into [lo, hi], removed from the store: they move away."""
-        moving = [key for key in self._parked if lo <= key_hash(key) <= hi]
-        if not moving:
-            return []
-        self._parked.difference_update(moving)
-        if self.exactly_once:
-            out = [(key, self._parked_state(key)) for key in moving]
-            for key in moving:
-                self._park_unsaved.pop(key, None)
-            return [(key, self._encode_state(key, state)) for key, state in out if state is not None]
-        blobs = self._state_store().take_many([encode(key) for key in moving])
-        return [(key, blob) for key, blob in zip(moving, blobs) if blob is not None]
-
-    def _parked_state(self, key: Any) -> Any:
-        """exactly_once: a parked key's state, from memory or else from its latest completed checkpoint."""
-        unsaved = self._park_unsaved.get(key)
-        if unsaved is not None:
-            return unsaved[0]
-        return self.checkpoint_store().read_key(self.unit_name, key)[1]
-
     # --- checkpoints: align, snapshot, restore ----------------------------------
 
-    def _alignment(self, epoch: int) -> Alignment:
-        align = self._align
-        if align is None:
-            align = self._align = Alignment(epoch, self._expect.pop(epoch, None))
-        return align
+    def ready_to_seal(self, epoch: int) -> bool:
+        """EpochSeal: every barrier is in, so every input before them is processed: seal now."""
+        return True
 
-    def _on_checkpoint_start(self, msg: CheckpointStart) -> None:
-        if msg.final:
-            self._final_epoch = msg.epoch
-        align = self._align
-        if align is not None and align.epoch != msg.epoch:
-            self._expect[msg.epoch] = msg.upstream  # a later epoch: after the current one aligns
-            return
-        self._alignment(msg.epoch).expect(msg.upstream)
-        self._check_aligned()
-
-    def _on_barrier(self, msg: Barrier) -> None:
-        align = self._align
-        if align is not None and align.epoch != msg.epoch:
-            if align.holds(msg.sender):  # the sender's next epoch: it waits with its data
-                align.hold(msg)
-            else:
-                log.warning("topology %r: bolt %r SPU %d dropped a stale barrier %d from SPU %d (aligning %d)",
-                            self.job.name, self.unit_name, self.spu_id, msg.epoch, msg.sender, align.epoch)
-            return
-        self._alignment(msg.epoch).barrier(msg.sender)
-        self._check_aligned()
-
-    def _check_aligned(self) -> None:
-        align = self._align
-        if align is None or not align.complete:
-            return
-        self._align = None
-        if align.epoch == self._final_epoch:
+    def seal_epoch(self, epoch: int, final: bool) -> None:
+        """EpochSeal: at the final epoch (a stop) the input ends first; then the snapshot and the barrier."""
+        if final:
             self._end_input()
-        self._snapshot_epoch(align.epoch)
-        for held in align.release():  # the held channels' messages run now, in arrival order
-            self._handlers[type(held)](held)
+        self._snapshot_epoch(epoch)
+
+    def _run_now(self, message: Any) -> None:
+        """A message held back (by the alignment, or till the SPU can take it) runs as if it arrived now."""
+        self._handlers[type(message)](message)
 
     def _end_input(self) -> None:
         """The final checkpoint aligned: no input follows. PEs that flush at the end of the input
@@ -318,10 +220,7 @@ class BoltSpuActor(SenderActor):
                 if entries is None:
                     entries = buckets[bucket] = []
                 entries += (key, state)
-            for key, (state, written) in self._park_unsaved.items():
-                if written is None:
-                    buckets.setdefault(bucket_of(key_hash(key)), []).extend((key, state))
-                    self._park_unsaved[key] = (state, epoch)
+            self.parked.snapshot_into(buckets, epoch)
             snapshot.rows[self.unit_name] = [(b, self._pack(entries)) for b, entries in buckets.items()]
         else:
             self.snapshot_instance(self.unit_name, self.pes.single(), snapshot)
@@ -332,10 +231,7 @@ class BoltSpuActor(SenderActor):
         if not self.spec.per_key:
             self._call_complete(self.unit_name, self.pes.single(), msg.epoch)
         super()._on_checkpoint_complete(msg)
-        if self._park_unsaved:  # durable in a completed checkpoint now: the store has them
-            done = [k for k, (_, written) in self._park_unsaved.items() if written is not None and written <= msg.epoch]
-            for key in done:
-                del self._park_unsaved[key]
+        self.parked.completed(msg.epoch)
 
     def _restore(self, epoch: int) -> None:
         """Start from completed checkpoint `epoch`: this SPU's key range (or instance) and its chained stages."""
@@ -367,7 +263,7 @@ class BoltSpuActor(SenderActor):
         return hold.anchor()
 
     def _on_data(self, msg: DataBatch) -> None:
-        align = self._align
+        align = self.barriers.align
         if align is not None and align.holds(msg.sender):  # after its barrier: the next epoch waits
             align.hold(msg)
             return
@@ -503,7 +399,7 @@ class BoltSpuActor(SenderActor):
             except Exception as exc:
                 self._error_log("topology %r: bolt %r on_expire() raised %r (key %r)",
                                 self.job.name, self.unit_name, exc, key, exc=exc)
-        self._park(expired)
+        self.parked.park(expired)
         self.stats.pes = len(self.pes)
         self.flush()
 
@@ -569,15 +465,6 @@ class BoltSpuActor(SenderActor):
 
     # --- key hand-off (docs/PROTOCOLS.md) ----------------------------------
 
-    def _on_prepare_give(self, msg: PrepareGive) -> None:
-        self._giving = GiverHandoff(msg.reconfig_id, msg.ranges, msg.upstream, msg.retire)
-        self._giving_to = dict(msg.receivers)
-        for sender in self._early.take_markers(msg.reconfig_id):
-            self._giving.marker(sender)
-        self.unit_ref.tell(Prepared(msg.reconfig_id, self.spu_id, "giver"))
-        if self._giving.ready:
-            self._hand_off()
-
     def _on_install_routes(self, msg: InstallRoutes) -> None:
         super()._on_install_routes(msg)
         if self._receiving is not None:  # a downstream unit's SPUs changed while this receives keys
@@ -586,28 +473,15 @@ class BoltSpuActor(SenderActor):
 
     def _on_cancel(self, msg: CancelReconfiguration) -> None:
         """Called off before the switch: no marker came and no moved key was held, so forgetting is all."""
-        if self._giving is not None and self._giving.reconfig_id == msg.reconfig_id:
-            self._giving = None
-            self._giving_to = {}
+        self.giver.cancel(msg.reconfig_id)
         if self._receiving is not None and self._receiving.reconfig_id == msg.reconfig_id:
             self._receiving = None
         self._early.forget(msg.reconfig_id)
 
-    def _on_marker(self, msg: EpochMarker) -> None:
-        giving = self._giving
-        if giving is None or giving.reconfig_id != msg.reconfig_id:
-            self._early.markers.setdefault(msg.reconfig_id, set()).add(msg.sender)
-            return
-        giving.marker(msg.sender)
-        if giving.ready:
-            self._hand_off()
-
-    def _hand_off(self) -> None:
-        """Every upstream SPU switched: the moved keys' state is final; each receiver gets its ranges'."""
-        giving = self._giving
-        self._giving = None
+    def give(self, giving: GiverHandoff, mailboxes: dict[int, Any]) -> None:
+        """Gives: every upstream SPU switched: the moved keys' state is final; each receiver gets its ranges'."""
         self.flush()
-        receivers = {r: self._giving_to[r] for r in giving.by_receiver() if r in self._giving_to}
+        receivers = {r: mailboxes[r] for r in giving.by_receiver() if r in mailboxes}
         # In band behind this SPU's last output of the moved keys: each downstream SPU tells the receivers.
         self.router.broadcast(ForwardMarker(giving.reconfig_id, self.spu_id, receivers))
         moved = 0
@@ -617,15 +491,14 @@ class BoltSpuActor(SenderActor):
                 for lo, hi in ranges:
                     for key, pe in self.pes.take_range(lo, hi):
                         states.append((key, self._snapshot(key, pe)))
-                    states.extend(self._take_parked(lo, hi))
+                    states.extend(self.parked.take(lo, hi))
             moved += len(states)
-            receiver = self._giving_to.get(receiver_id)
+            receiver = mailboxes.get(receiver_id)
             if receiver is not None:
                 self._send_states(receiver, giving.reconfig_id, states)
         self.stats.pes = len(self.pes)
         self._retiring = giving.retire
         self.sampler.clear()
-        self._giving_to = {}
         self.unit_ref.tell(HandoffFinished(giving.reconfig_id, self.spu_id, "giver", moved, 0.0))
 
     def _send_states(self, receiver: Any, reconfig_id: int, states: list[tuple[Any, bytes]]) -> None:

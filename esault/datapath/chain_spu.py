@@ -35,7 +35,6 @@ from esault.messages.data import DataBatch, Tick
 from esault.messages.handoff import (
     CancelReconfiguration,
     HandoffFinished,
-    PrepareGive,
     PrepareReceive,
     Prepared,
 )
@@ -57,7 +56,6 @@ class ChainSpuActor(BoltSpuActor):
         self._round: dict[str, int | None] = {"R": None, "S": None}  # bound of this SPU's flush round in flight
         self._last_round = {"R": 0.0, "S": 0.0}
         self._last_entry = 0.0
-        self._final_epoch: int | None = None
         self._stopped_at_final = False  # quiet after the final checkpoint (a stop)
         self._owed_since = {"R": 0.0, "S": 0.0}  # when the oldest input still owed pairs entered (about)
         self._receiving_from: int | None = None  # a new tail: the old tail that links it
@@ -69,6 +67,18 @@ class ChainSpuActor(BoltSpuActor):
         self._period_start = _time.perf_counter()
         self._busy_mark = 0.0  # busy seconds counted up to the last sample
         self._handlers.update({ChainLink: self._on_link, ChainMembers: self._on_members})
+        for kind in (DataBatch, Barrier, CheckpointStart):  # entries and checkpoints wait for the neighbours
+            self._handlers[kind] = self._once_linked(self._handlers[kind])
+
+    def _once_linked(self, handler: Any) -> Any:
+        """`handler`, but what comes before this SPU knows its neighbours waits (in order) until it does."""
+
+        def gated(message: Any) -> None:
+            if self._linked:
+                handler(message)
+            else:
+                self._waiting.append(message)
+        return gated
 
     # --- set-up ---------------------------------------------------------------
 
@@ -151,12 +161,6 @@ class ChainSpuActor(BoltSpuActor):
             self._handlers[type(message)](message)
 
     # --- entries ----------------------------------------------------------------
-
-    def _on_data(self, msg: DataBatch) -> None:
-        if not self._linked:
-            self._waiting.append(msg)
-            return
-        super()._on_data(msg)
 
     def _process_data(self, msg: DataBatch) -> None:
         bolt = self.pes.single()
@@ -305,8 +309,7 @@ class ChainSpuActor(BoltSpuActor):
         if self._retire_op is not None and node.retired:
             self.unit_ref.tell(HandoffFinished(self._retire_op, self.spu_id, "giver", sum(node.stored()), 0.0))
             self._retire_op = None
-        if self._align is not None:
-            self._check_aligned()
+        self.barriers.check()  # quiet links may complete a checkpoint's alignment
 
     def _effects(self, effects: list) -> tuple[dict[int, list], list[Flushed]]:
         """Emit the pairs; (link messages per neighbour, in order; finished rounds)."""
@@ -354,37 +357,20 @@ class ChainSpuActor(BoltSpuActor):
 
     # --- checkpoints: align, quiesce the links, snapshot ------------------------------
 
-    def _on_barrier(self, msg: Barrier) -> None:
-        if not self._linked:
-            self._waiting.append(msg)
-            return
-        super()._on_barrier(msg)
-
-    def _on_checkpoint_start(self, msg: CheckpointStart) -> None:
-        if not self._linked:
-            self._waiting.append(msg)
-            return
-        if msg.final:
-            self._final_epoch = msg.epoch
-        super()._on_checkpoint_start(msg)
-
-    def _check_aligned(self) -> None:
-        align = self._align
-        if align is None or not align.complete:
-            return
+    def ready_to_seal(self, epoch: int) -> bool:
+        """EpochSeal: aligned, the links quiesce: sealed once the neighbours' Marks and the acks of the blocks
+        sent are in (a link message's arrival checks again)."""
         node = self.node
-        if node.quiescing != align.epoch:
-            self._apply(node.begin_quiesce(align.epoch))
-        if not node.quiet():
-            return  # the neighbours' Marks, or acks of blocks sent, are still to come
-        self._align = None
-        self._snapshot_epoch(align.epoch)
-        if align.epoch == self._final_epoch:  # the job stops here: what crossed after it would be output past
-            self._stopped_at_final = True    # its last checkpoint (a restart from it makes those pairs again)
+        if node.quiescing != epoch:
+            self._apply(node.begin_quiesce(epoch))
+        return node.quiet()
+
+    def seal_epoch(self, epoch: int, final: bool) -> None:
+        self._snapshot_epoch(epoch)
+        if final:  # the job stops here: what crossed after it would be output past its last checkpoint
+            self._stopped_at_final = True  # (a restart from it makes those pairs again)
         else:
-            self._apply(node.end_quiesce())
-        for held in align.release():
-            self._handlers[type(held)](held)
+            self._apply(self.node.end_quiesce())
 
     def _snapshot_epoch(self, epoch: int) -> None:
         self.flush()
@@ -400,14 +386,9 @@ class ChainSpuActor(BoltSpuActor):
 
     # --- chain changes at the tail (the unit's split and merge) ---------------------------
 
-    def _on_prepare_give(self, msg: PrepareGive) -> None:
-        self.mailboxes.update(msg.receivers)
-        super()._on_prepare_give(msg)
-
-    def _hand_off(self) -> None:
-        """Every upstream SPU switched: no S enters here any more."""
-        giving, self._giving = self._giving, None
-        self._giving_to = {}
+    def give(self, giving: GiverHandoff, mailboxes: dict[int, Any]) -> None:
+        """Gives: every upstream SPU switched: no S enters here any more."""
+        self.mailboxes.update(mailboxes)
         receiver = giving.ranges[0][2]
         node = self.node
         if giving.retire:
