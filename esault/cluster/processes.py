@@ -282,16 +282,21 @@ class ClusterActor(pykka.ThreadingActor):
             self.lost = [w for w in self.lost if w != hello.process]
             self._fenced.discard(hello.process)
         self.postman.connect(hello.process, hello.address)
+        # Every process's address and key: a worker admits exactly these keys besides the driver's. The new
+        # worker is told first, before it can be picked for an SPU: its host handles the driver's messages in
+        # order, so it admits its peers' keys before any SPU of its own starts and a peer sends to it (a
+        # connection its Curve handshake refused once would not come back).
+        keys = self.postman.keys
+        addresses = {"driver": self.postman.address, **self.registry.workers, hello.process: hello.address}
+        peers = {name: (address, (keys.key_of(name) or b"").decode()) for name, address in addresses.items()}
+        self.postman.send(hello.process, "host", PeerAddresses(peers))
         self.registry.joined(hello.process, hello.address)
         self.registry.pids[hello.process] = hello.pid
         self.hearts.beat(hello.process)
         metrics.set_workers(len(self.registry.workers))
-        # Every process's address and key: a worker admits exactly these keys besides the driver's.
-        keys = self.postman.keys
-        peers = {name: (address, (keys.key_of(name) or b"").decode())
-                 for name, address in {"driver": self.postman.address, **self.registry.workers}.items()}
         for worker in self.registry.workers:
-            self.postman.send(worker, "host", PeerAddresses(peers))
+            if worker != hello.process:
+                self.postman.send(worker, "host", PeerAddresses(peers))
         log.info("worker %s (pid %d) joined from %s", hello.process, hello.pid, hello.address)
 
     def on_receive(self, message: Any) -> Any:

@@ -113,6 +113,40 @@ def test_a_name_declared_dead_joins_again_and_its_beats_count_again():
         ref.stop()
 
 
+class PickingPostman(FakePostman):
+    """Notes, at each send, whether the worker it goes to could already be picked for an SPU."""
+
+    def __init__(self, registry: WorkerRegistry) -> None:
+        super().__init__()
+        self.registry = registry
+        self.pickable_when_sent: list[tuple[str, bool]] = []
+
+    def send(self, process: str, actor: str, message: Any, timeout: float | None = None) -> None:
+        if isinstance(message, PeerAddresses):
+            self.pickable_when_sent.append((process, process in self.registry.workers))
+        super().send(process, actor, message, timeout)
+
+
+def test_a_joining_worker_is_told_its_peers_keys_before_it_can_be_picked_for_an_spu():
+    """A rollback may place an SPU on a worker the moment it joins; the worker's host handles the driver's
+    messages in order, so PeerAddresses must go before it is pickable, or a peer sending to that SPU meets
+    a Curve handshake that refuses it (the restarted-worker hang seen in CI)."""
+    registry = WorkerRegistry()
+    postman = PickingPostman(registry)
+    ref = ClusterActor.start(postman, registry, lambda: {"job": FakeJob()}, heartbeat_timeout=600.0)
+    try:
+        ref.ask(WorkerHello("w1", "tcp://10.0.0.1:4000", 100))
+        ref.ask(WorkerHello("w2", "tcp://10.0.0.2:4000", 200))
+        ref.ask(WorkerHello("w1", "tcp://10.0.0.1:5000", 101))  # restarted
+        told_first = [pickable for process, pickable in postman.pickable_when_sent if process == "w1"]
+        assert told_first == [False, True, False], "each incarnation of w1 learns its peers before it is pickable"
+        last_to_w1 = [m for kind, (p, a, m) in [e for e in postman.log if e[0] == "send"]
+                      if p == "w1" and isinstance(m, PeerAddresses)][-1]
+        assert last_to_w1.peers["w2"] == ("tcp://10.0.0.2:4000", "key-of-w2")
+    finally:
+        ref.stop()
+
+
 class BusyJob(FakeJob):
     """A job whose status() blocks, as it does while a rollback keeps its unit actors busy."""
 
