@@ -316,7 +316,8 @@ def test_the_compose_cluster_runs_the_word_count_exactly_and_is_observable(stack
         # the run's time range would draw it (a range query, one point a second).
         queries = [(path.name, title, with_grafana_variables(expr, {"$__rate_interval": RATE_WINDOW}))
                    for path in sorted(DASHBOARDS.glob("*.json"))
-                   for title, expr in dashboard_queries(path, annotations=False)]
+                   for title, expr in dashboard_queries(path, annotations=False)
+                   if "esault_kafka_" not in expr]  # the word count reads no Kafka: test_kafka_operations.py runs those
         assert len(queries) > 20, "the dashboards' queries were not found"
         window = {"start": str(int(job_started) - 10), "end": str(int(job_ended) + 30), "step": "1"}
         empty = [(dashboard, title, query) for dashboard, title, query in queries
