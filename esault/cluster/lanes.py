@@ -13,7 +13,7 @@ probes) stays on the data lane, in order with the data.
 from __future__ import annotations
 
 from esault.datapath.inbox import JUMPS_QUEUE
-from esault.messages.cluster import PeerAddresses, SpuStarted, StartSpu, SubmitJob
+from esault.messages.cluster import PeerAddresses, PeerGone, SpuStarted, StartSpu, SubmitJob
 from esault.messages.handoff import HandoffFinished, Prepared
 
 CONTROL_LANE: frozenset[type] = JUMPS_QUEUE | frozenset({
@@ -21,8 +21,13 @@ CONTROL_LANE: frozenset[type] = JUMPS_QUEUE | frozenset({
     # placement: a new SPU must not wait for data queued to its worker; what it needs first (the job's
     # units, its peers' addresses) travels on the same lane, so it still comes first
     SubmitJob, PeerAddresses, StartSpu, SpuStarted,
+    # a peer's death goes on the lane of its addresses: a worker that comes back under its name is announced
+    # by a PeerAddresses after the PeerGone of its old incarnation, and must not be overtaken by it
+    PeerGone,
 })
 """Why each is safe off the data lane: JUMPS_QUEUE as in inbox.py. Prepared and HandoffFinished go to the
 unit actor, which receives no data. StartSpu and SpuStarted concern an SPU that has no data yet; SubmitJob
-and PeerAddresses go with them because a StartSpu must not overtake them. StopSpu
+and PeerAddresses go with them because a StartSpu must not overtake them; PeerGone because a PeerAddresses
+that re-admits a restarted worker must not overtake the PeerGone of its old incarnation (on the data lane it
+did, and the survivor then dropped the new connection). StopSpu
 stays on the data lane: at a job's end it must arrive after the last frames for the SPU it stops."""

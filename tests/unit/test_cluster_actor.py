@@ -187,3 +187,12 @@ def test_a_status_request_during_a_rollback_does_not_hold_up_heartbeats_and_is_a
     finally:
         job.release.set()
         ref.stop()
+
+
+def test_a_peers_death_and_its_addresses_travel_on_one_lane_so_a_rejoin_is_never_overtaken():
+    """The driver sends a restarted worker's old incarnation PeerGone, then PeerAddresses naming the new one.
+    Lanes are FIFO each, the control lane goes first: on different lanes the addresses overtook the death,
+    and the survivor dropped its new connection (the compose cluster's rejoin hung)."""
+    from esault.cluster.lanes import CONTROL_LANE
+
+    assert PeerGone in CONTROL_LANE and PeerAddresses in CONTROL_LANE
