@@ -134,6 +134,33 @@ def exact_rows(expected: dict[str, int]) -> dict[str, list[int]]:
     return {w: list(range(1, n + 1)) for w, n in expected.items()}
 
 
+def kill_driver_after_checkpoints(script: str, store_path: Path, epochs: int = 3) -> None:
+    """Run `script` (a driver printing its workers' pids on its first line) in a process of its own, kill -9 it
+    once its store at `store_path` has checkpoint `epochs`, and wait for its orphaned workers to exit (their
+    driver timeout)."""
+    import signal
+    import subprocess
+    import sys
+
+    from esault.checkpoint.store import CheckpointStore
+    from esault.testing import wait_until
+
+    driver = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True)
+    try:
+        workers = [int(p) for p in driver.stdout.readline().split()]
+        wait_until(lambda: store_path.exists() and (CheckpointStore(store_path).latest() or None)
+                   and CheckpointStore(store_path).latest().epoch >= epochs, 60, message=f"{epochs} checkpoints")
+        driver.send_signal(signal.SIGKILL)
+        driver.wait(10)
+    finally:
+        if driver.poll() is None:
+            driver.kill()
+        driver.stdout.close()
+    for pid in workers:
+        wait_until(lambda: not os.path.exists(f"/proc/{pid}") or open(f"/proc/{pid}/stat").read().split(")")[-1]
+                   .split()[0] == "Z", 60, message="orphan workers gone")
+
+
 from esault.testing import ListSpout  # noqa: E402
 
 

@@ -254,21 +254,7 @@ def test_a_driver_killed_mid_run_is_restarted_and_resumes_exactly(tmp_path):
     data = tmp_path / "data"
     script = DRIVER.format(paths=[str(ROOT), str(ROOT / "examples"), str(ROOT / "tests" / "system")],
                            total=total, data=str(data))
-    driver = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True)
-    try:
-        workers = [int(p) for p in driver.stdout.readline().split()]
-        store_path = data / "eo-driver" / "checkpoints.sqlite"
-        wait_until(lambda: store_path.exists() and (CheckpointStore(store_path).latest() or None)
-                   and CheckpointStore(store_path).latest().epoch >= 3, 60, message="three checkpoints")
-        driver.send_signal(signal.SIGKILL)
-        driver.wait(10)
-    finally:
-        if driver.poll() is None:
-            driver.kill()
-        driver.stdout.close()
-    for pid in workers:  # the orphaned workers exit by themselves (driver timeout)
-        wait_until(lambda: not os.path.exists(f"/proc/{pid}") or open(f"/proc/{pid}/stat").read().split(")")[-1]
-                   .split()[0] == "Z", 60, message="orphan workers gone")
+    eo_parts.kill_driver_after_checkpoints(script, data / "eo-driver" / "checkpoints.sqlite")
     topology = eo_parts.build("eo-driver", total, rate=1000, sink="pyarrow")
     with LocalCluster(workers=2) as cluster:
         job = cluster.submit(topology, JobConfig(data_dir=data, elasticity=False, checkpoint_interval=0.3))

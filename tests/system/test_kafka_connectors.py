@@ -229,10 +229,6 @@ with LocalCluster(workers=2, heartbeat_timeout=2.0) as cluster:
 def test_kill_9_of_the_driver_mid_stream_then_a_restart_leaves_the_output_topic_exact(kafka_broker, tmp_path):
     """The spouts run in the driver (the default placement): they die with it; the restart resumes them at
     the last completed checkpoint's offsets, and the sinks publish what it covers."""
-    import subprocess
-
-    from esault.checkpoint.store import CheckpointStore
-
     kafka_broker.create_topic("words", 4)
     kafka_broker.create_topic("counts", 2)
     records = kafka_parts.words(4000)
@@ -241,21 +237,7 @@ def test_kill_9_of_the_driver_mid_stream_then_a_restart_leaves_the_output_topic_
     here = Path(__file__).resolve().parent
     script = DRIVER.format(paths=[str(here.parents[1]), str(here)], bootstrap=kafka_broker.bootstrap,
                            data=str(data))
-    driver = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True)
-    try:
-        workers = [int(p) for p in driver.stdout.readline().split()]
-        store_path = data / "kafka-driver" / "checkpoints.sqlite"
-        wait_until(lambda: store_path.exists() and (CheckpointStore(store_path).latest() or None)
-                   and CheckpointStore(store_path).latest().epoch >= 3, 60, message="three checkpoints")
-        driver.send_signal(signal.SIGKILL)
-        driver.wait(10)
-    finally:
-        if driver.poll() is None:
-            driver.kill()
-        driver.stdout.close()
-    for pid in workers:  # the orphaned workers exit by themselves (driver timeout)
-        wait_until(lambda: not os.path.exists(f"/proc/{pid}") or open(f"/proc/{pid}/stat").read().split(")")[-1]
-                   .split()[0] == "Z", 60, message="orphan workers gone")
+    eo_parts.kill_driver_after_checkpoints(script, data / "kafka-driver" / "checkpoints.sqlite")
     cut = kafka_parts.running_counts(kafka_broker.read("counts"))
     assert sum(map(len, cut.values())) < len(records), "the driver was not killed mid-stream"
     topology = kafka_parts.build("kafka-driver", kafka_broker.bootstrap, "words", "counts", pace=0.003,
