@@ -131,11 +131,9 @@ def test_a_file_in_the_older_row_per_key_format_is_refused_with_the_way_out(tmp_
         CheckpointStore(path)
 
 
-@settings(max_examples=60, deadline=None)
-@given(st.lists(st.tuples(st.dictionaries(st.sampled_from(KEYS), st.integers(0, 99), max_size=30),
-                          st.booleans(), st.booleans()), min_size=1, max_size=8))
-def test_compaction_never_changes_what_any_completed_checkpoint_or_savepoint_restores(tmp_path_factory, epochs):
-    store = CheckpointStore(tmp_path_factory.mktemp("c") / "c.sqlite")
+def filled_store(path, epochs) -> tuple[CheckpointStore, list[int]]:
+    """A store with one epoch per (states, completes, savepoint) of `epochs`; and the epochs completed."""
+    store = CheckpointStore(path)
     done = []
     for epoch, (states, completes, savepoint) in enumerate(epochs, start=1):
         store.write_states("u", epoch, epoch % 3, rows(states))
@@ -144,6 +142,14 @@ def test_compaction_never_changes_what_any_completed_checkpoint_or_savepoint_res
         if completes:
             store.complete(epoch, "savepoint" if savepoint else "checkpoint", {})
             done.append(epoch)
+    return store, done
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.tuples(st.dictionaries(st.sampled_from(KEYS), st.integers(0, 99), max_size=30),
+                          st.booleans(), st.booleans()), min_size=1, max_size=8))
+def test_compaction_never_changes_what_any_completed_checkpoint_or_savepoint_restores(tmp_path_factory, epochs):
+    store, done = filled_store(tmp_path_factory.mktemp("c") / "c.sqlite", epochs)
     if not done:
         return
     latest = done[-1]
@@ -244,15 +250,7 @@ def test_a_store_sqlite_cannot_read_is_refused_naming_the_file_and_the_ways_out(
                           st.booleans(), st.booleans()), min_size=1, max_size=8), st.integers(0, 7))
 def test_compaction_at_any_retained_checkpoint_keeps_every_recorded_one_exact_and_verified(
         tmp_path_factory, epochs, pick):
-    store = CheckpointStore(tmp_path_factory.mktemp("c") / "c.sqlite")
-    done = []
-    for epoch, (states, completes, savepoint) in enumerate(epochs, start=1):
-        store.write_states("u", epoch, epoch % 3, rows(states))
-        if states:
-            store.write_states("u", epoch, 9, [(instance_slot(0), encode(sum(states.values())))])
-        if completes:
-            store.complete(epoch, "savepoint" if savepoint else "checkpoint", {})
-            done.append(epoch)
+    store, done = filled_store(tmp_path_factory.mktemp("c") / "c.sqlite", epochs)
     if not done:
         return
     oldest_retained = done[pick % len(done)]
