@@ -69,6 +69,23 @@ def build(name: str, bootstrap: str, source: str, out: str, spouts: int = 2, cou
     return b.build()
 
 
+def wait_every_partition_read_from(bootstrap: str, topology: str, partitions: int = 4) -> None:
+    """Until a completed checkpoint has every partition of "words" past its first record (the offsets it
+    committed to the source's group): a rescale then moves partitions read part way, which an instance must
+    not read again."""
+    from confluent_kafka import Consumer, TopicPartition
+
+    from esault.testing import wait_until
+
+    reader = Consumer({"bootstrap.servers": bootstrap, "group.id": f"esault.{topology}.words"})
+    try:
+        wait_until(lambda: all(tp.offset > 0 for tp in reader.committed(
+            [TopicPartition("words", p) for p in range(partitions)], timeout=5)), 60,
+                   message="a checkpoint past the first record of every partition")
+    finally:
+        reader.close()
+
+
 def running_counts(records: list[dict[str, Any]]) -> dict[str, list[int]]:
     """key -> the counts the output topic holds for it, sorted."""
     out: dict[str, list[int]] = collections.defaultdict(list)

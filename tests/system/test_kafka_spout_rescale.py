@@ -45,20 +45,6 @@ def post(url: str, body: object) -> tuple[int, dict]:
         return err.code, json.loads(err.read())
 
 
-def wait_every_partition_read_from(kafka_broker, topology: str, partitions: int = 4) -> None:
-    """Until a completed checkpoint has every partition past its first record (the offsets it committed to the
-    source's group): a rescale then moves partitions read part way, which an instance must not read again."""
-    from confluent_kafka import Consumer, TopicPartition
-
-    reader = Consumer({"bootstrap.servers": kafka_broker.bootstrap, "group.id": f"esault.{topology}.words"})
-    try:
-        wait_until(lambda: all(tp.offset > 0 for tp in reader.committed(
-            [TopicPartition("words", p) for p in range(partitions)], timeout=5)), 60,
-                   message="a checkpoint past the first record of every partition")
-    finally:
-        reader.close()
-
-
 class GrowOnce(Controller):
     """Rescales the spout to 4 instances, once."""
 
@@ -92,7 +78,7 @@ def test_a_kafka_spout_rescaled_2_to_4_to_1_mid_stream_leaves_the_topic_and_the_
     records, topology = start(kafka_broker, "kafka-rescale", total=12000, table="kafka_counts")
     with LocalCluster(workers=2) as cluster:
         job = cluster.submit(topology, eo_config(tmp_path))
-        wait_every_partition_read_from(kafka_broker, "kafka-rescale")
+        kafka_parts.wait_every_partition_read_from(kafka_broker.bootstrap, "kafka-rescale")
         runner = job.add_controller(GrowOnce())  # to 4 by a controller's Rescale, to 1 by the REST route
         wait_until(lambda: runner.decisions, 60, message="the controller's rescale applied")
         grown = runner.decisions[0]
@@ -134,6 +120,55 @@ def test_a_job_restarted_on_its_data_dir_with_another_spout_parallelism_resumes_
     assert kafka_parts.running_counts(kafka_broker.read("counts")) == kafka_parts.exact_counts(records)
 
 
+DRIVER = """
+import sys
+sys.path[:0] = {paths!r}
+import kafka_parts
+from esault import JobConfig, LocalCluster
+with LocalCluster(workers=2, heartbeat_timeout=2.0) as cluster:
+    job = cluster.submit(kafka_parts.build("kafka-driver-rescale", {bootstrap!r}, "words", "counts", pace=0.004,
+                                           max_records=50, max_pending=100, table="kafka_counts"),
+                         JobConfig(data_dir={data!r}, elasticity=False, checkpoint_interval=0.3,
+                                   message_timeout=300.0))
+    kafka_parts.wait_every_partition_read_from({bootstrap!r}, "kafka-driver-rescale")
+    job.rescale("words", 4, timeout=120)  # returns once a checkpoint with 4 instances completed
+    print(" ".join(str(p.pid) for p in cluster.pool.processes), flush=True)  # then the test kills -9 this driver
+    job.wait()
+    job.stop()
+"""
+
+
+def test_kill_9_of_the_driver_after_a_spout_rescale_then_a_restart_on_its_data_dir_leaves_both_outputs_exact(
+        kafka_broker, tmp_path):
+    """The driver (and the 4 spouts in it) dies right after a rescale 2 -> 4 returned; a restart on the same data
+    dir, declaring the new parallelism, resumes every partition from the checkpoint the 4 instances recorded,
+    and both sinks publish exactly what it covers."""
+    from esault.checkpoint.store import CheckpointStore
+
+    records, _ = start(kafka_broker, "kafka-driver-rescale")
+    data = tmp_path / "data"
+    here = Path(__file__).resolve().parent
+    script = DRIVER.format(paths=[str(here.parents[1]), str(here)], bootstrap=kafka_broker.bootstrap,
+                           data=str(data))
+    store = data / "kafka-driver-rescale" / "checkpoints.sqlite"
+    eo_parts.kill_driver_after_checkpoints(script, store)  # its pids are printed once the rescale returned
+    cut = kafka_parts.running_counts(kafka_broker.read("counts"))
+    assert sum(map(len, cut.values())) < len(records), "the driver was not killed mid-stream"
+    recorded = CheckpointStore(store).latest()
+    assert sorted(recorded.positions["words"]) == [0, 1, 2, 3], \
+        f"the last checkpoint before the kill was not the rescaled job's: {recorded.positions['words']}"
+    four = kafka_parts.build("kafka-driver-rescale", kafka_broker.bootstrap, "words", "counts", spouts=4,
+                             pace=0.004, max_records=50, max_pending=100, table="kafka_counts")
+    with LocalCluster(workers=2) as cluster:
+        job = cluster.submit(four, eo_config(tmp_path))
+        assert job.restored_from is not None and job.restored_from.epoch == recorded.epoch
+        assert len(job.spus("words")) == 4
+        assert job.wait(180), job.status()
+        job.stop()
+    assert kafka_parts.running_counts(kafka_broker.read("counts")) == kafka_parts.exact_counts(records)
+    assert eo_parts.table_rows(job.data_dir / "warehouse", "kafka_counts") == kafka_parts.exact_counts(records)
+
+
 @pytest.mark.parametrize("step", STEPS)
 def test_kill_9_of_the_worker_hosting_the_spouts_at_each_step_of_a_rescale_leaves_the_output_exact(
         kafka_broker, tmp_path, step):
@@ -144,7 +179,7 @@ def test_kill_9_of_the_worker_hosting_the_spouts_at_each_step_of_a_rescale_leave
                               sink_placement="driver", table="kafka_counts")
     with LocalCluster(workers=3, heartbeat_timeout=1.0) as cluster:
         job = cluster.submit(topology, eo_config(tmp_path))
-        wait_every_partition_read_from(kafka_broker, f"kafka-rescale-{step}")
+        kafka_parts.wait_every_partition_read_from(kafka_broker.bootstrap, f"kafka-rescale-{step}")
         killed: list[str] = []
 
         def cut(unit: str, at: str) -> None:
