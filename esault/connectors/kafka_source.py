@@ -15,13 +15,13 @@ consumer group, so Kafka's tools show the group's lag. docs/CONNECTORS.md.
 from __future__ import annotations
 
 import logging
-import re
 import time
 from typing import Any, Callable
 
 from esault.connectors.codecs import resolve_codec
 from esault.connectors.partitions import (
-    AckedOffsets, PartitionOffsets, TimeAligner, TopicPartition, merge_positions, owned,
+    AckedOffsets, PartitionOffsets, TimeAligner, TopicPartition, matching, merge_positions, newly_owned, owned,
+    partitions_read,
 )
 from esault.connectors.settings import (
     OUTPUTS, SOURCE_OWNED, START_NAMES, check_bootstrap, check_config, check_event_time, check_positive,
@@ -216,7 +216,7 @@ class KafkaSource(Spout):
         names: list[str] = []
         for topic in self.topics:
             if topic.startswith("^"):
-                names.extend(self._matching(topic, existing))
+                names.extend(matching(topic, existing))
             elif topic in existing and existing[topic].error is None:
                 names.append(topic)
             elif self.create:
@@ -231,11 +231,6 @@ class KafkaSource(Spout):
         if self.create or any(t.startswith("^") for t in self.topics):
             metadata = self._consumer.list_topics(timeout=self.connect_timeout)
         return [(t, p) for t in dict.fromkeys(names) for p in metadata.topics[t].partitions]
-
-    @staticmethod
-    def _matching(pattern: str, existing: Any) -> list[str]:
-        regex = re.compile(pattern)
-        return sorted(t for t in existing if regex.match(t) and not t.startswith("__"))
 
     def _refresh(self, kafka: Any) -> None:
         """Are the brokers answering (else the source waits for them, and says so)? When tailing with a
@@ -256,9 +251,8 @@ class KafkaSource(Spout):
             self.waiting_for_broker = False
         if self.refresh_interval is None or self.end is not None:
             return
-        names = [n for t in self.topics for n in (self._matching(t, existing) if t.startswith("^") else [t])]
-        partitions = [(t, p) for t in dict.fromkeys(names) if t in existing for p in existing[t].partitions]
-        new = [tp for tp in owned(partitions, *self._instance) if tp not in self._offsets]
+        partitions = partitions_read(self.topics, {t: list(m.partitions) for t, m in existing.items()})
+        new = newly_owned(partitions, self._offsets, *self._instance)
         if not new:
             return
         added = []

@@ -15,10 +15,11 @@ restore resumes at the first record the checkpoint does not cover.
 from __future__ import annotations
 
 import heapq
+import re
 import zlib
 from collections import deque
 from dataclasses import dataclass
-from typing import Any, Iterable
+from typing import Any, Container, Iterable, Mapping
 
 TopicPartition = tuple[str, int]
 
@@ -31,6 +32,29 @@ def owner(topic: str, partition: int, instances: int) -> int:
 def owned(partitions: Iterable[TopicPartition], instance: int, instances: int) -> list[TopicPartition]:
     """The partitions `instance` reads, sorted; the instances' sets are disjoint and cover every partition."""
     return sorted(tp for tp in set(partitions) if owner(tp[0], tp[1], instances) == instance)
+
+
+def matching(pattern: str, topics: Iterable[str]) -> list[str]:
+    """The topics a pattern ('^orders-.*', re.match) names, sorted; internal topics ('__...') never match."""
+    regex = re.compile(pattern)
+    return sorted(t for t in topics if regex.match(t) and not t.startswith("__"))
+
+
+def partitions_read(topics: Iterable[str], metadata: Mapping[str, Iterable[int]]) -> list[TopicPartition]:
+    """Every partition a source reading `topics` (names, or patterns starting with '^') reads, by a
+    metadata answer `metadata` (topic -> its partition ids). A named topic the answer lacks has none yet."""
+    names = [n for t in topics for n in (matching(t, metadata) if t.startswith("^") else [t])]
+    return sorted((t, p) for t in dict.fromkeys(names) if t in metadata for p in metadata[t])
+
+
+def newly_owned(partitions: Iterable[TopicPartition], known: Container[TopicPartition], instance: int,
+                instances: int) -> list[TopicPartition]:
+    """What a metadata refresh adds to `instance`: the partitions it owns that it does not read yet (`known`).
+
+    Over the instances 0 .. instances - 1 these are disjoint and cover every partition no instance knew:
+    a partition added to a topic (its count grew) or a new topic of a pattern is read by exactly one
+    instance, the one a fresh start would give it, and no partition already read changes owner."""
+    return [tp for tp in owned(partitions, instance, instances) if tp not in known]
 
 
 @dataclass(slots=True)
