@@ -31,6 +31,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any, Callable
 
 from esault.connectors.staging import EpochStage
+from esault.connectors.transaction_journal import journal_from_env
 from esault.errors import ConnectorError
 
 log = logging.getLogger("esault.connectors.kafka")
@@ -56,6 +57,7 @@ class TransactionalPublisher:
         self.published: list[int] = []  # epochs this instance committed to Kafka (for tests and logs)
         bootstrap = producer_settings.get("bootstrap.servers")
         self._producer_settings = {**producer_settings, "transactional.id": transactional_id}
+        self._journal = journal_from_env(transactional_id)  # diagnostics (tests): offsets per transaction
         self.producer: Any = None
         try:
             self.producer = self._new_producer()
@@ -89,6 +91,8 @@ class TransactionalPublisher:
         except BaseException:
             close_client(producer)
             raise
+        if self._journal is not None:
+            self._journal.write(state="open")
         return producer
 
     def _read_marker(self) -> int:
@@ -144,9 +148,12 @@ class TransactionalPublisher:
             self.producer = self._new_producer()
         producer = self.producer
         producer.begin_transaction()
+        spans: dict[tuple[str, int], list[int]] = {}
         try:
             for topic, partition, key, value, headers, timestamp in records:
                 extra: dict[str, Any] = {}
+                if self._journal is not None:
+                    extra["on_delivery"] = lambda err, msg: _note_offset(spans, err, msg)
                 if partition >= 0:
                     extra["partition"] = partition
                 if headers:
@@ -160,6 +167,8 @@ class TransactionalPublisher:
                     except BufferError:  # the local queue is full: let deliveries drain it
                         producer.poll(0.05)
             self._failpoint("produced", epoch)
+            if self._journal is not None:
+                self._journal_produced(producer, epoch, spans, len(records))
             marker = [kafka.TopicPartition(self.marker_topic, 0, epoch)]
             producer.send_offsets_to_transaction(marker, self._group.consumer_group_metadata(), self.timeout)
             self._failpoint("committing", epoch)
@@ -171,8 +180,20 @@ class TransactionalPublisher:
             raise
         self.marker = epoch
         self.published.append(epoch)
+        if self._journal is not None:
+            self._journal.write(state="committed", epoch=epoch)
         self._failpoint("committed", epoch)
         self.stage.delete(epoch)
+
+    def _journal_produced(self, producer: Any, epoch: int, spans: dict[tuple[str, int], list[int]],
+                          count: int) -> None:
+        """Every record of the transaction delivered (the commit would flush them anyway): note its offsets."""
+        left = producer.flush(self.timeout)
+        if left:
+            raise ConnectorError(f"KafkaSink {self.transactional_id!r}: {left} records of epoch {epoch} not "
+                                 f"delivered within {self.timeout}s")
+        self._journal.write(state="produced", epoch=epoch, records=count,
+                            spans=[[t, p, first, last] for (t, p), (first, last) in sorted(spans.items())])
 
     # --- end -----------------------------------------------------------------------------
 
@@ -200,9 +221,23 @@ class TransactionalPublisher:
             self._release()
 
     def _release(self) -> None:
+        if self._journal is not None:
+            self._journal.close()
         self._group.close()
         producer, self.producer = self.producer, None
         close_client(producer)
+
+
+def _note_offset(spans: dict[tuple[str, int], list[int]], err: Any, msg: Any) -> None:
+    """A delivery report (journal on): widen the partition's [first, last] offsets of this transaction."""
+    if err is not None:
+        return
+    key, offset = (msg.topic(), msg.partition()), msg.offset()
+    span = spans.get(key)
+    if span is None:
+        spans[key] = [offset, offset]
+    else:
+        span[0], span[1] = min(span[0], offset), max(span[1], offset)
 
 
 def close_client(client: Any) -> None:

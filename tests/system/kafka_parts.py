@@ -94,6 +94,21 @@ def running_counts(records: list[dict[str, Any]]) -> dict[str, list[int]]:
     return {k: sorted(v) for k, v in out.items()}
 
 
+def assert_counts_exact(broker: Any, topic: str, records: list[tuple[str, str, int]], journal: Any = None) -> None:
+    """The topic (read_committed) holds each key's counts 1..n once. On a mismatch the message says, for each
+    duplicated record, whether it lies in a transaction whose commit was cut (the sink's journal, when the
+    test set esault.connectors.transaction_journal.JOURNAL_ENV to `journal`) or in a committed one."""
+    shown = broker.read(topic)
+    got, expected = running_counts(shown), exact_counts(records)
+    if got == expected:
+        return
+    from esault.connectors.transaction_journal import explain_duplicates
+
+    why = explain_duplicates(shown, journal) if journal is not None else "(no sink journal)"
+    missing = {k: sorted(set(v) - set(got.get(k, []))) for k, v in expected.items() if set(v) - set(got.get(k, []))}
+    raise AssertionError(f"topic {topic!r} is not exact: missing {missing or 'nothing'}; duplicates: {why}")
+
+
 def exact_counts(records: list[tuple[str, str, int]]) -> dict[str, list[int]]:
     """What a correct run writes: 1, 2, ..., n for a key seen n times."""
     seen = collections.Counter(k for k, _, _ in records)
