@@ -15,11 +15,13 @@ restore resumes at the first record the checkpoint does not cover.
 from __future__ import annotations
 
 import heapq
+import operator
 import re
+from bisect import bisect_left
 import zlib
 from collections import deque
 from dataclasses import dataclass
-from typing import Any, Container, Iterable, Mapping
+from typing import Any, Container, Iterable, Mapping, Sequence
 
 TopicPartition = tuple[str, int]
 
@@ -109,6 +111,25 @@ class PartitionOffsets:
         part.next = offset + 1
         return True
 
+    def accept_run(self, tp: TopicPartition, offsets: Sequence[int]) -> tuple[int, int]:
+        """Records of one partition at `offsets`, strictly increasing (a fetch delivers a partition in order),
+        arrived: the slice [start, stop) of them to emit. The same as accept() on each in turn, in
+        O(log n) instead of n calls: those before `next` were emitted already, those at or past a bounded
+        end are not, and `next` moves past the last one emitted (or to the end, once reached)."""
+        part = self._parts.get(tp)
+        if part is None or not offsets:
+            return 0, 0
+        count = len(offsets)
+        start = 0 if offsets[0] >= part.next else bisect_left(offsets, part.next)
+        stop = count
+        if part.end is not None and offsets[-1] >= part.end:
+            stop = bisect_left(offsets, part.end, start)
+        if stop > start:
+            part.next = offsets[stop - 1] + 1
+        if stop < count:
+            part.next = max(part.next, part.end)
+        return start, stop
+
     def confirm_end(self, tp: TopicPartition, high_watermark: int) -> None:
         """The broker's first fetch answer for `tp` says its log ends at `high_watermark` (once per partition).
 
@@ -170,6 +191,11 @@ class PartitionOffsets:
                 entries[(entry[0], entry[1])] = entry[2]
             out.append(entries)
         return out[0], out[1]
+
+
+def increasing(offsets: Sequence[int]) -> bool:
+    """Strictly increasing (what PartitionOffsets.accept_run needs), checked at C speed."""
+    return all(map(operator.lt, offsets, offsets[1:]))
 
 
 def merge_positions(positions: Iterable[Any]) -> dict[str, list[list[Any]]]:

@@ -97,6 +97,38 @@ def test_a_poison_record_goes_to_dead_letters_with_its_topic_partition_and_offse
     assert "JSONDecodeError" in letters[0]["error"] and "offset 1" in letters[0]["error"]
 
 
+def test_the_plain_read_by_runs_emits_what_the_per_record_read_emits_tombstones_and_a_poison_record_included(
+        kafka_broker, tmp_path):
+    """output="value" reads a partition's fetched run at once (accept_run, a codec's decode_many); output="record"
+    takes each record on its own. Over the same topic, with null keys, null values and a poison record in the
+    middle of a run, both give the same (key, value) pairs and dead-letter the same record."""
+    kafka_broker.create_topic("mix", 2)
+    records = [(None if i % 7 == 0 else f"k{i % 5}", None if i % 11 == 0 else json.dumps({"n": i}), i % 2)
+               for i in range(400)]
+    records[201] = ("k1", "not json", 1)
+    kafka_broker.produce("mix", records)
+    b = TopologyBuilder("kafka-runs")
+    params = {"bootstrap": kafka_broker.bootstrap, "key": "utf-8", "value": "json", "end": "end"}
+    b.set_spout("named", KafkaSource, params={"topic": "mix", **params})  # runs keyed by partition
+    b.set_spout("pattern", KafkaSource, params={"topic": "^mi.*", **params})  # runs keyed by (topic, partition)
+    b.set_spout("each", KafkaSource, params={"topic": "mix", "output": "record", **params})
+    for name in ("named", "pattern", "each"):
+        b.set_bolt(f"c_{name}", CollectorBolt, params={"name": name}).shuffle_grouping(name)
+    config = JobConfig(data_dir=tmp_path / "data", elasticity=False)
+    result = run_to_completion(b, workers="in-process", timeout=60, config=config, check=False)
+    each = sorted(((k, v["value"]) for k, v in result["c_each"]), key=repr)
+    expected = sorted(((k, None if v is None else json.loads(v)) for k, v, _ in records if v != "not json"),
+                      key=repr)
+    assert each == expected
+    assert sorted(result["c_named"], key=repr) == expected
+    assert sorted(result["c_pattern"], key=repr) == expected
+    letters = [json.loads(line) for line in (tmp_path / "data" / "kafka-runs" / "dead_letters.jsonl")
+               .read_text().splitlines()]
+    assert sorted(letter["unit"] for letter in letters) == ["each", "named", "pattern"]
+    assert {json.dumps(letter["msg_id"]) for letter in letters} == {
+        json.dumps({"topic": "mix", "partition": 1, "offset": 100})}
+
+
 def test_an_unreachable_broker_fails_the_job_at_start_within_the_connect_timeout_naming_the_address(tmp_path):
     from esault.testing.kafka import _free_port
 

@@ -181,3 +181,35 @@ def test_aligned_release_never_lets_a_record_pass_one_more_than_max_skew_older_t
     released.extend(item for _, item in aligner.release(reading))
     for tp, s in streams.items():
         assert [i for (q, i, _) in released if q == tp] == list(range(len(s)))
+
+
+@settings(max_examples=400)
+@given(st.integers(0, 30), st.one_of(st.none(), st.integers(0, 60)), st.booleans(),
+       st.lists(st.lists(st.integers(1, 4), max_size=12), max_size=5), st.integers(0, 25))
+def test_accepting_a_run_of_increasing_offsets_at_once_is_the_same_as_accepting_each_in_turn(
+        start, end, end_known, runs, rewind):
+    """KafkaSource's plain case moves the offsets once per run of a partition's records (accept_run); the
+    records it emits and the position it keeps must be those of accept() on each record."""
+    tp = ("t", 0)
+    each, at_once = PartitionOffsets(), PartitionOffsets()
+    for offsets in (each, at_once):
+        offsets.add(tp, start, end, end_known)
+    first = max(0, start - rewind)  # a fetch may overlap what was emitted (a refetch after a seek)
+    for gaps in runs:
+        run, offset = [], first
+        for gap in gaps:
+            run.append(offset)
+            offset += gap  # gaps: control records, compacted ones
+        emitted = [o for o in run if each.accept(tp, o)]
+        begin, stop = at_once.accept_run(tp, run)
+        assert run[begin:stop] == emitted
+        assert at_once.snapshot() == each.snapshot() and at_once.done(tp) == each.done(tp)
+        first = max(0, each.next_offset(tp) - rewind)
+    assert at_once.accept_run(("t", 9), [1, 2]) == (0, 0), "a partition not owned: nothing"
+
+
+def test_increasing_is_strict():
+    from esault.connectors.partitions import increasing
+
+    assert increasing([]) and increasing([3]) and increasing([1, 2, 5])
+    assert not increasing([1, 1]) and not increasing([2, 1, 3])
