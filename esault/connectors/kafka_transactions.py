@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 import warnings
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any, Callable
@@ -36,6 +37,11 @@ from esault.errors import ConnectorError
 
 log = logging.getLogger("esault.connectors.kafka")
 
+COMMIT_PATIENCE = 120.0
+"""Seconds a publish keeps retrying a transaction step that failed with a retriable error (a broker that is
+slow or stopped answering) on the same producer, before it gives the transaction up (aborted by the next
+producer's init_transactions(): records a broker such as Tansu still shows to read_committed readers)."""
+
 StagedRecord = list  # [topic, partition (-1: the producer picks), key, value, headers, timestamp (0: now)]
 
 
@@ -44,12 +50,13 @@ class TransactionalPublisher:
 
     def __init__(self, kafka: Any, producer_settings: dict[str, Any], transactional_id: str, marker_topic: str,
                  stage: EpochStage, restored_epoch: int | None, timeout: float,
-                 failpoint: Callable[[str, int], None] | None = None) -> None:
+                 failpoint: Callable[[str, int], None] | None = None, patience: float = COMMIT_PATIENCE) -> None:
         self.kafka = kafka
         self.transactional_id = transactional_id
         self.marker_topic = marker_topic
         self.stage = stage
         self.timeout = timeout
+        self.patience = patience
         self._failpoint = failpoint or (lambda step, epoch: None)
         self._carry: list[StagedRecord] = []  # records of an epoch whose staging failed: staged with the next
         self._lock = threading.Lock()
@@ -170,9 +177,11 @@ class TransactionalPublisher:
             if self._journal is not None:
                 self._journal_produced(producer, epoch, spans, len(records))
             marker = [kafka.TopicPartition(self.marker_topic, 0, epoch)]
-            producer.send_offsets_to_transaction(marker, self._group.consumer_group_metadata(), self.timeout)
+            deadline = time.monotonic() + self.patience
+            self._retrying(lambda: producer.send_offsets_to_transaction(
+                marker, self._group.consumer_group_metadata(), self.timeout), "sending the marker of", epoch, deadline)
             self._failpoint("committing", epoch)
-            producer.commit_transaction(self.timeout)
+            self._retrying(lambda: producer.commit_transaction(self.timeout), "committing", epoch, deadline)
         except BaseException:
             # Whatever state the transaction is in (a commit timed out, the producer was fenced), the next
             # attempt starts from a new producer, whose init_transactions() aborts it.
@@ -185,10 +194,29 @@ class TransactionalPublisher:
         self._failpoint("committed", epoch)
         self.stage.delete(epoch)
 
+    def _retrying(self, step: Callable[[], None], what: str, epoch: int, deadline: float) -> None:
+        """A step of the open transaction. A retriable error (a timeout: the broker slow or away) is retried on
+        the same producer until `deadline`, as librdkafka documents, so the transaction is committed once the
+        broker answers rather than aborted (giving it up would leave aborted records, which Tansu shows to
+        read_committed readers, and the epoch published again)."""
+        while True:
+            try:
+                step()
+                return
+            except self.kafka.KafkaException as exc:
+                error = exc.args[0] if exc.args else None
+                if not getattr(error, "retriable", lambda: False)() or time.monotonic() >= deadline:
+                    raise
+                log.warning("KafkaSink %r: %s epoch %d waits for the broker (%s); retrying the same transaction",
+                            self.transactional_id, what, epoch, error)
+
     def _journal_produced(self, producer: Any, epoch: int, spans: dict[tuple[str, int], list[int]],
                           count: int) -> None:
         """Every record of the transaction delivered (the commit would flush them anyway): note its offsets."""
+        deadline = time.monotonic() + self.patience
         left = producer.flush(self.timeout)
+        while left and time.monotonic() < deadline:  # the broker slow or away: the commit would wait as long
+            left = producer.flush(self.timeout)
         if left:
             raise ConnectorError(f"KafkaSink {self.transactional_id!r}: {left} records of epoch {epoch} not "
                                  f"delivered within {self.timeout}s")

@@ -13,6 +13,7 @@ import os
 import subprocess
 import sys
 import textwrap
+import threading
 from pathlib import Path
 
 import pytest
@@ -181,6 +182,34 @@ def test_a_kill_9_that_cuts_the_commit_is_the_one_step_that_can_show_a_record_tw
         first, second = sorted((r for r in shown if r["value"] == b"a"), key=lambda r: r["offset"])
         assert not read_journal(journal).find("out", 0, first["offset"]).committed, report
         assert read_journal(journal).find("out", 0, second["offset"]).committed, report
+
+
+@pytest.mark.parametrize("step", ["produced", "committing"])
+def test_a_broker_that_stops_answering_inside_a_transaction_delays_its_commit_and_never_aborts_it(
+        out, tmp_path, step, caplog):
+    """The broker is stopped (SIGSTOP) for 3 s right after an epoch's records were produced (before the marker
+    is sent), or before the commit, while the step's timeout is 1 s. The same transaction is retried until the
+    broker answers and commits once: giving it up would have it aborted by the next producer, and Tansu shows
+    aborted records (each record twice once the epoch is published again)."""
+    import confluent_kafka
+
+    resumed = threading.Event()
+
+    def stop_the_broker(at: str, epoch: int) -> None:
+        if at == step and not resumed.is_set():
+            out.pause()
+            threading.Timer(3.0, lambda: (out.resume(), resumed.set())).start()  # the outage's length
+
+    p = TransactionalPublisher(confluent_kafka, {"bootstrap.servers": out.bootstrap}, "esault.test.sink.i0", "out",
+                               EpochStage(tmp_path / "stage"), None, timeout=1.0, failpoint=stop_the_broker)
+    p.stage_epoch(1, records("a", "b")).result(10)
+    with caplog.at_level("WARNING", logger="esault.connectors.kafka"):
+        p.publish_through(1).result(60)
+    assert resumed.is_set() and p.published == [1], "the publish gave its transaction up"
+    assert "epoch 1 waits for the broker" in caplog.text
+    p.publish_through(1).result(10)  # what a later completion does: nothing left to publish
+    p.close(10)
+    assert values(out) == ["a", "b"]
 
 
 def _sink_job(name: str, bootstrap: str, items: list) -> TopologyBuilder:
