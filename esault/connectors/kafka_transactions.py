@@ -231,7 +231,8 @@ class TransactionalPublisher:
 
     def abandon(self) -> None:
         """A rollback: nothing more is staged or published; a publish running now finishes (its checkpoint
-        completed, and a transaction cut short would be aborted: records some brokers still show)."""
+        completed, and a transaction cut short would be aborted: records some brokers still show), waiting
+        for a broker that does not answer for up to `patience` seconds."""
         self._abandoned = True
         self._thread.shutdown(wait=True, cancel_futures=True)
         self._release()
