@@ -86,7 +86,11 @@ class KafkaBroker:
         self._log: Any = None
 
     def start(self, attempts: int = 3) -> "KafkaBroker":
-        """Start the broker; a port taken between choosing it and the broker binding it is chosen again."""
+        """Start the broker; a port taken between choosing it and the broker binding it is chosen again.
+
+        A broker that runs already is left as it is (`with KafkaBroker().start() as broker:` starts one)."""
+        if self.process is not None and self.process.poll() is None:
+            return self
         for attempt in range(attempts):
             try:
                 return self._start()

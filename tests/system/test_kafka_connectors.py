@@ -434,3 +434,14 @@ def test_event_time_alignment_keeps_partitions_read_at_different_speeds_from_mak
         assert late == 0
         on_time = sum(v["result"] for _, v in result["c"] if not is_late(v))
         assert on_time == 6000
+
+
+def test_entering_a_started_broker_keeps_that_one_broker_and_stop_ends_it():
+    from esault.testing.kafka import KafkaBroker
+
+    broker = KafkaBroker().start()
+    first = broker.process
+    with broker as entered:
+        assert entered.process is first and first.poll() is None
+        entered.create_topic("t", 1)
+    assert first.poll() is not None  # stopped: no second broker was left running
