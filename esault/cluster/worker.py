@@ -43,6 +43,7 @@ from esault.messages.cluster import (
     WorkerHello,
 )
 from esault.cluster.credentials import WorkerKeys
+from esault.cluster.gc_policy import GcFreezer
 from esault.datapath.load_feed import REMOTE_LOADS
 from esault.datapath.ticker import Ticker
 
@@ -273,8 +274,10 @@ def run_worker(driver: str, keys: WorkerKeys, name: str | None = None, bind_host
     log.info("worker %s joining driver %s from %s", name, driver, postman.address)
     started = time.monotonic()
     samples = SampleSender()
+    collector = GcFreezer(time.monotonic())
     try:
         while not done.wait(HEARTBEAT_INTERVAL):
+            collector.step(time.monotonic())
             if not hosting.heard:
                 if time.monotonic() - started > connect_timeout:
                     raise DriverUnreachable(

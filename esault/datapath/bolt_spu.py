@@ -44,6 +44,7 @@ from esault.messages.handoff import (
     Prepared,
     StateHandoff,
 )
+from esault.datapath.pe_class import NO_BUCKET, bucket_of_key, pe_class, state_is_instance_dict
 from esault.datapath.pe_manager import PeManager
 from esault.datapath.pe_services import PeServices
 from esault.datapath.sender import SenderActor
@@ -63,6 +64,8 @@ class BoltSpuActor(SenderActor):
         self.unit_ref = cfg.extra.get("unit_ref")
         self.pes = PeManager(self._make_pe, spec.per_key, job.pe_idle_timeout(spec), job.clock.now())
         self.services = PeServices(job.clock)
+        self._pe_class = pe_class(spec.cls, self.emit_path, self._defer, self.services, self.stats)
+        self._state_is_dict = state_is_instance_dict(spec.cls)
         self._tick_interval = float(getattr(spec.cls, "esault_tick_interval", 0.05))
         self._last_pe_tick = float("-inf")
         self.sampler = HashSampler(capacity=1024, every=_SAMPLE_EVERY)
@@ -159,13 +162,18 @@ class BoltSpuActor(SenderActor):
         self.close_checkpointing()
 
     def _make_pe(self, key: Any) -> Any:
-        pe = self.spec.instantiate()
-        pe.key = key
-        pe.emit = self.emit_path  # an instance attribute: user emits call the router directly
-        pe._esault_emit = self.emit_path
-        pe._esault_defer = self._defer
-        pe._esault_spu = self.services
-        pe._esault_stats = self.stats  # for counts a bolt keeps itself (a join's shed tuples)
+        if self.spec.per_key:  # the runtime's attributes are on the SPU's PE class (datapath/pe_class.py)
+            pe = self._pe_class(**self.spec.params)
+            pe.key = key
+            pe._esault_bucket = bucket_of_key(key)
+        else:
+            pe = self.spec.instantiate()
+            pe.key = key
+            pe.emit = self.emit_path  # an instance attribute: user emits call the router directly
+            pe._esault_emit = self.emit_path
+            pe._esault_defer = self._defer
+            pe._esault_spu = self.services
+            pe._esault_stats = self.stats  # for counts a bolt keeps itself (a join's shed tuples)
         pe.open(self.context(key))
         parked = self.parked.keys
         if parked and key in parked:
@@ -214,9 +222,13 @@ class BoltSpuActor(SenderActor):
         snapshot = self.new_snapshot(epoch)
         if self.spec.per_key:
             buckets: dict[int, list] = {}
+            plain = self._state_is_dict  # the PE's __dict__ is its state: packed as it is, right below
             for key, pe in self.pes.take_dirty().items():  # expired ones are parked (below), moved ones gone
-                state = self._state_of(key, pe)
-                entries = buckets.get(bucket := bucket_of(key_hash(key)))
+                state = pe.__dict__ if plain else self._state_of(key, pe)
+                bucket = pe._esault_bucket
+                if bucket == NO_BUCKET:
+                    bucket = bucket_of(key_hash(key))
+                entries = buckets.get(bucket)
                 if entries is None:
                     entries = buckets[bucket] = []
                 entries += (key, state)
