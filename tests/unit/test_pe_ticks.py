@@ -5,31 +5,30 @@ from __future__ import annotations
 from types import SimpleNamespace
 
 from esault.clock import ManualClock
-from esault.datapath.bolt_spu import BoltSpuActor
-from esault.messages.data import Tick
+from esault.datapath.keyed import KeyedProcessing
 from esault.datapath.pe_services import PeServices
 
 
 def spu_stub(receiving):
     ticked: list[float] = []
     stub = SimpleNamespace(services=PeServices(ManualClock()), _receiving=receiving, _tick_pes=ticked.append,
-                           pes=SimpleNamespace(idle_timeout=None), load_feed=SimpleNamespace(on_tick=lambda now: None))
+                           pes=SimpleNamespace(idle_timeout=None))
     return stub, ticked
 
 
 def test_ticks_pause_while_the_spu_receives_keys_in_a_hand_off_and_resume_after():
     stub, ticked = spu_stub(receiving=object())
     stub.services.ticking.add("k")
-    BoltSpuActor._on_tick(stub, Tick(1.0))
+    KeyedProcessing.on_tick(stub, 1.0)
     assert ticked == []
     stub._receiving = None
-    BoltSpuActor._on_tick(stub, Tick(2.0))
+    KeyedProcessing.on_tick(stub, 2.0)
     assert ticked == [2.0]
 
 
 def test_an_spu_whose_pes_asked_for_no_ticks_does_not_tick_them():
     stub, ticked = spu_stub(receiving=None)
-    BoltSpuActor._on_tick(stub, Tick(1.0))
+    KeyedProcessing.on_tick(stub, 1.0)
     assert ticked == []
 
 
