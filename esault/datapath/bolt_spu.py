@@ -34,12 +34,15 @@ from esault.messages.data import DataBatch, Tick
 from esault.messages.handoff import (
     CancelReconfiguration,
     EpochMarker,
+    ForwardMarker,
     InstallRoutes,
+    MarkerSeen,
     PrepareGive,
     PrepareReceive,
 )
 from esault.datapath.pe_manager import PeManager
 from esault.datapath.pe_services import PeServices
+from esault.datapath.pe_ticks import PeTicks
 from esault.datapath.sender import SenderActor
 from esault.transport.codec import encode
 
@@ -68,6 +71,7 @@ class BoltSpuActor(SenderActor):
         self.giver = GiverSide(self, self._early, self.unit_ref, cfg.spu_id)
         self._retiring = False
         self._error_log = UserErrorLog(now=job.clock.now)
+        self.ticks = PeTicks(spec, self.pes, self.services, self._error_log, self.flush, job.name)
         self.processed_since_probe = 0
         self.parked = ParkedStates(self, job.data_dir / "state" / f"{spec.name}.sqlite", job.exactly_once,
                                    spec.name, f"topology {job.name!r}: bolt {spec.name!r}")
@@ -80,6 +84,7 @@ class BoltSpuActor(SenderActor):
             PrepareReceive: self._on_prepare_receive,
             CancelReconfiguration: self._on_cancel,
             EpochMarker: self.giver.on_marker,
+            ForwardMarker: self._on_forward_marker,
             Probe: self._on_probe,
             Barrier: self.barriers.on_barrier,
             CheckpointStart: self.barriers.on_checkpoint_start,
@@ -266,6 +271,15 @@ class BoltSpuActor(SenderActor):
 
     def _on_prepare_receive(self, msg: PrepareReceive) -> None:
         self.processing.on_prepare_receive(msg)
+
+    def _on_forward_marker(self, msg: ForwardMarker) -> None:
+        """A giver upstream of this SPU handed keys off: its output for them is all here (FIFO). Every bolt
+        SPU downstream of a giver answers, whatever its kind (a join chain may read a keyed bolt)."""
+        for receiver in msg.receivers.values():
+            try:
+                receiver.tell(MarkerSeen(msg.reconfig_id, msg.giver, self.spu_id))
+            except Exception as exc:  # noqa: BLE001 - its process died: the job aborts the reconfiguration
+                log.warning("topology %r: receiver of a hand-off unreachable: %r", self.job.name, exc)
 
     # --- states: the one place they are taken, encoded and reported lost ---------------------------
 

@@ -53,6 +53,8 @@ class ChainProcessing:
         self.unit_name = spu.unit_name
         self.spu_id = spu.spu_id
         self.pes = spu.pes
+        self.services = spu.services
+        self.ticks = spu.ticks
         self.stats = spu.stats
         self.faults = spu.faults
         self.router = spu.router
@@ -271,7 +273,10 @@ class ChainProcessing:
         self.stats.inflight = len(self._owed["R"]) + len(self._owed["S"]) + len(self._absorb_held)
 
     def on_tick(self, now: float) -> None:
-        """Flush rounds, on this process's monotonic clock (`now`, the job clock, is not used)."""
+        """The instance's ticks if it asked for them; flush rounds, on this process's monotonic clock (`now`,
+        the job clock, is for the ticks)."""
+        if self.services.ticking:
+            self.ticks.tick(now)
         if self._linked:
             now = _time.monotonic()
             self._maybe_flush(now)

@@ -56,6 +56,7 @@ class KeyedProcessing:
         self.spu_id = spu.spu_id
         self.pes = spu.pes
         self.services = spu.services
+        self.ticks = spu.ticks
         self.parked = spu.parked
         self.sampler = spu.sampler
         self.stats = spu.stats
@@ -76,17 +77,11 @@ class KeyedProcessing:
         # on_batch_end() is called only for bolts that are not key grouped and define it (a combiner)
         spec = self.spec
         self._calls_batch_end = not spec.per_key and getattr(spec.cls, "on_batch_end", None) is not Bolt.on_batch_end
-        self._tick_interval = float(getattr(spec.cls, "esault_tick_interval", 0.05))
-        self._last_pe_tick = float("-inf")
         self._last_expiry_scan = self.job.clock.now()
 
     def install(self, handlers: Handlers) -> None:
         """The receiver's messages of a key hand-off."""
-        handlers.update({
-            StateHandoff: self._on_state,
-            ForwardMarker: self._on_forward_marker,
-            MarkerSeen: self._on_marker_seen,
-        })
+        handlers.update({StateHandoff: self._on_state, MarkerSeen: self._on_marker_seen})
 
     # --- checkpoints: end of input, snapshot, restore ----------------------------
 
@@ -106,7 +101,7 @@ class KeyedProcessing:
             return
         ticking = self.services.ticking  # what a PE can still emit waits for time: its key asked for ticks
         for key in list(ticking):
-            pe = self._ticking_pe(key)
+            pe = self.ticks.pe_of(key)
             if pe is None:
                 ticking.discard(key)
                 continue
@@ -250,14 +245,15 @@ class KeyedProcessing:
     # --- timers -----------------------------------------------------------
 
     def on_tick(self, now: float) -> None:
-        """PE ticks (paused while keys arrive), and every min(idle timeout / 4, 1 s) the expiry scan."""
+        """PE ticks, paused while keys arrive in a hand-off (their held tuples must run before time-driven
+        work, a window firing, judges them); every min(idle timeout / 4, 1 s) the expiry scan."""
         if self.services.ticking and self._receiving is None:
-            self._tick_pes(now)
+            self.ticks.tick(now)
         timeout = self.pes.idle_timeout
         if timeout is None or now - self._last_expiry_scan < min(timeout / 4, 1.0):
             return
         self._last_expiry_scan = now
-        self._keep_ticking_pes(now)
+        self.ticks.keep_ticking(now)
         expired = self.pes.idle(now)
         if not expired:
             return
@@ -270,57 +266,6 @@ class KeyedProcessing:
         self.parked.park(expired)
         self.stats.pes = len(self.pes)
         self.flush()
-
-    def _tick_pes(self, now: float) -> None:
-        """on_tick() on the PEs that asked for ticks, every esault_tick_interval.
-
-        O(ticking PEs) per tick, or O(due PEs) when the bolt class tells which
-        are due (a classmethod esault_due_keys(spu_local, now), as WindowBolt
-        does). Paused while keys arrive in a hand-off: their held tuples must
-        run before time-driven work (a window firing) judges them. A ticked PE
-        counts as used: what the tick changed enters the next checkpoint."""
-        if now - self._last_pe_tick < self._tick_interval:
-            return
-        self._last_pe_tick = now
-        ticking = self.services.ticking
-        due = getattr(self.spec.cls, "esault_due_keys", None)
-        keys = list(ticking) if due is None else [k for k in due(self.services.local, now) if k in ticking]
-        if not keys:
-            return
-        for key in keys:
-            pe = self._ticking_pe(key)
-            if pe is None:  # moved away: it asks again on its new SPU
-                ticking.discard(key)
-                continue
-            try:
-                pe.on_tick(now)
-            except Exception as exc:
-                self._error_log("topology %r: bolt %r on_tick() raised %r (key %r)",
-                                self.job.name, self.unit_name, exc, key, exc=exc)
-        if self.spec.per_key:
-            self.pes.used(now)
-        self.flush()
-
-    def _ticking_pe(self, key: Any) -> Any:
-        """The PE of a key that asked for ticks, made active (a use); None if it left this SPU."""
-        if not self.spec.per_key:
-            return self.pes.single()
-        pe = self.pes.active.get(key)
-        if pe is None and self.pes.get(key) is not None:
-            pe = self.pes.wake_or_create(key)
-        return pe
-
-    def _keep_ticking_pes(self, now: float) -> None:
-        """Before an expiry scan: PEs waiting for ticks are in use (a window pending), so they do not expire.
-
-        O(ticking PEs) once per scan (at most every second), not per tick."""
-        ticking = self.services.ticking
-        if not ticking or not self.spec.per_key:
-            return
-        for key in list(ticking):
-            if self._ticking_pe(key) is None:
-                ticking.discard(key)
-        self.pes.used(now)
 
     # --- key hand-off (docs/PROTOCOLS.md) ----------------------------------
 
@@ -419,14 +364,6 @@ class KeyedProcessing:
         if msg.last:  # that giver's keys stay held until its last chunk and the downstream answers
             receiving.state_done(msg.giver_id)
             self._release_ready()
-
-    def _on_forward_marker(self, msg: ForwardMarker) -> None:
-        """A giver upstream of this SPU handed keys off: its output for them is all here (FIFO)."""
-        for receiver in msg.receivers.values():
-            try:
-                receiver.tell(MarkerSeen(msg.reconfig_id, msg.giver, self.spu_id))
-            except Exception as exc:  # noqa: BLE001 - its process died: the job aborts the reconfiguration
-                log.warning("topology %r: receiver of a hand-off unreachable: %r", self.job.name, exc)
 
     def _on_marker_seen(self, msg: MarkerSeen) -> None:
         receiving = self._receiving

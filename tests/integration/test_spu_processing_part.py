@@ -25,7 +25,9 @@ from esault.messages.data import DataBatch, Tick
 from esault.messages.handoff import (
     CancelReconfiguration,
     EpochMarker,
+    ForwardMarker,
     InstallRoutes,
+    MarkerSeen,
     PrepareGive,
     PrepareReceive,
     RouteSpec,
@@ -185,6 +187,18 @@ def test_the_final_checkpoint_ends_the_parts_input_before_its_snapshot(spu):
     ref.ask(StartCheck())
     assert [c for c in calls if c[0] in ("end_input", "snapshot", "sealed")] == [
         ("end_input", None), ("snapshot", 2), ("sealed", (2, True))]
+
+
+def test_every_bolt_spu_answers_an_upstream_givers_forward_marker_whatever_its_processing_part(spu):
+    """A join chain may read a keyed bolt: when that bolt splits, the receivers wait for every downstream SPU's
+    MarkerSeen, so the actor answers ForwardMarker itself, not its part."""
+    calls: list[tuple] = []
+    ref = spu(calls, threading.Event())
+    receiver = Mailbox()
+    ref.tell(ForwardMarker(21, 3, {5: receiver}))
+    wait_until(lambda: receiver.told, 10, message="MarkerSeen at the receiver")
+    assert receiver.told == [MarkerSeen(21, 3, 1)]
+    assert hooks(calls) == ["built", "install"], "no hook of the part is involved"
 
 
 def test_a_chain_join_runs_the_chain_part_and_every_other_bolt_the_keyed_part():

@@ -1,17 +1,20 @@
-"""When a bolt SPU ticks its PEs: never while it receives keys in a hand-off (their held tuples go first)."""
+"""When a bolt SPU ticks its PEs: never while it receives keys in a hand-off (their held tuples go first);
+a join chain's SPU ticks its instance if it asked (a test's gate, say)."""
 
 from __future__ import annotations
 
 from types import SimpleNamespace
 
 from esault.clock import ManualClock
+from esault.datapath.chain_spu import ChainProcessing
 from esault.datapath.keyed import KeyedProcessing
 from esault.datapath.pe_services import PeServices
 
 
 def spu_stub(receiving):
     ticked: list[float] = []
-    stub = SimpleNamespace(services=PeServices(ManualClock()), _receiving=receiving, _tick_pes=ticked.append,
+    stub = SimpleNamespace(services=PeServices(ManualClock()), _receiving=receiving,
+                           ticks=SimpleNamespace(tick=ticked.append),
                            pes=SimpleNamespace(idle_timeout=None))
     return stub, ticked
 
@@ -38,3 +41,14 @@ def test_pe_services_keep_the_keys_that_asked_for_ticks():
     services.ticks("b", True)
     services.ticks("a", False)
     assert services.ticking == {"b"} and services.now() == 5.0
+
+
+def test_a_join_chain_spu_ticks_its_instance_when_it_asked_even_before_it_knows_its_neighbours():
+    ticked: list[float] = []
+    stub = SimpleNamespace(services=PeServices(ManualClock()), ticks=SimpleNamespace(tick=ticked.append),
+                           _linked=False)
+    ChainProcessing.on_tick(stub, 1.0)
+    assert ticked == [], "no instance asked for ticks"
+    stub.services.ticks(None, True)  # a chain's one instance (not key grouped) asks with key None
+    ChainProcessing.on_tick(stub, 2.0)
+    assert ticked == [2.0]
