@@ -48,6 +48,7 @@ class ChainProcessing:
     """
 
     def __init__(self, spu: Any) -> None:
+        """`spu`: the BoltSpuActor that holds this part (typed loosely: its module imports this one)."""
         self.spu = spu
         self.job = spu.job
         self.unit_name = spu.unit_name

@@ -7,9 +7,10 @@ batch's acks (one XOR value per tree, not per tuple) as one AckUpdate.
 
 Besides the batches it runs the receiver's side of a key hand-off (tuples of
 arriving keys held until their state and the downstream's MarkerSeen are in,
-docs/PROTOCOLS.md), PE snapshots and restores, PE ticks and the idle-expiry
-scan. The PE table, its services and parked states are the actor's (a chain
-SPU's declaration instance lives there too); this part uses them.
+docs/PROTOCOLS.md), PE snapshots and restores, when PEs tick and the
+idle-expiry scan. The PE table, its services (`PeTicks` among them) and parked
+states are the actor's (a chain SPU's declaration instance lives there too);
+this part uses them.
 """
 
 from __future__ import annotations
@@ -49,6 +50,7 @@ class KeyedProcessing:
     """
 
     def __init__(self, spu: Any) -> None:
+        """`spu`: the BoltSpuActor that holds this part (typed loosely: its module imports this one)."""
         self.spu = spu
         self.spec = spu.spec
         self.job = spu.job

@@ -7,9 +7,11 @@ tick, a checkpoint and a key hand-off:
 
 - `KeyedProcessing` (`keyed.py`): PEs per key (or one instance), the receiver's
   side of a hand-off (held tuples, state chunks, MarkerSeen), PE snapshots and
-  restores, PE ticks and the idle-expiry scan.
+  restores, when PEs tick (`PeTicks`, paused while keys arrive) and the
+  idle-expiry scan.
 - `ChainProcessing` (`chain_spu.py`): one S2J chain worker (`ChainNode`), its
-  links to the neighbouring SPUs, flush rounds, tail changes, chain snapshots.
+  links to the neighbouring SPUs, flush rounds, tail changes, chain snapshots
+  (and its instance's ticks, if it asked).
 
 The runtime picks it from the declaration (`esault.datapath.actors`). The actor
 calls each hook in one place; a hook runs on the actor's thread, never
@@ -41,7 +43,8 @@ class Processing(Protocol):
         The hot path: the actor times it and counts the backlog around this call."""
 
     def on_tick(self, now: float) -> None:
-        """A Tick (the load feed already ran): time-driven work (PE ticks, idle expiry, flush rounds)."""
+        """A Tick (the load feed already ran): time-driven work (`spu.ticks.tick(now)` for the PEs that asked,
+        whenever the kind allows it; idle expiry; flush rounds)."""
 
     def restore(self, epoch: int) -> None:
         """At start: take this SPU's part of completed checkpoint `epoch` (the actor restores the chained
