@@ -67,6 +67,7 @@ class KeyedProcessing:
         self.unit_ref = spu.unit_ref
         self.flush = spu.flush
         self.count_sent = spu.count_sent
+        self._send_acks = spu._send_acks
         self.save_state = spu.save_state
         self.state_lost = spu.state_lost
         self._state_of = spu._state_of
@@ -156,7 +157,7 @@ class KeyedProcessing:
                 receiving.buffer(HeldBatch(msg.source, held_k, held_v, msg.roots, own), self.job.clock.now())
                 edges = [e ^ o for e, o in zip(edges, own)]
         self._run_batch(msg.source, keys, values, msg.roots, edges)
-        self.spu._send_acks()
+        self._send_acks()
 
     @staticmethod
     def _new_edge() -> int:
