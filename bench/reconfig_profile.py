@@ -32,8 +32,8 @@ from esault import JobConfig, LocalCluster  # noqa: E402
 RATE_HZ = 200
 WINDOW_S = 6
 PARTS = {  # label -> frames whose inclusive samples it counts
-    "processing batches": ("_process_data",),
-    "giver: hand-off (take PEs, snapshot, encode, send)": ("_hand_off",),
+    "processing batches": ("process_data",),
+    "giver: hand-off (take PEs, snapshot, encode, send)": ("give",),
     "receiver: install moved state": ("_on_state",),
 }
 

@@ -10,7 +10,7 @@ from esault.errors import ResourceError, UnitStartError
 from esault.cluster.resources import InProcessResources, ResourceManager, Slot
 from esault.dsl.topology import UnitSpec
 from esault.datapath.context import JobContext
-from esault.datapath.actors import actor_class
+from esault.datapath.actors import start_spu
 from esault.messages.control import SpuConfig
 from esault.datapath.sender import StartCheck
 
@@ -33,7 +33,7 @@ class InProcessLauncher:
     def launch(self, spec: UnitSpec, cfg: SpuConfig, job: JobContext) -> Any:
         """Start the SPU's actor and return at once: its open() runs on its own thread (await_start waits)."""
         slot = self.resources.acquire()
-        ref = actor_class(spec).start(cfg, spec, job)
+        ref = start_spu(cfg, spec, job)
         self._slots[ref.actor_urn] = slot
         return ref
 

@@ -28,7 +28,7 @@ from esault.datapath.sender import StartCheck
 from esault.datapath.context import JobContext, job_actor
 from esault.dsl.topology import UnitSpec
 from esault.errors import ConfigError, DriverUnreachable
-from esault.datapath.actors import actor_class
+from esault.datapath.actors import start_spu
 from esault.messages.cluster import (
     DriverBeat,
     PeerAddresses,
@@ -204,7 +204,7 @@ class HostActor(pykka.ThreadingActor):
             self.topology_of[spu_id] = message.topology
             self.spus[spu_id] = self.postman.start_and_register(
                 f"spu-{spu_id}",
-                lambda: actor_class(spec).start(message.spu, spec, job))
+                lambda: start_spu(message.spu, spec, job))
             error = self.spus[spu_id].ask(StartCheck())
             if error is not None:
                 self._stop_spu(StopSpu(spu_id, 0), reply=False)

@@ -1,6 +1,9 @@
-"""ChainSpuActor: one S2J chain worker as an SPU, its links to the neighbouring SPUs real messages.
+"""ChainProcessing: a bolt SPU's processing part for one S2J chain worker, its links real messages.
 
-The protocol is `esault.joins.node.ChainNode` (pure); this actor translates:
+A join chain's SPUs are bolt SPUs (`BoltSpuActor`) whose `Processing` part is
+this one instead of `KeyedProcessing` (esault.datapath.actors picks it for a
+bolt class with `esault_chain = True`). The protocol is
+`esault.joins.node.ChainNode` (pure); this part translates:
 entry batches (R at the head, S at the tail) into `enter`, `ChainLink`
 messages from the neighbours into `receive`, checkpoint alignment into the
 node's quiescing, and the unit's split/merge messages into tail changes.
@@ -25,26 +28,43 @@ from esault.checkpoint.saveable import CHAIN_FIX
 from esault.checkpoint.store import instance_slot
 from esault.joins.node import ChainNode, ChainProtocolError
 from esault.joins.protocol import Flushed, Handoff, Joined, Link, Send, from_wire, to_wire
+from esault.checkpoint.snapshots import Snapshot
 from esault.migration.handoff import GiverHandoff
-from esault.datapath.bolt_spu import BoltSpuActor
 from esault.datapath.context import log
+from esault.datapath.processing import Handlers
 from esault.messages.acking import AckUpdate
 from esault.messages.chains import ChainLink, ChainMembers
 from esault.messages.checkpoints import Barrier, CheckpointStart
-from esault.messages.data import DataBatch, Tick
-from esault.messages.handoff import (
-    CancelReconfiguration,
-    HandoffFinished,
-    PrepareReceive,
-    Prepared,
-)
+from esault.messages.data import DataBatch
+from esault.messages.handoff import HandoffFinished, PrepareReceive, Prepared
 
 
-class ChainSpuActor(BoltSpuActor):
-    """One worker of a join chain; its bolt instance (ChainJoinBolt) holds the join's declaration."""
+class ChainProcessing:
+    """The `Processing` of one worker of a join chain; only the actor's thread touches it. The SPU's one
+    instance (a ChainJoinBolt, in the actor's PE table) holds the join's declaration.
 
-    def __init__(self, cfg, spec, job) -> None:
-        super().__init__(cfg, spec, job)
+    It keeps its own references to the actor's parts its entry loop and links use (stats, faults, router,
+    the emit path); the probe count and the checkpoint alignment stay on the actor (`spu`).
+    """
+
+    def __init__(self, spu: Any) -> None:
+        """`spu`: the BoltSpuActor that holds this part (typed loosely: its module imports this one)."""
+        self.spu = spu
+        self.job = spu.job
+        self.unit_name = spu.unit_name
+        self.spu_id = spu.spu_id
+        self.pes = spu.pes
+        self.services = spu.services
+        self.ticks = spu.ticks
+        self.stats = spu.stats
+        self.faults = spu.faults
+        self.router = spu.router
+        self.emit_path = spu.emit_path
+        self.acking = spu.acking
+        self.acker = spu.acker
+        self.unit_ref = spu.unit_ref
+        self.flush = spu.flush
+        self.count_sent = spu.count_sent
         self.node: ChainNode | None = None
         self.members: list[int] = []
         self.mailboxes: dict[int, Any] = {}
@@ -66,9 +86,12 @@ class ChainSpuActor(BoltSpuActor):
         self._policy = None
         self._period_start = _time.perf_counter()
         self._busy_mark = 0.0  # busy seconds counted up to the last sample
-        self._handlers.update({ChainLink: self._on_link, ChainMembers: self._on_members})
-        for kind in (DataBatch, Barrier, CheckpointStart):  # entries and checkpoints wait for the neighbours
-            self._handlers[kind] = self._once_linked(self._handlers[kind])
+
+    def install(self, handlers: Handlers) -> None:
+        """The links' messages; entries and checkpoint messages wait for the neighbours."""
+        handlers.update({ChainLink: self._on_link, ChainMembers: self._on_members})
+        for kind in (DataBatch, Barrier, CheckpointStart):
+            handlers[kind] = self._once_linked(handlers[kind])
 
     def _once_linked(self, handler: Any) -> Any:
         """`handler`, but what comes before this SPU knows its neighbours waits (in order) until it does."""
@@ -90,11 +113,10 @@ class ChainSpuActor(BoltSpuActor):
                 self._policy = bolt.new_shed_policy()
         return self.node
 
-    def _restore(self, epoch: int) -> None:
+    def restore(self, epoch: int) -> None:
         """Restored once the members are known: which checkpointed workers this one takes depends on them
         (bolts fused after the join restore now, per instance, as on any SPU)."""
         self._restore_epoch = epoch
-        self.restore_stages()
 
     def _on_members(self, msg: ChainMembers) -> None:
         self.mailboxes.update(msg.spus)
@@ -132,7 +154,7 @@ class ChainSpuActor(BoltSpuActor):
         """This SPU's part of checkpoint `epoch`: the worker of its rank, and if it is the tail, every worker
         the checkpoint had beyond it (merged in order, with the pairs they owe each other)."""
         epoch, self._restore_epoch = self._restore_epoch, None
-        store = self.checkpoint_store()
+        store = self.spu.checkpoint_store()
         first = store.read_slot(self.unit_name, epoch, instance_slot(0))
         if first is None:
             return []
@@ -157,12 +179,13 @@ class ChainSpuActor(BoltSpuActor):
     def _replay(self) -> None:
         """What waited (for the chain's members, a Link or a merge) runs now, in arrival order."""
         waiting, self._waiting = self._waiting, []
+        run = self.spu._run_now
         for message in waiting:
-            self._handlers[type(message)](message)
+            run(message)
 
     # --- entries ----------------------------------------------------------------
 
-    def _process_data(self, msg: DataBatch) -> None:
+    def process_data(self, msg: DataBatch) -> None:
         bolt = self.pes.single()
         node = self.node
         if self._absorbing is not None and msg.source == bolt.right:
@@ -189,7 +212,7 @@ class ChainSpuActor(BoltSpuActor):
             entered += 1
         n = len(msg.keys)
         self.stats.processed += n
-        self.processed_since_probe += n
+        self.spu.processed_since_probe += n
         sends, flushed = self._effects(effects)
         sent, xors = self.router.flush(msg.roots)  # pairs made at entry: in the input's trees
         self.count_sent(sent)
@@ -250,8 +273,11 @@ class ChainSpuActor(BoltSpuActor):
     def _count_inflight(self) -> None:
         self.stats.inflight = len(self._owed["R"]) + len(self._owed["S"]) + len(self._absorb_held)
 
-    def _on_tick(self, msg: Tick) -> None:
-        super()._on_tick(msg)
+    def on_tick(self, now: float) -> None:
+        """The instance's ticks if it asked for them; flush rounds, on this process's monotonic clock (`now`,
+        the job clock, is for the ticks)."""
+        if self.services.ticking:
+            self.ticks.tick(now)
         if self._linked:
             now = _time.monotonic()
             self._maybe_flush(now)
@@ -309,7 +335,7 @@ class ChainSpuActor(BoltSpuActor):
         if self._retire_op is not None and node.retired:
             self.unit_ref.tell(HandoffFinished(self._retire_op, self.spu_id, "giver", sum(node.stored()), 0.0))
             self._retire_op = None
-        self.barriers.check()  # quiet links may complete a checkpoint's alignment
+        self.spu.barriers.check()  # quiet links may complete a checkpoint's alignment
 
     def _effects(self, effects: list) -> tuple[dict[int, list], list[Flushed]]:
         """Emit the pairs; (link messages per neighbour, in order; finished rounds)."""
@@ -358,31 +384,32 @@ class ChainSpuActor(BoltSpuActor):
     # --- checkpoints: align, quiesce the links, snapshot ------------------------------
 
     def ready_to_seal(self, epoch: int) -> bool:
-        """EpochSeal: aligned, the links quiesce: sealed once the neighbours' Marks and the acks of the blocks
+        """Aligned, the links quiesce: sealed once the neighbours' Marks and the acks of the blocks
         sent are in (a link message's arrival checks again)."""
         node = self.node
         if node.quiescing != epoch:
             self._apply(node.begin_quiesce(epoch))
         return node.quiet()
 
-    def seal_epoch(self, epoch: int, final: bool) -> None:
-        self._snapshot_epoch(epoch)
-        if final:  # the job stops here: what crossed after it would be output past its last checkpoint
-            self._stopped_at_final = True  # (a restart from it makes those pairs again)
-        else:
-            self._apply(self.node.end_quiesce())
+    def end_input(self) -> None:
+        """The job stops at this checkpoint: what crossed after it would be output past its last checkpoint
+        (a restart from it makes those pairs again), so no flush round starts any more."""
+        self._stopped_at_final = True
 
-    def _snapshot_epoch(self, epoch: int) -> None:
-        self.flush()
-        snapshot = self.new_snapshot(epoch)
+    def snapshot(self, snapshot: Snapshot) -> None:
+        """The node's state, in the slot of this SPU's rank in the chain."""
+        epoch = snapshot.ack.epoch
         rank = self.members.index(self.spu_id)
         state = {**self.node.snapshot(), "rank": rank, "size": len(self.members), "epoch": epoch}
-        blob = self.save_state(state, f"join {self.unit_name!r} (chain SPU {self.spu_id}) cannot save its state",
-                               CHAIN_FIX)
+        blob = self.spu.save_state(state, f"join {self.unit_name!r} (chain SPU {self.spu_id}) cannot save its state",
+                                   CHAIN_FIX)
         if blob is not None:  # else lost: send_barrier refuses this snapshot
             snapshot.rows[self.unit_name] = [(instance_slot(rank), blob)]
-        self.snapshot_stages(snapshot)
-        self.send_barrier(snapshot)
+
+    def sealed(self, epoch: int, final: bool) -> None:
+        """The barrier left: the links resume (not after the final checkpoint: the job stops there)."""
+        if not final:
+            self._apply(self.node.end_quiesce())
 
     # --- chain changes at the tail (the unit's split and merge) ---------------------------
 
@@ -392,14 +419,13 @@ class ChainSpuActor(BoltSpuActor):
         receiver = giving.ranges[0][2]
         node = self.node
         if giving.retire:
-            self._retiring = True
             self._retire_op = giving.reconfig_id
             self._apply(node.retire())  # its Handoff leaves once the link to its left neighbour is empty
             return
         self._apply(node.link_new_tail(receiver))
         self.unit_ref.tell(HandoffFinished(giving.reconfig_id, self.spu_id, "giver", 0, 0.0))
 
-    def _on_prepare_receive(self, msg: PrepareReceive) -> None:
+    def on_prepare_receive(self, msg: PrepareReceive) -> None:
         giver = msg.ranges[0][2]
         self._chain()
         if not self._linked:  # a new tail: the old one links it (Link, first on the new link)
@@ -433,10 +459,13 @@ class ChainSpuActor(BoltSpuActor):
         self._waiting = held + self._waiting
         self._replay()
 
-    def _on_cancel(self, msg: CancelReconfiguration) -> None:
-        super()._on_cancel(msg)
-        if self._absorbing is not None and self._absorbing[0] == msg.reconfig_id:
+    def cancel(self, reconfig_id: int) -> None:
+        """Called off: S entries held for a merge into this SPU enter here after all."""
+        if self._absorbing is not None and self._absorbing[0] == reconfig_id:
             self._absorbing = None
             self._waiting = self._absorb_held + self._waiting
             self._absorb_held = []
             self._replay()
+
+    def routes_installed(self) -> None:
+        """A chain's links do not follow the output routes."""

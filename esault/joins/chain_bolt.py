@@ -3,8 +3,8 @@
 Declared by `TopologyBuilder.join(..., mode="chain", parallelism=N)`: N SPUs
 in a chain (on worker processes: spread over them), R entering the first, S
 the last. The class only carries the join's declaration (it imports no runtime
-code): the runtime sees `esault_chain` and runs its SPUs as
-`esault.datapath.chain_spu.ChainSpuActor`, which drives an `esault.joins.node.ChainNode`.
+code): the runtime sees `esault_chain` and runs its SPUs as bolt SPUs whose processing part is
+`esault.datapath.chain_spu.ChainProcessing`, which drives an `esault.joins.node.ChainNode`.
 A chain join is global: tuples join whatever their keys (put the key in `on`
 for an equi-join), and each pair leaves with the left tuple's key.
 """
@@ -24,7 +24,7 @@ class ChainJoinBolt(Bolt):
     """The declaration of a chain join; see the module docstring. process() is never called."""
 
     esault_chain = True
-    """Its SPUs are links of one chain: the runtime runs them as ChainSpuActors (esault.datapath.actors)."""
+    """Its SPUs are links of one chain: the runtime runs them with ChainProcessing (esault.datapath.actors)."""
 
     def __init__(self, left: str, right: str, queries: Sequence[Mapping[str, Any]], window: float,
                  time: Any = "ts", zeta: int = 20, shed: Mapping[str, Any] | None = None,
@@ -50,4 +50,4 @@ class ChainJoinBolt(Bolt):
         return float((self.shed_config or {}).get("period", 1.0))
 
     def process(self, tup: Tuple) -> None:  # pragma: no cover - the chain SPU actor enters tuples itself
-        raise RuntimeError("a ChainJoinBolt runs on chain SPUs (ChainSpuActor); process() is not used")
+        raise RuntimeError("a ChainJoinBolt runs on chain SPUs (ChainProcessing); process() is not used")

@@ -1,7 +1,7 @@
 """One S2J chain worker that is an SPU of its own: the MP-2PF core plus the link control around it.
 
 `ChainWorker` (worker.py) is the join and MP-2PF between two neighbours.
-When each worker is an SPU (`ChainSpuActor`, possibly in another process)
+When each worker is an SPU (run by `datapath/chain_spu.py`'s `ChainProcessing`, possibly in another process)
 its links are real channels, so four more things need a protocol, all here
 as a pure machine (messages in, effects out; tests/unit/test_chain_nodes.py
 runs many nodes over FIFO links under random interleavings):

@@ -141,7 +141,7 @@ def test_state_too_large_for_one_frame_moves_in_chunks_and_stays_exact(cluster, 
         return chunks
 
     monkeypatch.setattr(handoff, "HANDOFF_CHUNK_BYTES", 300)  # a few keys per StateHandoff
-    monkeypatch.setattr("esault.datapath.bolt_spu.chunk_states", recording)
+    monkeypatch.setattr("esault.datapath.keyed.chunk_states", recording)
     keys, per_key = 200, 20
     items = sequenced_items(keys, per_key, seed=3)
     job = cluster.submit(build("chunks", items, "chunks", hold_at=len(items) // 2), config)

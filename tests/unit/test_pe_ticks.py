@@ -1,35 +1,37 @@
-"""When a bolt SPU ticks its PEs: never while it receives keys in a hand-off (their held tuples go first)."""
+"""When a bolt SPU ticks its PEs: never while it receives keys in a hand-off (their held tuples go first);
+a join chain's SPU ticks its instance if it asked (a test's gate, say)."""
 
 from __future__ import annotations
 
 from types import SimpleNamespace
 
 from esault.clock import ManualClock
-from esault.datapath.bolt_spu import BoltSpuActor
-from esault.messages.data import Tick
+from esault.datapath.chain_spu import ChainProcessing
+from esault.datapath.keyed import KeyedProcessing
 from esault.datapath.pe_services import PeServices
 
 
 def spu_stub(receiving):
     ticked: list[float] = []
-    stub = SimpleNamespace(services=PeServices(ManualClock()), _receiving=receiving, _tick_pes=ticked.append,
-                           pes=SimpleNamespace(idle_timeout=None), load_feed=SimpleNamespace(on_tick=lambda now: None))
+    stub = SimpleNamespace(services=PeServices(ManualClock()), _receiving=receiving,
+                           ticks=SimpleNamespace(tick=ticked.append),
+                           pes=SimpleNamespace(idle_timeout=None))
     return stub, ticked
 
 
 def test_ticks_pause_while_the_spu_receives_keys_in_a_hand_off_and_resume_after():
     stub, ticked = spu_stub(receiving=object())
     stub.services.ticking.add("k")
-    BoltSpuActor._on_tick(stub, Tick(1.0))
+    KeyedProcessing.on_tick(stub, 1.0)
     assert ticked == []
     stub._receiving = None
-    BoltSpuActor._on_tick(stub, Tick(2.0))
+    KeyedProcessing.on_tick(stub, 2.0)
     assert ticked == [2.0]
 
 
 def test_an_spu_whose_pes_asked_for_no_ticks_does_not_tick_them():
     stub, ticked = spu_stub(receiving=None)
-    BoltSpuActor._on_tick(stub, Tick(1.0))
+    KeyedProcessing.on_tick(stub, 1.0)
     assert ticked == []
 
 
@@ -39,3 +41,14 @@ def test_pe_services_keep_the_keys_that_asked_for_ticks():
     services.ticks("b", True)
     services.ticks("a", False)
     assert services.ticking == {"b"} and services.now() == 5.0
+
+
+def test_a_join_chain_spu_ticks_its_instance_when_it_asked_even_before_it_knows_its_neighbours():
+    ticked: list[float] = []
+    stub = SimpleNamespace(services=PeServices(ManualClock()), ticks=SimpleNamespace(tick=ticked.append),
+                           _linked=False)
+    ChainProcessing.on_tick(stub, 1.0)
+    assert ticked == [], "no instance asked for ticks"
+    stub.services.ticks(None, True)  # a chain's one instance (not key grouped) asks with key None
+    ChainProcessing.on_tick(stub, 2.0)
+    assert ticked == [2.0]

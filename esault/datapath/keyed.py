@@ -1,0 +1,400 @@
+"""KeyedProcessing: a bolt SPU's processing part for a bolt's PEs (per key, or one instance).
+
+Hot path: a DataBatch arrives as columns; each (key, value) goes to its key's
+PE through one reused Tuple view; emits land in the output router's buffers.
+After the batch, buffers leave as one DataBatch per destination and the
+batch's acks (one XOR value per tree, not per tuple) as one AckUpdate.
+
+Besides the batches it runs the receiver's side of a key hand-off (tuples of
+arriving keys held until their state and the downstream's MarkerSeen are in,
+docs/PROTOCOLS.md), PE snapshots and restores, when PEs tick and the
+idle-expiry scan. The PE table, its services (`PeTicks` among them) and parked
+states are the actor's (a chain SPU's declaration instance lives there too);
+this part uses them.
+"""
+
+from __future__ import annotations
+
+from random import getrandbits
+from typing import Any
+
+from esault.checkpoint.saveable import key_owner
+from esault.checkpoint.snapshots import Snapshot
+from esault.checkpoint.store import bucket_of, pack_entries
+from esault.datapath.context import log
+from esault.datapath.pe_class import NO_BUCKET
+from esault.datapath.processing import Handlers
+from esault.dsl.bolt import Bolt
+from esault.dsl.tuple import Tuple
+from esault.errors import SerializationError, UnsaveableState
+from esault.keyhash import key_hash
+from esault.messages.data import DataBatch
+from esault.messages.handoff import (
+    ForwardMarker,
+    HandoffFinished,
+    MarkerSeen,
+    PrepareReceive,
+    Prepared,
+    StateHandoff,
+)
+from esault.migration import handoff
+from esault.migration.handoff import GiverHandoff, HeldBatch, ReceiverHandoff, chunk_states
+from esault.transport.codec import decode, encode
+
+
+class KeyedProcessing:
+    """The `Processing` of a bolt SPU that runs the bolt's own PEs; only the actor's thread touches it.
+
+    It keeps its own references to the actor's parts the per-tuple loops use (PE table, stats, faults,
+    router), so a tuple costs no extra attribute load; what belongs to the batch's trees (roots, held
+    anchors, acks) and the probe count stay on the actor (`spu`).
+    """
+
+    def __init__(self, spu: Any) -> None:
+        """`spu`: the BoltSpuActor that holds this part (typed loosely: its module imports this one)."""
+        self.spu = spu
+        self.spec = spu.spec
+        self.job = spu.job
+        self.unit_name = spu.unit_name
+        self.spu_id = spu.spu_id
+        self.pes = spu.pes
+        self.services = spu.services
+        self.ticks = spu.ticks
+        self.parked = spu.parked
+        self.sampler = spu.sampler
+        self.stats = spu.stats
+        self.faults = spu.faults
+        self.router = spu.router
+        self.unit_ref = spu.unit_ref
+        self.flush = spu.flush
+        self.count_sent = spu.count_sent
+        self._send_acks = spu._send_acks
+        self.save_state = spu.save_state
+        self.state_lost = spu.state_lost
+        self._state_of = spu._state_of
+        self._encode_state = spu._encode_state
+        self._save_key = spu._save_key
+        self._error_log = spu._error_log
+        self._early = spu._early  # shared with the giver's steps
+        self._view = Tuple()
+        self._receiving: ReceiverHandoff | None = None
+        # on_batch_end() is called only for bolts that are not key grouped and define it (a combiner)
+        spec = self.spec
+        self._calls_batch_end = not spec.per_key and getattr(spec.cls, "on_batch_end", None) is not Bolt.on_batch_end
+        self._last_expiry_scan = self.job.clock.now()
+
+    def install(self, handlers: Handlers) -> None:
+        """The receiver's messages of a key hand-off."""
+        handlers.update({StateHandoff: self._on_state, MarkerSeen: self._on_marker_seen})
+
+    # --- checkpoints: end of input, snapshot, restore ----------------------------
+
+    def ready_to_seal(self, epoch: int) -> bool:
+        """Every barrier is in, so every input before them is processed: seal now."""
+        return True
+
+    def sealed(self, epoch: int, final: bool) -> None:
+        """Nothing waits for the barrier to leave."""
+
+    def end_input(self) -> None:
+        """The final checkpoint aligned: no input follows. PEs that flush at the end of the input
+        (esault_end_of_input(), as a WindowBolt with flush_on_close fires its pending windows) emit now,
+        before the snapshot and the barrier: their output is inside the last checkpoint, so exactly-once
+        sinks commit it, and a restart from that checkpoint does not emit it again."""
+        if getattr(self.spec.cls, "esault_end_of_input", None) is None:
+            return
+        ticking = self.services.ticking  # what a PE can still emit waits for time: its key asked for ticks
+        for key in list(ticking):
+            pe = self.ticks.pe_of(key)
+            if pe is None:
+                ticking.discard(key)
+                continue
+            try:
+                pe.esault_end_of_input()
+            except Exception as exc:
+                self._error_log("topology %r: bolt %r end of input raised %r (key %r)",
+                                self.job.name, self.unit_name, exc, key, exc=exc)
+
+    def snapshot(self, snapshot: Snapshot) -> None:
+        """The dirty PEs' states (and exactly_once's newly parked ones) in buckets, or the instance's state."""
+        epoch = snapshot.ack.epoch
+        if self.spec.per_key:
+            buckets: dict[int, list] = {}
+            plain = self.spu.state_is_dict  # the PE's __dict__ is its state: packed as it is, right below
+            for key, pe in self.pes.take_dirty().items():  # expired ones are parked (below), moved ones gone
+                state = pe.__dict__ if plain else self._state_of(key, pe)
+                bucket = pe._esault_bucket  # the key's, kept since its PE was made (datapath/pe_class.py)
+                if bucket == NO_BUCKET:
+                    bucket = bucket_of(key_hash(key))
+                entries = buckets.get(bucket)
+                if entries is None:
+                    entries = buckets[bucket] = []
+                entries += (key, state)
+            self.parked.snapshot_into(buckets, epoch)
+            snapshot.rows[self.unit_name] = [(b, self._pack(entries)) for b, entries in buckets.items()]
+        else:
+            self.spu.snapshot_instance(self.unit_name, self.pes.single(), snapshot)
+
+    def restore(self, epoch: int) -> None:
+        """This SPU's key range of checkpoint `epoch` (or its instance's state)."""
+        if self.spec.per_key:
+            states: dict[Any, Any] = {}
+            for lo, hi in self.spu.cfg.intervals or ():
+                states.update(self.spu.checkpoint_store().read_range(self.unit_name, epoch, lo, hi))
+            for key, state in states.items():
+                pe = self.pes.create(key)
+                if state is not None:
+                    pe.restore_state(dict(state))
+            self.pes.take_dirty()  # restored PEs equal the checkpoint: not dirty
+            self.stats.pes = len(self.pes)
+        else:
+            self.spu.restore_instance(self.unit_name, self.pes.single())
+
+    # --- the hot path -----------------------------------------------------
+
+    def process_data(self, msg: DataBatch) -> None:
+        keys, values, edges = msg.keys, msg.values, msg.edges
+        receiving = self._receiving
+        if receiving is not None:
+            keys, values, held_k, held_v = receiving.divide(keys, values, key_hash)
+            if held_k:  # the held part stays in the batch's trees under edge ids of its own
+                own = [self._new_edge() for _ in msg.roots]
+                receiving.buffer(HeldBatch(msg.source, held_k, held_v, msg.roots, own), self.job.clock.now())
+                edges = [e ^ o for e, o in zip(edges, own)]
+        self._run_batch(msg.source, keys, values, msg.roots, edges)
+        self._send_acks()
+
+    @staticmethod
+    def _new_edge() -> int:
+        return getrandbits(64) | 1
+
+    def _run_batch(self, source: str, keys: list[Any], values: list[Any], roots: list[int], edges: list[int]) -> None:
+        """Process one batch, flush its emits into the same trees, and record (or hold) its acks."""
+        spu = self.spu  # the batch's trees, held anchors and acks are the actor's (its _defer and flush use them)
+        spu._roots = roots
+        if keys:
+            if self.spec.per_key:
+                self._process_keyed(source, keys, values)
+            else:
+                self._process_single(source, keys, values)
+                if self._calls_batch_end:
+                    self._end_batch()
+            n = len(keys)
+            self.stats.processed += n
+            spu.processed_since_probe += n
+        sent, xors = self.router.flush(roots)
+        self.count_sent(sent)
+        hold, spu._hold = spu._hold, None
+        spu._roots = []
+        if not roots:
+            if hold is not None:
+                hold.seal({})
+            return
+        if hold is not None:
+            hold.seal({root: edge ^ x for root, edge, x in zip(roots, edges, xors)})
+            return
+        acks = spu._acks
+        for root, edge, x in zip(roots, edges, xors):
+            acks[root] = acks.get(root, 0) ^ edge ^ x
+
+    def _process_keyed(self, source: str, keys: list[Any], values: list[Any]) -> None:
+        view = self._view
+        view.source = source
+        pes = self.pes.active
+        for key, value in zip(keys, values):
+            try:
+                pe = pes[key]
+            except KeyError:
+                pe = self._open_pe(key, value, source)
+                if pe is None:
+                    continue
+            except TypeError:  # an unhashable key (a list, say): it has no PE
+                self.faults.give_up(key, value, TypeError(f"unhashable key type {type(key).__name__}"), "routing", 1)
+                continue
+            view.key = key
+            view.value = value
+            try:
+                pe.process(view)
+            except Exception as exc:
+                self.faults.retry(pe, view, key, value, source, exc)
+        self.pes.used(self.job.clock.now())
+        self.sampler.record_many(keys)
+
+    def _process_single(self, source: str, keys: list[Any], values: list[Any]) -> None:
+        view = self._view
+        view.source = source
+        pe = self.pes.single()
+        process = pe.process
+        for key, value in zip(keys, values):
+            view.key = key
+            view.value = value
+            try:
+                process(view)
+            except Exception as exc:
+                self.faults.retry(pe, view, key, value, source, exc)
+
+    def _end_batch(self) -> None:
+        try:
+            self.pes.single().on_batch_end()
+        except Exception as exc:
+            self.stats.user_errors += 1
+            self._error_log("topology %r: bolt %r on_batch_end() raised %r", self.job.name, self.unit_name, exc,
+                            exc=exc)
+
+    def _open_pe(self, key: Any, value: Any, source: str) -> Any:
+        """The key's first tuple: create its PE; on a failing open() the tuple is given up."""
+        try:
+            return self.pes.wake_or_create(key)
+        except Exception as exc:
+            self.stats.user_errors += 1
+            self.faults.give_up(key, value, exc, "open()", 1)
+            return None
+
+    # --- timers -----------------------------------------------------------
+
+    def on_tick(self, now: float) -> None:
+        """PE ticks, paused while keys arrive in a hand-off (their held tuples must run before time-driven
+        work, a window firing, judges them); every min(idle timeout / 4, 1 s) the expiry scan."""
+        if self.services.ticking and self._receiving is None:
+            self.ticks.tick(now)
+        timeout = self.pes.idle_timeout
+        if timeout is None or now - self._last_expiry_scan < min(timeout / 4, 1.0):
+            return
+        self._last_expiry_scan = now
+        self.ticks.keep_ticking(now)
+        expired = self.pes.idle(now)
+        if not expired:
+            return
+        for key, pe in expired:
+            try:
+                pe.on_expire()
+            except Exception as exc:
+                self._error_log("topology %r: bolt %r on_expire() raised %r (key %r)",
+                                self.job.name, self.unit_name, exc, key, exc=exc)
+        self.parked.park(expired)
+        self.stats.pes = len(self.pes)
+        self.flush()
+
+    # --- key hand-off (docs/PROTOCOLS.md) ----------------------------------
+
+    def routes_installed(self) -> None:
+        if self._receiving is not None:  # a downstream unit's SPUs changed while this receives keys
+            self._receiving.downstream_changed(self.router.downstream_spus())
+            self._release_ready()
+
+    def cancel(self, reconfig_id: int) -> None:
+        """Called off before the switch: no marker came and no moved key was held, so forgetting is all."""
+        if self._receiving is not None and self._receiving.reconfig_id == reconfig_id:
+            self._receiving = None
+
+    def give(self, giving: GiverHandoff, mailboxes: dict[int, Any]) -> None:
+        """Gives: every upstream SPU switched: the moved keys' state is final; each receiver gets its ranges'."""
+        self.flush()
+        receivers = {r: mailboxes[r] for r in giving.by_receiver() if r in mailboxes}
+        # In band behind this SPU's last output of the moved keys: each downstream SPU tells the receivers.
+        self.router.broadcast(ForwardMarker(giving.reconfig_id, self.spu_id, receivers))
+        moved = 0
+        for receiver_id, ranges in giving.by_receiver().items():
+            states: list[tuple[Any, bytes]] = []
+            if self.spec.per_key:
+                for lo, hi in ranges:
+                    for key, pe in self.pes.take_range(lo, hi):
+                        states.append((key, self._snapshot(key, pe)))
+                    states.extend(self.parked.take(lo, hi))
+            moved += len(states)
+            receiver = mailboxes.get(receiver_id)
+            if receiver is not None:
+                self._send_states(receiver, giving.reconfig_id, states)
+        self.stats.pes = len(self.pes)
+        self.sampler.clear()
+        self.unit_ref.tell(HandoffFinished(giving.reconfig_id, self.spu_id, "giver", moved, 0.0))
+
+    def _send_states(self, receiver: Any, reconfig_id: int, states: list[tuple[Any, bytes]]) -> None:
+        """The moved keys' states in chunks under the frame cap; the last chunk says the hand-off is done."""
+        chunks = chunk_states(states, handoff.HANDOFF_CHUNK_BYTES)
+        for i, chunk in enumerate(chunks):
+            message = StateHandoff(reconfig_id, self.spu_id, chunk, i == len(chunks) - 1)
+            try:
+                receiver.tell(message)
+            except SerializationError as exc:  # one key's state alone is over the frame cap
+                self.state_lost(UnsaveableState(
+                    f"bolt {self.unit_name!r} cannot move the state of key(s) {[k for k, _ in chunk][:5]} ({exc}); "
+                    "keep a key's state under the transport's max_frame_bytes"))
+                receiver.tell(StateHandoff(reconfig_id, self.spu_id, [(k, encode(None)) for k, _ in chunk],
+                                           message.last))
+
+    def _snapshot(self, key: Any, pe: Any) -> bytes:
+        """A PE's state, encoded to move with its key (encode(None) if it cannot be: see state_lost())."""
+        return self._encode_state(key, self._state_of(key, pe))
+
+    def _pack(self, entries: list) -> bytes:
+        """One checkpoint bucket row; a key whose state cannot be encoded is saved as None, after state_lost()
+        (under exactly_once this snapshot is then refused: its checkpoint fails)."""
+        try:
+            return pack_entries(entries)
+        except Exception:
+            kept: list = []
+            for key, state in zip(entries[::2], entries[1::2]):
+                if self._save_key(key) is None:
+                    continue
+                if self.save_state(state, key_owner(self.unit_name, key)) is None:
+                    state = None
+                kept += (key, state)
+            return pack_entries(kept)
+
+    def on_prepare_receive(self, msg: PrepareReceive) -> None:
+        self._receiving = ReceiverHandoff(msg.reconfig_id, msg.ranges, self.router.downstream_spus())
+        if self.unit_ref is not None:
+            self.unit_ref.tell(Prepared(msg.reconfig_id, self.spu_id, "receiver"))
+        for giver, sender in self._early.seen.pop(msg.reconfig_id, ()):
+            self._receiving.marker_seen(giver, sender)
+        early = self._early.handoffs.pop(msg.reconfig_id, None)
+        for chunk in early or ():
+            self._on_state(chunk)
+        self._release_ready()
+
+    def _on_state(self, msg: StateHandoff) -> None:
+        receiving = self._receiving
+        if receiving is None or receiving.reconfig_id != msg.reconfig_id:
+            self._early.handoffs.setdefault(msg.reconfig_id, []).append(msg)
+            return
+        for key, blob in msg.states:
+            try:
+                pe = self.pes.create(key)
+                state = decode(blob)
+                if state is not None:
+                    pe.restore_state(dict(state))
+            except Exception as exc:
+                log.error("topology %r: bolt %r could not restore state of key %r: %r",
+                          self.job.name, self.unit_name, key, exc)
+        receiving.moved += len(msg.states)
+        self.pes.used(self.job.clock.now())
+        if msg.last:  # that giver's keys stay held until its last chunk and the downstream answers
+            receiving.state_done(msg.giver_id)
+            self._release_ready()
+
+    def _on_marker_seen(self, msg: MarkerSeen) -> None:
+        receiving = self._receiving
+        if receiving is None or receiving.reconfig_id != msg.reconfig_id:
+            self._early.seen.setdefault(msg.reconfig_id, []).append((msg.giver, msg.sender))
+            return
+        receiving.marker_seen(msg.giver, msg.sender)
+        self._release_ready()
+
+    def _release_ready(self) -> None:
+        """Run what is held for each giver whose state is in and whose downstream all saw its marker."""
+        receiving = self._receiving
+        if receiving is None:
+            return
+        now = self.job.clock.now()
+        for giver in receiving.ready_givers():
+            for held in receiving.release(giver, now, key_hash, self._new_edge):
+                self._run_batch(held.source, held.keys, held.values, held.roots, held.edges)
+        self.stats.pes = len(self.pes)
+        self.flush()
+        if not receiving.done:
+            return
+        self._receiving = None
+        self.unit_ref.tell(
+            HandoffFinished(receiving.reconfig_id, self.spu_id, "receiver", receiving.moved, receiving.paused)
+        )
