@@ -43,7 +43,8 @@ from esault.messages.cluster import (
     WorkerHello,
 )
 from esault.cluster.credentials import WorkerKeys
-from esault.cluster.gc_policy import GcFreezer
+from esault.config import JobConfig
+from esault.job.gc_policy import GcFreezer, enter as gc_enter
 from esault.datapath.load_feed import REMOTE_LOADS
 from esault.datapath.ticker import Ticker
 
@@ -274,6 +275,7 @@ def run_worker(driver: str, keys: WorkerKeys, name: str | None = None, bind_host
     log.info("worker %s joining driver %s from %s", name, driver, postman.address)
     started = time.monotonic()
     samples = SampleSender()
+    gc_enter(JobConfig().gc_gen0_threshold)  # the policy a driver applies while its jobs run (job/gc_policy.py)
     collector = GcFreezer(time.monotonic())
     try:
         while not done.wait(HEARTBEAT_INTERVAL):

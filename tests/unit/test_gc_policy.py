@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from esault.cluster.gc_policy import GcFreezer
+from esault.job.gc_policy import GcFreezer
 
 
 class Recorder:
