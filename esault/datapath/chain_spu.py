@@ -31,7 +31,7 @@ from esault.joins.protocol import Flushed, Handoff, Joined, Link, Send, from_wir
 from esault.checkpoint.snapshots import Snapshot
 from esault.migration.handoff import GiverHandoff
 from esault.datapath.context import log
-from esault.datapath.processing import Handlers
+from esault.datapath.processing import Handlers, PartOfSpu
 from esault.messages.acking import AckUpdate
 from esault.messages.chains import ChainLink, ChainMembers
 from esault.messages.checkpoints import Barrier, CheckpointStart
@@ -39,7 +39,7 @@ from esault.messages.data import DataBatch
 from esault.messages.handoff import HandoffFinished, PrepareReceive, Prepared
 
 
-class ChainProcessing:
+class ChainProcessing(PartOfSpu):
     """The `Processing` of one worker of a join chain; only the actor's thread touches it. The SPU's one
     instance (a ChainJoinBolt, in the actor's PE table) holds the join's declaration.
 
@@ -49,22 +49,10 @@ class ChainProcessing:
 
     def __init__(self, spu: Any) -> None:
         """`spu`: the BoltSpuActor that holds this part (typed loosely: its module imports this one)."""
-        self.spu = spu
-        self.job = spu.job
-        self.unit_name = spu.unit_name
-        self.spu_id = spu.spu_id
-        self.pes = spu.pes
-        self.services = spu.services
-        self.ticks = spu.ticks
-        self.stats = spu.stats
-        self.faults = spu.faults
-        self.router = spu.router
+        super().__init__(spu)
         self.emit_path = spu.emit_path
         self.acking = spu.acking
         self.acker = spu.acker
-        self.unit_ref = spu.unit_ref
-        self.flush = spu.flush
-        self.count_sent = spu.count_sent
         self.node: ChainNode | None = None
         self.members: list[int] = []
         self.mailboxes: dict[int, Any] = {}

@@ -23,7 +23,7 @@ from esault.checkpoint.snapshots import Snapshot
 from esault.checkpoint.store import bucket_of, pack_entries
 from esault.datapath.context import log
 from esault.datapath.pe_class import NO_BUCKET
-from esault.datapath.processing import Handlers
+from esault.datapath.processing import Handlers, PartOfSpu
 from esault.dsl.bolt import Bolt
 from esault.dsl.tuple import Tuple
 from esault.errors import SerializationError, UnsaveableState
@@ -42,7 +42,7 @@ from esault.migration.handoff import GiverHandoff, HeldBatch, ReceiverHandoff, c
 from esault.transport.codec import decode, encode
 
 
-class KeyedProcessing:
+class KeyedProcessing(PartOfSpu):
     """The `Processing` of a bolt SPU that runs the bolt's own PEs; only the actor's thread touches it.
 
     It keeps its own references to the actor's parts the per-tuple loops use (PE table, stats, faults,
@@ -52,22 +52,10 @@ class KeyedProcessing:
 
     def __init__(self, spu: Any) -> None:
         """`spu`: the BoltSpuActor that holds this part (typed loosely: its module imports this one)."""
-        self.spu = spu
+        super().__init__(spu)
         self.spec = spu.spec
-        self.job = spu.job
-        self.unit_name = spu.unit_name
-        self.spu_id = spu.spu_id
-        self.pes = spu.pes
-        self.services = spu.services
-        self.ticks = spu.ticks
         self.parked = spu.parked
         self.sampler = spu.sampler
-        self.stats = spu.stats
-        self.faults = spu.faults
-        self.router = spu.router
-        self.unit_ref = spu.unit_ref
-        self.flush = spu.flush
-        self.count_sent = spu.count_sent
         self._send_acks = spu._send_acks
         self.save_state = spu.save_state
         self.state_lost = spu.state_lost

@@ -75,3 +75,24 @@ class Processing(Protocol):
 
     def routes_installed(self) -> None:
         """This SPU's output routes changed (a downstream unit's SPUs changed)."""
+
+
+class PartOfSpu:
+    """What both processing parts keep of their actor, as references of their own (a per-tuple loop then
+    loads nothing through the actor): the job, names, the PE table and its services, stats, faults, the
+    router, the unit and the flush. `spu` is the BoltSpuActor (typed loosely: its module imports the parts)."""
+
+    def __init__(self, spu: Any) -> None:
+        self.spu = spu
+        self.job = spu.job
+        self.unit_name = spu.unit_name
+        self.spu_id = spu.spu_id
+        self.pes = spu.pes
+        self.services = spu.services
+        self.ticks = spu.ticks
+        self.stats = spu.stats
+        self.faults = spu.faults
+        self.router = spu.router
+        self.unit_ref = spu.unit_ref
+        self.flush = spu.flush
+        self.count_sent = spu.count_sent
