@@ -16,7 +16,7 @@ this part uses them.
 from __future__ import annotations
 
 from random import getrandbits
-from typing import Any
+from typing import Any, Callable
 
 from esault.checkpoint.saveable import key_owner
 from esault.checkpoint.snapshots import Snapshot
@@ -39,7 +39,7 @@ from esault.messages.handoff import (
 )
 from esault.migration import handoff
 from esault.migration.handoff import GiverHandoff, HeldBatch, ReceiverHandoff, chunk_states
-from esault.transport.codec import decode, encode
+from esault.transport.codec import decode, encode, encoder
 
 
 class KeyedProcessing(PartOfSpu):
@@ -119,7 +119,8 @@ class KeyedProcessing(PartOfSpu):
                     entries = buckets[bucket] = []
                 entries += (key, state)
             self.parked.snapshot_into(buckets, epoch)
-            snapshot.rows[self.unit_name] = [(b, self._pack(entries)) for b, entries in buckets.items()]
+            pack = encoder()  # one Packer for every row of this snapshot
+            snapshot.rows[self.unit_name] = [(b, self._pack(entries, pack)) for b, entries in buckets.items()]
         else:
             self.spu.snapshot_instance(self.unit_name, self.pes.single(), snapshot)
 
@@ -315,11 +316,11 @@ class KeyedProcessing(PartOfSpu):
         """A PE's state, encoded to move with its key (encode(None) if it cannot be: see state_lost())."""
         return self._encode_state(key, self._state_of(key, pe))
 
-    def _pack(self, entries: list) -> bytes:
+    def _pack(self, entries: list, pack: Callable[[Any], bytes] = pack_entries) -> bytes:
         """One checkpoint bucket row; a key whose state cannot be encoded is saved as None, after state_lost()
         (under exactly_once this snapshot is then refused: its checkpoint fails)."""
         try:
-            return pack_entries(entries)
+            return pack(entries)
         except Exception:
             kept: list = []
             for key, state in zip(entries[::2], entries[1::2]):

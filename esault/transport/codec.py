@@ -7,7 +7,7 @@ types is refused with an error naming its type.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Callable
 
 import msgpack
 
@@ -123,6 +123,20 @@ def encode(value: Any) -> bytes:
         return _pack(value)
     except (TypeError, ValueError, OverflowError) as exc:
         raise SerializationError(f"cannot encode {_describe_bad(value) or exc}") from None
+
+
+def encoder() -> Callable[[Any], bytes]:
+    """encode() for many values in a row, on one thread: one msgpack Packer reused (its buffer stays
+    grown), about twice as fast for a checkpoint's many small rows. Not thread-safe: one per caller."""
+    packer = msgpack.Packer(use_bin_type=True, strict_types=True, default=_default, autoreset=True)
+
+    def encode_one(value: Any) -> bytes:
+        try:
+            return packer.pack(value)
+        except (TypeError, ValueError, OverflowError) as exc:
+            raise SerializationError(f"cannot encode {_describe_bad(value) or exc}") from None
+
+    return encode_one
 
 
 def decode(data: bytes) -> Any:
