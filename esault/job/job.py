@@ -738,9 +738,21 @@ class Job:
             poll.wait(0.01)
 
     def drain(self) -> None:
-        """A barrier: every SPU has processed and flushed what it received before this call."""
-        for spec in self.topology.units:
-            for mailbox in self.units[spec.name].ask(GetSpus()).values():
+        """A barrier: every SPU has processed and flushed what it received before this call.
+
+        Only for SPUs in this process (`LocalCluster()` with no workers): an SPU in a worker process has no
+        reply to wait on, and a request there could overtake data still on its way from another worker.
+        With worker processes, wait for what the job produced instead (esault.testing.wait_until)."""
+        spus = {spec.name: self.units[spec.name].ask(GetSpus()) for spec in self.topology.units}
+        remote = sorted(f"{unit} SPU {spu}" for unit, mailboxes in spus.items()
+                        for spu, mailbox in mailboxes.items() if not hasattr(mailbox, "ask"))
+        if remote:
+            raise EsaultError(
+                f"topology {self.name!r}: drain() waits only on SPUs in the driver process, and "
+                f"{', '.join(remote[:5])}{' ...' if len(remote) > 5 else ''} run in worker processes; wait for "
+                "what the job produced instead (esault.testing.wait_until), or run it on LocalCluster() alone")
+        for mailboxes in spus.values():
+            for mailbox in mailboxes.values():
                 mailbox.ask(Drain())
 
     # --- stop ----------------------------------------------------------------

@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from esault import LocalCluster, ScalingError, TopologyBuilder
+from esault.errors import EsaultError
 from esault.testing import collected, reset_collected, wait_until
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -56,6 +57,14 @@ def test_wordcount_across_two_worker_processes_equals_the_counter(workers, confi
     job.stop()
     counts = json.loads((job.data_dir / "wordcount.json").read_text())
     assert counts == dict(wordcount.oracle(3000, seed=11))
+
+
+def test_drain_with_spus_in_worker_processes_says_it_cannot_and_what_to_do_instead(workers, config):
+    job = workers.submit(wordcount.build_topology(total=300, seed=3, count_parallelism=2, sink=None), config)
+    with pytest.raises(EsaultError, match=r"drain\(\) waits only on SPUs in the driver process.*count SPU .*"
+                                          r"wait_until"):
+        job.drain()
+    assert job.wait(60), job.status()  # the job goes on: nothing was sent
 
 
 def test_splits_and_merges_across_processes_keep_every_key_exact(workers, config):
