@@ -1,6 +1,6 @@
 """What a live reconfiguration costs, against stop-with-savepoint-and-restart (Trisk's comparison).
 
-    python bench/reconfiguration.py [--rate 20000] [--reps 8] [--no-write]
+    python bench/reconfiguration.py [--rate 20000 | --load 0.7] [--reps 8] [--no-write]
 
 A keyed count on 2 worker processes (4 SPUs) fed at a fixed rate; every tuple's latency is recorded in
 the driver (bench/reconfig_parts.py). Then:
@@ -78,6 +78,21 @@ def pct(values: list[float], q: float) -> float | None:
     return values[min(len(values) - 1, int(q * len(values)))]
 
 
+def sustainable_rate(keys: int, total: int = 300_000) -> float:
+    """Tuples/s this job carries with its source unpaced (every tuple due at once): what --load scales."""
+    name = f"reconf-max-{int(time.time())}"
+    config = JobConfig(data_dir=Path(tempfile.mkdtemp(prefix="esault-reconf-")), elasticity=False,
+                       checkpoint_interval=5.0)
+    with LocalCluster(workers=2) as cluster:
+        started = time.time()
+        job = cluster.submit(build(name, 1e12, started, total, 4, keys), config)
+        if not job.wait(300):
+            raise RuntimeError(f"the unpaced run did not finish: {job.status()}")
+        took = time.time() - started
+        job.stop()
+    return total / took
+
+
 def run(rate: float, reps: int, keys: int) -> dict:
     name = f"reconf-{int(time.time())}"
     data = Path(tempfile.mkdtemp(prefix="esault-reconf-"))
@@ -153,11 +168,11 @@ def fmt(pair) -> str:
     return "-" if pair is None else " / ".join(f"{v:,.1f}" for v in pair)
 
 
-def report(result: dict, rate: float, reps: int) -> str:
+def report(result: dict, rate: float, reps: int, note: str = "") -> str:
     steady = result["steady_lat_ms"]
     lines = [
         f"Measured with `python bench/reconfiguration.py` on this 2-core machine: a keyed count (4 SPUs on 2 "
-        f"worker processes) fed {rate:,.0f} tuples/s, latency = arrival at a sink in the driver - the tuple's "
+        f"worker processes) fed {rate:,.0f} tuples/s{note}, latency = arrival at a sink in the driver - the tuple's "
         f"due time. Steady-state latency p50 / p99: {fmt(steady)} ms.",
         "",
         f"assign_workload moving a contiguous hash range ({reps} times per size, 1.5 s apart):",
@@ -186,13 +201,20 @@ def report(result: dict, rate: float, reps: int) -> str:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--rate", type=float, default=20_000)
+    parser.add_argument("--rate", type=float, default=20_000, help="tuples/s (ignored with --load)")
+    parser.add_argument("--load", type=float, default=None,
+                        help="feed this fraction of the rate the job sustains unpaced (measured first), e.g. 0.7")
     parser.add_argument("--reps", type=int, default=8)
     parser.add_argument("--keys", type=int, default=20_000)
     parser.add_argument("--no-write", action="store_true")
     args = parser.parse_args()
-    result = run(args.rate, args.reps, args.keys)
-    text = report(result, args.rate, args.reps)
+    rate, note = args.rate, ""
+    if args.load is not None:
+        most = sustainable_rate(args.keys)
+        rate = args.load * most
+        note = f" ({args.load:.0%} of the {most:,.0f} tuples/s it sustained unpaced in the same run)"
+    result = run(rate, args.reps, args.keys)
+    text = report(result, rate, args.reps, note)
     print(text)
     if not args.no_write:
         (ROOT / "docs" / "results").mkdir(parents=True, exist_ok=True)
