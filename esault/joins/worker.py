@@ -225,13 +225,19 @@ class ChainWorker:
             self._forward("R", self.r, self.sent_right, RIGHT, effects)
         if self.has_left and not self.paused[LEFT]:
             self._forward("S", self.s, self.sent_left, LEFT, effects)
-        sizes = (len(self.r), len(self.s))
-        if abs(sizes[0] - self.reported[0]) >= self.zeta or abs(sizes[1] - self.reported[1]) >= self.zeta:
-            self.reported = sizes
+        # Each neighbour balances by one count: the left one sends me R (it reads r_size), the right one S
+        # (s_size); each hears only when its count moved by zeta (half the messages of telling both of either).
+        r_size, s_size = len(self.r), len(self.s)
+        told_r, told_s = self.reported
+        if abs(r_size - told_r) >= self.zeta:
+            told_r = r_size
             if self.has_left:
-                effects.append(Send(LEFT, SizeChange(*sizes)))
+                effects.append(Send(LEFT, SizeChange(r_size, s_size)))
+        if abs(s_size - told_s) >= self.zeta:
+            told_s = s_size
             if self.has_right:
-                effects.append(Send(RIGHT, SizeChange(*sizes)))
+                effects.append(Send(RIGHT, SizeChange(r_size, s_size)))
+        self.reported = (told_r, told_s)
 
     def _forward(self, side: str, store: SideStore, sent: dict[int, tuple], direction: int, effects: list) -> None:
         zeta = self.zeta
