@@ -19,9 +19,10 @@ pair's later tuple; spouts and sink share the driver's clock).
    spout counts), S2J shedding at tau1 0.9 and 0.5 vs none: completeness
    (pairs out / the oracle's), p50/p99 latency, tuples shed.
 4. Scaling of the chain (issue 31: 2 SPUs should sustain >= 1.7x one): paced capacity probes of the 1-SPU
-   and the 2-SPU predicate chain in the same run, interleaved, at rates climbing by sqrt(2) from half the
-   1-SPU unpaced throughput, each run at least SCALE_SECONDS of input; the capacity of each is the fastest
-   rate it kept up with, and the ratio of the two is printed. Beside it, each worker process's CPU
+   and the 2-SPU chain in the same run, interleaved, at rates climbing by ~1.19x from 0.3x the 1-SPU
+   unpaced throughput, each run at least SCALE_SECONDS of input; the capacity of each is the fastest rate
+   it kept up with, and the ratio of the two is printed; for the predicate join above and for a join-bound
+   one (a 10x window, the predicate for one left value in 8). Beside it, each worker process's CPU
    microseconds per input tuple (/proc), the load-independent figure: 2 SPUs scale when each does about half
    of what one does.
 Configurations run --rounds times, interleaved (the machine is shared); the
@@ -61,7 +62,8 @@ BAND = 1
 JOINS = ("equi", "band", "predicate")
 PROBES = (1, 1.5, 2, 3, 4, 6, 8)  # paced runs at these multiples of the unpaced 2-SPU predicate chain's throughput
 KEPT_UP_MS = 100  # a paced run kept up when its pair p50 stayed below this; the fastest such run is the capacity
-SCALE_STEPS = (0.5, 0.7, 1, 1.4, 2, 2.8, 4, 5.6)  # scaling probes: multiples of the 1-SPU unpaced throughput
+SCALE_STEPS = (0.3, 0.35, 0.4, 0.5, 0.6, 0.7, 0.85, 1, 1.2, 1.4, 1.7, 2, 2.4, 2.8, 3.4, 4, 4.8, 5.6)
+"""Scaling probes: multiples of the 1-SPU chain's unpaced throughput on the same input (steps of ~1.19x)."""
 SCALE_SECONDS = 3.0  # a scaling probe offers at least this many seconds of input (--quick: 1)
 SCALE_SLACK = (1.15, 1.0)  # ... and kept up if it also took at most 1.15x that + 1 s (start-up and the last flush)
 
@@ -71,10 +73,19 @@ def sums_to_keys(r: dict, s: dict) -> bool:
     return (r["k"] + s["k"]) % KEYS == 0
 
 
+def sums_to_keys_sparse(r: dict, s: dict) -> bool:
+    """The same test for one left value in 8: the scaling part's 10x window then still makes ~1 pair per tuple
+    (the sink, in the driver, stays light) while each tuple is tested against ~4000 others."""
+    return r["k"] % 8 == 0 and (r["k"] + s["k"]) % KEYS == 0
+
+
 PARTNERS = {"equi": lambda k: [k], "band": lambda k: range(k - BAND, k + BAND + 1),
-            "predicate": lambda k: [(KEYS - k) % KEYS]}
+            "predicate": lambda k: [(KEYS - k) % KEYS],
+            "sparse": lambda k: [(KEYS - k) % KEYS] if k % 8 == 0 else []}
 KINDS = {"equi": {"kind": "equi"}, "band": {"kind": "band", "band": BAND},
-         "predicate": {"kind": "join_chain:sums_to_keys"}}  # module:function, so worker processes import it
+         "predicate": {"kind": "join_chain:sums_to_keys"},  # module:function, so worker processes import it
+         "sparse": {"kind": "join_chain:sums_to_keys_sparse"}}
+SCALE_JOINS = (("predicate", WINDOW), ("sparse", 10 * WINDOW))  # part 4: the bench's join, and a join-bound one
 
 _lock = threading.Lock()
 _seen: dict[str, list[float]] = defaultdict(list)  # run tag -> pair latencies (s), filled in the driver
@@ -131,7 +142,7 @@ def streams(n: int, join: str) -> tuple[list, list]:
     return items["R"], items["S"]
 
 
-def oracle_pairs(lefts: list, rights: list, join: str) -> int:
+def oracle_pairs(lefts: list, rights: list, join: str, window: float = WINDOW) -> int:
     """Pairs with |ts_r - ts_s| <= WINDOW whose k's match, counted by bisection over each k's times."""
     times: dict[int, list[int]] = defaultdict(list)
     for _, v in rights:
@@ -140,7 +151,7 @@ def oracle_pairs(lefts: list, rights: list, join: str) -> int:
     for _, v in lefts:
         for k in PARTNERS[join](v["k"]):
             ts = times.get(k, ())
-            count += bisect.bisect_right(ts, v["ts"] + WINDOW) - bisect.bisect_left(ts, v["ts"] - WINDOW)
+            count += bisect.bisect_right(ts, v["ts"] + window) - bisect.bisect_left(ts, v["ts"] - window)
     return count
 
 
@@ -162,6 +173,7 @@ class Config:
         self.label, self.mode, self.spus, self.zeta, self.guarantee = label, mode, spus, zeta, guarantee
         self.join, self.rate, self.shed, self.part = join, rate, shed, part
         self.expected: int | None = None  # the oracle's pairs, when this job has its own input (scaling probes)
+        self.window = WINDOW
 
 
 def run_job(cluster: LocalCluster, cfg: Config, lefts: list, rights: list, data_dir: Path, tag: str) -> dict:
@@ -169,7 +181,7 @@ def run_job(cluster: LocalCluster, cfg: Config, lefts: list, rights: list, data_
     b.set_spout("R", StampedSpout, params={"items": lefts, "rate": cfg.rate})
     b.set_spout("S", StampedSpout, params={"items": rights, "rate": cfg.rate})
     kind = KINDS[cfg.join]
-    b.join("j", "R", "S", on="k", window=WINDOW, zeta=cfg.zeta, mode=cfg.mode, parallelism=cfg.spus,
+    b.join("j", "R", "S", on="k", window=cfg.window, zeta=cfg.zeta, mode=cfg.mode, parallelism=cfg.spus,
            shed=cfg.shed, **kind)
     b.set_bolt("out", LatencySink, params={"tag": tag}).global_grouping("j")
     config = JobConfig(data_dir=data_dir, guarantee=cfg.guarantee, elasticity=False, message_timeout=120.0,
@@ -257,9 +269,7 @@ def main() -> None:
         over += [Config(f"2x overload, shed tau1 {tau}", join="predicate", rate=rate, part=3,
                         shed={"tau1": tau, "period": 0.2, "sustain": 1}) for tau in (0.9, 0.5)]
         results += run_rounds(cluster, over, data, rounds, Path(tmp), tags)
-        base = next(s["tuples_s"] for c, s in zip(configs, results)
-                    if c.label == "chain, 1 SPU(s)" and c.join == "predicate")
-        scaled, scaling = run_scaling(cluster, base, args.quick, Path(tmp), tags)
+        scaled, scaling = run_scaling(cluster, args.quick, Path(tmp), tags)
     results[len(configs):len(configs)] = probed
     configs += probes + over
     configs += scaled
@@ -276,35 +286,43 @@ def main() -> None:
         write_section(out / "joins.md", "join_chain", section)
 
 
-def run_scaling(cluster: LocalCluster, base: float, quick: bool, tmp: Path, tags) -> tuple[list, list]:
-    """Part 4: the 1-SPU and the 2-SPU predicate chain paced at SCALE_STEPS x `base` (input tuples/s, both
-    spouts together), interleaved, each until it falls behind; every run offers at least SCALE_SECONDS of input."""
+def run_scaling(cluster: LocalCluster, quick: bool, tmp: Path, tags) -> tuple[list, list]:
+    """Part 4, for each of SCALE_JOINS (only the first with --quick): the 1-SPU chain's unpaced throughput on
+    its own input is the base; then the 1-SPU and the 2-SPU chain paced at SCALE_STEPS x base (input
+    tuples/s, both spouts together), interleaved, each until it falls behind; every run offers at least
+    SCALE_SECONDS of input, checked against its own oracle."""
     seconds = 1.0 if quick else SCALE_SECONDS
     steps = (0.7, 1.4) if quick else SCALE_STEPS
     configs: list[Config] = []
     summaries: list[dict] = []
-    behind: set[int] = set()
-    inputs: dict[int, tuple] = {}
-    for m in steps:
-        for spus in (1, 2):
-            if spus in behind:
-                continue
-            offered = m * base
-            n = int(math.ceil(max(offered * seconds, 1000) / 1000)) * 1000
+    for join, window in SCALE_JOINS[:1] if quick else SCALE_JOINS:
+        inputs: dict[int, tuple] = {}
+
+        def probe(label: str, spus: int, rate: float, n: int) -> dict:
             if n not in inputs:
-                lefts, rights = streams(n, "predicate")
-                inputs[n] = (lefts, rights, oracle_pairs(lefts, rights, "predicate"))
+                lefts, rights = streams(n, join)
+                inputs[n] = (lefts, rights, oracle_pairs(lefts, rights, join, window))
             lefts, rights, expected = inputs[n]
-            cfg = Config(f"scaling probe, {spus} SPU(s), {m}x", spus=spus, join="predicate", rate=offered / 2, part=4)
-            cfg.expected = expected
+            cfg = Config(label, spus=spus, join=join, rate=rate, part=4)
+            cfg.expected, cfg.window = expected, window
             summary = summarise([run_job(cluster, cfg, lefts, rights, tmp, next(tags))])
-            summary["kept_up"] = kept_up(summary, n / offered)
+            summary["kept_up"] = kept_up(summary, n / (2 * rate)) if rate else False
             configs.append(cfg)
             summaries.append(summary)
-            if not summary["kept_up"]:
-                behind.add(spus)
-        if behind == {1, 2}:
-            break
+            return summary
+
+        tag = "scaling probe" if window == WINDOW else f"scaling, w={window:g}"
+        base = probe(f"{tag}, 1 SPU(s), unpaced", 1, 0.0, max(8000, int(4 * window)))["tuples_s"]  # window full
+        behind: set[int] = set()
+        for m in steps:
+            for spus in (1, 2):
+                if spus not in behind:
+                    offered = m * base
+                    n = int(math.ceil(max(offered * seconds, 1000) / 1000)) * 1000
+                    if not probe(f"{tag}, {spus} SPU(s), {m}x", spus, offered / 2, n)["kept_up"]:
+                        behind.add(spus)
+            if behind == {1, 2}:
+                break
     return configs, summaries
 
 
@@ -315,18 +333,26 @@ def kept_up(summary: dict, input_seconds: float) -> bool:
 
 
 def scaling_summary(configs: list, summaries: list) -> str:
-    """The capacities (fastest rate kept up) of 1 and 2 SPUs, their ratio, and CPU per tuple per worker."""
-    capacity: dict[int, float] = {}
-    cpu: dict[int, list] = {}
-    for c, s in zip(configs, summaries):
-        if s["kept_up"] and 2 * c.rate >= capacity.get(c.spus, 0):
-            capacity[c.spus], cpu[c.spus] = 2 * c.rate, s["cpu_us"]
-    if 1 not in capacity or 2 not in capacity:
-        return "Chain scaling: a configuration kept up with no probe rate; no capacity ratio."
-    per_worker = "; ".join(f"{p} SPU(s): {' + '.join(f'{u:.0f}' for u in cpu[p])} us" for p in (1, 2))
-    return (f"Chain scaling (predicate join, paced capacity probes): 1 SPU sustains {capacity[1]:.0f} tuples/s, "
-            f"2 SPUs {capacity[2]:.0f} tuples/s: {capacity[2] / capacity[1]:.2f}x. Worker processes' CPU per input "
-            f"tuple at those rates (busiest first): {per_worker}.")
+    """Per scaling join: the capacities (fastest paced rate kept up) of 1 and 2 SPUs, their ratio, and the
+    worker processes' CPU per tuple at those rates."""
+    lines = []
+    for join, window in SCALE_JOINS:
+        if not any(c.join == join and c.window == window for c in configs):
+            continue
+        capacity: dict[int, float] = {}
+        cpu: dict[int, list] = {}
+        for c, s in zip(configs, summaries):
+            if c.join == join and c.window == window and s["kept_up"] and 2 * c.rate >= capacity.get(c.spus, 0):
+                capacity[c.spus], cpu[c.spus] = 2 * c.rate, s["cpu_us"]
+        what = f"{join} join, window {window:g}"
+        if 1 not in capacity or 2 not in capacity:
+            lines.append(f"Chain scaling ({what}): a configuration kept up with no probe rate; no capacity ratio.")
+            continue
+        per_worker = "; ".join(f"{p} SPU(s): {' + '.join(f'{u:.0f}' for u in cpu[p])} us" for p in (1, 2))
+        lines.append(f"Chain scaling ({what}, paced capacity probes): 1 SPU sustains {capacity[1]:.0f} tuples/s, "
+                     f"2 SPUs {capacity[2]:.0f} tuples/s: {capacity[2] / capacity[1]:.2f}x. Worker processes' CPU "
+                     f"per input tuple at those rates (busiest first): {per_worker}.")
+    return "\n".join(lines)
 
 
 def run_rounds(cluster: LocalCluster, configs: list[Config], data: dict, rounds: int, tmp: Path, tags) -> list[dict]:
@@ -396,8 +422,12 @@ def write_markdown(out, configs, summaries, oracle, messages, n, rounds, rate, a
            "one ChainLink per neighbour per batch, carrying several). worker CPU us/tuple: each worker "
            "process's CPU (user + system, /proc) over the job per input tuple, busiest first: what the join costs "
            "whatever else runs on the machine.", "",
-           f"Scaling probes (part 4): the 1-SPU and the 2-SPU predicate chain paced at {', '.join(map(str, SCALE_STEPS))}"
-           f"x the 1-SPU chain's unpaced throughput, interleaved, each until it falls behind (pair p50 >= "
+           f"Scaling probes (part 4): the 1-SPU and the 2-SPU chain paced at {', '.join(map(str, SCALE_STEPS))}"
+           f"x the 1-SPU chain's unpaced throughput on the same input, interleaved, each until it falls behind, "
+           f"for the predicate join above and for a join-bound one (\"sparse\": window {SCALE_JOINS[1][1]:g}, so "
+           "each tuple is tested against ~10x as many, and the same predicate for one left value in 8, so still "
+           "~1 pair per tuple and the sink in the driver stays light; S2J's case: the join, not the spouts and "
+           f"the sink, bounds the rate). Falls behind: pair p50 >= "
            f"{KEPT_UP_MS} ms, or the job took longer than {SCALE_SLACK[0]}x its input's duration + "
            f"{SCALE_SLACK[1]:g} s), one round, each run at least {SCALE_SECONDS:g} s of input (its own oracle). "
            + scale_text, "",

@@ -29,7 +29,8 @@ def test_the_quick_end_to_end_join_benchmark_prints_and_writes_every_configurati
     probes = [key for key in rows if key[1].startswith("capacity probe")]  # as many as it took to fall behind
     assert probes and probes[0] == ("predicate", "capacity probe, paced 1x unpaced"), done.stdout
     scaling = [key for key in rows if key[1].startswith("scaling probe")]  # 1 and 2 SPUs, until each falls behind
-    assert scaling[:2] == [("predicate", "scaling probe, 1 SPU(s), 0.7x"),
+    assert scaling[:3] == [("predicate", "scaling probe, 1 SPU(s), unpaced"),
+                           ("predicate", "scaling probe, 1 SPU(s), 0.7x"),
                            ("predicate", "scaling probe, 2 SPU(s), 0.7x")], done.stdout
     assert sorted(rows) == sorted(expected + probes + scaling), done.stdout
     assert "Chain scaling (predicate join" in done.stdout or "no capacity ratio" in done.stdout, done.stdout
