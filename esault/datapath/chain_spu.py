@@ -28,6 +28,7 @@ from esault.joins.protocol import Flushed, Handoff, Joined, Link, Send, from_wir
 from esault.migration.handoff import GiverHandoff
 from esault.datapath.bolt_spu import BoltSpuActor
 from esault.datapath.context import log
+from esault.datapath.inbox import ControlFirstInbox
 from esault.messages.acking import AckUpdate
 from esault.messages.chains import ChainLink, ChainMembers
 from esault.messages.checkpoints import Barrier, CheckpointStart
@@ -40,8 +41,25 @@ from esault.messages.handoff import (
 )
 
 
+class ChainInbox(ControlFirstInbox):
+    """A chain SPU's mailbox: its neighbours' link messages also go ahead of queued entries (FIFO among
+    themselves, so each link stays FIFO): a block's ack round trip then does not wait behind the SPU's
+    backlog of entry batches, which capped what a link moves (docs/JOINS.md, "Where a chain SPU's time
+    goes"). Any interleaving of entries and link messages is one the protocol allows (tests/unit/test_chain_nodes.py)."""
+
+    def _put(self, item: Any) -> None:
+        if type(getattr(item, "message", None)) is ChainLink:
+            self._urgent.append(item)
+        else:
+            super()._put(item)
+
+
 class ChainSpuActor(BoltSpuActor):
     """One worker of a join chain; its bolt instance (ChainJoinBolt) holds the join's declaration."""
+
+    @staticmethod
+    def _create_actor_inbox() -> ChainInbox:
+        return ChainInbox()
 
     def __init__(self, cfg, spec, job) -> None:
         super().__init__(cfg, spec, job)
