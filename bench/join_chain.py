@@ -18,6 +18,13 @@ pair's later tuple; spouts and sink share the driver's clock).
    capacity each (a tuple's stamp is its scheduled arrival, so waiting in the
    spout counts), S2J shedding at tau1 0.9 and 0.5 vs none: completeness
    (pairs out / the oracle's), p50/p99 latency, tuples shed.
+4. Scaling of the chain (issue 31: 2 SPUs should sustain >= 1.7x one): paced capacity probes of the 1-SPU
+   and the 2-SPU chain in the same run, interleaved, at rates climbing by ~1.19x from 0.3x the 1-SPU
+   unpaced throughput, each run at least SCALE_SECONDS of input; the capacity of each is the fastest rate
+   it kept up with, and the ratio of the two is printed; for the predicate join above and for a join-bound
+   one (a 10x window, the predicate for one left value in 8). Beside it, each worker process's CPU
+   microseconds per input tuple (/proc), the load-independent figure: 2 SPUs scale when each does about half
+   of what one does.
 Configurations run --rounds times, interleaved (the machine is shared); the
 table shows medians and the spread (max - min) of throughput. Writes
 DIR/joins_chain.md and DIR/joins_chain.png; by default (no --out) the plot
@@ -29,6 +36,8 @@ from __future__ import annotations
 
 import argparse
 import bisect
+import math
+import os
 import statistics
 import sys
 import tempfile
@@ -53,6 +62,10 @@ BAND = 1
 JOINS = ("equi", "band", "predicate")
 PROBES = (1, 1.5, 2, 3, 4, 6, 8)  # paced runs at these multiples of the unpaced 2-SPU predicate chain's throughput
 KEPT_UP_MS = 100  # a paced run kept up when its pair p50 stayed below this; the fastest such run is the capacity
+SCALE_STEPS = (0.3, 0.35, 0.4, 0.5, 0.6, 0.7, 0.85, 1, 1.2, 1.4, 1.7, 2, 2.4, 2.8, 3.4, 4, 4.8, 5.6)
+"""Scaling probes: multiples of the 1-SPU chain's unpaced throughput on the same input (steps of ~1.19x)."""
+SCALE_SECONDS = 3.0  # a scaling probe offers at least this many seconds of input (--quick: 1)
+SCALE_SLACK = (1.15, 1.0)  # ... and kept up if it also took at most 1.15x that + 1 s (start-up and the last flush)
 
 
 def sums_to_keys(r: dict, s: dict) -> bool:
@@ -60,10 +73,19 @@ def sums_to_keys(r: dict, s: dict) -> bool:
     return (r["k"] + s["k"]) % KEYS == 0
 
 
+def sums_to_keys_sparse(r: dict, s: dict) -> bool:
+    """The same test for one left value in 8: the scaling part's 10x window then still makes ~1 pair per tuple
+    (the sink, in the driver, stays light) while each tuple is tested against ~4000 others."""
+    return r["k"] % 8 == 0 and (r["k"] + s["k"]) % KEYS == 0
+
+
 PARTNERS = {"equi": lambda k: [k], "band": lambda k: range(k - BAND, k + BAND + 1),
-            "predicate": lambda k: [(KEYS - k) % KEYS]}
+            "predicate": lambda k: [(KEYS - k) % KEYS],
+            "sparse": lambda k: [(KEYS - k) % KEYS] if k % 8 == 0 else []}
 KINDS = {"equi": {"kind": "equi"}, "band": {"kind": "band", "band": BAND},
-         "predicate": {"kind": "join_chain:sums_to_keys"}}  # module:function, so worker processes import it
+         "predicate": {"kind": "join_chain:sums_to_keys"},  # module:function, so worker processes import it
+         "sparse": {"kind": "join_chain:sums_to_keys_sparse"}}
+SCALE_JOINS = (("predicate", WINDOW), ("sparse", 10 * WINDOW))  # part 4: the bench's join, and a join-bound one
 
 _lock = threading.Lock()
 _seen: dict[str, list[float]] = defaultdict(list)  # run tag -> pair latencies (s), filled in the driver
@@ -120,7 +142,7 @@ def streams(n: int, join: str) -> tuple[list, list]:
     return items["R"], items["S"]
 
 
-def oracle_pairs(lefts: list, rights: list, join: str) -> int:
+def oracle_pairs(lefts: list, rights: list, join: str, window: float = WINDOW) -> int:
     """Pairs with |ts_r - ts_s| <= WINDOW whose k's match, counted by bisection over each k's times."""
     times: dict[int, list[int]] = defaultdict(list)
     for _, v in rights:
@@ -129,7 +151,7 @@ def oracle_pairs(lefts: list, rights: list, join: str) -> int:
     for _, v in lefts:
         for k in PARTNERS[join](v["k"]):
             ts = times.get(k, ())
-            count += bisect.bisect_right(ts, v["ts"] + WINDOW) - bisect.bisect_left(ts, v["ts"] - WINDOW)
+            count += bisect.bisect_right(ts, v["ts"] + window) - bisect.bisect_left(ts, v["ts"] - window)
     return count
 
 
@@ -150,6 +172,8 @@ class Config:
                  join: str = "equi", rate: float = 0.0, shed: dict | None = None, part: int = 1) -> None:
         self.label, self.mode, self.spus, self.zeta, self.guarantee = label, mode, spus, zeta, guarantee
         self.join, self.rate, self.shed, self.part = join, rate, shed, part
+        self.expected: int | None = None  # the oracle's pairs, when this job has its own input (scaling probes)
+        self.window = WINDOW
 
 
 def run_job(cluster: LocalCluster, cfg: Config, lefts: list, rights: list, data_dir: Path, tag: str) -> dict:
@@ -157,11 +181,13 @@ def run_job(cluster: LocalCluster, cfg: Config, lefts: list, rights: list, data_
     b.set_spout("R", StampedSpout, params={"items": lefts, "rate": cfg.rate})
     b.set_spout("S", StampedSpout, params={"items": rights, "rate": cfg.rate})
     kind = KINDS[cfg.join]
-    b.join("j", "R", "S", on="k", window=WINDOW, zeta=cfg.zeta, mode=cfg.mode, parallelism=cfg.spus,
+    b.join("j", "R", "S", on="k", window=cfg.window, zeta=cfg.zeta, mode=cfg.mode, parallelism=cfg.spus,
            shed=cfg.shed, **kind)
     b.set_bolt("out", LatencySink, params={"tag": tag}).global_grouping("j")
     config = JobConfig(data_dir=data_dir, guarantee=cfg.guarantee, elasticity=False, message_timeout=120.0,
                        checkpoint_interval=1.0)
+    workers = [p.pid for p in getattr(getattr(cluster, "pool", None), "processes", [])]
+    worker_cpu = [cpu_seconds(pid) for pid in workers]
     start, cpu = time.perf_counter(), time.process_time()
     job = cluster.submit(b.build(), config)
     try:
@@ -169,6 +195,7 @@ def run_job(cluster: LocalCluster, cfg: Config, lefts: list, rights: list, data_
             raise RuntimeError(f"{tag}: not complete in 600 s: {job.status()['units']['j']}")
         elapsed = time.perf_counter() - start
         driver = (time.process_time() - cpu) / elapsed  # the driver's share of a core: spouts, sink, control
+        worker_cpu = [cpu_seconds(pid) - before for pid, before in zip(workers, worker_cpu)]
         live = job.status()["units"]["j"]["spus"]
     finally:
         job.stop()
@@ -181,7 +208,17 @@ def run_job(cluster: LocalCluster, cfg: Config, lefts: list, rights: list, data_
             "pairs": len(latencies), "shed": final.get("shed", 0),
             "p50_ms": 1e3 * latencies[len(latencies) // 2] if latencies else float("nan"),
             "p99_ms": 1e3 * latencies[int(len(latencies) * 0.99)] if latencies else float("nan"),
-            "busy": busy, "driver": driver}
+            "busy": busy, "driver": driver,
+            "cpu_us": sorted((1e6 * c / n for c in worker_cpu if c == c), reverse=True)}  # per input tuple
+
+
+def cpu_seconds(pid: int) -> float:
+    """CPU seconds (user + system) a process used so far; nan where /proc is not there."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, IndexError):
+        return float("nan")
 
 
 def summarise(runs: list[dict]) -> dict:
@@ -189,6 +226,7 @@ def summarise(runs: list[dict]) -> dict:
                                                               "shed", "elapsed", "driver")}
     out["spread"] = max(r["tuples_s"] for r in runs) - min(r["tuples_s"] for r in runs)
     out["busy"] = max(runs, key=lambda r: r["tuples_s"])["busy"]
+    out["cpu_us"] = max(runs, key=lambda r: r["tuples_s"])["cpu_us"]
     out["rounds"] = len(runs)
     return out
 
@@ -231,16 +269,90 @@ def main() -> None:
         over += [Config(f"2x overload, shed tau1 {tau}", join="predicate", rate=rate, part=3,
                         shed={"tau1": tau, "period": 0.2, "sustain": 1}) for tau in (0.9, 0.5)]
         results += run_rounds(cluster, over, data, rounds, Path(tmp), tags)
+        scaled, scaling = run_scaling(cluster, args.quick, Path(tmp), tags)
     results[len(configs):len(configs)] = probed
     configs += probes + over
+    configs += scaled
+    results += scaling
     took = time.perf_counter() - started
     messages = {c.zeta: model_messages(n, 4, c.zeta) for c in configs if c.part == 2}
     print(format_table(configs, results, oracle, messages))
     print(f"({took:.0f} s, {n} tuples per job, {rounds} round(s); 2x overload: {rate:.0f} tuples/s per spout)")
-    section = write_markdown(out, configs, results, oracle, messages, n, rounds, rate, args)
+    scale_text = scaling_summary(scaled, scaling)
+    print(scale_text)
+    section = write_markdown(out, configs, results, oracle, messages, n, rounds, rate, args, scale_text)
     plot(out / "joins_chain.png", configs, results, oracle)
     if args.out is None:
         write_section(out / "joins.md", "join_chain", section)
+
+
+def run_scaling(cluster: LocalCluster, quick: bool, tmp: Path, tags) -> tuple[list, list]:
+    """Part 4, for each of SCALE_JOINS (only the first with --quick): the 1-SPU chain's unpaced throughput on
+    its own input is the base; then the 1-SPU and the 2-SPU chain paced at SCALE_STEPS x base (input
+    tuples/s, both spouts together), interleaved, each until it falls behind; every run offers at least
+    SCALE_SECONDS of input, checked against its own oracle."""
+    seconds = 1.0 if quick else SCALE_SECONDS
+    steps = (0.7, 1.4) if quick else SCALE_STEPS
+    configs: list[Config] = []
+    summaries: list[dict] = []
+    for join, window in SCALE_JOINS[:1] if quick else SCALE_JOINS:
+        inputs: dict[int, tuple] = {}
+
+        def probe(label: str, spus: int, rate: float, n: int) -> dict:
+            if n not in inputs:
+                lefts, rights = streams(n, join)
+                inputs[n] = (lefts, rights, oracle_pairs(lefts, rights, join, window))
+            lefts, rights, expected = inputs[n]
+            cfg = Config(label, spus=spus, join=join, rate=rate, part=4)
+            cfg.expected, cfg.window = expected, window
+            summary = summarise([run_job(cluster, cfg, lefts, rights, tmp, next(tags))])
+            summary["kept_up"] = kept_up(summary, n / (2 * rate)) if rate else False
+            configs.append(cfg)
+            summaries.append(summary)
+            return summary
+
+        tag = "scaling probe" if window == WINDOW else f"scaling, w={window:g}"
+        base = probe(f"{tag}, 1 SPU(s), unpaced", 1, 0.0, max(8000, int(4 * window)))["tuples_s"]  # window full
+        behind: set[int] = set()
+        for m in steps:
+            for spus in (1, 2):
+                if spus not in behind:
+                    offered = m * base
+                    n = int(math.ceil(max(offered * seconds, 1000) / 1000)) * 1000
+                    if not probe(f"{tag}, {spus} SPU(s), {m}x", spus, offered / 2, n)["kept_up"]:
+                        behind.add(spus)
+            if behind == {1, 2}:
+                break
+    return configs, summaries
+
+
+def kept_up(summary: dict, input_seconds: float) -> bool:
+    """A paced run kept up: pair p50 under KEPT_UP_MS and the job no longer than its input allows."""
+    factor, extra = SCALE_SLACK
+    return summary["p50_ms"] < KEPT_UP_MS and summary["elapsed"] <= factor * input_seconds + extra
+
+
+def scaling_summary(configs: list, summaries: list) -> str:
+    """Per scaling join: the capacities (fastest paced rate kept up) of 1 and 2 SPUs, their ratio, and the
+    worker processes' CPU per tuple at those rates."""
+    lines = []
+    for join, window in SCALE_JOINS:
+        if not any(c.join == join and c.window == window for c in configs):
+            continue
+        capacity: dict[int, float] = {}
+        cpu: dict[int, list] = {}
+        for c, s in zip(configs, summaries):
+            if c.join == join and c.window == window and s["kept_up"] and 2 * c.rate >= capacity.get(c.spus, 0):
+                capacity[c.spus], cpu[c.spus] = 2 * c.rate, s["cpu_us"]
+        what = f"{join} join, window {window:g}"
+        if 1 not in capacity or 2 not in capacity:
+            lines.append(f"Chain scaling ({what}): a configuration kept up with no probe rate; no capacity ratio.")
+            continue
+        per_worker = "; ".join(f"{p} SPU(s): {' + '.join(f'{u:.0f}' for u in cpu[p])} us" for p in (1, 2))
+        lines.append(f"Chain scaling ({what}, paced capacity probes): 1 SPU sustains {capacity[1]:.0f} tuples/s, "
+                     f"2 SPUs {capacity[2]:.0f} tuples/s: {capacity[2] / capacity[1]:.2f}x. Worker processes' CPU "
+                     f"per input tuple at those rates (busiest first): {per_worker}.")
+    return "\n".join(lines)
 
 
 def run_rounds(cluster: LocalCluster, configs: list[Config], data: dict, rounds: int, tmp: Path, tags) -> list[dict]:
@@ -256,19 +368,25 @@ def busy_text(busy: list[float]) -> str:
     return " ".join(f"{b:.2f}" for b in busy)
 
 
+def cpu_text(cpu_us: list[float]) -> str:
+    return " ".join(f"{u:.0f}" for u in cpu_us) or "-"
+
+
 def format_table(configs, summaries, oracle, messages) -> str:
     lines = [f"{'join':9} {'configuration':36} {'offered':>8} {'tuples/s':>9} {'+-':>6} {'pairs/s':>9} "
-             f"{'complete':>9} {'p50 ms':>8} {'p99 ms':>8} {'shed':>6} {'msgs/t':>7} {'driver':>6}  busy per SPU"]
+             f"{'complete':>9} {'p50 ms':>8} {'p99 ms':>8} {'shed':>6} {'msgs/t':>7} {'driver':>6}  busy per SPU  "
+             "worker CPU us/tuple"]
     for c, s in zip(configs, summaries):
         msgs = f"{messages[c.zeta]:.2f}" if c.part == 2 else "-"
         offered = f"{2 * c.rate:.0f}" if c.rate else "-"
         lines.append(f"{c.join:9} {c.label:36} {offered:>8} {s['tuples_s']:>9.0f} {s['spread']:>6.0f} "
-                     f"{s['pairs_s']:>9.0f} {s['pairs'] / oracle[c.join]:>9.1%} {s['p50_ms']:>8.0f} "
-                     f"{s['p99_ms']:>8.0f} {s['shed']:>6.0f} {msgs:>7} {s['driver']:>6.2f}  {busy_text(s['busy'])}")
+                     f"{s['pairs_s']:>9.0f} {s['pairs'] / (c.expected or oracle[c.join]):>9.1%} {s['p50_ms']:>8.0f} "
+                     f"{s['p99_ms']:>8.0f} {s['shed']:>6.0f} {msgs:>7} {s['driver']:>6.2f}  {busy_text(s['busy'])}  "
+                     f"{cpu_text(s['cpu_us'])}")
     return "\n".join(lines)
 
 
-def write_markdown(out, configs, summaries, oracle, messages, n, rounds, rate, args) -> str:
+def write_markdown(out, configs, summaries, oracle, messages, n, rounds, rate, args, scale_text="") -> str:
     md = ["## End to end on worker processes (bench/join_chain.py)", "",
           f"Command: `python bench/join_chain.py{' --quick' if args.quick else ''}`. {n} input tuples per job "
           f"(bench/joins.py's workload: {KEYS} values of k, event time = position in its stream), window {WINDOW} "
@@ -283,15 +401,15 @@ def write_markdown(out, configs, summaries, oracle, messages, n, rounds, rate, a
           "tuple, so in the unpaced runs it is mostly queueing (the spouts run up to max_spout_pending ahead). "
           "busy = each SPU's busy_us / elapsed (job.final_status), head first.", "",
           "| join | configuration | offered/s | tuples/s | +- | pairs/s | complete | pair p50 ms | pair p99 ms | "
-          "shed | msgs/tuple (model) | driver CPU | busy per SPU |",
-          "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+          "shed | msgs/tuple (model) | driver CPU | busy per SPU | worker CPU us/tuple |",
+          "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
     for c, s in zip(configs, summaries):
         msgs = f"{messages[c.zeta]:.2f}" if c.part == 2 else "-"
         offered = f"{2 * c.rate:.0f}" if c.rate else "-"
         md.append(f"| {c.join} | {c.label} | {offered} | {s['tuples_s']:.0f} | {s['spread']:.0f} | "
-                  f"{s['pairs_s']:.0f} | {s['pairs'] / oracle[c.join]:.1%} | {s['p50_ms']:.0f} | {s['p99_ms']:.0f} | "
+                  f"{s['pairs_s']:.0f} | {s['pairs'] / (c.expected or oracle[c.join]):.1%} | {s['p50_ms']:.0f} | {s['p99_ms']:.0f} | "
                   f"{s['shed']:.0f} | "
-                  f"{msgs} | {s['driver']:.2f} | {busy_text(s['busy'])} |")
+                  f"{msgs} | {s['driver']:.2f} | {busy_text(s['busy'])} | {cpu_text(s['cpu_us'])} |")
     md += ["", f"Capacity probes: the 2-SPU predicate chain paced at 1, 1.5, 2, 3, 4, 6, 8x its unpaced "
            f"throughput (one round each) until one falls behind; the fastest one whose pair p50 stayed under "
            f"{KEPT_UP_MS} ms is taken as the capacity. 2x overload: each spout paced at that capacity, "
@@ -301,7 +419,18 @@ def write_markdown(out, configs, summaries, oracle, messages, n, rounds, rate, a
            "(spouts, sink, acker, control; a share of the machine's 2 cores). msgs/tuple: protocol messages "
            "(blocks and acks) per input tuple of the pure model's 4-worker chain on the same input (the runtime "
            "keeps no link counters; it sends "
-           "one ChainLink per neighbour per batch, carrying several).", "",
+           "one ChainLink per neighbour per batch, carrying several). worker CPU us/tuple: each worker "
+           "process's CPU (user + system, /proc) over the job per input tuple, busiest first: what the join costs "
+           "whatever else runs on the machine.", "",
+           f"Scaling probes (part 4): the 1-SPU and the 2-SPU chain paced at {', '.join(map(str, SCALE_STEPS))}"
+           f"x the 1-SPU chain's unpaced throughput on the same input, interleaved, each until it falls behind, "
+           f"for the predicate join above and for a join-bound one (\"sparse\": window {SCALE_JOINS[1][1]:g}, so "
+           "each tuple is tested against ~10x as many, and the same predicate for one left value in 8, so still "
+           "~1 pair per tuple and the sink in the driver stays light; S2J's case: the join, not the spouts and "
+           f"the sink, bounds the rate). Falls behind: pair p50 >= "
+           f"{KEPT_UP_MS} ms, or the job took longer than {SCALE_SLACK[0]}x its input's duration + "
+           f"{SCALE_SLACK[1]:g} s), one round, each run at least {SCALE_SECONDS:g} s of input (its own oracle). "
+           + scale_text, "",
            "![joins on worker processes](joins_chain.png)", ""]
     text = "\n".join(md)
     if args.out is not None:  # else the section goes into joins.md only

@@ -22,6 +22,7 @@ from esault.migration.handoff import EarlyMessages, GiverHandoff
 from esault.datapath.anchors import BatchHold, DeferredAnchor
 from esault.datapath.barriers import BarrierAligner
 from esault.datapath.giver import GiverSide
+from esault.datapath.inbox import ControlFirstInbox
 from esault.datapath.parking import ParkedStates
 from esault.datapath.processing import Processing
 from esault.datapath.context import log
@@ -60,6 +61,7 @@ class BoltSpuActor(SenderActor):
     """
 
     def __init__(self, cfg, spec, job, processing: type[Processing]) -> None:
+        self._inbox_class = getattr(processing, "inbox", ControlFirstInbox)  # before Pykka makes the mailbox
         self._roots: list[int] = []  # the trees of the batch being processed
         self._hold: BatchHold | None = None
         super().__init__(cfg, spec, job)
@@ -94,6 +96,11 @@ class BoltSpuActor(SenderActor):
         })
         self.processing: Processing = processing(self)
         self.processing.install(self._handlers)
+
+    def _create_actor_inbox(self) -> ControlFirstInbox:  # type: ignore[override]
+        """The processing kind's mailbox (`Processing.inbox`): a join chain's lets its links pass queued
+        entries too. Pykka calls this from Actor.__init__."""
+        return self._inbox_class()
 
     # --- lifecycle --------------------------------------------------------
 

@@ -31,12 +31,26 @@ from esault.joins.protocol import Flushed, Handoff, Joined, Link, Send, from_wir
 from esault.checkpoint.snapshots import Snapshot
 from esault.migration.handoff import GiverHandoff
 from esault.datapath.context import log
+from esault.datapath.inbox import ControlFirstInbox
 from esault.datapath.processing import Handlers, PartOfSpu
 from esault.messages.acking import AckUpdate
 from esault.messages.chains import ChainLink, ChainMembers
 from esault.messages.checkpoints import Barrier, CheckpointStart
 from esault.messages.data import DataBatch
 from esault.messages.handoff import HandoffFinished, PrepareReceive, Prepared
+
+
+class ChainInbox(ControlFirstInbox):
+    """A chain SPU's mailbox: its neighbours' link messages also go ahead of queued entries (FIFO among
+    themselves, so each link stays FIFO): a block's ack round trip then does not wait behind the SPU's
+    backlog of entry batches, which capped what a link moves (docs/JOINS.md, "Where a chain SPU's time
+    goes"). Any interleaving of entries and link messages is one the protocol allows (tests/unit/test_chain_nodes.py)."""
+
+    def _put(self, item: Any) -> None:
+        if type(getattr(item, "message", None)) is ChainLink:
+            self._urgent.append(item)
+        else:
+            super()._put(item)
 
 
 class ChainProcessing(PartOfSpu):
@@ -46,6 +60,8 @@ class ChainProcessing(PartOfSpu):
     It keeps its own references to the actor's parts its entry loop and links use (stats, faults, router,
     the emit path); the probe count and the checkpoint alignment stay on the actor (`spu`).
     """
+
+    inbox = ChainInbox  # the actor's mailbox for this kind (BoltSpuActor._create_actor_inbox)
 
     def __init__(self, spu: Any) -> None:
         """`spu`: the BoltSpuActor that holds this part (typed loosely: its module imports this one)."""

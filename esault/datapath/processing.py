@@ -32,7 +32,8 @@ Handlers = dict[type, Callable[[Any], Any]]
 
 class Processing(Protocol):
     """What a bolt SPU's actor asks of its processing part. Built once, as `kind(spu)`, in the actor's
-    `__init__` after every shared part exists (the PE table, output router, stats, barriers, giver)."""
+    `__init__` after every shared part exists (the PE table, output router, stats, barriers, giver).
+    A kind may name its mailbox class as `inbox` (default: ControlFirstInbox)."""
 
     def install(self, handlers: Handlers) -> None:
         """Once, at construction: add this kind's own messages to the actor's message -> handler table, and

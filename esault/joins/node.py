@@ -197,6 +197,9 @@ class ChainNode:
     def _pass_tokens(self, effects: list) -> None:
         """Tokens go on once every tuple they cover has left (blocks ahead of them on the FIFO link)."""
         w = self.worker
+        if not self.tokens["R"] and not self.tokens["S"]:  # no round in progress: every entry's fast path
+            w.drain_to["R"] = w.drain_to["S"] = None
+            return
         for side, store in (("R", w.r), ("S", w.s)):
             pending = self.tokens[side]
             direction = SIDE_DIRECTION[side]

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import importlib
 import math
+from bisect import bisect_left, bisect_right
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable
 
@@ -110,19 +111,18 @@ class JoinQuery:
             return HashIndex(stored, probe)
         if self.kind == "band":
             return BandIndex(stored, probe, self.band)
-        matches = self.matches
-        return ScanIndex((lambda stored_v, probe_v: matches(stored_v, probe_v)) if side == "R"
-                         else (lambda stored_v, probe_v: matches(probe_v, stored_v)))
+        return ScanIndex(self._predicate, stored_is_left=side == "R")  # called directly: a frame less per test
 
 
 class JoinIndex:
-    """Stored tuples (seq, ts, value) of one side, for one query. probe() returns candidates that match."""
+    """Stored tuples (seq, ts, value) of one side, for one query. probe() returns candidates that match; given
+    a time range [lo, hi] it may leave out tuples whose ts is outside it (the caller checks the window too)."""
 
     def add(self, tup: tuple) -> None: ...
 
     def remove(self, tup: tuple) -> None: ...
 
-    def probe(self, value: Any) -> Iterable[tuple]: ...
+    def probe(self, value: Any, lo: float = -math.inf, hi: float = math.inf) -> Iterable[tuple]: ...
 
     def __len__(self) -> int: ...
 
@@ -147,7 +147,7 @@ class HashIndex(JoinIndex):
             del self._buckets[key]
         self._n -= 1
 
-    def probe(self, value: Any) -> Iterable[tuple]:
+    def probe(self, value: Any, lo: float = -math.inf, hi: float = math.inf) -> Iterable[tuple]:
         bucket = self._buckets.get(self._probe(value))
         return list(bucket.values()) if bucket else ()
 
@@ -169,7 +169,7 @@ class BandIndex(JoinIndex):
     def remove(self, tup: tuple) -> None:
         self._sorted.remove(tup)
 
-    def probe(self, value: Any) -> Iterable[tuple]:
+    def probe(self, value: Any, lo: float = -math.inf, hi: float = math.inf) -> Iterable[tuple]:
         v = self._probe(value)
         lo, hi = v - self._band, v + self._band
         return list(self._sorted.irange_key((lo, float("-inf")), (hi, float("inf"))))
@@ -179,21 +179,58 @@ class BandIndex(JoinIndex):
 
 
 class ScanIndex(JoinIndex):
-    """No index: an arbitrary predicate is checked against every stored tuple."""
+    """No index on the value: an arbitrary predicate is tested against every stored tuple *in the probe's time
+    range*. Tuples are kept in event-time order (a chain store adds them in seq order, and event time does not
+    go back within a stream), so the range is found by bisection: O(log n + tuples in the window) predicate
+    calls per probe, however many stale tuples a lagging chain worker still holds. An out-of-order add is
+    still correct (inserted in place), only slower. Removal is O(1) amortised at the old end (expiry,
+    forwarding the oldest), O(n) elsewhere."""
 
-    def __init__(self, test: Callable[[Any, Any], bool]) -> None:
-        self._test = test
-        self._tuples: dict[int, tuple] = {}
+    def __init__(self, predicate: Predicate, stored_is_left: bool) -> None:
+        self._predicate, self._stored_is_left = predicate, stored_is_left
+        self._items: list[tuple] = []  # ts order; [_start:] are live
+        self._times: list[float] = []
+        self._start = 0
+        self._ordered = True  # False once a stored time is nan: then every probe scans all
 
     def add(self, tup: tuple) -> None:
-        self._tuples[tup[0]] = tup
+        ts = tup[1]
+        if ts != ts:
+            self._ordered = False
+        if self._ordered and self._times and ts < self._times[-1]:
+            i = bisect_right(self._times, ts, self._start)
+            self._times.insert(i, ts)
+            self._items.insert(i, tup)
+        else:
+            self._times.append(ts)
+            self._items.append(tup)
 
     def remove(self, tup: tuple) -> None:
-        del self._tuples[tup[0]]
+        items, start = self._items, self._start
+        if start < len(items) and items[start][0] == tup[0]:
+            items[start] = None  # type: ignore[call-overload]  # dropped at the next compaction
+            self._start = start = start + 1
+            if start > 64 and start * 2 > len(items):
+                del items[:start], self._times[:start]
+                self._start = 0
+            return
+        i = bisect_left(self._times, tup[1], start) if self._ordered else start
+        while i < len(items) and items[i][0] != tup[0]:
+            i += 1  # among the tuples of equal time
+        if i == len(items):
+            raise KeyError(f"tuple seq {tup[0]} is not in this index")
+        del items[i], self._times[i]
 
-    def probe(self, value: Any) -> Iterable[tuple]:
-        test = self._test
-        return [t for t in self._tuples.values() if test(t[2], value)]
+    def probe(self, value: Any, lo: float = -math.inf, hi: float = math.inf) -> Iterable[tuple]:
+        times, start = self._times, self._start
+        if not self._ordered:
+            lo, hi = -math.inf, math.inf
+        i = start if lo == -math.inf else bisect_left(times, lo, start)
+        j = len(times) if hi == math.inf else bisect_right(times, hi, i)
+        test = self._predicate
+        if self._stored_is_left:
+            return [t for t in self._items[i:j] if test(t[2], value)]
+        return [t for t in self._items[i:j] if test(value, t[2])]
 
     def __len__(self) -> int:
-        return len(self._tuples)
+        return len(self._items) - self._start

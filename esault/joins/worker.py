@@ -101,6 +101,16 @@ def within(window: float, r: tuple, s: tuple) -> bool:
     return abs(r[1] - s[1]) <= window
 
 
+def time_span(ts: float, window: float) -> tuple[float, float]:
+    """The event times a tuple at `ts` can join, widened by far more than a rounding error (an index may cut its
+    probe to this range; `within` decides exactly); the whole line when ts or window is not finite."""
+    slack = (abs(ts) + window) * 1e-9
+    lo, hi = ts - window - slack, ts + window + slack
+    if lo != lo or hi != hi:  # nan
+        return -math.inf, math.inf
+    return lo, hi
+
+
 class ChainWorker:
     """A chain worker's stored windows, in-flight blocks and neighbour view; see the module docstring."""
 
@@ -171,8 +181,9 @@ class ChainWorker:
         window = self.window
         if side == "R":
             for r in tuples:
+                lo, hi = time_span(r[1], window)
                 for query, index in self.s.indexes:
-                    for s in index.probe(r[2]):
+                    for s in index.probe(r[2], lo, hi):
                         if abs(r[1] - s[1]) <= window:
                             effects.append(Joined(query.name, r, s))
                 self.comparisons += len(self.s)
@@ -181,13 +192,14 @@ class ChainWorker:
                     self.wm_r = r[1]
         else:
             for s in tuples:
+                lo, hi = time_span(s[1], window)
                 for query, index in self.r.indexes:
-                    for r in index.probe(s[2]):
+                    for r in index.probe(s[2], lo, hi):
                         if abs(r[1] - s[1]) <= window:
                             effects.append(Joined(query.name, r, s))
                 if self.sent_right:  # R tuples crossing s on the link right now (indexed like the store)
                     for query, index in self.r_flight.indexes:
-                        for r in index.probe(s[2]):
+                        for r in index.probe(s[2], lo, hi):
                             if abs(r[1] - s[1]) <= window:
                                 effects.append(Joined(query.name, r, s))
                 self.comparisons += len(self.r)
@@ -200,7 +212,7 @@ class ChainWorker:
         out = []
         for r in r_tuples:
             for query, index in s_store.indexes:
-                for s in index.probe(r[2]):
+                for s in index.probe(r[2], *time_span(r[1], self.window)):
                     if within(self.window, r, s):
                         out.append(Joined(query.name, r, s))
         return out
@@ -213,13 +225,19 @@ class ChainWorker:
             self._forward("R", self.r, self.sent_right, RIGHT, effects)
         if self.has_left and not self.paused[LEFT]:
             self._forward("S", self.s, self.sent_left, LEFT, effects)
-        sizes = (len(self.r), len(self.s))
-        if abs(sizes[0] - self.reported[0]) >= self.zeta or abs(sizes[1] - self.reported[1]) >= self.zeta:
-            self.reported = sizes
+        # Each neighbour balances by one count: the left one sends me R (it reads r_size), the right one S
+        # (s_size); each hears only when its count moved by zeta (half the messages of telling both of either).
+        r_size, s_size = len(self.r), len(self.s)
+        told_r, told_s = self.reported
+        if abs(r_size - told_r) >= self.zeta:
+            told_r = r_size
             if self.has_left:
-                effects.append(Send(LEFT, SizeChange(*sizes)))
+                effects.append(Send(LEFT, SizeChange(r_size, s_size)))
+        if abs(s_size - told_s) >= self.zeta:
+            told_s = s_size
             if self.has_right:
-                effects.append(Send(RIGHT, SizeChange(*sizes)))
+                effects.append(Send(RIGHT, SizeChange(r_size, s_size)))
+        self.reported = (told_r, told_s)
 
     def _forward(self, side: str, store: SideStore, sent: dict[int, tuple], direction: int, effects: list) -> None:
         zeta = self.zeta

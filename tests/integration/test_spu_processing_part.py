@@ -12,8 +12,9 @@ import pytest
 from esault import JobConfig, TopologyBuilder
 from esault.clock import ManualClock
 from esault.datapath.actors import processing_of
+from esault.datapath.inbox import ControlFirstInbox
 from esault.datapath.bolt_spu import BoltSpuActor
-from esault.datapath.chain_spu import ChainProcessing
+from esault.datapath.chain_spu import ChainInbox, ChainProcessing
 from esault.datapath.context import JobContext
 from esault.datapath.keyed import KeyedProcessing
 from esault.datapath.sender import StartCheck
@@ -121,9 +122,9 @@ def spu(tmp_path):
                      ticker=ticker, checkpoints=Mailbox())
     route = RouteSpec("out", "shuffle", None, {2: downstream}, 1)
 
-    def start(calls: list[tuple], ready: threading.Event, restore_epoch: int | None = None) -> Any:
+    def start(calls: list[tuple], ready: threading.Event, restore_epoch: int | None = None, kind: Any = None) -> Any:
         cfg = SpuConfig("parts", "mid", 1, None, (route,), extra={"unit_ref": unit}, restore_epoch=restore_epoch)
-        ref = BoltSpuActor.start(cfg, topology.unit("mid"), job, recording_kind(calls, ready))
+        ref = BoltSpuActor.start(cfg, topology.unit("mid"), job, kind or recording_kind(calls, ready))
         started.append(ref)
         return ref
 
@@ -210,4 +211,20 @@ def test_a_chain_join_runs_the_chain_part_and_every_other_bolt_the_keyed_part():
     topology = b.build()
     assert issubclass(topology.unit("j").cls, ChainJoinBolt)
     assert processing_of(topology.unit("j")) is ChainProcessing
+    assert ChainProcessing.inbox is ChainInbox  # its links pass queued entries
     assert processing_of(topology.unit("out")) is KeyedProcessing
+
+
+def test_the_actor_takes_the_mailbox_its_processing_kind_names(spu):
+    calls: list[tuple] = []
+    ready = threading.Event()
+    ready.set()
+    plain = spu(calls, ready)
+    assert type(plain.actor_inbox) is ControlFirstInbox  # the recording kind names none: the default
+
+    class Urgent(ControlFirstInbox):
+        """a kind's own mailbox"""
+
+    kind = recording_kind([], ready)
+    kind.inbox = Urgent
+    assert type(spu([], ready, kind=kind).actor_inbox) is Urgent

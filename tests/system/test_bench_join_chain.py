@@ -28,11 +28,17 @@ def test_the_quick_end_to_end_join_benchmark_prints_and_writes_every_configurati
     expected += [("predicate", c) for c in PREDICATE_ONLY]
     probes = [key for key in rows if key[1].startswith("capacity probe")]  # as many as it took to fall behind
     assert probes and probes[0] == ("predicate", "capacity probe, paced 1x unpaced"), done.stdout
-    assert sorted(rows) == sorted(expected + probes), done.stdout
+    scaling = [key for key in rows if key[1].startswith("scaling probe")]  # 1 and 2 SPUs, until each falls behind
+    assert scaling[:3] == [("predicate", "scaling probe, 1 SPU(s), unpaced"),
+                           ("predicate", "scaling probe, 1 SPU(s), 0.7x"),
+                           ("predicate", "scaling probe, 2 SPU(s), 0.7x")], done.stdout
+    assert sorted(rows) == sorted(expected + probes + scaling), done.stdout
+    assert "Chain scaling (predicate join" in done.stdout or "no capacity ratio" in done.stdout, done.stdout
     for (join, config), line in rows.items():
         if "shed tau1" not in config:  # everything but shedding must deliver the oracle's pairs, exactly
             assert " 100.0% " in line, line
     section = (tmp_path / "joins_chain.md").read_text()
     assert section.startswith("## End to end on worker processes")
-    assert section.count("\n| predicate |") == len(CONFIGS) + len(PREDICATE_ONLY) + len(probes)
+    assert section.count("\n| predicate |") == len(CONFIGS) + len(PREDICATE_ONLY) + len(probes) + len(scaling)
+    assert "Scaling probes (part 4)" in section
     assert (tmp_path / "joins_chain.png").stat().st_size > 10_000
