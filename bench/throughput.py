@@ -256,7 +256,8 @@ def memory_under_overload(cluster: LocalCluster, seconds: float = 20.0) -> dict[
     pids = {"driver": os.getpid(), **{f"w{i + 1}": p.pid for i, p in enumerate(cluster.pool.processes)}}
     total = 50_000_000  # far more than the bolt can take in `seconds`: the source is never exhausted
     job = cluster.submit(scaleout.topology(total, 2, 300, elastic=False),
-                         JobConfig(data_dir=Path(tempfile.mkdtemp(prefix="esault-memory-")), elasticity=False))
+                         JobConfig(data_dir=Path(tempfile.mkdtemp(prefix="esault-memory-")), elasticity=False,
+                                   guarantee="at_least_once"))  # scaleout's KeySpout cannot rewind
     series: dict[str, list[tuple[float, float]]] = {k: [] for k in pids}
     started = time.perf_counter()
     gate = threading.Event()
