@@ -66,7 +66,7 @@ class GcFreezer:
         self._thawed_at = now
 
     def step(self, now: float) -> str | None:
-        """"thaw", "freeze" or None: what this call did."""
+        """What this call did: "thaw", "freeze" or None."""
         if now - self._thawed_at >= self.thaw_every:
             self._gc.unfreeze()
             self._thawed_at = self._frozen_at = now

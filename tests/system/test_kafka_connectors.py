@@ -360,11 +360,13 @@ def test_a_paused_broker_makes_the_source_wait_and_say_so_then_go_on_with_nothin
         job = cluster.submit(b.build(), eo_config(tmp_path))
         try:
             wait_until(lambda: len(collected("c")) == 100, 30, message="the first records read")
-            kafka_broker.pause()  # SIGSTOP: sockets stay open, nothing answers
+            paused = time.monotonic()
+            kafka_broker.pause()  # SIGSTOP for 10 s (the case): sockets stay open, nothing answers
             try:
                 wait_until(lambda: "did not answer a metadata request" in caplog.text, 30,
                            message="the source saying it waits")
-                threading.Event().wait(2.0)  # the pause itself, not synchronisation: checkpoints go on meanwhile
+                # the pause itself, not synchronisation: 10 s from SIGSTOP, while checkpoints go on
+                threading.Event().wait(max(0.0, 10.0 - (time.monotonic() - paused)))
             finally:
                 kafka_broker.resume()
             wait_until(lambda: "answer again" in caplog.text, 30, message="the source seeing the broker back")
