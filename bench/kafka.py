@@ -95,7 +95,8 @@ def kafka_topology(bootstrap: str) -> Any:
     b.set_spout("lines", KafkaSource, 2, params={"topic": TOPIC, "bootstrap": bootstrap, "value": "utf-8",
                                                  "end": "end", "max_records": 1000},
                 max_pending=20_000, placement="worker")
-    b.set_bolt("split", esault_wordcount.SplitWords, 2).shuffle_grouping("lines")
+    # chained into the source, as in the file run (esault_wordcount.build): an elastic bolt is never chained
+    b.set_bolt("split", esault_wordcount.SplitWords, 2, elastic=False).shuffle_grouping("lines")
     b.set_bolt("count", esault_wordcount.CountWord, 2, elastic=False).key_grouping("split")
     b.set_bolt("final", esault_wordcount.FinalCounts, elastic=False).global_grouping("count")
     return b.build()
