@@ -66,7 +66,8 @@ class BoltSpuActor(SenderActor):
         self._hold: BatchHold | None = None
         super().__init__(cfg, spec, job)
         self.unit_ref = cfg.extra.get("unit_ref")
-        self.pes = PeManager(self._make_pe, spec.per_key, job.pe_idle_timeout(spec), job.clock.now())
+        self.pes = PeManager(self._make_pe, spec.per_key, job.pe_idle_timeout(spec), job.clock.now(),
+                             track_touched=job.exactly_once)
         self.services = PeServices(job.clock)
         self._pe_class = pe_class(spec.cls, self.emit_path, self._defer, self.services, self.stats)
         self.state_is_dict = state_is_instance_dict(spec.cls)  # a PE's __dict__ is its state (pe_class.py)

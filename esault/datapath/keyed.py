@@ -206,7 +206,10 @@ class KeyedProcessing(PartOfSpu):
                 pe.process(view)
             except Exception as exc:
                 self.faults.retry(pe, view, key, value, source, exc)
-        self.pes.used(self.job.clock.now())
+        pe_table = self.pes
+        pe_table.used(self.job.clock.now())
+        if pe_table.touched is not None:  # exactly_once: the batch's keys are dirty (PeManager's touched mode)
+            pe_table.touch_all(keys)
         self.sampler.record_many(keys)
 
     def _process_single(self, source: str, keys: list[Any], values: list[Any]) -> None:

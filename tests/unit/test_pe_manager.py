@@ -158,3 +158,72 @@ def test_checkpoints_every_second_share_a_generation_per_quarter_timeout():
         pes.take_dirty()
     periods = 4 + 2  # live PEs span at most 1.25 timeout: 5 quarter-timeout periods, and the current one
     assert len(pes._retired) <= 2 * periods, f"{len(pes._retired)} generations: one per checkpoint"
+
+
+# --- touched mode (exactly_once): the batch's keys are marked, a checkpoint does not rotate `active` -----
+
+def touched_manager(timeout: float | None = TIMEOUT) -> PeManager:
+    return PeManager(Pe, per_key=True, idle_timeout=timeout, now=0.0, track_touched=True)
+
+
+def run_batch(pes: PeManager, keys: list, now: float) -> None:
+    """What KeyedProcessing does for one batch."""
+    for key in keys:
+        if pes.active.get(key) is None:
+            pes.wake_or_create(key)
+    pes.used(now)
+    pes.touch_all(keys)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.one_of(
+    st.tuples(st.just("batch"), st.lists(st.sampled_from("abcdefgh"), min_size=1, max_size=6)),
+    st.tuples(st.just("tick"), st.sampled_from("abcdefgh")),
+    st.tuples(st.just("move"), st.sampled_from("abcdefgh")),
+    st.tuples(st.just("wait"), st.floats(min_value=0.1, max_value=4.0)),
+    st.tuples(st.just("checkpoint"), st.none()),
+), max_size=60))
+def test_in_touched_mode_a_checkpoint_takes_exactly_the_keys_that_ran_and_are_still_here(steps):
+    from esault.keyhash import key_hash
+
+    pes, now, model = touched_manager(), 0.0, set()
+    for kind, arg in steps:
+        if kind == "batch":
+            run_batch(pes, arg, now)
+            model.update(arg)
+        elif kind == "tick" and pes.get(arg) is not None:  # PeTicks.pe_of on a key that asked for ticks
+            pe = pes.active.get(arg)
+            if pe is None:
+                pes.wake_or_create(arg)
+            else:
+                pes.touch(arg)
+            model.add(arg)
+        elif kind == "move":
+            moved = pes.take_range(key_hash(arg), key_hash(arg))
+            model.difference_update(k for k, _ in moved)
+        elif kind == "wait":
+            now += arg
+            model.difference_update(k for k, _ in pes.idle(now))  # expired: parked, not taken from the PE
+        elif kind == "checkpoint":
+            dirty = pes.take_dirty()
+            assert set(dirty) == model
+            assert all(dirty[k] is pes.get(k) for k in dirty)
+            model = set()
+    assert set(pes.take_dirty()) == model
+
+
+def test_in_touched_mode_no_key_misses_active_after_a_checkpoint():
+    pes = touched_manager(timeout=None)
+    run_batch(pes, ["a", "b"], 0.0)
+    assert set(pes.take_dirty()) == {"a", "b"}
+    assert set(pes.active) == {"a", "b"}, "the rotation would have emptied active: every key would miss once"
+    run_batch(pes, ["a"], 1.0)
+    assert set(pes.take_dirty()) == {"a"}
+
+
+def test_an_unhashable_key_in_a_batch_does_not_keep_the_others_from_being_marked():
+    pes = touched_manager()
+    pes.create("a")
+    pes.take_dirty()
+    pes.touch_all(["a", ["not", "hashable"]])
+    assert set(pes.take_dirty()) == {"a"}

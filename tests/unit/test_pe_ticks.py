@@ -52,3 +52,25 @@ def test_a_join_chain_spu_ticks_its_instance_when_it_asked_even_before_it_knows_
     stub.services.ticks(None, True)  # a chain's one instance (not key grouped) asks with key None
     ChainProcessing.on_tick(stub, 2.0)
     assert ticked == [2.0]
+
+
+def test_under_exactly_once_a_pe_that_only_ticked_is_in_the_next_checkpoint():
+    from esault.datapath.pe_manager import PeManager
+    from esault.datapath.pe_ticks import PeTicks
+
+    class Ticking:
+        def __init__(self, key):
+            self.fired = 0
+
+        def on_tick(self, now):
+            self.fired += 1  # a window fires: state changes with no tuple
+
+    pes = PeManager(Ticking, per_key=True, idle_timeout=None, track_touched=True)
+    pes.create("w")
+    assert set(pes.take_dirty()) == {"w"}
+    services = PeServices(ManualClock())
+    services.ticking.add("w")
+    spec = SimpleNamespace(name="win", per_key=True, cls=Ticking)
+    PeTicks(spec, pes, services, lambda *a, **k: None, lambda: None, "t").tick(1.0)
+    assert pes.get("w").fired == 1
+    assert set(pes.take_dirty()) == {"w"}, "what the tick changed enters the next checkpoint"
