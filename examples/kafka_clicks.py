@@ -89,18 +89,11 @@ def clicks(total: int, seed: int = 11) -> list[tuple[str, bytes, int, int]]:
     return out
 
 
-def _own_broker(total: int) -> str:
-    """Start a broker, create the topics and write the clicks; the broker stops when this process exits."""
-    global _BROKER
+def feed(bootstrap: str, total: int, timeout: float = 30.0) -> int:
+    """Write `total` clicks to the topic `clicks` (it must exist); returns how many were not delivered."""
     from confluent_kafka import Producer
 
-    from esault.testing.kafka import KafkaBroker
-
-    _BROKER = KafkaBroker().start()
-    atexit.register(_BROKER.stop)
-    _BROKER.create_topic("clicks", 4)
-    _BROKER.create_topic("click-sessions", 1)
-    producer = Producer({"bootstrap.servers": _BROKER.bootstrap, "enable.idempotence": True})
+    producer = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True})
     for user, value, partition, ts in clicks(total):
         while True:
             try:
@@ -108,7 +101,19 @@ def _own_broker(total: int) -> str:
                 break
             except BufferError:
                 producer.poll(0.05)
-    producer.flush(30)
+    return producer.flush(timeout)
+
+
+def _own_broker(total: int) -> str:
+    """Start a broker, create the topics and write the clicks; the broker stops when this process exits."""
+    global _BROKER
+    from esault.testing.kafka import KafkaBroker
+
+    _BROKER = KafkaBroker().start()
+    atexit.register(_BROKER.stop)
+    _BROKER.create_topic("clicks", 4)
+    _BROKER.create_topic("click-sessions", 1)
+    feed(_BROKER.bootstrap, total)
     return _BROKER.bootstrap
 
 

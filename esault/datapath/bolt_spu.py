@@ -69,7 +69,8 @@ class BoltSpuActor(SenderActor):
         self.pes = PeManager(self._make_pe, spec.per_key, job.pe_idle_timeout(spec), job.clock.now(),
                              track_touched=job.exactly_once)
         self.services = PeServices(job.clock)
-        self._pe_class = pe_class(spec.cls, self.emit_path, self._defer, self.services, self.stats)
+        self._pe_class = pe_class(spec.cls, self.emit_path, self._defer, self.services, self.stats) \
+            if spec.per_key else None  # keyed SPUs only: one instance keeps its attributes (_make_pe)
         self.state_is_dict = state_is_instance_dict(spec.cls)  # a PE's __dict__ is its state (pe_class.py)
         self.sampler = HashSampler(capacity=1024, every=_SAMPLE_EVERY)
         self._acks: dict[int, int] = {}

@@ -106,18 +106,16 @@ class PeManager:
 
     def wake_or_create(self, key: Any) -> Any:
         """The PE of a key missing from `active`: moved back from an older generation, or created."""
-        if self.touched is not None:
-            self.touched.add(key)
         for gen in reversed(self._retired):
             pe = gen.pes.pop(key, None)
             if pe is not None:
                 self.active[key] = pe
+                self.touch(key)
                 return pe
         return self.create(key)
 
     def create(self, key: Any) -> Any:
-        if self.touched is not None:
-            self.touched.add(key)
+        self.touch(key)
         pe = self._make_pe(key)
         self.active[key] = pe
         return pe

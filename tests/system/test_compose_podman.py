@@ -341,20 +341,11 @@ FEED = f"""
 import sys
 sys.path.insert(0, "/opt/esault/examples")
 import kafka_clicks
-from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 admin = AdminClient({{"bootstrap.servers": "broker:9092"}})
 for topic, partitions in (("clicks", 4), ("click-sessions", 1)):
     admin.create_topics([NewTopic(topic, partitions, 1)])[topic].result(30)
-producer = Producer({{"bootstrap.servers": "broker:9092", "enable.idempotence": True}})
-for user, value, partition, ts in kafka_clicks.clicks({KAFKA_CLICKS}):
-    while True:
-        try:
-            producer.produce("clicks", key=user.encode(), value=value, partition=partition, timestamp=ts)
-            break
-        except BufferError:
-            producer.poll(0.05)
-assert producer.flush(60) == 0, "clicks not delivered"
+assert kafka_clicks.feed("broker:9092", {KAFKA_CLICKS}, timeout=60) == 0, "clicks not delivered"
 print("FED")
 """
 
