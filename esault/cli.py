@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import argparse
+import faulthandler
 import json
 import os
 import logging
+import signal
 import sys
 import threading
 import time
@@ -117,6 +119,9 @@ def build_parser() -> argparse.ArgumentParser:
                         help="exit after this many seconds without word from the driver (default 30)")
     worker.add_argument("--connect-timeout", type=float, default=60.0,
                         help="exit (code 3) if the driver has not answered within this many seconds (default 60)")
+    worker.add_argument("--stop-timeout", type=float, default=45.0,
+                        help="an SPU that has not stopped after this many seconds is stuck: the worker logs every "
+                             "thread's stack and exits (code 4) so its SPUs are replaced (default 45)")
     worker.add_argument("--keys-stdin", action="store_true",
                         help="read this worker's keys from stdin (how a local driver hands out fresh ones)")
 
@@ -143,6 +148,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     logging.basicConfig(level=getattr(logging, str(args.log_level).upper(), logging.WARNING),
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    if args.command in ("run", "worker") and hasattr(signal, "SIGUSR1"):
+        # `kill -USR1 PID` prints every thread's stack to stderr: what a stalled driver or worker waits on.
+        faulthandler.register(signal.SIGUSR1, all_threads=True)
     try:
         if args.command == "run":
             return _run(args)
@@ -359,7 +367,8 @@ def _worker(args: argparse.Namespace) -> int:
         server = start_metrics_server(args.metrics_host, args.metrics_port, worker=True)
     try:
         return run_worker(args.driver, keys, args.name, args.bind_host, driver_timeout=args.driver_timeout,
-                          connect_timeout=args.connect_timeout, port=args.port, advertise=args.advertise)
+                          connect_timeout=args.connect_timeout, port=args.port, advertise=args.advertise,
+                          stop_timeout=args.stop_timeout)
     finally:
         if server is not None:
             server.stop()

@@ -10,8 +10,10 @@ from __future__ import annotations
 import logging
 import os
 import socket
+import sys
 import threading
 import time
+import traceback
 from typing import Any
 
 import pykka
@@ -45,6 +47,7 @@ from esault.messages.cluster import (
 from esault.cluster.credentials import WorkerKeys
 from esault.config import JobConfig
 from esault.job.gc_policy import GcFreezer, enter as gc_enter
+from esault.job.outcome import ExitCode
 from esault.datapath.load_feed import REMOTE_LOADS
 from esault.datapath.ticker import Ticker
 
@@ -52,6 +55,12 @@ log = logging.getLogger("esault.worker")
 
 HEARTBEAT_INTERVAL = 0.2
 DRIVER = "driver"
+SPU_STOP_TIMEOUT = 45.0
+"""Seconds an SPU may take to stop (its queued messages, then its checkpoint writer's close, at most
+30 s). One that does not stop in time is stuck: a thread cannot be killed, and
+an SPU that never answers stalls every checkpoint and reconfiguration of its job, so the worker exits
+(ExitCode.STUCK_SPU) after logging every thread's stack, and the driver replaces its SPUs as for a crash
+(a restart policy brings the worker back). Flink's task cancellation watchdog does the same."""
 
 
 def stats_rows(topology: str | None = None) -> list[tuple[str, str, int, dict[str, int]]]:
@@ -129,10 +138,13 @@ class WorkerControl:
 class HostActor(pykka.ThreadingActor):
     """Starts and stops this worker's SPUs; one JobContext per topology."""
 
-    def __init__(self, postman: Postman, done: threading.Event) -> None:
+    def __init__(self, postman: Postman, done: threading.Event, stop_timeout: float = SPU_STOP_TIMEOUT,
+                 exit: Any = os._exit) -> None:
         super().__init__()
         self.postman = postman
         self.done = done
+        self.stop_timeout = stop_timeout
+        self._exit = exit
         self.jobs: dict[str, JobContext] = {}
         self.spus: dict[int, Any] = {}
         self.topology_of: dict[int, str] = {}
@@ -217,13 +229,24 @@ class HostActor(pykka.ThreadingActor):
             return
         self.postman.send(DRIVER, "cluster", SpuStarted(spu_id, os.getpid(), ""))
 
+    def stuck(self, spu_id: int) -> None:
+        """SPU `spu_id` did not stop within stop_timeout: log why, dump every thread, exit the process."""
+        log.critical("worker %s: SPU %d did not stop within %g s: its thread is stuck (stacks below). The worker "
+                     "exits (code %d) so that the driver replaces its SPUs; a restart policy brings it back.\n%s",
+                     self.postman.process, spu_id, self.stop_timeout, int(ExitCode.STUCK_SPU), thread_stacks())
+        for handler in logging.getLogger().handlers:
+            handler.flush()
+        self._exit(int(ExitCode.STUCK_SPU))
+
     def _stop_spu(self, message: StopSpu, reply: bool = True) -> None:
         ref = self.spus.pop(message.spu_id, None)
         if ref is not None:
             try:
-                ref.stop(block=True)
+                ref.stop(block=True, timeout=self.stop_timeout)
             except pykka.ActorDeadError:
                 pass
+            except pykka.Timeout:
+                self.stuck(message.spu_id)
             self.postman.unregister(f"spu-{message.spu_id}")
         topology = self.topology_of.pop(message.spu_id, None)
         if topology is not None and topology not in self.topology_of.values():
@@ -241,9 +264,19 @@ class HostActor(pykka.ThreadingActor):
             self.postman.send(DRIVER, "cluster", SpuStopped(message.spu_id, message.request_id))
 
 
+def thread_stacks() -> str:
+    """Every thread's stack, named, innermost call last (for the log of a stuck SPU)."""
+    names = {thread.ident: thread.name for thread in threading.enumerate()}
+    parts = []
+    for ident, frame in sys._current_frames().items():
+        parts.append(f"thread {names.get(ident, ident)}:\n" + "".join(traceback.format_stack(frame, limit=12)))
+    return "\n".join(parts)
+
+
 def run_worker(driver: str, keys: WorkerKeys, name: str | None = None, bind_host: str | None = None,
                max_frame_bytes: int | None = None, driver_timeout: float = 30.0,
-               connect_timeout: float = 60.0, port: int = 0, advertise: str | None = None) -> int:
+               connect_timeout: float = 60.0, port: int = 0, advertise: str | None = None,
+               stop_timeout: float = SPU_STOP_TIMEOUT) -> int:
     """Join the driver at HOST:PORT and host SPUs until it says Shutdown (or the process is killed).
 
     Listens on `bind_host`:`port` (default: the interface that routes to the
@@ -255,7 +288,8 @@ def run_worker(driver: str, keys: WorkerKeys, name: str | None = None, bind_host
     DriverUnreachable when the driver has not answered within `connect_timeout`
     seconds (nothing listens there, a firewall, or keys it does not admit).
     Exits (3) when no DriverBeat came for `driver_timeout` seconds after that
-    (the driver was killed or cut off): no orphans.
+    (the driver was killed or cut off): no orphans. Exits (4) when an SPU has not
+    stopped `stop_timeout` seconds after the driver said StopSpu (SPU_STOP_TIMEOUT).
     """
     mark_worker()
     endpoint = driver_endpoint(driver)
@@ -269,7 +303,7 @@ def run_worker(driver: str, keys: WorkerKeys, name: str | None = None, bind_host
     done = threading.Event()
     hosting = DriverLiveness()
     postman.register("control", WorkerControl(postman, hosting))
-    host = postman.start_and_register("host", lambda: HostActor.start(postman, done))
+    host = postman.start_and_register("host", lambda: HostActor.start(postman, done, stop_timeout))
     postman.connect(DRIVER, endpoint)
     postman.send(DRIVER, "cluster", WorkerHello(name, postman.address, os.getpid()))
     log.info("worker %s joining driver %s from %s", name, driver, postman.address)

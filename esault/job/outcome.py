@@ -29,6 +29,8 @@ class ExitCode(IntEnum):
     the message says what is committed and how to resume)."""
     NO_DRIVER = 3
     """`esault worker`: the driver could not be reached within --connect-timeout, or went silent."""
+    STUCK_SPU = 4
+    """`esault worker`: an SPU did not stop within --stop-timeout; the log holds every thread's stack."""
     INTERRUPTED = 130
     """Ctrl-C."""
 

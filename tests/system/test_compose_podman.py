@@ -107,6 +107,10 @@ class Compose:
     def inspect(self, service: str) -> dict[str, Any]:
         return json.loads(self.podman("inspect", self.container(service)).stdout)[0]
 
+    def logs_of(self, service: str) -> tuple[str, str]:
+        done = self.podman("logs", self.container(service), check=False)
+        return done.stdout, done.stderr
+
     def logs(self) -> str:
         def tail(service: str) -> str:
             done = self.podman("logs", "--tail", "40", self.container(service), check=False)
@@ -229,6 +233,60 @@ def driver_log(compose: Compose) -> str:
     return done.stdout + done.stderr
 
 
+ESAULT_SERVICES = ["driver", "worker-1", "worker-2"]
+DIGEST = Path("/tmp/esault-compose-digest.txt")
+"""What a failed run leaves for .ci/run to print last: each esault process's warnings and busy threads."""
+
+
+def stall_digest(compose: Compose) -> str:
+    """Each esault process's warnings and errors, and the stacks of its threads that are not idle.
+
+    The esault command dumps every thread's stack on SIGUSR1 (faulthandler); catatonit, the
+    containers' pid 1, forwards the signal. A thread parked in an actor's inbox or a timed wait
+    is idle; the others show where a stalled job waits.
+    """
+    out = []
+    for service in ESAULT_SERVICES:
+        if not compose.inspect(service)["State"]["Running"]:
+            out.append(f"=== {service}: not running")
+            continue
+        before = len(compose.podman("logs", compose.container(service), check=False).stderr)
+        compose.podman("kill", "--signal", "USR1", compose.container(service), check=False)
+        try:
+            log = wait_until(lambda: (lambda err: err[before:] if "most recent call first" in err[before:] else "")(
+                compose.podman("logs", compose.container(service), check=False).stderr), 10, interval=0.5,
+                message=f"{service}'s stack dump")
+        except AssertionError:
+            log = "(no stack dump)"
+        events = [line[:300] for line in compose.podman("logs", compose.container(service), check=False).stderr
+                  .splitlines() if " WARNING " in line or " ERROR " in line]
+        out.append(f"=== {service}: {len(events)} warnings/errors, first and last:")
+        out += events[:8] + (["..."] if len(events) > 16 else []) + events[max(8, len(events) - 8):]
+        out.append(f"=== {service}: busy threads")
+        out += busy_threads(log)
+    return "\n".join(out)
+
+
+def busy_threads(dump: str) -> list[str]:
+    """The threads of a faulthandler dump that are not waiting idle, each as its top frames."""
+    threads, current = [], []
+    for line in dump.splitlines():
+        if line.startswith(("Thread 0x", "Current thread 0x")):
+            current = [line]
+            threads.append(current)
+        elif line.startswith("  File ") and current:
+            current.append(line.strip())
+    idle = ("in _get" , "in get", "in wait", "in poll", "in select", "in serve_forever", "in accept", "in _run_once")
+    out = []
+    for thread in threads:
+        frames = thread[1:]
+        if frames and frames[0].endswith(idle) and not any("esault/" in f for f in frames[:2]):
+            continue
+        out.append(thread[0])
+        out += ["  " + f.replace("/opt/venv/lib/python3.11/site-packages/", "") for f in frames[:8]]
+    return out or ["(every thread idle)"]
+
+
 def worker_pid(compose: Compose, service: str) -> int:
     """The host pid of the `esault worker` process of one worker container (catatonit is its pid 1)."""
     top = compose.podman("top", compose.container(service), "hpid", "args").stdout.splitlines()[1:]
@@ -297,7 +355,8 @@ def test_the_compose_cluster_runs_the_word_count_exactly_and_is_observable(stack
         assert sorted(t["labels"]["job"] for t in active) == ["esault-driver", "esault-worker", "esault-worker",
                                                                "prometheus"]
 
-        wait_until(lambda: not compose.inspect("driver")["State"]["Running"], 600, interval=2,
+        # ~70 s here; a stall must fail with its evidence (stall_digest) well inside CI's budget.
+        wait_until(lambda: not compose.inspect("driver")["State"]["Running"], 300, interval=2,
                    message="the word count finishing (the driver exiting)")
         job_ended = time.time()
         timings["job_s"] = round(job_ended - job_started, 1)
@@ -330,8 +389,13 @@ def test_the_compose_cluster_runs_the_word_count_exactly_and_is_observable(stack
 
     except BaseException:
         print(compose.logs())
-        Path("/tmp/esault-compose-driver.log").write_text(driver_log(compose))
+        digest = stall_digest(compose)
+        DIGEST.write_text(digest)
+        print(digest)
         raise
+    finally:
+        for service in ESAULT_SERVICES:  # whole logs, for a look after the run
+            Path(f"/tmp/esault-compose-{service}.log").write_text("".join(compose.logs_of(service)))
 
 
 KAFKA_CLICKS = 5000
@@ -395,7 +459,7 @@ def test_the_kafka_example_runs_against_the_compose_broker(stack, timings):
     wait_until(lambda: healthy(compose, "broker"), 120, interval=2, message="the broker's healthcheck passing")
     assert "FED" in in_network(compose, FEED)
     started = time.monotonic()
-    job = compose("--profile", "kafka", "run", "--rm", "--no-deps", "kafka-clicks", timeout=600, check=False)
+    job = compose("--profile", "kafka", "run", "--rm", "--no-deps", "kafka-clicks", timeout=300, check=False)
     timings["kafka_job_s"] = round(time.monotonic() - started, 1)
     assert job.returncode == 0 and "topology 'kafka_clicks' ran" in job.stdout, (job.stdout[-3000:],
                                                                                  job.stderr[-5000:])
