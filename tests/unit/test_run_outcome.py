@@ -56,7 +56,7 @@ def test_a_duration_run_is_judged_by_what_it_gave_up_not_by_completion():
 
 
 def test_the_exit_codes_are_distinct_and_documented():
-    assert [int(c) for c in ExitCode] == [0, 1, 2, 3, 130]
+    assert [int(c) for c in ExitCode] == [0, 1, 2, 3, 4, 130]
     from pathlib import Path
 
     readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
