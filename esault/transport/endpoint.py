@@ -68,6 +68,10 @@ ENDPOINT_DROP_REASONS: tuple[str, ...] = (
 """Drop reasons the endpoint adds to the decode reasons of wire.FRAME_ERROR_REASONS."""
 
 _RECV_BATCH = 256  # frames read per poll round before outgoing frames get a turn
+_REDIAL_FIRST, _REDIAL_MAX = 0.05, 2.0
+"""Seconds before a refused connection is dialled again: doubling from the first to the max."""
+_DEALER_EVENTS = (zmq.EVENT_HANDSHAKE_FAILED_NO_DETAIL | zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL
+                  | zmq.EVENT_HANDSHAKE_FAILED_AUTH | zmq.EVENT_HANDSHAKE_SUCCEEDED)
 DEFAULT_MAX_FRAME_BYTES = 16 * 2**20
 """Frames above this are refused by senders and cut off by receivers (zmq MAXMSGSIZE)."""
 _HANDSHAKE_FAILURES = {
@@ -410,11 +414,21 @@ class Endpoint:
         self._poller.register(self._wake_in, zmq.POLLIN)
         self._poller.register(self._monitor, zmq.POLLIN)
         self._watching: set[tuple[_Peer, int]] = set()  # lanes whose DEALER is polled for POLLOUT
+        self._dealer_monitors: dict[zmq.Socket, tuple[_Peer, int]] = {}  # a DEALER's handshake events
+        self._redial_at: dict[tuple[_Peer, int], float] = {}  # lanes whose connection was refused: when to retry
+        self._redials: dict[tuple[_Peer, int], int] = {}  # refusals in a row, per lane (the backoff)
         dealers: dict[tuple[_Peer, int], zmq.Socket] = {}  # (peer, lane) -> its DEALER
         pending: dict[tuple[_Peer, int], deque[tuple[bytes, bytes]]] = {}
         try:
             while True:
-                events = dict(self._poller.poll())
+                timeout = None
+                if self._redial_at:
+                    timeout = max(0, int((min(self._redial_at.values()) - time.monotonic()) * 1000) + 1)
+                events = dict(self._poller.poll(timeout))
+                if self._redial_at:
+                    self._redial_due(dealers)
+                for monitor in [m for m in self._dealer_monitors if m in events]:
+                    self._dealer_event(monitor, dealers)
                 if self._wake_in in events:
                     self._drain_wake()
                 with self._lock:
@@ -463,18 +477,16 @@ class Endpoint:
             if actor is None:  # disconnect: both lanes go
                 gone = [f for key in ((peer, DATA), (peer, CONTROL)) for _, f in pending.pop(key, ())]
                 for key in ((peer, DATA), (peer, CONTROL)):
-                    sock = dealers.pop(key, None)
-                    if sock is not None:
-                        if key in self._watching:
-                            self._poller.unregister(sock)
-                            self._watching.discard(key)
-                        sock.close(linger=0)
+                    self._redial_at.pop(key, None)
+                    self._redials.pop(key, None)
+                    self._close_dealer(key, dealers)
                 lost = len(gone)
                 if lost:
                     self._release({peer: [lost, sum(len(f) for f in gone)]})
                     self._drop("disconnected", f"{lost} frame(s) queued for {peer.name!r} at disconnect", lost)
                 continue
-            if peer.closed or (lane not in dealers and not self._open_dealer(lane, dealers)):
+            if peer.closed or (lane not in dealers and lane not in self._redial_at
+                               and not self._open_dealer(lane, dealers)):
                 counts = dropped.setdefault(peer, [0, 0])
                 counts[0] += 1
                 counts[1] += len(frame)
@@ -506,8 +518,13 @@ class Endpoint:
             sock.curve_publickey = self.keys.own.public
             sock.curve_serverkey = server_key
             sock.setsockopt(zmq.MAXMSGSIZE, self._max_frame_bytes)
+            # Frames go to zmq only once the handshake succeeded: a connection the receiver refuses (its
+            # peers' keys not admitted yet) ends for good in zmq, taking its queued frames with it; they
+            # wait here instead, and the lane is dialled again (_dealer_event).
+            sock.setsockopt(zmq.IMMEDIATE, 1)
             if self._socket_buffer is not None:
                 sock.setsockopt(zmq.SNDBUF, self._socket_buffer)
+            monitor = sock.get_monitor_socket(_DEALER_EVENTS)
             sock.connect(peer.address)
         except zmq.ZMQError as exc:
             sock.close(linger=0)
@@ -519,7 +536,65 @@ class Endpoint:
                 peer.space.notify_all()
             return False
         dealers[lane] = sock
+        self._dealer_monitors[monitor] = lane
+        self._poller.register(monitor, zmq.POLLIN)
         return True
+
+    def _close_dealer(self, lane: tuple[_Peer, int], dealers: dict[tuple[_Peer, int], zmq.Socket]) -> None:
+        sock = dealers.pop(lane, None)
+        if sock is None:
+            return
+        if lane in self._watching:
+            self._poller.unregister(sock)
+            self._watching.discard(lane)
+        for monitor in [m for m, of in self._dealer_monitors.items() if of == lane]:
+            del self._dealer_monitors[monitor]
+            self._poller.unregister(monitor)
+            try:
+                sock.disable_monitor()
+            except zmq.ZMQError:
+                pass
+            monitor.close(linger=0)
+        sock.close(linger=0)
+
+    def _dealer_event(self, monitor: zmq.Socket, dealers: dict[tuple[_Peer, int], zmq.Socket]) -> None:
+        """A DEALER's handshake ended: success resets its backoff; a refusal closes it (zmq never dials a
+        refused connection again) and schedules a new one, its frames still queued here."""
+        lane = self._dealer_monitors[monitor]
+        refused = False
+        while True:
+            try:
+                event = parse_monitor_message(monitor.recv_multipart(zmq.NOBLOCK))
+            except zmq.Again:
+                break
+            except Exception:  # noqa: BLE001 - an event we cannot parse is not worth the I/O thread
+                break
+            if event["event"] == zmq.EVENT_HANDSHAKE_SUCCEEDED:
+                self._redials.pop(lane, None)
+            elif event["event"] in _HANDSHAKE_FAILURES:
+                refused = True
+        if not refused:
+            return
+        peer = lane[0]
+        tries = self._redials.get(lane, 0) + 1
+        self._redials[lane] = tries
+        wait = min(_REDIAL_MAX, _REDIAL_FIRST * 2 ** (tries - 1))
+        self._close_dealer(lane, dealers)
+        self._redial_at[lane] = time.monotonic() + wait
+        key = f"refused:{peer.name}"
+        if key not in self._logged:
+            self._logged.add(key)
+            log.warning("endpoint %r: process %r at %s refused our Curve handshake (it does not admit this "
+                        "process's key yet, or expects another server key); its frames wait here and the "
+                        "connection is dialled again, every %g s at most", self.process, peer.name,
+                        peer.address, _REDIAL_MAX)
+
+    def _redial_due(self, dealers: dict[tuple[_Peer, int], zmq.Socket]) -> None:
+        now = time.monotonic()
+        for lane in [lane for lane, at in self._redial_at.items() if at <= now]:
+            del self._redial_at[lane]
+            if not lane[0].closed:
+                self._open_dealer(lane, dealers)
 
     def _flush(self, dealers: dict[tuple[_Peer, int], zmq.Socket], pending: dict[tuple[_Peer, int], deque]) -> None:
         """Hand queued frames to zmq until each lane's queue is empty or its HWM is reached (control first)."""
@@ -529,7 +604,9 @@ class Endpoint:
             if not queue:
                 continue
             peer = lane[0]
-            sock = dealers[lane]
+            sock = dealers.get(lane)
+            if sock is None:  # refused, dialled again soon: its frames wait
+                continue
             n = size = 0
             while queue:
                 try:
@@ -648,8 +725,10 @@ class Endpoint:
                     break
                 poller = zmq.Poller()
                 for lane, queue in pending.items():
-                    if queue:
+                    if queue and lane in dealers:
                         poller.register(dealers[lane], zmq.POLLOUT)
+                if not poller.sockets:  # only refused lanes wait: nothing to flush to
+                    break
                 poller.poll(max(1, int(remaining * 1000)))
                 self._flush(dealers, pending)
         except Exception:
@@ -658,6 +737,14 @@ class Endpoint:
         if lost:
             self._drop("closed", f"{lost} frame(s) still queued when close()'s linger ({self._linger} s) ran out", lost)
         linger_ms = max(0, int((deadline - time.monotonic()) * 1000))
+        for sock in dealers.values():
+            try:
+                sock.disable_monitor()
+            except zmq.ZMQError:
+                pass
+        for monitor in list(self._dealer_monitors):
+            monitor.close(linger=0)
+        self._dealer_monitors.clear()
         for sock in dealers.values():
             sock.close(linger=linger_ms)
         try:

@@ -355,6 +355,34 @@ def test_a_deliver_handler_that_raises_costs_one_frame_not_the_io_thread(endpoin
     assert receiver.dropped() == {"deliver": 1}
 
 
+def test_a_connection_refused_by_the_handshake_is_dialled_again_and_loses_nothing_once_the_key_is_admitted(
+        endpoint, caplog):
+    """A restarted worker keeps its key; a peer that was told of its death revoked that key, and admits it
+    again only when the driver's PeerAddresses arrive. A connection the restarted worker opens in between
+    is refused, and zmq never dials a refused connection again: its frames used to wait forever, and a
+    sender blocked on the full queue for good (the compose cluster's stall). Now every frame arrives,
+    in order, once the key is admitted."""
+    caplog.set_level(logging.WARNING, logger="esault.transport.endpoint")
+    a_inbox = Inbox()
+    a = endpoint("a", a_inbox)
+    b = endpoint("b")
+    a.keys.revoke(b.keys.own.public)  # b's old incarnation was declared dead
+    b.connect("a", a.address)
+    sent = [DataBatch(i, "count", [f"w{i}"], [(i, "x")], [i], [1]) for i in range(300)]
+    for message in sent[:150]:
+        b.send(Address("a", "spu-1"), message, timeout=WAIT)
+    b.send(Address("a", "control"), StopSpu(1, 0), timeout=WAIT)
+    wait_until(lambda: "failed the Curve handshake" in caplog.text, WAIT, message="a refusing b's connection")
+    assert a_inbox.items == [], "nothing is delivered from a key that is not admitted"
+    a.keys.admit(b.keys.own.public, Role.WORKER, "b")  # the driver's PeerAddresses
+    for message in sent[150:]:
+        b.send(Address("a", "spu-1"), message, timeout=WAIT)
+    got = a_inbox.wait_for(301)
+    assert [m for actor, m in got if actor == "spu-1"] == sent, "every data frame, in order"
+    assert ("control", StopSpu(1, 0)) in got
+    assert b.queued("a") == 0
+
+
 def test_disconnect_drops_queued_frames_and_wakes_blocked_senders(endpoint):
     sender = endpoint("s", queue_size=4, hwm=1)
     sender.keys.admit(KeyPair.generate().public, Role.WORKER, "gone")
