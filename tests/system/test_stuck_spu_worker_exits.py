@@ -8,7 +8,6 @@ in process() when the driver's --duration ends the job and stops them.
 
 from __future__ import annotations
 
-import os
 import re
 import subprocess
 import sys
@@ -20,17 +19,9 @@ from esault.testing import wait_until
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "tests" / "system"))
+from cli_processes import ENV, start_esault as esault  # noqa: E402
 
 pytestmark = pytest.mark.system
-
-ENV = {**os.environ, "PYTHONPATH": os.pathsep.join(
-    [str(ROOT), str(ROOT / "examples"), str(ROOT / "tests" / "system"), os.environ.get("PYTHONPATH", "")])}
-
-
-def esault(*args: str, cwd: Path, log: Path) -> subprocess.Popen:
-    with log.open("a") as out:
-        return subprocess.Popen([sys.executable, "-m", "esault.cli", *args], stdout=out, stderr=subprocess.STDOUT,
-                                text=True, env=ENV, cwd=cwd)
 
 
 def test_a_worker_whose_spu_does_not_stop_exits_with_its_stacks_and_the_driver_goes_on(tmp_path: Path):

@@ -8,7 +8,6 @@ connected"), never answered, and the new worker gave up after its --connect-time
 
 from __future__ import annotations
 
-import os
 import re
 import signal
 import subprocess
@@ -23,6 +22,7 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "examples"))
 sys.path.insert(0, str(ROOT / "tests" / "system"))
 import eo_parts  # noqa: E402
+from cli_processes import start_esault as esault  # noqa: E402
 
 pytestmark = pytest.mark.system
 
@@ -33,17 +33,6 @@ import eo_parts
 topology = eo_parts.build({NAME!r}, {TOTAL}, rate=150, sink="pyarrow")
 JOB_DEFAULTS = {{"elasticity": False, "checkpoint_interval": 0.3, "message_timeout": 300.0}}
 """
-ENV = {**os.environ, "PYTHONPATH": os.pathsep.join(
-    [str(ROOT), str(ROOT / "examples"), str(ROOT / "tests" / "system"), os.environ.get("PYTHONPATH", "")])}
-
-
-def esault(*args: str, cwd: Path, log: Path) -> subprocess.Popen:
-    """An esault command whose output goes to the file `log` (a pipe nobody reads would block it)."""
-    with log.open("a") as out:
-        return subprocess.Popen([sys.executable, "-m", "esault.cli", *args], stdout=out, stderr=subprocess.STDOUT,
-                                text=True, env=ENV, cwd=cwd)
-
-
 def test_a_worker_restarted_under_its_own_name_after_kill_9_rejoins_takes_spus_and_the_job_ends_exact(
         tmp_path: Path):
     (tmp_path / "rejoin.py").write_text(TOPOLOGY)
