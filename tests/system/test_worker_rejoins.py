@@ -33,6 +33,8 @@ import eo_parts
 topology = eo_parts.build({NAME!r}, {TOTAL}, rate=150, sink="pyarrow")
 JOB_DEFAULTS = {{"elasticity": False, "checkpoint_interval": 0.3, "message_timeout": 300.0}}
 """
+
+
 def test_a_worker_restarted_under_its_own_name_after_kill_9_rejoins_takes_spus_and_the_job_ends_exact(
         tmp_path: Path):
     (tmp_path / "rejoin.py").write_text(TOPOLOGY)
