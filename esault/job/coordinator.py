@@ -116,6 +116,8 @@ class ReconfigurationCoordinator:
                 continue
             if item is None:
                 return
+            if not future.set_running_or_notify_cancel():  # withdrawn while it waited (Job's timeout)
+                continue
             if not isinstance(item, ScaleRequest):
                 try:
                     future.set_result(item())

@@ -7,7 +7,7 @@ import os
 import shutil
 import threading
 import time
-from concurrent.futures import Future
+from concurrent.futures import Future, TimeoutError as FutureTimeout
 from typing import Any, Callable, Iterable, Iterator, Mapping
 
 from esault.clock import Clock, SystemClock
@@ -315,12 +315,12 @@ class Job:
     def split(self, unit: str, spu: int, at: int | None = None, timeout: float | None = 60.0,
               reason: str = "manual") -> ScaleResult:
         """Split `spu` of `unit` onto a new SPU (paper steps 1-7); its upper keys move with their state."""
-        return self.split_async(unit, spu, at, reason).result(timeout)
+        return _await(self.split_async(unit, spu, at, reason), timeout, f"split of {unit!r} SPU {spu}")
 
     def merge(self, unit: str, spu: int, into: int | None = None, timeout: float | None = 60.0,
               reason: str = "manual") -> ScaleResult:
         """Merge `spu` into an adjacent SPU; its keys move with their state and its slot is released."""
-        return self.merge_async(unit, spu, into, reason).result(timeout)
+        return _await(self.merge_async(unit, spu, into, reason), timeout, f"merge of {unit!r} SPU {spu}")
 
     def _submit(self, build: Callable[[], ScaleRequest]) -> Future:
         """Submit the request `build` makes; a refusal it raises comes back as the future's exception."""
@@ -354,7 +354,7 @@ class Job:
         covering [0, KEY_SPACE_MAX] once), in one atomic reconfiguration. An id the unit does not have
         starts a new SPU (scale out); an SPU left out retires (scale in). Only the moved keys pause, and
         their state moves with them. The result's `moves`, `started` and `retired` say what happened."""
-        return self.assign_workload_async(unit, assignment, reason).result(timeout)
+        return _await(self.assign_workload_async(unit, assignment, reason), timeout, f"assign_workload of {unit!r}")
 
     def assign_workload_async(self, unit: str, assignment: Mapping[int, Iterable[tuple[int, int]]],
                               reason: str = "manual") -> Future:
@@ -364,7 +364,8 @@ class Job:
                         reason: str = "manual") -> ScaleResult:
         """Move SPU `spu` of key-grouped `unit` to worker process `worker`: a new SPU there takes its ranges
         and their state (the result's `receiver`), the old one retires. Only its keys pause."""
-        return self.assign_resource_async(unit, spu, worker, reason).result(timeout)
+        return _await(self.assign_resource_async(unit, spu, worker, reason), timeout,
+                      f"assign_resource of {unit!r} SPU {spu}")
 
     def assign_resource_async(self, unit: str, spu: int, worker: str, reason: str = "manual") -> Future:
         return self.coordinator.submit(ScaleRequest("assign_resource", unit, spu, None, None, reason, worker=worker))
@@ -374,7 +375,7 @@ class Job:
         """Swap the code of key-grouped `unit` while it runs: every SPU is replaced, in one reconfiguration,
         by one running `bolt(**params)` on the same worker and ranges; each key's state moves to it through
         restore_state(), so the new bolt must read what the old one's snapshot_state() wrote."""
-        return self.assign_logic_async(unit, bolt, params, reason).result(timeout)
+        return _await(self.assign_logic_async(unit, bolt, params, reason), timeout, f"assign_logic of {unit!r}")
 
     def assign_logic_async(self, unit: str, bolt: type, params: Mapping[str, Any] | None = None,
                            reason: str = "manual") -> Future:
@@ -392,7 +393,7 @@ class Job:
     def swap(self, unit: str, version: str, timeout: float | None = 60.0, reason: str = "manual") -> ScaleResult:
         """assign_logic to a version the topology declared (set_bolt(..., versions={...})): what the REST API
         and `esault swap` use, so a client names code the operator deployed and never a class."""
-        return self.swap_async(unit, version, reason).result(timeout)
+        return _await(self.swap_async(unit, version, reason), timeout, f"swap of {unit!r}")
 
     def swap_async(self, unit: str, version: str, reason: str = "manual") -> Future:
         try:
@@ -420,9 +421,9 @@ class Job:
         rollback to it with `spus` instances, which take their shares of its merged position
         (esault.job.spout_rescale)."""
         if self.topology.unit(unit).is_spout:
-            return self.rescale_spout_async(unit, spus, reason).result(timeout)
+            return _await(self.rescale_spout_async(unit, spus, reason), timeout, f"rescale of spout {unit!r}")
         request = rescale_request(unit, spus, self.workload(unit), reason, spu_limit(self.topology, unit))
-        return self.coordinator.submit(request).result(timeout)
+        return _await(self.coordinator.submit(request), timeout, f"rescale of {unit!r}")
 
     def rescale_spout_async(self, unit: str, spus: int, reason: str = "manual") -> Future:
         """Job.rescale of a spout, its future; refused at once (ScalingError) when it cannot be done."""
@@ -439,7 +440,7 @@ class Job:
         Split, Merge), at most one per unit, atomically: all of them, or none if any is refused or fails
         before the group is decided (docs/CONTROL_PLANE.md, "Atomic groups"). Results in the given order.
         `reason` labels them all (None: each operation's own)."""
-        return self.apply_async(operations, reason).result(timeout)
+        return _await(self.apply_async(operations, reason), timeout, "atomic group of operations")
 
     def apply_async(self, operations: Iterable[Operation], reason: str | None = None) -> Future:
         try:
@@ -863,6 +864,21 @@ class Job:
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
+
+
+def _await(future: Future, timeout: float | None, what: str) -> Any:
+    """The operation's result. One that has not started within `timeout` is withdrawn (it would run later,
+    unasked) and one still running is left to finish; either way ScalingError says which and why."""
+    try:
+        return future.result(timeout)
+    except FutureTimeout:
+        if future.cancel():
+            raise ScalingError(
+                f"{what} did not start within {timeout:g} s: the job's control thread was busy (a checkpoint, "
+                "a rollback or an earlier operation; the log says which). It was withdrawn and changed nothing; "
+                "retry, or pass a longer timeout") from None
+        raise ScalingError(f"{what} is still running after {timeout:g} s; it completes or is refused on its own "
+                           "(the job's log and Job.status() say which)") from None
 
 
 def _failed(exc: Exception) -> Future:

@@ -154,3 +154,24 @@ def test_state_too_large_for_one_frame_moves_in_chunks_and_stays_exact(cluster, 
     assert split.moved_keys > 0 and merge.moved_keys > 0
     assert sum(n for n, _ in sent) == split.moved_keys + merge.moved_keys
     assert len(sent) > 4 and [last for _, last in sent].count(True) == 2, sent  # chunked, one last per hand-off
+
+
+def test_an_operation_that_cannot_start_in_time_is_withdrawn_with_a_clear_error_and_never_runs_later(cluster, config):
+    """The control thread is busy (here: a task holding it; in the field a checkpoint that waits for a stuck
+    SPU): a split that has not started within its timeout raises ScalingError saying so, instead of a bare
+    TimeoutError with no message, and is withdrawn, so it does not run later when nobody waits for it."""
+    items = sequenced_items(20, 5, seed=3)
+    job = cluster.submit(build("busy", items, "busy", hold_at=len(items)), config)
+    spus = job.spus("check")
+    held = threading.Event()
+    busy = job.coordinator.run_task(lambda: held.wait(30))
+    try:
+        with pytest.raises(ScalingError, match=r"split of 'check' SPU \d+ did not start within 0\.3 s: the job's "
+                                               r"control thread was busy .* withdrawn and changed nothing"):
+            job.split("check", spus[0], timeout=0.3)
+    finally:
+        held.set()
+    busy.result(30)
+    job.coordinator.run_task(lambda: None).result(30)  # every item queued before it has been taken
+    assert job.spus("check") == spus, "the withdrawn split never ran"
+    assert not job.coordinator.history
