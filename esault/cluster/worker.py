@@ -7,13 +7,12 @@ WorkerHeartbeat with its SPUs' counts every HEARTBEAT_INTERVAL.
 
 from __future__ import annotations
 
+import faulthandler
 import logging
 import os
 import socket
-import sys
 import threading
 import time
-import traceback
 from typing import Any
 
 import pykka
@@ -138,13 +137,11 @@ class WorkerControl:
 class HostActor(pykka.ThreadingActor):
     """Starts and stops this worker's SPUs; one JobContext per topology."""
 
-    def __init__(self, postman: Postman, done: threading.Event, stop_timeout: float = SPU_STOP_TIMEOUT,
-                 exit: Any = os._exit) -> None:
+    def __init__(self, postman: Postman, done: threading.Event, stop_timeout: float = SPU_STOP_TIMEOUT) -> None:
         super().__init__()
         self.postman = postman
         self.done = done
         self.stop_timeout = stop_timeout
-        self._exit = exit
         self.jobs: dict[str, JobContext] = {}
         self.spus: dict[int, Any] = {}
         self.topology_of: dict[int, str] = {}
@@ -231,12 +228,13 @@ class HostActor(pykka.ThreadingActor):
 
     def stuck(self, spu_id: int) -> None:
         """SPU `spu_id` did not stop within stop_timeout: log why, dump every thread, exit the process."""
-        log.critical("worker %s: SPU %d did not stop within %g s: its thread is stuck (stacks below). The worker "
-                     "exits (code %d) so that the driver replaces its SPUs; a restart policy brings it back.\n%s",
-                     self.postman.process, spu_id, self.stop_timeout, int(ExitCode.STUCK_SPU), thread_stacks())
+        log.critical("worker %s: SPU %d did not stop within %g s: its thread is stuck (every thread's stack "
+                     "follows). The worker exits (code %d) so that the driver replaces its SPUs; a restart policy "
+                     "brings it back.", self.postman.process, spu_id, self.stop_timeout, int(ExitCode.STUCK_SPU))
         for handler in logging.getLogger().handlers:
             handler.flush()
-        self._exit(int(ExitCode.STUCK_SPU))
+        faulthandler.dump_traceback(all_threads=True)  # to stderr, after the line above
+        os._exit(int(ExitCode.STUCK_SPU))
 
     def _stop_spu(self, message: StopSpu, reply: bool = True) -> None:
         ref = self.spus.pop(message.spu_id, None)
@@ -262,15 +260,6 @@ class HostActor(pykka.ThreadingActor):
             self.jobs.pop(topology, None)
         if reply:
             self.postman.send(DRIVER, "cluster", SpuStopped(message.spu_id, message.request_id))
-
-
-def thread_stacks() -> str:
-    """Every thread's stack, named, innermost call last (for the log of a stuck SPU)."""
-    names = {thread.ident: thread.name for thread in threading.enumerate()}
-    parts = []
-    for ident, frame in sys._current_frames().items():
-        parts.append(f"thread {names.get(ident, ident)}:\n" + "".join(traceback.format_stack(frame, limit=12)))
-    return "\n".join(parts)
 
 
 def run_worker(driver: str, keys: WorkerKeys, name: str | None = None, bind_host: str | None = None,

@@ -427,7 +427,7 @@ class Endpoint:
                 events = dict(self._poller.poll(timeout))
                 if self._redial_at:
                     self._redial_due(dealers)
-                for monitor in [m for m in self._dealer_monitors if m in events]:
+                for monitor in [sock for sock in events if sock in self._dealer_monitors]:
                     self._dealer_event(monitor, dealers)
                 if self._wake_in in events:
                     self._drain_wake()
@@ -562,13 +562,7 @@ class Endpoint:
         refused connection again) and schedules a new one, its frames still queued here."""
         lane = self._dealer_monitors[monitor]
         refused = False
-        while True:
-            try:
-                event = parse_monitor_message(monitor.recv_multipart(zmq.NOBLOCK))
-            except zmq.Again:
-                break
-            except Exception:  # noqa: BLE001 - an event we cannot parse is not worth the I/O thread
-                break
+        for event in _monitor_events(monitor):
             if event["event"] == zmq.EVENT_HANDSHAKE_SUCCEEDED:
                 self._redials.pop(lane, None)
             elif event["event"] in _HANDSHAKE_FAILURES:
@@ -644,13 +638,7 @@ class Endpoint:
 
     def _count_handshake_failures(self) -> None:
         """A peer that failed the Curve handshake (no keys, or a key not admitted): counted and logged."""
-        while True:
-            try:
-                event = parse_monitor_message(self._monitor.recv_multipart(zmq.NOBLOCK))
-            except zmq.Again:
-                return
-            except Exception:  # noqa: BLE001 - a monitor message we cannot parse is not worth the I/O thread
-                return
+        for event in _monitor_events(self._monitor):
             reason = _HANDSHAKE_FAILURES.get(event["event"])
             if reason is not None:
                 count_auth_rejected(reason)
@@ -763,6 +751,18 @@ class Endpoint:
 
 DATA, CONTROL = 0, 1
 """The two lanes to each peer (CONTROL: the `control` message types)."""
+
+
+def _monitor_events(monitor: zmq.Socket) -> list[dict[str, Any]]:
+    """The events waiting on a zmq monitor socket (read without blocking)."""
+    events = []
+    while True:
+        try:
+            events.append(parse_monitor_message(monitor.recv_multipart(zmq.NOBLOCK)))
+        except zmq.Again:
+            return events
+        except Exception:  # noqa: BLE001 - a monitor message we cannot parse is not worth the I/O thread
+            return events
 
 
 def _check_name(name: Any) -> None:

@@ -107,9 +107,10 @@ class Compose:
     def inspect(self, service: str) -> dict[str, Any]:
         return json.loads(self.podman("inspect", self.container(service)).stdout)[0]
 
-    def logs_of(self, service: str) -> tuple[str, str]:
+    def log_of(self, service: str) -> str:
+        """The service's whole log (the esault commands log to stderr)."""
         done = self.podman("logs", self.container(service), check=False)
-        return done.stdout, done.stderr
+        return done.stdout + done.stderr
 
     def logs(self) -> str:
         def tail(service: str) -> str:
@@ -229,8 +230,7 @@ def range_has_data(matrix: list[dict[str, Any]]) -> bool:
 
 
 def driver_log(compose: Compose) -> str:
-    done = compose.podman("logs", compose.container("driver"), check=False)
-    return done.stdout + done.stderr
+    return compose.log_of("driver")
 
 
 ESAULT_SERVICES = ["driver", "worker-1", "worker-2"]
@@ -250,20 +250,22 @@ def stall_digest(compose: Compose) -> str:
         if not compose.inspect(service)["State"]["Running"]:
             out.append(f"=== {service}: not running")
             continue
-        before = len(compose.podman("logs", compose.container(service), check=False).stderr)
+        before = len(compose.log_of(service))
         compose.podman("kill", "--signal", "USR1", compose.container(service), check=False)
+
+        def dump(service: str = service) -> str:
+            new = compose.log_of(service)[before:]
+            return new if "most recent call first" in new else ""
         try:
-            log = wait_until(lambda: (lambda err: err[before:] if "most recent call first" in err[before:] else "")(
-                compose.podman("logs", compose.container(service), check=False).stderr), 10, interval=0.5,
-                message=f"{service}'s stack dump")
+            stacks = wait_until(dump, 10, interval=0.5, message=f"{service}'s stack dump")
         except AssertionError:
-            log = "(no stack dump)"
-        events = [line[:300] for line in compose.podman("logs", compose.container(service), check=False).stderr
-                  .splitlines() if " WARNING " in line or " ERROR " in line]
+            stacks = "(no stack dump)"
+        events = [line[:300] for line in compose.log_of(service).splitlines()
+                  if " WARNING " in line or " ERROR " in line]
         out.append(f"=== {service}: {len(events)} warnings/errors, first and last:")
         out += events[:8] + (["..."] if len(events) > 16 else []) + events[max(8, len(events) - 8):]
         out.append(f"=== {service}: busy threads")
-        out += busy_threads(log)
+        out += busy_threads(stacks)
     return "\n".join(out)
 
 
@@ -395,7 +397,7 @@ def test_the_compose_cluster_runs_the_word_count_exactly_and_is_observable(stack
         raise
     finally:
         for service in ESAULT_SERVICES:  # whole logs, for a look after the run
-            Path(f"/tmp/esault-compose-{service}.log").write_text("".join(compose.logs_of(service)))
+            Path(f"/tmp/esault-compose-{service}.log").write_text(compose.log_of(service))
 
 
 KAFKA_CLICKS = 5000

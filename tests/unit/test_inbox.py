@@ -1,9 +1,11 @@
-"""The SPU mailbox: reconfiguration commands ahead of queued data, each lane in arrival order."""
+"""The SPU mailbox: reconfiguration commands ahead of queued data, each lane in arrival order; a chain SPU's
+mailbox lets its neighbours' link messages go ahead too."""
 
 from __future__ import annotations
 
 import threading
 
+import pytest
 from hypothesis import given, strategies as st
 from pykka._envelope import Envelope
 
@@ -18,7 +20,9 @@ from esault.messages.handoff import (
     PrepareReceive,
     StateHandoff,
 )
+from esault.datapath.chain_spu import ChainInbox
 from esault.datapath.inbox import JUMPS_QUEUE, ControlFirstInbox
+from esault.messages.chains import ChainLink
 
 DATA = [DataBatch(1, "s", ["k"], [1], [], []), EpochMarker(1, 2), ForwardMarker(1, 2, {}),
         Barrier(3, 1), Probe(1, 0.0, None, False)]
@@ -26,12 +30,20 @@ CONTROL = [PrepareGive(1, (), {}, frozenset(), False), PrepareReceive(1, ()), Ma
            StateHandoff(1, 2, [], True)]
 
 
-@given(st.lists(st.tuples(st.booleans(), st.integers(0, 3)), max_size=40))
-def test_commands_come_out_first_and_each_lane_keeps_its_order(puts):
-    inbox = ControlFirstInbox()
+CHAIN_FIRST = [ChainLink(0, [["A", "R", 1]]), ChainLink(2, [["Z", 3, 4]]), PrepareReceive(1, ())]
+"""A chain SPU's mailbox also lets its neighbours' link messages pass queued entries, barriers and probes."""
+
+
+@pytest.mark.parametrize("inbox_class, first, in_band", [(ControlFirstInbox, CONTROL, DATA),
+                                                        (ChainInbox, CHAIN_FIRST, DATA)],
+                         ids=["spu", "chain-spu"])
+@given(puts=st.lists(st.tuples(st.booleans(), st.integers(0, 4)), max_size=40))
+def test_commands_come_out_first_and_each_lane_keeps_its_order(inbox_class, first, in_band, puts):
+    inbox = inbox_class()
     sent = []
     for urgent, i in puts:
-        envelope = Envelope((CONTROL if urgent else DATA)[i])
+        lane = first if urgent else in_band
+        envelope = Envelope(lane[i % len(lane)])
         sent.append((urgent, envelope))
         inbox.put(envelope)
     assert inbox.qsize() == len(puts)
