@@ -114,10 +114,12 @@ class AbandonSpus:
 class RelaunchSpus:
     """control thread -> unit (ask): start fresh SPUs in the discarded ones' places, restored from `epoch`."""
 
-    def __init__(self, epoch: int | None, positions: dict[int, Any], downstream: tuple) -> None:
+    def __init__(self, epoch: int | None, positions: dict[int, Any], downstream: tuple,
+                 instances: list[int] | None = None) -> None:
         self.epoch = epoch
         self.positions = positions
         self.downstream = downstream
+        self.instances = instances  # a non-keyed bolt's instances in that checkpoint (None: not recorded)
 
 
 @dataclass
@@ -358,10 +360,14 @@ class CheckpointCoordinator:
                 self.recover(frozenset(), f"checkpoint {epoch} {failure}")
             return None
         positions: dict[str, dict[int, Any]] = {}
+        instances: dict[str, set[int]] = {}
         for ack in acks:
-            if self.topology.unit(ack.unit).is_spout:
+            spec = self.topology.unit(ack.unit)
+            if spec.is_spout:
                 positions.setdefault(ack.unit, {})[ack.instance] = ack.position
-        self.store.complete(epoch, kind, positions)
+            elif not spec.per_key:  # its instances' states are in their slots: a rollback restores these
+                instances.setdefault(ack.unit, set()).add(ack.instance)
+        self.store.complete(epoch, kind, positions, instances)
         for by in spus.values():
             for mailbox in by.values():
                 try:
@@ -463,9 +469,11 @@ class CheckpointCoordinator:
             downstream = tuple(self.job.units[d.name].ask(GetRoutes(g.value), timeout=timeout)
                                for d, g in self.topology.downstream(self.topology.output_unit(spec.name)))
             positions = {} if point is None else point.positions.get(spec.name, {})
+            instances = None if point is None or point.instances is None else point.instances.get(spec.name)
             for attempt in range(1, self.RELAUNCH_ATTEMPTS + 1):
                 failed = self.job.units[spec.name].ask(
-                    RelaunchSpus(record.restored_epoch, positions, downstream), timeout=timeout)
+                    RelaunchSpus(record.restored_epoch, positions, downstream, instances), timeout=timeout)
+                instances = None  # a retry fills only the places that did not start
                 if not isinstance(failed, WorkerLost) or attempt == self.RELAUNCH_ATTEMPTS:
                     break
                 # Another worker died as this unit's SPUs started on it: those places are still empty (the

@@ -7,7 +7,8 @@ a static cluster needs data_dir on a shared path, docs/CHECKPOINTS.md):
 - `checkpoints(epoch, kind, completed_at, positions, rows, digest, checksum)`:
   a row (the checkpoint's manifest) exists only for a *completed* checkpoint,
   written by the coordinator after every SPU acked; `positions` are the
-  spouts' (msgpack). kind: checkpoint | savepoint | final. `rows` and `digest`
+  spouts' and, per non-keyed bolt, the instances that took part (msgpack
+  `[positions, instances]`; a bare positions map in older stores). kind: checkpoint | savepoint | final. `rows` and `digest`
   sum up the bucket rows of that epoch, `checksum` the manifest itself.
 - `buckets(unit, bucket, epoch, writer, entries, checksum)`: the keys of one key-hash
   bucket (2**BUCKET_BITS buckets over the hash space) that changed in that
@@ -15,7 +16,9 @@ a static cluster needs data_dir on a shared path, docs/CHECKPOINTS.md):
   (incremental). One row, one encode and one insert carry many keys: a
   checkpoint costs ~2 us per changed key where a row per key cost ~7 us
   (docs/PERFORMANCE.md). A non-keyed instance's row has bucket
-  `instance_slot(i)` = -1 - i, outside every key range, and its whole state.
+  `instance_slot(i)` = -1 - i, outside every key range, and its whole state,
+  written at every checkpoint (an empty state too): so the latest row <= E of
+  an instance that took part in E is its row of E, never an older one.
 
 State at checkpoint E is, per key, its entry in the latest row of a completed
 epoch <= E: rows of epochs that never completed (an SPU wrote them, then a
@@ -112,15 +115,18 @@ def pack_entries(flat: list) -> bytes:
 
 
 class Completed:
-    """A completed checkpoint as recorded: epoch, kind and the spouts' positions by (unit, instance)."""
+    """A completed checkpoint as recorded: epoch, kind, the spouts' positions by (unit, instance), and the
+    instances of each non-keyed bolt that took part (their states are in its slots; None: not recorded)."""
 
-    __slots__ = ("epoch", "kind", "completed_at", "positions")
+    __slots__ = ("epoch", "kind", "completed_at", "positions", "instances")
 
-    def __init__(self, epoch: int, kind: str, completed_at: float, positions: dict[str, dict[int, Any]]) -> None:
+    def __init__(self, epoch: int, kind: str, completed_at: float, positions: dict[str, dict[int, Any]],
+                 instances: dict[str, list[int]] | None = None) -> None:
         self.epoch = epoch
         self.kind = kind
         self.completed_at = completed_at
         self.positions = positions
+        self.instances = instances
 
     def __repr__(self) -> str:
         return f"Completed(epoch={self.epoch}, kind={self.kind!r})"
@@ -210,9 +216,12 @@ class CheckpointStore:
 
 # --- the coordinator: the record ------------------------------------------------
 
-    def complete(self, epoch: int, kind: str, positions: dict[str, dict[int, Any]]) -> None:
-        """Record checkpoint `epoch` as complete (durable on return): from now on it can be restored."""
-        blob = encode({unit: {int(i): p for i, p in by.items()} for unit, by in positions.items()})
+    def complete(self, epoch: int, kind: str, positions: dict[str, dict[int, Any]],
+                 instances: dict[str, Iterable[int]] | None = None) -> None:
+        """Record checkpoint `epoch` as complete (durable on return): from now on it can be restored.
+        `instances`: per non-keyed bolt, the instances whose states the checkpoint holds."""
+        blob = encode([{unit: {int(i): p for i, p in by.items()} for unit, by in positions.items()},
+                       {unit: sorted(int(i) for i in ids) for unit, ids in (instances or {}).items()}])
         now = time.time()
 
         def record(db: sqlite3.Connection) -> None:
@@ -436,6 +445,8 @@ def _seal(db: sqlite3.Connection, epochs: Iterable[int]) -> None:
 
 
 def _completed(row: tuple) -> Completed:
-    positions = decode(row[3]) or {}
+    recorded = decode(row[3]) or {}
+    positions, instances = recorded if isinstance(recorded, list) else (recorded, None)  # older: positions only
     return Completed(int(row[0]), str(row[1]), float(row[2]),
-                     {str(u): {int(i): p for i, p in by.items()} for u, by in positions.items()})
+                     {str(u): {int(i): p for i, p in by.items()} for u, by in positions.items()},
+                     None if instances is None else {str(u): [int(i) for i in ids] for u, ids in instances.items()})

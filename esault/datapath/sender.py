@@ -261,11 +261,10 @@ class SenderActor(pykka.ThreadingActor):
             state = pe.snapshot_state()
         except Exception as exc:
             self.state_lost(unsaveable_hook(owner, "snapshot_state()", exc))
-        else:
-            if state:
-                blob = self.save_state(state, owner)
-                if blob is not None:
-                    snapshot.rows.setdefault(unit, []).append((instance_slot(self.cfg.instance), blob))
+        else:  # an empty state too: a restore must never find an older row of this instance instead
+            blob = self.save_state(state or {}, owner)
+            if blob is not None:
+                snapshot.rows.setdefault(unit, []).append((instance_slot(self.cfg.instance), blob))
         try:
             future = pe.on_checkpoint(epoch)
         except Exception as exc:  # the pre-commit failed: so does this checkpoint (the next one retries)
@@ -284,7 +283,7 @@ class SenderActor(pykka.ThreadingActor):
         if epoch is None:
             return
         state = self.checkpoint_store().read_slot(unit, epoch, instance_slot(self.cfg.instance))
-        if state is not None:
+        if state:
             pe.restore_state(dict(state))
 
     def restore_stages(self) -> None:

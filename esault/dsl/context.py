@@ -19,7 +19,9 @@ class TopologyContext:
     key: Any = None
     per_key: bool = False
     instance: int = 0
-    """Which of the unit's parallel instances this is, 0 .. instances - 1 (a spout reads partition `instance`)."""
+    """Which of the unit's parallel instances this is: 0 .. instances - 1 at the start (a spout reads partition
+    `instance`). A bolt's SPU that a split or rescale starts takes the lowest number no live SPU of the unit
+    has, so after scaling it may exceed instances - 1; no two live SPUs of a unit share one."""
     instances: int = 1
     guarantee: str = "exactly_once"
     """The job's delivery guarantee: "exactly_once", "at_least_once" or "none" (docs/GUARANTEES.md)."""

@@ -139,8 +139,10 @@ class Job:
                                          lambda: UnitActor.start(spec, self.ctx, launcher, downstream))
                 self.units[spec.name] = unit  # before launching: a failed launch must stop it too
                 if not chained:
-                    failed = unit.ask(LaunchSpus(None if point is None else point.epoch,
-                                                 None if point is None else point.positions.get(spec.name, {})))
+                    failed = unit.ask(LaunchSpus(
+                        None if point is None else point.epoch,
+                        None if point is None else point.positions.get(spec.name, {}),
+                        None if point is None or point.instances is None else point.instances.get(spec.name)))
                     if isinstance(failed, Exception):
                         raise failed
             self.coordinator = ReconfigurationCoordinator(topology, self.units)

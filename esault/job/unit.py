@@ -10,9 +10,10 @@ messages (docs/PROTOCOLS.md).
 
 from __future__ import annotations
 
+import itertools
 import time
 from dataclasses import dataclass, field, replace
-from typing import Any, Protocol
+from typing import Any, Iterable, Protocol
 
 import pykka
 
@@ -53,11 +54,14 @@ class SpuLauncher(Protocol):
 
 
 class LaunchSpus:
-    """driver -> unit (ask), in this process only: start the initial SPUs (restored from `epoch` if given)."""
+    """driver -> unit (ask), in this process only: start the initial SPUs (restored from `epoch` if given;
+    `instances`: a non-keyed bolt's instances whose states that checkpoint holds)."""
 
-    def __init__(self, epoch: int | None = None, positions: dict[int, Any] | None = None) -> None:
+    def __init__(self, epoch: int | None = None, positions: dict[int, Any] | None = None,
+                 instances: list[int] | None = None) -> None:
         self.epoch = epoch
         self.positions = positions or {}
+        self.instances = instances
 
 
 class ResizeSpout:
@@ -162,16 +166,44 @@ class UnitActor(pykka.ThreadingActor):
         tail, and every SPU is told the members (ChainMembers) whenever they change."""
         metrics.init_unknown_message_series("UnitActor")
 
-    def launch_initial_spus(self, epoch: int | None = None, positions: dict[int, Any] | None = None) -> None:
-        """Start the unit's first SPUs (after the unit is registered, so they can name it)."""
-        ids = [self.job.next_id() for _ in range(self.spec.parallelism)]
+    def launch_initial_spus(self, epoch: int | None = None, positions: dict[int, Any] | None = None,
+                            instances: list[int] | None = None) -> None:
+        """Start the unit's first SPUs (after the unit is registered, so they can name it). A non-keyed bolt
+        restored from a checkpoint starts each instance whose state it holds, and more up to its parallelism."""
+        numbers = list(range(self.spec.parallelism))
+        if instances and self._keeps_instance_states:
+            numbers = sorted(instances)
+            numbers += [i for i in range(self.spec.parallelism + len(numbers)) if i not in numbers]
+            numbers = numbers[:max(self.spec.parallelism, len(instances))]
+            if len(instances) > self.spec.parallelism:
+                log.warning("topology %r: bolt %r starts %d SPUs, not its parallelism %d: checkpoint %s holds the "
+                            "states of %d instances, and a non-keyed instance's state can be neither split nor "
+                            "merged; rescale it once it runs (a retiring instance's close() handles its state)",
+                            self.job.name, self.spec.name, len(numbers), self.spec.parallelism, epoch,
+                            len(instances))
+        ids = [self.job.next_id() for _ in numbers]
         if self.spec.per_key:
             self.table = even_table(ids)
         positions = self._shares(positions or {})
-        for instance, spu_id in enumerate(ids):
+        for instance, spu_id in zip(numbers, ids):
             self.instance_of[spu_id] = instance
             self.spus[spu_id] = self._launch(spu_id, self.downstream, None, epoch, positions.get(instance))
         self._announce_members()
+
+    @property
+    def _keeps_instance_states(self) -> bool:
+        """A bolt with SPUs of its own and not key grouped: each instance's state is one slot of a checkpoint,
+        written and restored under its instance number (a join chain's are by rank, keyed PEs' by key)."""
+        return not self.spec.is_spout and not self.spec.per_key and not self.chain
+
+    def _number_new_instances(self, spus: Iterable[int], taken_by: Iterable[int]) -> None:
+        """Give each new SPU the lowest instance number no SPU in `taken_by` has: two SPUs sharing one would
+        write one checkpoint slot, and a rollback would give both the same state."""
+        taken = {self.instance_of.get(s) for s in taken_by}
+        free = (i for i in itertools.count() if i not in taken)
+        for spu in spus:
+            if spu not in self.instance_of:
+                self.instance_of[spu] = next(free)
 
     def _announce_members(self) -> None:
         """A join chain's SPUs learn who their neighbours are (and where), after every change of the set."""
@@ -226,7 +258,14 @@ class UnitActor(pykka.ThreadingActor):
         0 .. n - 1, each from the merged position."""
         self.downstream = msg.downstream
         positions = msg.positions
-        if self.spec.is_spout and merge_hook(self.spec.cls) is not None:
+        if msg.instances and self._keeps_instance_states:
+            # The instances of the checkpoint, each with its state: SPUs started after it are gone, and ones
+            # retired after it come back (their state at the checkpoint has no other home).
+            self.instance_of = {}
+            self._discarded = [-(i + 1) for i in range(len(msg.instances))]
+            for old, instance in zip(self._discarded, sorted(msg.instances)):
+                self.instance_of[old] = instance
+        elif self.spec.is_spout and merge_hook(self.spec.cls) is not None:
             self.instance_of = {}
             self._discarded = [-(i + 1) for i in range(self.spec.parallelism)]  # placeholders for instance i
             for i, old in enumerate(self._discarded):
@@ -275,7 +314,7 @@ class UnitActor(pykka.ThreadingActor):
             kind = type(message)
             if kind is LaunchSpus:
                 try:
-                    return self.launch_initial_spus(message.epoch, message.positions)
+                    return self.launch_initial_spus(message.epoch, message.positions, message.instances)
                 except Exception as exc:  # the asker (Job) fails the job with it
                     return exc
             if kind is AbortReconfiguration:
@@ -512,6 +551,7 @@ class UnitActor(pykka.ThreadingActor):
         """Prepare: start the plan's new SPUs (each told what it receives), then run the machine."""
         machine = Reconfiguration(self.job.next_id(), plan, hold=cmd.prepared is not None)
         op = _Operation(cmd, machine, {}, giver=giver, receiver=receiver, lo=lo, hi=hi, spec=spec)
+        self._number_new_instances(plan.started, self.spus)
         for spu in plan.started:
             incoming = plan.incoming(spu)
             receive = PrepareReceive(machine.reconfig_id, incoming) if incoming else None
@@ -671,6 +711,8 @@ class UnitActor(pykka.ThreadingActor):
             started=plan.started, retired=plan.retired,
         )
         self.history.append(result)
+        for spu in plan.retired:
+            self.instance_of.pop(spu, None)
         if not op.cmd.reply.done():
             op.cmd.reply.set_result(result)
         metrics.record_scaling_event(self.job.name, self.spec.name, op.cmd.action, op.cmd.reason)

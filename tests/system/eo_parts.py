@@ -176,3 +176,52 @@ class HoldingListSpout(ListSpout):
 
 
 LatestBolt = wordcount.LatestCountsBolt
+
+
+class TallyBolt(Bolt):
+    """Not key grouped, with a state: counts the words its instance saw and hands the tally on when it
+    closes (a merge retires it, or the job ends). Its state lives in one checkpoint slot per instance."""
+
+    def open(self, context: Any) -> None:
+        self.seen = 0
+
+    def process(self, tup: Any) -> None:
+        self.seen += 1
+
+    def close(self) -> None:
+        self.emit("seen", self.seen)
+
+
+class TallySum(Bolt):
+    """In the driver: the sum of every tally, written to <data_dir>/tally.json when the job ends."""
+
+    esault_placement = "driver"
+
+    def open(self, context: Any) -> None:
+        self.total = 0
+        self.path = str(Path(context.data_dir) / "tally.json")
+
+    def process(self, tup: Any) -> None:
+        self.total += tup.value
+
+    def close(self) -> None:
+        Path(self.path).write_text(str(self.total))
+
+
+def build_tally(name: str, total: int, rate: float, tally_parallelism: int = 2):
+    """sentences -> split (chained) -> tally (shuffle grouped, stateful, on its own SPUs) -> sum."""
+    builder = TopologyBuilder(name)
+    builder.set_spout("sentences", GatedSentenceSpout, 1, params={"total": total, "seed": 5, "rate": rate},
+                      max_pending=4000)
+    builder.set_bolt("split", wordcount.SplitBolt, 1, elastic=False).shuffle_grouping("sentences")
+    builder.set_bolt("tally", TallyBolt, tally_parallelism, elastic=False).shuffle_grouping("split")
+    builder.set_bolt("sum", TallySum, elastic=False).global_grouping("tally")
+    return builder.build()
+
+
+def tally_total(data_dir: Path) -> int:
+    return int((Path(data_dir) / "tally.json").read_text())
+
+
+def words_in(total: int) -> int:
+    return sum(wordcount.oracle(total, seed=5).values())

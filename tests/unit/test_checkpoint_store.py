@@ -56,6 +56,25 @@ def test_instance_rows_are_outside_every_key_range(tmp_path):
     assert store.read_slot("sink", 1, instance_slot(0)) is None
 
 
+def test_a_checkpoint_records_which_instances_of_each_non_keyed_bolt_it_holds(tmp_path):
+    store = CheckpointStore(tmp_path / "c.sqlite")
+    store.complete(1, "checkpoint", {"src": {0: 10}}, {"tally": {3, 0}})
+    store.complete(2, "savepoint", {"src": {0: 20}})
+    assert store.get(1).instances == {"tally": [0, 3]} and store.get(1).positions == {"src": {0: 10}}
+    assert store.get(2).instances == {} and store.latest().positions == {"src": {0: 20}}
+    assert CheckpointStore(tmp_path / "c.sqlite").verify().checkpoints[0].instances == {"tally": [0, 3]}
+
+
+def test_a_manifest_of_an_older_store_reads_as_positions_with_no_instances_recorded(tmp_path):
+    store = CheckpointStore(tmp_path / "c.sqlite")
+    store.complete(1, "checkpoint", {})
+    with store._db:  # what an esault before the instance record wrote: the positions map alone
+        store._db.execute("UPDATE checkpoints SET positions = ?, checksum = NULL WHERE epoch = 1",
+                          (encode({"src": {0: 10}}),))
+    point = store.get(1)
+    assert point.positions == {"src": {0: 10}} and point.instances is None
+
+
 KEYS = [f"k{i}" for i in range(400)] + [("pair", i) for i in range(50)]
 """Enough keys that buckets hold several (400 keys over 4096 buckets share some), str and tuple keys."""
 

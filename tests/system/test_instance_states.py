@@ -1,0 +1,115 @@
+"""Exactly-once for a bolt that is not key grouped and keeps a state, across its splits, merges and rescales.
+
+Each instance's state is one checkpoint slot, named by its instance number. Before this was fixed, every
+SPU a split or rescale started was instance 0: two SPUs wrote one slot, and a rollback gave both the same
+state (the tally came out high after a split, low after a rescale). A rollback to a checkpoint taken before
+a merge also lost the retired instance's state, which had no SPU to come back to. Now a new SPU takes a free
+instance number, every checkpoint records which instances it holds, and a rollback or a restart brings back
+exactly those, each from its own slot.
+
+Workers are real processes, killed with SIGKILL; the tally is checked against the exact number of words.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+from pathlib import Path
+
+import pytest
+
+from esault import JobConfig, LocalCluster
+from esault.checkpoint.store import CheckpointStore
+from esault.testing import wait_until
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT / "examples"))
+sys.path.insert(0, str(ROOT / "tests" / "system"))
+import eo_parts  # noqa: E402
+
+pytestmark = pytest.mark.system
+
+TOTAL = 3000  # sentences: 30,000 words
+
+
+def config(tmp_path: Path, **changes) -> JobConfig:
+    """Checkpoints only when the test takes them, so it knows which one a rollback restores."""
+    return JobConfig(data_dir=tmp_path / "data", elasticity=False, checkpoint_interval=3600.0,
+                     message_timeout=300.0, **changes)
+
+
+def processed_by(job, spu: int) -> int:
+    return sum(s.processed for s in job.spu_counters() if s.unit == "tally" and s.spu == spu)
+
+
+def kill_worker_of(cluster: LocalCluster, spu: int) -> None:
+    worker = next(w for w, spus in cluster.registry.spus_on.items() if spu in spus)
+    os.kill(cluster.registry.pids[worker], signal.SIGKILL)
+
+
+def reconfigure(job, change: str) -> None:
+    first, second = job.spus("tally")
+    if change == "split":
+        job.split("tally", first)
+    elif change == "merge":
+        job.merge("tally", second)
+    elif change == "rescale up":
+        job.rescale("tally", 3)
+    else:
+        job.rescale("tally", 1)
+
+
+@pytest.mark.parametrize("change, checkpoint_after", [
+    ("split", False), ("merge", False), ("rescale up", False), ("rescale down", False), ("split", True),
+    ("rescale up", True),
+])
+def test_a_kill9_after_a_reconfiguration_of_a_stateful_non_keyed_bolt_restores_each_instance_state_once(
+        tmp_path, change, checkpoint_after):
+    """The rollback goes to the checkpoint before the change (its instances come back, each with its own
+    state) or after it (the SPUs it started hold states of their own, never a copy of instance 0's)."""
+    with LocalCluster(workers=3) as cluster:
+        job = cluster.submit(eo_parts.build_tally("tally-eo", TOTAL, rate=600), config(tmp_path))
+        wait_until(lambda: all(processed_by(job, s) > 0 for s in job.spus("tally")), 60,
+                   message="both tally SPUs counting")
+        restore_to = job.checkpoint(timeout=60)
+        reconfigure(job, change)
+        after = job.spus("tally")
+        newest = max(after)
+        seen = processed_by(job, newest)
+        wait_until(lambda: processed_by(job, newest) > seen, 60, message="the newest tally SPU counting")
+        if checkpoint_after:
+            restore_to = job.checkpoint(timeout=60)
+        instances = CheckpointStore(job.ctx.checkpoint_path).get(restore_to).instances["tally"]
+        assert len(instances) == len(set(instances)) == (len(after) if checkpoint_after else 2)
+        kill_worker_of(cluster, newest)
+        cluster.pool.spawn("fresh")
+        wait_until(lambda: len(job.checkpoints.stats.recoveries) >= 1, 60, message="the rollback")
+        assert job.checkpoints.stats.recoveries[0].restored_epoch == restore_to
+        assert len(job.spus("tally")) == len(instances), "the checkpoint's instances came back, no more"
+        assert job.wait(120), job.status()
+        job.stop()
+    assert eo_parts.tally_total(job.data_dir) == eo_parts.words_in(TOTAL)
+
+
+def test_a_savepoint_holding_more_instance_states_than_the_parallelism_restarts_them_all(tmp_path):
+    """Three tally instances in the savepoint, a restart asking for 2: a non-keyed state can be neither split
+    nor merged, so all three come back (and a warning says why) rather than one being dropped."""
+    with LocalCluster(workers=2) as cluster:
+        job = cluster.submit(eo_parts.build_tally("tally-save", TOTAL, rate=1500), config(tmp_path))
+        wait_until(lambda: all(processed_by(job, s) > 0 for s in job.spus("tally")), 60,
+                   message="both tally SPUs counting")
+        job.rescale("tally", 3)
+        newest = max(job.spus("tally"))
+        wait_until(lambda: processed_by(job, newest) > 0, 60, message="the new tally SPU counting")
+        epoch = job.savepoint(stop=True, timeout=60)
+        assert job.wait(60), "the spouts ended at the savepoint"
+        job.stop()
+        assert sorted(CheckpointStore(job.ctx.checkpoint_path).get(epoch).instances["tally"]) == [0, 1, 2]
+    with LocalCluster(workers=2) as cluster:
+        job = cluster.submit(eo_parts.build_tally("tally-save", TOTAL, rate=1500, tally_parallelism=2),
+                             config(tmp_path, restore_from=epoch))
+        assert job.restored_from.epoch == epoch and len(job.spus("tally")) == 3
+        assert job.wait(120), job.status()
+        job.stop()
+    assert eo_parts.tally_total(job.data_dir) == eo_parts.words_in(TOTAL)
