@@ -28,6 +28,7 @@ from typing import Any, Callable
 
 import pykka
 
+from esault.checkpoint.instance_states import stranded_refusal, stranded_stage_states
 from esault.checkpoint.store import CheckpointStore, Completed, damaged_store
 from esault.errors import ConfigError, StoreDamaged, WorkerLost
 from esault.metrics import registry as metrics
@@ -281,6 +282,14 @@ class CheckpointCoordinator:
                 f"restore: {fingerprint_difference(stored, fingerprint)}. Restore with the same layout, or run with "
                 "fresh_start=True (--fresh) to discard them, or use another data_dir")
         self.store.set_meta("topology", fingerprint)
+        if point is not None:
+            for spec in self.topology.units:
+                recorded = point.positions.get(spec.name, {}) if spec.is_spout else {}
+                stranded = stranded_stage_states(self.store, self.topology, spec.name, point.epoch, recorded,
+                                                 spec.parallelism)
+                if stranded:
+                    raise ConfigError(f"cannot restore: {stranded_refusal(spec.name, spec.parallelism, stranded, point.epoch)}"
+                                      f" (it had {len(recorded)} when the checkpoint was taken)")
         newest = verified.newest_recorded
         if restore_from is not None and point is not None and newest is not None and newest > point.epoch:
             self._rewind(point, newest)

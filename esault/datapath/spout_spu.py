@@ -138,6 +138,7 @@ class SpoutSpuActor(SenderActor):
         except Exception as exc:
             log.error("spout %r close() raised %r", self.unit_name, exc)
         self.close_stages(retire=False)
+        super().flush()  # what chained bolts' close() emitted leaves untracked, as a bolt SPU's does
         self.close_checkpointing()
 
     # --- emitting ---------------------------------------------------------

@@ -17,6 +17,7 @@ from __future__ import annotations
 import time
 from typing import Any, Callable
 
+from esault.checkpoint.instance_states import stranded_refusal, stranded_stage_states
 from esault.config import MAX_SPUS, ElasticityConfig
 from esault.dsl.spout import MERGE_HOOK, merge_hook
 from esault.dsl.topology import UnitSpec
@@ -78,6 +79,14 @@ class SpoutRescale:
         if epoch is None:  # still correct from the last completed one, only more is read again
             log.warning("topology %r: rescale of spout %r: the checkpoint before it failed; rolling back to the "
                         "last completed one", job.name, unit)
+        point = job.checkpoints.store.latest()
+        if point is not None and self.spus < len(before):
+            recorded = point.positions.get(unit, {})
+            stranded = stranded_stage_states(job.checkpoints.store, job.topology, unit, point.epoch, recorded,
+                                              self.spus)
+            if stranded:
+                raise ScalingError(f"rescale of {stranded_refusal(unit, self.spus, stranded, point.epoch)}; "
+                                   "nothing changed")
         actor.ask(ResizeSpout(self.spus))
         with job._recovery_lock:
             job._recovering += 1

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from esault import TopologyBuilder
+from esault import Bolt, TopologyBuilder
 from esault.testing import CollectorBolt, collected
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "examples"))
@@ -121,3 +121,35 @@ def test_a_text_file_spout_reads_every_line_once_across_its_instances(cluster, c
     assert src["acked"] == 997 and src["failed"] == src["replayed"] > 0
     # and no line twice, but for the replayed chunks: the instances' byte ranges do not overlap
     assert sum(1 for word, _ in got if word == "line") == 997 + src["replayed"]
+
+
+class _CountingBolt(Bolt):
+    """Counts what it sees and says so only when it closes, as a bolt that flushes a partial aggregate does."""
+
+    def open(self, context):
+        self.seen = 0
+
+    def process(self, tup):
+        self.seen += 1
+
+    def close(self):
+        self.emit("seen", self.seen)
+
+
+@pytest.mark.parametrize("chain", [True, False])
+def test_what_a_bolt_emits_in_close_reaches_downstream_also_when_it_is_chained_into_a_spout(cluster, config, chain):
+    """A bolt chained into a spout's SPUs once lost its close() emits: the spout's SPU never sent them."""
+    from esault.testing import ListSpout
+
+    name = f"close-emits-{chain}"
+    builder = TopologyBuilder(name)
+    builder.set_spout("items", ListSpout, 2, params={"items": [(f"k{i}", i) for i in range(500)]})
+    builder.set_bolt("seen", _CountingBolt, 2, elastic=False, chain=chain).shuffle_grouping("items")
+    builder.set_bolt("out", CollectorBolt, params={"name": name}).global_grouping("seen")
+    topology = builder.build()
+    assert topology.chained("seen") is chain
+    job = cluster.submit(topology, config)
+    assert job.wait(60), job.status()
+    job.stop()
+    got = collected(name)
+    assert len(got) == 2 and sum(v for _, v in got) == 2 * 500  # each ListSpout instance emits every item

@@ -8,10 +8,11 @@ from __future__ import annotations
 import collections
 import os
 import threading
+import time
 from pathlib import Path
 from typing import Any
 
-from esault import Bolt, TopologyBuilder
+from esault import Bolt, Spout, TopologyBuilder
 
 import wordcount  # examples/, on sys.path in the tests and their workers
 
@@ -225,3 +226,54 @@ def tally_total(data_dir: Path) -> int:
 
 def words_in(total: int) -> int:
     return sum(wordcount.oracle(total, seed=5).values())
+
+
+class ShardedSpout(Spout):
+    """`shards` fixed shards of `per_shard` numbered words each; instance i of n reads the shards s with
+    s % n == i, at most `rate` words per second in all. Its position is {shard: next offset}, and positions
+    merge (esault_merge_positions), so it can be rescaled on a running job like a KafkaSource."""
+
+    def __init__(self, shards: int = 4, per_shard: int = 2000, rate: float = 2000.0) -> None:
+        self.shards, self.per_shard, self.rate = shards, per_shard, rate
+
+    def open(self, context: Any) -> None:
+        mine = [s for s in range(self.shards) if s % context.instances == context.instance]
+        self.next = {s: 0 for s in mine}
+        self.started = time.monotonic()
+        self.sent = 0
+        self.share = self.rate * len(mine) / self.shards
+
+    @staticmethod
+    def esault_merge_positions(positions: list) -> dict:
+        merged: dict = {}
+        for position in positions:
+            merged.update({int(s): int(o) for s, o in (position or {}).items()})
+        return merged
+
+    def snapshot_position(self) -> dict:
+        return dict(self.next)
+
+    def restore_position(self, position: Any) -> None:
+        self.next.update({int(s): int(o) for s, o in position.items() if int(s) in self.next})
+
+    def next_tuple(self) -> None:
+        if self.sent > (time.monotonic() - self.started) * self.share:
+            return
+        for shard, offset in self.next.items():
+            end = min(offset + 16, self.per_shard)
+            for i in range(offset, end):
+                self.emit(f"s{shard}", i, msg_id=(shard, i))
+            self.next[shard] = end
+            self.sent += end - offset
+        if all(o >= self.per_shard for o in self.next.values()):
+            self.finish()
+
+
+def build_sharded_tally(name: str, spouts: int, per_shard: int = 2000, rate: float = 2000.0):
+    """sharded spout -> tally (chained into it: one state per spout instance) -> sum."""
+    builder = TopologyBuilder(name)
+    builder.set_spout("shards", ShardedSpout, spouts, params={"per_shard": per_shard, "rate": rate},
+                      max_pending=2000)
+    builder.set_bolt("tally", TallyBolt, spouts, elastic=False).shuffle_grouping("shards")
+    builder.set_bolt("sum", TallySum, elastic=False).global_grouping("tally")
+    return builder.build()

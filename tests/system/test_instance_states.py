@@ -21,6 +21,7 @@ import pytest
 
 from esault import JobConfig, LocalCluster
 from esault.checkpoint.store import CheckpointStore
+from esault.errors import ConfigError, ScalingError
 from esault.testing import wait_until
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -113,3 +114,27 @@ def test_a_savepoint_holding_more_instance_states_than_the_parallelism_restarts_
         assert job.wait(120), job.status()
         job.stop()
     assert eo_parts.tally_total(job.data_dir) == eo_parts.words_in(TOTAL)
+
+
+def test_a_spout_whose_chained_bolt_keeps_states_refuses_to_lose_one_on_a_rescale_down_or_a_restart(tmp_path):
+    """A bolt chained into a spout keeps one state per spout instance. After a live rescale 2 -> 3, going
+    back to 2 would strand instance 2's state: refused with the way out (chain=False), and the job ends
+    exactly; so is a restart from a savepoint of the 3 instances with the declared 2."""
+    shards, per_shard = 4, 5000
+    with LocalCluster(workers=2) as cluster:
+        job = cluster.submit(eo_parts.build_sharded_tally("sharded", 2, per_shard), config(tmp_path))
+        job.rescale("shards", 3)
+        newest = max(job.spus("shards"))
+        wait_until(lambda: sum(s.emitted for s in job.spu_counters() if s.spu == newest) > 100, 60,
+                   message="the third spout instance reading")
+        with pytest.raises(ScalingError, match=r"bolt 'tally' instance 2.*chain=False.*nothing changed"):
+            job.rescale("shards", 2)
+        epoch = job.savepoint(timeout=60)
+        assert job.wait(120), job.status()
+        assert len(job.spus("shards")) == 3
+        job.stop()
+    assert eo_parts.tally_total(job.data_dir) == shards * per_shard
+    with LocalCluster(workers=1) as cluster:
+        with pytest.raises(ConfigError, match=r"spout 'shards' on 2 instance\(s\) would lose what checkpoint "
+                                              rf"{epoch} holds for bolt 'tally' instance 2"):
+            cluster.submit(eo_parts.build_sharded_tally("sharded", 2, per_shard), config(tmp_path, restore_from=epoch))
