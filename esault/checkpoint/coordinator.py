@@ -285,7 +285,7 @@ class CheckpointCoordinator:
         if point is not None:
             for spec in self.topology.units:
                 recorded = point.positions.get(spec.name, {}) if spec.is_spout else {}
-                stranded = stranded_stage_states(self.store, self.topology, spec.name, point.epoch, recorded,
+                stranded = stranded_stage_states(self.store, [s.name for s in spec.stages], point.epoch, recorded,
                                                  spec.parallelism)
                 if stranded:
                     raise ConfigError(f"cannot restore: {stranded_refusal(spec.name, spec.parallelism, stranded, point.epoch)}"

@@ -11,14 +11,12 @@ from __future__ import annotations
 from typing import Iterable
 
 from esault.checkpoint.store import CheckpointStore, instance_slot
-from esault.dsl.topology import Topology
 
 
-def stranded_stage_states(store: CheckpointStore, topology: Topology, spout: str, epoch: int,
-                          instances: Iterable[int], keep: int) -> list[str]:
-    """'bolt NAME instance I' for each bolt chained into `spout` whose instance I >= `keep` (of the checkpoint's
-    `instances`) holds a non-empty state at `epoch`."""
-    stages = [u.name for u in topology.units if u.name != spout and topology.host_of(u.name) == spout]
+def stranded_stage_states(store: CheckpointStore, stages: Iterable[str], epoch: int, instances: Iterable[int],
+                          keep: int) -> list[str]:
+    """'bolt NAME instance I' for each of the bolts chained into a spout (`stages`) whose instance I >= `keep`
+    (of the checkpoint's `instances`) holds a non-empty state at `epoch`."""
     return [f"bolt {stage!r} instance {i}" for stage in stages for i in sorted(instances)
             if i >= keep and store.read_slot(stage, epoch, instance_slot(i))]
 

@@ -82,8 +82,8 @@ class SpoutRescale:
         point = job.checkpoints.store.latest()
         if point is not None and self.spus < len(before):
             recorded = point.positions.get(unit, {})
-            stranded = stranded_stage_states(job.checkpoints.store, job.topology, unit, point.epoch, recorded,
-                                              self.spus)
+            stages = [s.name for s in job.topology.unit(unit).stages]
+            stranded = stranded_stage_states(job.checkpoints.store, stages, point.epoch, recorded, self.spus)
             if stranded:
                 raise ScalingError(f"rescale of {stranded_refusal(unit, self.spus, stranded, point.epoch)}; "
                                    "nothing changed")

@@ -52,7 +52,7 @@ def stopped(tmp_path_factory) -> tuple[Path, Path]:
     store = data / NAME / "checkpoints.sqlite"
     db = sqlite3.connect(store)
     (positions,) = db.execute("SELECT positions FROM checkpoints ORDER BY epoch DESC LIMIT 1").fetchone()
-    assert decode(positions)["sentences"][0] < TOTAL, "the job must stop mid-stream for a restart to replay"
+    assert decode(positions)[0]["sentences"][0] < TOTAL, "the job must stop mid-stream for a restart to replay"
     db.execute("PRAGMA wal_checkpoint(TRUNCATE)")  # everything in the main file, where the damage goes
     db.close()
     pristine = data.with_name("pristine")
