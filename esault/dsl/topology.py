@@ -133,7 +133,11 @@ class Topology:
         was not declared chain=False, and it cannot scale on its own: it is
         not elastic, or its max_spus is its parallelism. (A bolt keeps the
         elasticity it declares: chained, it could only scale with its
-        upstream, which is never probed for it.)
+        upstream, which is never probed for it.) Nor behind a key-grouped unit
+        or a join chain: their SPUs split, merge and move by key range or by
+        rank, and a bolt fused into them would keep one state per SPU, which
+        follows no key: a rollback could bring back neither an instance a
+        merge retired nor only the instances the checkpoint had.
         It then costs a function call per tuple instead of a batch, a message
         and (across processes) encoding; it scales with its upstream.
         """
@@ -148,6 +152,8 @@ class Topology:
         if getattr(spec.cls, "on_batch_end", None) is not Bolt.on_batch_end:
             return False  # a chained stage sees tuples one by one, never a batch's end: it keeps its own SPUs
         upstream = self.unit(edge.source)
+        if upstream.per_key or getattr(upstream.cls, "esault_chain", False):
+            return False  # its SPUs change by key range or rank: a fused bolt's per-SPU state could not follow
         readers = self.downstream(upstream.name)
         return upstream.parallelism == spec.parallelism and len(readers) == 1
 
