@@ -277,3 +277,17 @@ def build_sharded_tally(name: str, spouts: int, per_shard: int = 2000, rate: flo
     builder.set_bolt("tally", TallyBolt, spouts, elastic=False).shuffle_grouping("shards")
     builder.set_bolt("sum", TallySum, elastic=False).global_grouping("tally")
     return builder.build()
+
+
+def build_keyed_tally(name: str, total: int, rate: float):
+    """sentences -> split (chained) -> count (key grouped, 2 SPUs) -> tally (shuffle grouped, stateful) -> sum.
+    tally has count's parallelism and is count's only reader, yet runs on SPUs of its own: a bolt fused into
+    a key-grouped unit would keep per-SPU state that no key range carries across count's splits and merges."""
+    builder = TopologyBuilder(name)
+    builder.set_spout("sentences", GatedSentenceSpout, 1, params={"total": total, "seed": 5, "rate": rate},
+                      max_pending=4000)
+    builder.set_bolt("split", wordcount.SplitBolt, 1, elastic=False).shuffle_grouping("sentences")
+    builder.set_bolt("count", GatedCountBolt, 2, elastic=False).key_grouping("split")
+    builder.set_bolt("tally", TallyBolt, 2, elastic=False).shuffle_grouping("count")
+    builder.set_bolt("sum", TallySum, elastic=False).global_grouping("tally")
+    return builder.build()
