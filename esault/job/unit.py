@@ -434,10 +434,18 @@ class UnitActor(pykka.ThreadingActor):
                                    "change its parallelism with rescale")
         elif cmd.action != "rescale" and cmd.spu_id not in self.spus:
             raise ScalingError(f"bolt {name!r} has no SPU {cmd.spu_id}; its SPUs are {sorted(self.spus)}")
-        if (self.job.exactly_once and not self.spec.per_key
-                and getattr(self.spec.cls, "on_checkpoint", None) is not getattr(Bolt, "on_checkpoint")):
-            raise ScalingError(f"bolt {name!r} takes part in checkpoints per instance (a sink staging epochs) and "
-                               "cannot split or merge under exactly_once: declare it with elastic=False")
+        if self.job.exactly_once and not self.spec.per_key:
+            for part in (self.spec, *self.spec.stages):
+                if getattr(part.cls, "on_checkpoint", None) is getattr(Bolt, "on_checkpoint"):
+                    continue
+                if part is self.spec:
+                    raise ScalingError(f"bolt {name!r} takes part in checkpoints per instance (a sink staging "
+                                       "epochs) and cannot split or merge under exactly_once: declare it with "
+                                       "elastic=False")
+                raise ScalingError(f"bolt {part.name!r}, fused into {name!r}'s SPUs, takes part in checkpoints per "
+                                   f"instance (a sink staging epochs), so {name!r} cannot split or merge under "
+                                   f"exactly_once: declare {name!r} with elastic=False, or {part.name!r} with "
+                                   "chain=False (SPUs of its own)")
         if cmd.action == "merge" and len(self.spus) < 2:
             raise ScalingError(f"bolt {name!r} has a single SPU: there is nothing to merge it into")
         if cmd.action == "rescale":

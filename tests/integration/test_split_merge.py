@@ -11,7 +11,7 @@ import threading
 
 import pytest
 
-from esault import KEY_SPACE_MAX, ScalingError, TopologyBuilder, key_hash
+from esault import KEY_SPACE_MAX, Bolt, JobConfig, ScalingError, TopologyBuilder, key_hash
 from esault.testing import CollectorBolt, collected, wait_until
 from topology_parts import GATES, GatedListSpout, SequenceCheckBolt
 
@@ -175,3 +175,38 @@ def test_an_operation_that_cannot_start_in_time_is_withdrawn_with_a_clear_error_
     job.coordinator.run_task(lambda: None).result(30)  # every item queued before it has been taken
     assert job.spus("check") == spus, "the withdrawn split never ran"
     assert not job.coordinator.history
+
+
+class _Forward(Bolt):
+    def process(self, tup):
+        self.emit(tup.key, tup.value)
+
+
+class _StagingSink(Bolt):
+    """Takes part in checkpoints per instance, as a sink staging epochs does."""
+
+    def process(self, tup):
+        pass
+
+    def on_checkpoint(self, epoch):
+        return None
+
+
+def test_a_bolt_whose_fused_sink_stages_epochs_per_instance_cannot_split_under_exactly_once(cluster, tmp_path):
+    """The sink's staged epochs belong to its instance: a split or merge of the SPUs it is fused into would
+    strand them. The refusal names both bolts and both ways out."""
+    items = sequenced_items(10, 2, seed=5)
+    GATES["fused-sink"] = threading.Event()
+    builder = TopologyBuilder("fused-sink")
+    builder.set_spout("src", GatedListSpout, params={"items": items, "gate": "fused-sink", "hold_at": len(items)})
+    builder.set_bolt("format", _Forward, chain=False, elastic=False).shuffle_grouping("src")
+    builder.set_bolt("sink", _StagingSink, elastic=False).shuffle_grouping("format")
+    topology = builder.build()
+    assert topology.host_of("sink") == "format"
+    job = cluster.submit(topology, JobConfig(data_dir=tmp_path / "data", elasticity=False))
+    with pytest.raises(ScalingError, match=r"bolt 'sink', fused into 'format'.*'format' with elastic=False, or "
+                                           r"'sink' with chain=False"):
+        job.split("format", job.spus("format")[0])
+    GATES["fused-sink"].set()
+    assert job.wait(30), job.status()
+    job.stop()
