@@ -171,7 +171,9 @@ class UnitActor(pykka.ThreadingActor):
         """Start the unit's first SPUs (after the unit is registered, so they can name it). A non-keyed bolt
         restored from a checkpoint starts each instance whose state it holds, and more up to its parallelism."""
         numbers = list(range(self.spec.parallelism))
+        holding: set[int] | None = None  # the instances whose states the checkpoint holds (None: every one)
         if instances and self._keeps_instance_states:
+            holding = set(instances)
             numbers = sorted(instances)
             numbers += [i for i in range(self.spec.parallelism + len(numbers)) if i not in numbers]
             numbers = numbers[:max(self.spec.parallelism, len(instances))]
@@ -187,7 +189,9 @@ class UnitActor(pykka.ThreadingActor):
         positions = self._shares(positions or {})
         for instance, spu_id in zip(numbers, ids):
             self.instance_of[spu_id] = instance
-            self.spus[spu_id] = self._launch(spu_id, self.downstream, None, epoch, positions.get(instance))
+            # One the checkpoint did not have starts empty: its slot may hold an older instance's state.
+            restore = epoch if holding is None or instance in holding else None
+            self.spus[spu_id] = self._launch(spu_id, self.downstream, None, restore, positions.get(instance))
         self._announce_members()
 
     @property

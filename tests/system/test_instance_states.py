@@ -169,3 +169,26 @@ def test_a_stateful_bolt_behind_a_key_grouped_unit_stays_exact_when_that_unit_me
         assert job.wait(120), job.status()
         job.stop()
     assert eo_parts.tally_total(job.data_dir) == eo_parts.words_in(TOTAL)
+
+
+def test_a_restart_from_a_checkpoint_with_fewer_instances_than_the_parallelism_starts_the_others_empty(tmp_path):
+    """Instance 1 checkpointed its tally, then a rescale to 1 retired it (its close() handed the tally on) and a
+    savepoint followed. Restarted with the declared 2, instance 1 must start empty: its slot still holds its
+    older row, which counted again would make the total high."""
+    with LocalCluster(workers=2) as cluster:
+        job = cluster.submit(eo_parts.build_tally("tally-fewer", TOTAL, rate=1500), config(tmp_path))
+        wait_until(lambda: all(processed_by(job, s) > 0 for s in job.spus("tally")), 60,
+                   message="both tally SPUs counting")
+        job.checkpoint(timeout=60)
+        job.rescale("tally", 1)
+        epoch = job.savepoint(stop=True, timeout=60)
+        assert job.wait(60), "the spouts ended at the savepoint"
+        job.stop()
+        assert CheckpointStore(job.ctx.checkpoint_path).get(epoch).instances["tally"] == [0]
+    with LocalCluster(workers=2) as cluster:
+        job = cluster.submit(eo_parts.build_tally("tally-fewer", TOTAL, rate=1500),
+                             config(tmp_path, restore_from=epoch))
+        assert len(job.spus("tally")) == 2
+        assert job.wait(120), job.status()
+        job.stop()
+    assert eo_parts.tally_total(job.data_dir) == eo_parts.words_in(TOTAL)
