@@ -116,6 +116,7 @@ class SenderActor(pykka.ThreadingActor):
                 stage.pe.close()
             except Exception as exc:
                 log.error("bolt %r close() raised %r", stage.spec.name, exc)
+                stage.stats.close_errors += 1
             if retire:
                 self.job.stats.retire(stage.stats)
 

@@ -137,6 +137,7 @@ class SpoutSpuActor(SenderActor):
                 self.spout.close()
         except Exception as exc:
             log.error("spout %r close() raised %r", self.unit_name, exc)
+            self.stats.close_errors += 1
         self.close_stages(retire=False)
         super().flush()  # what chained bolts' close() emitted leaves untracked, as a bolt SPU's does
         self.close_checkpointing()

@@ -784,11 +784,30 @@ class Job:
         self.coordinator.stop()
         self.ctx.ticker.stop()
         self._stop_actors()
+        self._note_close_errors()
         self.checkpoints.close()
         self.ctx.stats.forget_topology(self.name)
         gc_policy.leave(self.config.gc_gen0_threshold)
         if self.ctx.dead_letters is not None:
             self.ctx.dead_letters.close()
+
+    def _note_close_errors(self) -> None:
+        """The SPUs closed their bolts after the final status was taken: add to it, per unit, how many close()
+        calls raised (what they emit or write at the end may be missing), so the run's verdict says so."""
+        if self.final_status is None:
+            return
+        try:
+            if self.fresh_reports is not None:
+                self.fresh_reports(2.0)  # the workers' rows after their SPUs closed
+            errors: dict[str, int] = {}
+            for s in self._all_stats():
+                if s.close_errors:
+                    errors[s.unit] = errors.get(s.unit, 0) + s.close_errors
+        except Exception as exc:  # noqa: BLE001 - best effort at shutdown, like the status itself
+            log.warning("could not count the close() errors of %r: %r", self.name, exc)
+            return
+        if errors:
+            self.final_status["close_errors"] = errors
 
     def _final_checkpoint(self) -> None:
         """End the spouts at a last checkpoint. A rollback during it (a worker died) aborts it: then the

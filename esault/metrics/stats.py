@@ -20,7 +20,7 @@ RETIRED_SPU: Final = -1
 
 COUNTERS: Final = (
     "emitted", "processed", "acked", "failed", "replayed", "user_errors", "dead_letters", "untracked", "busy_us",
-    "shed",
+    "shed", "close_errors",
 )
 """SpuStats attributes that only grow: a retired SPU's are added to its unit's retired total."""
 
@@ -51,6 +51,7 @@ class SpuStats:
         self.failed = 0
         self.replayed = 0
         self.user_errors = 0
+        self.close_errors = 0  # close() raised: what it emits or writes at the end may be missing
         self.dead_letters = 0
         self.untracked = 0  # spouts: tuples emitted outside any tracked tree (no msg_id, or acking off)
         self.shed = 0  # tuples a bolt dropped on purpose under overload (a join's load shedding)

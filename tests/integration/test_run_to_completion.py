@@ -130,3 +130,18 @@ def test_a_collectors_list_is_emptied_before_and_after_the_run():
     with pytest.raises(KeyError, match=r"topology 'twice' has no CollectorBolt unit 'count'; its collectors: "
                                        r"'by_key', 'shuffled', 'all'"):
         again["count"]
+
+
+@pytest.mark.parametrize("chain", [True, False])
+def test_a_close_that_raises_fails_the_run_instead_of_passing_for_a_success(config, chain):
+    """close() runs after the final status was taken: its error was only logged, and the run passed while
+    what the bolt writes at the end was missing. Fused into the spout's SPUs or on SPUs of its own alike."""
+    from topology_parts import CloseFailsBolt
+
+    b = TopologyBuilder(f"close-fails-{chain}")
+    b.set_spout("src", ListSpout, params={"items": [["a", 1], ["b", 2]]})
+    b.set_bolt("tally", CloseFailsBolt, elastic=False, chain=chain).shuffle_grouping("src")
+    assert b.build().chained("tally") is chain
+    with pytest.raises(RunIncomplete, match=r"close\(\) raised 1 time\(s\) \(tally 1\): what those bolts or spouts "
+                                            r"emit or write when they close"):
+        run_to_completion(b, workers="in-process", config=config, timeout=20)

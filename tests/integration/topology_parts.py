@@ -281,3 +281,16 @@ class ResumableTumblingSums(TumblingSums):
     """TumblingSums for a job stopped to be resumed: no firing at close."""
 
     flush_on_close = False
+
+
+class CloseFailsBolt(Bolt):
+    """Counts what it sees; its close() raises, as one whose last write finds the disk full."""
+
+    def open(self, context: Any) -> None:
+        self.seen = 0
+
+    def process(self, tup: Any) -> None:
+        self.seen += 1
+
+    def close(self) -> None:
+        raise OSError(28, "No space left on device")

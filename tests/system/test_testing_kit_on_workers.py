@@ -71,3 +71,16 @@ def test_run_to_completion_on_a_shared_cluster_stops_a_job_whose_spout_never_fin
     assert workers.jobs["kit-endless"]._stopped, "the job was stopped; the cluster goes on"
     again = run_to_completion(counting_topology("kit-after", items), cluster=workers, config=config, timeout=30)
     assert_counted(again, items)
+
+
+def test_a_close_that_raises_in_a_worker_process_fails_the_run(workers, config):
+    """The error happens in the worker as its SPU stops, after the final status: the driver waits for the
+    workers' next reports and counts it, so the run does not pass for a success."""
+    from topology_parts import CloseFailsBolt
+    from esault.testing import ListSpout
+
+    b = TopologyBuilder("kit-close-fails")
+    b.set_spout("src", ListSpout, params={"items": [["a", 1], ["b", 2], ["c", 3]]})
+    b.set_bolt("tally", CloseFailsBolt, 2, elastic=False, chain=False).shuffle_grouping("src")
+    with pytest.raises(RunIncomplete, match=r"close\(\) raised 2 time\(s\) \(tally 2\)"):
+        run_to_completion(b, cluster=workers, config=config, timeout=30)
