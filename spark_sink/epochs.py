@@ -110,15 +110,27 @@ class EpochCommitter:
         self._last.result(timeout)
 
     def close(self, timeout: float) -> None:
-        """A normal stop, after the final checkpoint: rows after it are not part of any checkpoint, so
-        they are dropped (a restart produces them again); requested publishes get `timeout` seconds."""
+        """A normal stop, after the final checkpoint: requested publishes get `timeout` seconds. Rows after
+        it are not part of any checkpoint, so they cannot be published exactly once: they are dropped, and
+        close() raises SinkError saying so once the rest is done (the run's verdict counts it; it passed for a
+        success while bolts' end-of-job output was missing from the table)."""
         if self._closed:
             return
         self._closed = True
-        if self._rows:
-            log.warning("SparkSink %s: %d rows after the last checkpoint are not written (a restart produces "
-                        "them again)", self.sink.table, len(self._rows))
-            self._rows = []
+        dropped, self._rows = len(self._rows), []
+        try:
+            self._finish(timeout)
+        finally:
+            if dropped:
+                raise SinkError(
+                    f"SparkSink {self.sink.table}: {dropped} row(s) arrived after the job's final checkpoint and "
+                    "were not written. Under guarantee 'exactly_once' a row is published only with a checkpoint "
+                    "that covers it, and these came later: emitted by a bolt's close() (or a timer) after the "
+                    "last barrier. Emit results from process() while the input flows (a window's on_expire, a "
+                    "running count), or run with guarantee='at_least_once'; a restart from that checkpoint "
+                    "produces them again")
+
+    def _finish(self, timeout: float) -> None:
         try:
             self._last.result(timeout)
         except FutureTimeout:

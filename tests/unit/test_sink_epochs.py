@@ -8,7 +8,6 @@ visible), on_checkpoint_complete(e) (publish), open() with restored_epoch (recov
 
 from __future__ import annotations
 
-import logging
 import threading
 from pathlib import Path
 
@@ -273,7 +272,7 @@ def test_abandon_ends_a_stage_in_progress_at_the_next_batch(tmp_path):
     assert stager.calls == 1, "the second partition's batch was not written"
 
 
-def test_close_publishes_nothing_outside_a_completed_checkpoint(tmp_path, caplog):
+def test_close_publishes_nothing_outside_a_completed_checkpoint_and_says_what_it_dropped(tmp_path):
     sink = open_sink(tmp_path)
     feed(sink, A)
     checkpoint(sink, 1)
@@ -281,11 +280,11 @@ def test_close_publishes_nothing_outside_a_completed_checkpoint(tmp_path, caplog
     feed(sink, B)  # after the last checkpoint: a restart produces these again
     checkpoint(sink, 2)
     feed(sink, C)
-    with caplog.at_level(logging.WARNING, logger="spark_sink.epochs"):
+    with pytest.raises(SinkError, match=r"1 row\(s\) arrived after the job's final checkpoint and were not "
+                                        r"written.*Emit results from process\(\)"):
         sink.close()  # checkpoint 2 never completed, C was never staged
     assert rows_in(table_dir(tmp_path)) == sorted(A)
-    assert "1 rows after the last checkpoint are not written" in caplog.text
-    again = open_sink(tmp_path, restored=1, spu_id=2)
+    again = open_sink(tmp_path, restored=1, spu_id=2)  # the commit log was released before the error
     again.close()
     assert rows_in(table_dir(tmp_path)) == sorted(A)
 
