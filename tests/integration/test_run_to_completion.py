@@ -147,23 +147,11 @@ def test_a_close_that_raises_fails_the_run_instead_of_passing_for_a_success(conf
         run_to_completion(b, workers="in-process", config=config, timeout=20)
 
 
-class CountOnClose(Bolt):
-    """Per key, its count, emitted only when it closes: after the job's final checkpoint."""
-
-    def open(self, context: Any) -> None:
-        self.count = 0
-
-    def process(self, tup: Any) -> None:
-        self.count += 1
-
-    def close(self) -> None:
-        self.emit(self.key, self.count)
-
-
 def test_rows_a_bolt_emits_in_close_into_an_exactly_once_sink_fail_the_run_saying_why(config, tmp_path):
     """The sink publishes only what a checkpoint covers, and close() runs after the final one: the rows were
     dropped with a warning and the run passed. Now the sink's close() says so and the run fails."""
     from spark_sink import SparkSink
+    from topology_parts import CountOnClose
 
     b = TopologyBuilder("close-into-sink")
     b.set_spout("src", ListSpout, params={"items": [["a", 1], ["b", 2], ["a", 3]]})

@@ -283,14 +283,17 @@ class ResumableTumblingSums(TumblingSums):
     flush_on_close = False
 
 
-class CloseFailsBolt(Bolt):
+class CountOnClose(ExpiringCountBolt):
+    """Counts silently; emits its total only when it closes (after the job's final checkpoint)."""
+
+    on_expire = Bolt.on_expire
+
+    def close(self) -> None:
+        self.emit(self.key, self.count)
+
+
+class CloseFailsBolt(CountOnClose):
     """Counts what it sees; its close() raises, as one whose last write finds the disk full."""
-
-    def open(self, context: Any) -> None:
-        self.seen = 0
-
-    def process(self, tup: Any) -> None:
-        self.seen += 1
 
     def close(self) -> None:
         raise OSError(28, "No space left on device")

@@ -291,3 +291,16 @@ def build_keyed_tally(name: str, total: int, rate: float):
     builder.set_bolt("tally", TallyBolt, 2, elastic=False).shuffle_grouping("count")
     builder.set_bolt("sum", TallySum, elastic=False).global_grouping("tally")
     return builder.build()
+
+
+def run_restored(topology: Any, config: Any, epoch: int, unit: str, spus: int) -> Any:
+    """Run `topology` to its end on 2 fresh workers, restored from checkpoint `epoch`, after checking that it
+    restored from it and that `unit` started on `spus` SPUs; returns the stopped job."""
+    from esault import LocalCluster
+
+    with LocalCluster(workers=2) as cluster:
+        job = cluster.submit(topology, config.replace(restore_from=epoch))
+        assert job.restored_from.epoch == epoch and len(job.spus(unit)) == spus
+        assert job.wait(120), job.status()
+        job.stop()
+    return job

@@ -300,13 +300,9 @@ def test_a_savepoint_taken_with_the_cli_restarts_the_job_with_another_parallelis
         assert job.wait(60), "the spouts ended at the savepoint"
         job.stop()
         assert CheckpointStore(job.ctx.checkpoint_path).get(epoch).kind == "savepoint"
-    with LocalCluster(workers=2) as cluster:
-        job = cluster.submit(eo_parts.build("eo-save", total, rate=1500, count_parallelism=3),
-                             eo_config(tmp_path, restore_from=epoch))
-        assert job.restored_from.epoch == epoch and len(job.spus("count")) == 3
-        assert job.wait(120), job.status()
-        job.stop()
-        assert_exact(job, total)
+    job = eo_parts.run_restored(eo_parts.build("eo-save", total, rate=1500, count_parallelism=3),
+                                eo_config(tmp_path), epoch, "count", 3)
+    assert_exact(job, total)
 
 
 def test_a_savepoint_request_for_an_unknown_job_gets_a_clear_error(tmp_path):

@@ -106,12 +106,8 @@ def test_a_savepoint_holding_more_instance_states_than_the_parallelism_restarts_
         assert job.wait(60), "the spouts ended at the savepoint"
         job.stop()
         assert sorted(CheckpointStore(job.ctx.checkpoint_path).get(epoch).instances["tally"]) == [0, 1, 2]
-    with LocalCluster(workers=2) as cluster:
-        job = cluster.submit(eo_parts.build_tally("tally-save", TOTAL, rate=1500, tally_parallelism=2),
-                             config(tmp_path, restore_from=epoch))
-        assert job.restored_from.epoch == epoch and len(job.spus("tally")) == 3
-        assert job.wait(120), job.status()
-        job.stop()
+    job = eo_parts.run_restored(eo_parts.build_tally("tally-save", TOTAL, rate=1500, tally_parallelism=2),
+                                config(tmp_path), epoch, "tally", 3)
     assert eo_parts.tally_total(job.data_dir) == eo_parts.words_in(TOTAL)
 
 
@@ -184,10 +180,6 @@ def test_a_restart_from_a_checkpoint_with_fewer_instances_than_the_parallelism_s
         assert job.wait(60), "the spouts ended at the savepoint"
         job.stop()
         assert CheckpointStore(job.ctx.checkpoint_path).get(epoch).instances["tally"] == [0]
-    with LocalCluster(workers=2) as cluster:
-        job = cluster.submit(eo_parts.build_tally("tally-fewer", TOTAL, rate=1500),
-                             config(tmp_path, restore_from=epoch))
-        assert len(job.spus("tally")) == 2
-        assert job.wait(120), job.status()
-        job.stop()
+    job = eo_parts.run_restored(eo_parts.build_tally("tally-fewer", TOTAL, rate=1500), config(tmp_path), epoch,
+                                "tally", 2)
     assert eo_parts.tally_total(job.data_dir) == eo_parts.words_in(TOTAL)
