@@ -266,7 +266,6 @@ def test_a_driver_killed_mid_run_is_restarted_and_resumes_exactly(tmp_path):
 
 def test_a_key_idle_longer_than_pe_idle_timeout_keeps_its_state_across_a_checkpoint_and_a_rollback(tmp_path):
     from esault import TopologyBuilder
-    from esault.testing import ListSpout
 
     items = [("a", 1), ("b", 1)] * 3
     builder = TopologyBuilder("eo-idle")
