@@ -288,8 +288,8 @@ class CheckpointCoordinator:
                 stranded = stranded_stage_states(self.store, [s.name for s in spec.stages], point.epoch, recorded,
                                                  spec.parallelism)
                 if stranded:
-                    raise ConfigError(f"cannot restore: {stranded_refusal(spec.name, spec.parallelism, stranded, point.epoch)}"
-                                      f" (it had {len(recorded)} when the checkpoint was taken)")
+                    why = stranded_refusal(spec.name, spec.parallelism, stranded, point.epoch)
+                    raise ConfigError(f"cannot restore: {why} (it had {len(recorded)} when the checkpoint was taken)")
         newest = verified.newest_recorded
         if restore_from is not None and point is not None and newest is not None and newest > point.epoch:
             self._rewind(point, newest)

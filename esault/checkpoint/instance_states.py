@@ -22,6 +22,7 @@ def stranded_stage_states(store: CheckpointStore, stages: Iterable[str], epoch: 
 
 
 def stranded_refusal(spout: str, keep: int, stranded: list[str], epoch: int) -> str:
+    """Why `spout` cannot run on `keep` instances, and the way out (a rescale's and a restore's error say it)."""
     return (f"spout {spout!r} on {keep} instance(s) would lose what checkpoint {epoch} holds for "
             f"{', '.join(stranded)}: a bolt chained into a spout keeps one state per spout instance, and such a "
             "state can be neither split nor merged. Declare that bolt with chain=False (its own SPUs keep their "

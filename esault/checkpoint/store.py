@@ -8,8 +8,9 @@ a static cluster needs data_dir on a shared path, docs/CHECKPOINTS.md):
   a row (the checkpoint's manifest) exists only for a *completed* checkpoint,
   written by the coordinator after every SPU acked; `positions` are the
   spouts' and, per non-keyed bolt, the instances that took part (msgpack
-  `[positions, instances]`; a bare positions map in older stores). kind: checkpoint | savepoint | final. `rows` and `digest`
-  sum up the bucket rows of that epoch, `checksum` the manifest itself.
+  `[positions, instances]`; a bare positions map in older stores). kind:
+  checkpoint | savepoint | final. `rows` and `digest` sum up the bucket rows
+  of that epoch, `checksum` the manifest itself.
 - `buckets(unit, bucket, epoch, writer, entries, checksum)`: the keys of one key-hash
   bucket (2**BUCKET_BITS buckets over the hash space) that changed in that
   epoch on SPU `writer`, as one msgpack array `[key, state, key, state, ...]`
