@@ -14,7 +14,7 @@ import time
 from pathlib import Path
 from typing import Any, Sequence
 
-from esault.config import JobConfig
+from esault.config import SPU_STOP_TIMEOUT, JobConfig
 from esault.errors import ConfigError, DriverUnreachable, EsaultError
 from esault.job.outcome import ExitCode, judge_run
 
@@ -119,9 +119,9 @@ def build_parser() -> argparse.ArgumentParser:
                         help="exit after this many seconds without word from the driver (default 30)")
     worker.add_argument("--connect-timeout", type=float, default=60.0,
                         help="exit (code 3) if the driver has not answered within this many seconds (default 60)")
-    worker.add_argument("--stop-timeout", type=float, default=45.0,
+    worker.add_argument("--stop-timeout", type=float, default=SPU_STOP_TIMEOUT,
                         help="an SPU that has not stopped after this many seconds is stuck: the worker logs every "
-                             "thread's stack and exits (code 4) so its SPUs are replaced (default 45)")
+                             f"thread's stack and exits (code 4) so its SPUs are replaced (default {SPU_STOP_TIMEOUT:g})")
     worker.add_argument("--keys-stdin", action="store_true",
                         help="read this worker's keys from stdin (how a local driver hands out fresh ones)")
 

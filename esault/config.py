@@ -36,6 +36,14 @@ def _fraction(owner: str, name: str, value: float) -> None:
         raise ConfigError(f"{owner}.{name} must be a fraction in [0, 1], got {value!r}")
 
 
+SPU_STOP_TIMEOUT = 45.0
+"""Seconds an SPU may take to stop (its queued messages, then its checkpoint writer's close, at most
+30 s). One that does not stop in time is stuck: a thread cannot be killed, and
+an SPU that never answers stalls every checkpoint and reconfiguration of its job, so the worker exits
+(ExitCode.STUCK_SPU) after logging every thread's stack, and the driver replaces its SPUs as for a crash
+(a restart policy brings the worker back). Flink's task cancellation watchdog does the same."""
+
+
 MAX_SPUS = 1024
 """The most SPUs one unit may run (its max_spus and parallelism are capped here): each SPU is an actor with
 a thread and its queues, so a number beyond this is a mistake, and refusing it costs nothing."""

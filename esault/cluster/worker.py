@@ -44,7 +44,7 @@ from esault.messages.cluster import (
     WorkerHello,
 )
 from esault.cluster.credentials import WorkerKeys
-from esault.config import JobConfig
+from esault.config import SPU_STOP_TIMEOUT, JobConfig
 from esault.job.gc_policy import GcFreezer, enter as gc_enter
 from esault.job.outcome import ExitCode
 from esault.datapath.load_feed import REMOTE_LOADS
@@ -54,12 +54,6 @@ log = logging.getLogger("esault.worker")
 
 HEARTBEAT_INTERVAL = 0.2
 DRIVER = "driver"
-SPU_STOP_TIMEOUT = 45.0
-"""Seconds an SPU may take to stop (its queued messages, then its checkpoint writer's close, at most
-30 s). One that does not stop in time is stuck: a thread cannot be killed, and
-an SPU that never answers stalls every checkpoint and reconfiguration of its job, so the worker exits
-(ExitCode.STUCK_SPU) after logging every thread's stack, and the driver replaces its SPUs as for a crash
-(a restart policy brings the worker back). Flink's task cancellation watchdog does the same."""
 
 
 def stats_rows(topology: str | None = None) -> list[tuple[str, str, int, dict[str, int]]]:

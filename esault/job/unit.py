@@ -13,7 +13,7 @@ from __future__ import annotations
 import itertools
 import time
 from dataclasses import dataclass, field, replace
-from typing import Any, Iterable, Protocol
+from typing import Any, Iterable, Iterator, Protocol
 
 import pykka
 
@@ -174,9 +174,9 @@ class UnitActor(pykka.ThreadingActor):
         holding: set[int] | None = None  # the instances whose states the checkpoint holds (None: every one)
         if instances and self._keeps_instance_states:
             holding = set(instances)
-            numbers = sorted(instances)
-            numbers += [i for i in range(self.spec.parallelism + len(numbers)) if i not in numbers]
-            numbers = numbers[:max(self.spec.parallelism, len(instances))]
+            numbers = sorted(holding)
+            free = _free_numbers(holding)
+            numbers += [next(free) for _ in range(self.spec.parallelism - len(numbers))]
             if len(instances) > self.spec.parallelism:
                 log.warning("topology %r: bolt %r starts %d SPUs, not its parallelism %d: checkpoint %s holds the "
                             "states of %d instances, and a non-keyed instance's state can be neither split nor "
@@ -200,11 +200,10 @@ class UnitActor(pykka.ThreadingActor):
         written and restored under its instance number (a join chain's are by rank, keyed PEs' by key)."""
         return not self.spec.is_spout and not self.spec.per_key and not self.chain
 
-    def _number_new_instances(self, spus: Iterable[int], taken_by: Iterable[int]) -> None:
-        """Give each new SPU the lowest instance number no SPU in `taken_by` has: two SPUs sharing one would
-        write one checkpoint slot, and a rollback would give both the same state."""
-        taken = {self.instance_of.get(s) for s in taken_by}
-        free = (i for i in itertools.count() if i not in taken)
+    def _number_new_instances(self, spus: Iterable[int]) -> None:
+        """Give each new SPU the lowest instance number no live SPU has: two SPUs sharing one would write one
+        checkpoint slot, and a rollback would give both the same state."""
+        free = _free_numbers({self.instance_of.get(s) for s in self.spus})
         for spu in spus:
             if spu not in self.instance_of:
                 self.instance_of[spu] = next(free)
@@ -265,15 +264,9 @@ class UnitActor(pykka.ThreadingActor):
         if msg.instances and self._keeps_instance_states:
             # The instances of the checkpoint, each with its state: SPUs started after it are gone, and ones
             # retired after it come back (their state at the checkpoint has no other home).
-            self.instance_of = {}
-            self._discarded = [-(i + 1) for i in range(len(msg.instances))]
-            for old, instance in zip(self._discarded, sorted(msg.instances)):
-                self.instance_of[old] = instance
+            self._relaunch_as(sorted(msg.instances))
         elif self.spec.is_spout and merge_hook(self.spec.cls) is not None:
-            self.instance_of = {}
-            self._discarded = [-(i + 1) for i in range(self.spec.parallelism)]  # placeholders for instance i
-            for i, old in enumerate(self._discarded):
-                self.instance_of[old] = i
+            self._relaunch_as(range(self.spec.parallelism))
             positions = self._shares(positions)
         renamed = {old: self.job.next_id() for old in self._discarded}
         for old, new in renamed.items():
@@ -295,6 +288,14 @@ class UnitActor(pykka.ThreadingActor):
         self._announce_members()
         if failed:
             raise failed[0][1]
+
+    def _relaunch_as(self, instances: Iterable[int]) -> None:
+        """The next relaunch starts one SPU per instance number given, whatever SPUs were discarded."""
+        self._discarded = []
+        self.instance_of = {}
+        for placeholder, instance in enumerate(instances, start=1):
+            self._discarded.append(-placeholder)
+            self.instance_of[-placeholder] = instance
 
     def on_stop(self) -> None:
         for mailbox in self.spus.values():
@@ -563,7 +564,7 @@ class UnitActor(pykka.ThreadingActor):
         """Prepare: start the plan's new SPUs (each told what it receives), then run the machine."""
         machine = Reconfiguration(self.job.next_id(), plan, hold=cmd.prepared is not None)
         op = _Operation(cmd, machine, {}, giver=giver, receiver=receiver, lo=lo, hi=hi, spec=spec)
-        self._number_new_instances(plan.started, self.spus)
+        self._number_new_instances(plan.started)
         for spu in plan.started:
             incoming = plan.incoming(spu)
             receive = PrepareReceive(machine.reconfig_id, incoming) if incoming else None
@@ -733,3 +734,8 @@ class UnitActor(pykka.ThreadingActor):
                  "prepare %.1f ms, sync and update %.1f ms (keys paused %.1f ms)", self.job.name, self._describe(op),
                  done.moved_keys, len(plan.moves), len(plan.started), len(plan.retired), result.seconds * 1000,
                  prepare, result.seconds * 1000 - prepare, done.paused_seconds * 1000)
+
+
+def _free_numbers(taken: set[Any]) -> Iterator[int]:
+    """The instance numbers not in `taken`, lowest first."""
+    return (i for i in itertools.count() if i not in taken)

@@ -229,10 +229,6 @@ def range_has_data(matrix: list[dict[str, Any]]) -> bool:
     return any(has_data([{"value": point}]) for series in matrix for point in series["values"])
 
 
-def driver_log(compose: Compose) -> str:
-    return compose.log_of("driver")
-
-
 ESAULT_SERVICES = ["driver", "worker-1", "worker-2"]
 DIGEST = Path("/tmp/esault-compose-digest.txt")
 """What a failed run leaves for .ci/run to print last: each esault process's warnings and busy threads."""
@@ -278,7 +274,7 @@ def busy_threads(dump: str) -> list[str]:
             threads.append(current)
         elif line.startswith("  File ") and current:
             current.append(line.strip())
-    idle = ("in _get" , "in get", "in wait", "in poll", "in select", "in serve_forever", "in accept", "in _run_once")
+    idle = ("in _get", "in get", "in wait", "in poll", "in select", "in serve_forever", "in accept", "in _run_once")
     out = []
     for thread in threads:
         frames = thread[1:]
@@ -338,14 +334,14 @@ def test_the_compose_cluster_runs_the_word_count_exactly_and_is_observable(stack
                    message="worker-1 restarted by its restart policy")
         # The restarted worker-1 rejoins: the driver retires the killed incarnation (its SPUs recovered) and
         # lists worker-1 again, well within the new one's 60 s --connect-timeout (it used to be refused).
-        wait_until(lambda: re.search(r"worker worker-1 .*: declared dead", driver_log(compose)), 60, interval=1,
+        wait_until(lambda: re.search(r"worker worker-1 .*: declared dead", compose.log_of("driver")), 60, interval=1,
                    message="the driver retiring the killed worker-1")
         # (the driver answers once the rollback that the death started is through: the job's status asks its
         # units, which the rollback keeps busy; with the Spark sink that takes up to ~25 s here)
         rejoined = status(keys, ports, gateway, wait=90)
         assert rejoined.returncode == 0 and "wordcount" in rejoined.stdout, (rejoined.stdout, rejoined.stderr)
         assert "2 worker(s): worker-1, worker-2" in rejoined.stdout, rejoined.stdout
-        assert "already connected" not in driver_log(compose)
+        assert "already connected" not in compose.log_of("driver")
 
         # Every Prometheus target up while the job runs: the driver, both workers (DNS alias `worker`,
         # the restarted one included), Prometheus itself.
