@@ -608,10 +608,13 @@ class UnitActor(pykka.ThreadingActor):
             elif kind is SwitchRoutes:
                 self._switch_routes(op, effect.notify)
             elif kind is StopSpus:
+                # A non-keyed SPU's close() hands its state on downstream (a partial aggregate): the operation
+                # completes once it has, so no checkpoint after it can miss that output.
+                block = not self.spec.per_key
                 for spu in effect.spus:
                     mailbox = op.retiring.get(spu)
                     if mailbox is not None:
-                        self.launcher.stop_spu(mailbox, block=False)
+                        self.launcher.stop_spu(mailbox, block=block)
             elif kind is Completed:
                 self._complete(op, effect)
             elif kind is ReadyToSwitch:
