@@ -165,15 +165,17 @@ class KafkaBroker:
         admin = AdminClient({"bootstrap.servers": self.bootstrap})
         admin.create_topics([NewTopic(topic, partitions, 1)])[topic].result(timeout)
 
-    def produce(self, topic: str, records: list[tuple[Any, Any]] | list[tuple[Any, Any, int]],
-                timeout: float = 30.0) -> None:
-        """Write (key, value[, partition]) records (bytes or str), idempotently, and wait until all are durable."""
+    def produce(self, topic: str, records: list[tuple[Any, ...]], timeout: float = 30.0) -> None:
+        """Write (key, value[, partition[, timestamp in epoch ms]]) records (bytes or str), idempotently, and
+        wait until all are durable."""
         from confluent_kafka import Producer
 
         producer = Producer({"bootstrap.servers": self.bootstrap, "enable.idempotence": True, "linger.ms": 5})
         failed: list[Any] = []
         for record in records:
             extra = {"partition": record[2]} if len(record) > 2 else {}
+            if len(record) > 3:
+                extra["timestamp"] = record[3]
             while True:
                 try:
                     producer.produce(topic, key=record[0], value=record[1],

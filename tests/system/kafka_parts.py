@@ -44,6 +44,15 @@ def words(total: int, vocabulary: int = 50) -> list[tuple[str, str, int]]:
     return [(f"word{i % vocabulary}", str(i), i % 4) for i in range(total)]
 
 
+END_MARK_MS = 4_000_000_000_000  # a record stamped this late ends a read with end={"timestamp": END_MARK_MS}
+
+
+def end_marks(partitions: int) -> list[tuple[str, str, int, int]]:
+    """One record per partition stamped END_MARK_MS: a test writes them to end a bounded read when it chooses,
+    not when the records written so far run out."""
+    return [("end", "end", p, END_MARK_MS) for p in range(partitions)]
+
+
 def build(name: str, bootstrap: str, source: str, out: str, spouts: int = 2, counters: int = 2,
           pace: float = 0.0, end: Any = "end", max_records: int = 500, spout_placement: str | None = None,
           max_pending: int = 2000, table: str | None = None, max_skew: int | None = None,

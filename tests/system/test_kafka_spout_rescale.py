@@ -76,7 +76,16 @@ def start(kafka_broker, name: str, total: int = 6000, **build):
 
 def test_a_kafka_spout_rescaled_2_to_4_to_1_mid_stream_leaves_the_topic_and_the_spark_table_exact(
         kafka_broker, tmp_path):
-    records, topology = start(kafka_broker, "kafka-rescale", total=12000, table="kafka_counts")
+    """The topic is written in three parts around the two rescales, and the read ends only at a mark
+    written after the last part, so both rescales land mid-stream however fast the job reads."""
+    kafka_broker.create_topic("words", 4)
+    kafka_broker.create_topic("counts", 2)
+    records = kafka_parts.words(12000)
+    first, second, third = records[:6000], records[6000:9000], records[9000:]
+    kafka_broker.produce("words", first)
+    topology = kafka_parts.build("kafka-rescale", kafka_broker.bootstrap, "words", "counts", pace=0.004,
+                                 max_records=50, max_pending=100, table="kafka_counts",
+                                 end={"timestamp": kafka_parts.END_MARK_MS})
     with LocalCluster(workers=2) as cluster:
         job = cluster.submit(topology, eo_config(tmp_path))
         kafka_parts.wait_every_partition_read_from(kafka_broker.bootstrap, "kafka-rescale")
@@ -84,9 +93,9 @@ def test_a_kafka_spout_rescaled_2_to_4_to_1_mid_stream_leaves_the_topic_and_the_
         wait_until(lambda: runner.decisions, 60, message="the controller's rescale applied")
         grown = runner.decisions[0]
         assert grown.error is None and len(grown.result.started) == 4 and len(job.spus("words")) == 4, grown
-        assert len(kafka_broker.read("counts")) < len(records), "the rescale to 4 did not happen mid-stream"
-        read = len(kafka_broker.read("counts"))
-        wait_until(lambda: len(kafka_broker.read("counts")) > read, 60, message="output after the rescale to 4")
+        kafka_broker.produce("words", second)  # read by the 4 instances
+        wait_until(lambda: len(kafka_broker.read("counts")) > len(first), 60,
+                   message="output of records written after the rescale to 4")
         api = ControlApi(lambda: cluster.jobs).start()
         try:
             url = f"{api.url}/api/jobs/kafka-rescale/units/words/rescale"
@@ -97,7 +106,7 @@ def test_a_kafka_spout_rescaled_2_to_4_to_1_mid_stream_leaves_the_topic_and_the_
         finally:
             api.stop()
         assert status == 200 and len(shrunk["started"]) == 1 and len(job.spus("words")) == 1, shrunk
-        assert len(kafka_broker.read("counts")) < len(records), "the rescales did not happen mid-stream"
+        kafka_broker.produce("words", third + kafka_parts.end_marks(4))  # read by the one instance, then the end
         assert job.wait(180), job.status()
         job.stop()
     assert kafka_parts.running_counts(kafka_broker.read("counts")) == kafka_parts.exact_counts(records)
@@ -128,7 +137,8 @@ import kafka_parts
 from esault import JobConfig, LocalCluster
 with LocalCluster(workers=2, heartbeat_timeout=2.0) as cluster:
     job = cluster.submit(kafka_parts.build("kafka-driver-rescale", {bootstrap!r}, "words", "counts", pace=0.004,
-                                           max_records=50, max_pending=100, table="kafka_counts"),
+                                           max_records=50, max_pending=100, table="kafka_counts",
+                                           end={{"timestamp": kafka_parts.END_MARK_MS}}),
                          JobConfig(data_dir={data!r}, elasticity=False, checkpoint_interval=0.3,
                                    message_timeout=300.0))
     kafka_parts.wait_every_partition_read_from({bootstrap!r}, "kafka-driver-rescale")
@@ -143,24 +153,28 @@ def test_kill_9_of_the_driver_after_a_spout_rescale_then_a_restart_on_its_data_d
         kafka_broker, tmp_path, monkeypatch):
     """The driver (and the 4 spouts in it) dies right after a rescale 2 -> 4 returned; a restart on the same data
     dir, declaring the new parallelism, resumes every partition from the checkpoint the 4 instances recorded,
-    and both sinks publish exactly what it covers."""
+    and both sinks publish exactly what it covers. The topic's last part and the marks that end the read are
+    written after the kill, so the kill lands mid-stream however fast the first run reads."""
     from esault.checkpoint.store import CheckpointStore
 
     monkeypatch.setenv(JOURNAL_ENV, str(tmp_path / "journal"))  # the sinks' transactions, for a mismatch
-    records, _ = start(kafka_broker, "kafka-driver-rescale")
+    kafka_broker.create_topic("words", 4)
+    kafka_broker.create_topic("counts", 2)
+    records = kafka_parts.words(6000)
+    kafka_broker.produce("words", records[:4000])
     data = tmp_path / "data"
     here = Path(__file__).resolve().parent
     script = DRIVER.format(paths=[str(here.parents[1]), str(here)], bootstrap=kafka_broker.bootstrap,
                            data=str(data))
     store = data / "kafka-driver-rescale" / "checkpoints.sqlite"
     eo_parts.kill_driver_after_checkpoints(script, store)  # its pids are printed once the rescale returned
-    cut = kafka_parts.running_counts(kafka_broker.read("counts"))
-    assert sum(map(len, cut.values())) < len(records), "the driver was not killed mid-stream"
     recorded = CheckpointStore(store).latest()
     assert sorted(recorded.positions["words"]) == [0, 1, 2, 3], \
         f"the last checkpoint before the kill was not the rescaled job's: {recorded.positions['words']}"
+    kafka_broker.produce("words", records[4000:] + kafka_parts.end_marks(4))
     four = kafka_parts.build("kafka-driver-rescale", kafka_broker.bootstrap, "words", "counts", spouts=4,
-                             pace=0.004, max_records=50, max_pending=100, table="kafka_counts")
+                             pace=0.004, max_records=50, max_pending=100, table="kafka_counts",
+                             end={"timestamp": kafka_parts.END_MARK_MS})
     with LocalCluster(workers=2) as cluster:
         job = cluster.submit(four, eo_config(tmp_path))
         assert job.restored_from is not None and job.restored_from.epoch == recorded.epoch
