@@ -126,9 +126,9 @@ class EpochCommitter:
                     f"SparkSink {self.sink.table}: {dropped} row(s) arrived after the job's final checkpoint and "
                     "were not written. Under guarantee 'exactly_once' a row is published only with a checkpoint "
                     "that covers it, and these came later: emitted by a bolt's close() (or a timer) after the "
-                    "last barrier. Emit results from process() while the input flows (a window's on_expire, a "
-                    "running count), or run with guarantee='at_least_once'; a restart from that checkpoint "
-                    "produces them again")
+                    "last barrier. Emit final results from the bolt's finish(), which runs before the final "
+                    "checkpoint once the input ended, or from process() while the input flows; or run with "
+                    "guarantee='at_least_once'")
 
     def _finish(self, timeout: float) -> None:
         try:

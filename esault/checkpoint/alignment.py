@@ -22,14 +22,22 @@ class Alignment:
         self.epoch = epoch
         self.expected: frozenset[int] | None = None if expected is None else frozenset(expected)
         self.arrived: set[int] = set()
+        self.ended: set[int] = set()  # senders whose barrier said their input ended
         self.held: list[Any] = []  # messages of held channels, in arrival order
 
     def expect(self, upstream: Iterable[int]) -> None:
         """The coordinator says which upstream SPUs send this epoch's barrier."""
         self.expected = frozenset(upstream)
 
-    def barrier(self, sender: int) -> None:
+    def barrier(self, sender: int, end_of_input: bool = False) -> None:
         self.arrived.add(sender)
+        if end_of_input:
+            self.ended.add(sender)
+
+    @property
+    def input_ended(self) -> bool:
+        """Every expected barrier is in and each said its sender's input ended: none follows, on any channel."""
+        return self.complete and bool(self.expected) and self.expected <= self.ended  # type: ignore[operator]
 
     def holds(self, sender: int) -> bool:
         """True if messages from `sender` must wait: its barrier came, others have not."""

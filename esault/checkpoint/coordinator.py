@@ -232,6 +232,7 @@ class CheckpointCoordinator:
         self.stats = CheckpointStats()
         self._last = time.monotonic()
         self.ended = False  # a final checkpoint ran: the spouts stopped at its barrier, no periodic ones follow
+        self.input_ended = False  # the input ended in a checkpoint this job restored or took: finish() ran there
         self.failure: str | None = None
         """Set once more than tolerable_checkpoint_failures checkpoints failed in a row: why the job stops,
         what is committed and how to resume. No checkpoint is taken after it."""
@@ -293,6 +294,7 @@ class CheckpointCoordinator:
         newest = verified.newest_recorded
         if restore_from is not None and point is not None and newest is not None and newest > point.epoch:
             self._rewind(point, newest)
+        self.input_ended = point is not None and point.input_ended
         return point
 
     def _rewind(self, point: Completed, newest: int) -> None:
@@ -359,7 +361,7 @@ class CheckpointCoordinator:
         for spec in self.topology.units:
             if spec.is_spout:
                 for mailbox in spus[spec.name].values():
-                    mailbox.tell(TriggerCheckpoint(epoch, final))
+                    mailbox.tell(TriggerCheckpoint(epoch, final, may_finish=final and not self.input_ended))
         failure = self.collector.wait(self.config.checkpoint_timeout)
         acks = self.collector.finish()
         if failure is not None:
@@ -370,13 +372,16 @@ class CheckpointCoordinator:
             return None
         positions: dict[str, dict[int, Any]] = {}
         instances: dict[str, set[int]] = {}
+        ended: list[bool] = []  # per spout SPU: its source had finished at this (final) barrier
         for ack in acks:
             spec = self.topology.unit(ack.unit)
             if spec.is_spout:
                 positions.setdefault(ack.unit, {})[ack.instance] = ack.position
+                ended.append(ack.input_ended)
             elif not spec.per_key:  # its instances' states are in their slots: a rollback restores these
                 instances.setdefault(ack.unit, set()).add(ack.instance)
-        self.store.complete(epoch, kind, positions, instances)
+        self.input_ended = self.input_ended or (final and bool(ended) and all(ended))
+        self.store.complete(epoch, kind, positions, instances, self.input_ended)
         for by in spus.values():
             for mailbox in by.values():
                 try:

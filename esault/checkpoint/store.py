@@ -7,8 +7,9 @@ a static cluster needs data_dir on a shared path, docs/CHECKPOINTS.md):
 - `checkpoints(epoch, kind, completed_at, positions, rows, digest, checksum)`:
   a row (the checkpoint's manifest) exists only for a *completed* checkpoint,
   written by the coordinator after every SPU acked; `positions` are the
-  spouts' and, per non-keyed bolt, the instances that took part (msgpack
-  `[positions, instances]`; a bare positions map in older stores). kind:
+  spouts' and, per non-keyed bolt, the instances that took part, and whether
+  the job's input had ended by it (msgpack `[positions, instances,
+  input_ended]`; older stores: without the flag, or a bare positions map). kind:
   checkpoint | savepoint | final. `rows` and `digest` sum up the bucket rows
   of that epoch, `checksum` the manifest itself.
 - `buckets(unit, bucket, epoch, writer, entries, checksum)`: the keys of one key-hash
@@ -116,18 +117,21 @@ def pack_entries(flat: list) -> bytes:
 
 
 class Completed:
-    """A completed checkpoint as recorded: epoch, kind, the spouts' positions by (unit, instance), and the
-    instances of each non-keyed bolt that took part (their states are in its slots; None: not recorded)."""
+    """A completed checkpoint as recorded: epoch, kind, the spouts' positions by (unit, instance), the
+    instances of each non-keyed bolt that took part (their states are in its slots; None: not recorded), and
+    `input_ended`: the job's input had ended by it (its bolts' finish() ran): a job restored from it does
+    not call finish() again."""
 
-    __slots__ = ("epoch", "kind", "completed_at", "positions", "instances")
+    __slots__ = ("epoch", "kind", "completed_at", "positions", "instances", "input_ended")
 
     def __init__(self, epoch: int, kind: str, completed_at: float, positions: dict[str, dict[int, Any]],
-                 instances: dict[str, list[int]] | None = None) -> None:
+                 instances: dict[str, list[int]] | None = None, input_ended: bool = False) -> None:
         self.epoch = epoch
         self.kind = kind
         self.completed_at = completed_at
         self.positions = positions
         self.instances = instances
+        self.input_ended = input_ended
 
     def __repr__(self) -> str:
         return f"Completed(epoch={self.epoch}, kind={self.kind!r})"
@@ -218,11 +222,13 @@ class CheckpointStore:
 # --- the coordinator: the record ------------------------------------------------
 
     def complete(self, epoch: int, kind: str, positions: dict[str, dict[int, Any]],
-                 instances: dict[str, Iterable[int]] | None = None) -> None:
+                 instances: dict[str, Iterable[int]] | None = None, input_ended: bool = False) -> None:
         """Record checkpoint `epoch` as complete (durable on return): from now on it can be restored.
-        `instances`: per non-keyed bolt, the instances whose states the checkpoint holds."""
+        `instances`: per non-keyed bolt, the instances whose states the checkpoint holds; `input_ended`: the
+        job's input had ended by it (see Completed)."""
         blob = encode([{unit: {int(i): p for i, p in by.items()} for unit, by in positions.items()},
-                       {unit: sorted(int(i) for i in ids) for unit, ids in (instances or {}).items()}])
+                       {unit: sorted(int(i) for i in ids) for unit, ids in (instances or {}).items()},
+                       bool(input_ended)])
         now = time.time()
 
         def record(db: sqlite3.Connection) -> None:
@@ -447,7 +453,11 @@ def _seal(db: sqlite3.Connection, epochs: Iterable[int]) -> None:
 
 def _completed(row: tuple) -> Completed:
     recorded = decode(row[3]) or {}
-    positions, instances = recorded if isinstance(recorded, list) else (recorded, None)  # older: positions only
+    if not isinstance(recorded, list):  # older: positions only
+        recorded = [recorded, None]
+    positions, instances = recorded[0], recorded[1]
+    input_ended = len(recorded) > 2 and recorded[2] is True  # older: no flag
     return Completed(int(row[0]), str(row[1]), float(row[2]),
                      {str(u): {int(i): p for i, p in by.items()} for u, by in positions.items()},
-                     None if instances is None else {str(u): [int(i) for i in ids] for u, ids in instances.items()})
+                     None if instances is None else {str(u): [int(i) for i in ids] for u, ids in instances.items()},
+                     input_ended)

@@ -26,7 +26,7 @@ from esault.connectors.staging import EpochStage
 from esault.dsl.bolt import Bolt
 from esault.dsl.context import TopologyContext
 from esault.dsl.tuple import Tuple
-from esault.errors import ConnectorError
+from esault.errors import ConnectorError, SinkError
 
 log = logging.getLogger("esault.connectors.kafka")
 
@@ -207,13 +207,21 @@ class KafkaSink(Bolt):
             self._stop_producer(0.0)
 
     def close(self) -> None:
+        """exactly_once: records after the final checkpoint cannot be produced exactly once: they are dropped
+        and close() raises SinkError once the rest is done (the run fails: its output is missing them)."""
         if self._publisher is not None:
-            if self._buffer:
-                log.warning("KafkaSink %r: %d records after the last checkpoint are not produced; a restart "
-                            "produces them again", self._unit, len(self._buffer))
-            self._buffer = []
-            self._publisher.close(self.close_timeout)
-            self._publisher = None
+            dropped, self._buffer = len(self._buffer), []
+            try:
+                self._publisher.close(self.close_timeout)
+            finally:
+                self._publisher = None
+            if dropped:
+                raise SinkError(
+                    f"KafkaSink {self._unit!r}: {dropped} record(s) arrived after the job's final checkpoint and "
+                    "were not produced. Under guarantee 'exactly_once' a record is produced only with a checkpoint "
+                    "that covers it, and these came later: emitted by a bolt's close() (or a timer) after the last "
+                    "barrier. Emit final results from the bolt's finish(), which runs before the final checkpoint "
+                    "once the input ended; or run with guarantee='at_least_once'")
             return
         self._stop_producer(self.close_timeout)
 

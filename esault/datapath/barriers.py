@@ -25,8 +25,9 @@ class EpochSeal(Protocol):
     def ready_to_seal(self, epoch: int) -> bool:
         """Every barrier of `epoch` is in: may the SPU seal it now? (False: it calls check() again later.)"""
 
-    def seal_epoch(self, epoch: int, final: bool) -> None:
-        """Snapshot `epoch` and pass its barrier on; `final`: the job stops at it (no input follows)."""
+    def seal_epoch(self, epoch: int, final: bool, input_ended: bool = False) -> None:
+        """Snapshot `epoch` and pass its barrier on; `final`: the job stops at it (no input follows);
+        `input_ended`: the final epoch, and every upstream's input had ended (the PEs finish first)."""
 
 
 class BarrierAligner:
@@ -70,7 +71,7 @@ class BarrierAligner:
                 log.warning("%s dropped a stale barrier %d from SPU %d (aligning %d)",
                             self._who, msg.epoch, msg.sender, align.epoch)
             return
-        self._alignment(msg.epoch).barrier(msg.sender)
+        self._alignment(msg.epoch).barrier(msg.sender, msg.end_of_input)
         self.check()
 
     def check(self) -> None:
@@ -79,6 +80,7 @@ class BarrierAligner:
         if align is None or not align.complete or not self._seal.ready_to_seal(align.epoch):
             return
         self.align = None
-        self._seal.seal_epoch(align.epoch, align.epoch == self.final_epoch)
+        final = align.epoch == self.final_epoch
+        self._seal.seal_epoch(align.epoch, final, final and align.input_ended)
         for held in align.release():  # in arrival order
             self._run(held)

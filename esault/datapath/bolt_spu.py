@@ -147,6 +147,9 @@ class BoltSpuActor(SenderActor):
             self.job.stats.retire(self.stats)
             self.parked.close()
             return
+        if not self.job.exactly_once:  # no final checkpoint to finish at: the stop is the end of the input
+            self.processing.finish_input()
+            self.finish_stages()
         for key in list(self.parked.keys):  # parked keys close like every other: wake them first
             try:
                 self.pes.create(key)
@@ -193,17 +196,21 @@ class BoltSpuActor(SenderActor):
         """EpochSeal: the processing part says (a bolt's PEs at once, a chain once its links are quiet)."""
         return self.processing.ready_to_seal(epoch)
 
-    def seal_epoch(self, epoch: int, final: bool) -> None:
+    def seal_epoch(self, epoch: int, final: bool, input_ended: bool = False) -> None:
         """EpochSeal: every input before barrier `epoch` is processed: snapshot, pass the barrier on.
-        At the final epoch (a stop) the input ends first."""
+        At the final epoch (a stop) the input ends first; if every upstream's input had ended, the PEs and
+        the chained stages finish() (in chain order) before the snapshot, and the barrier says so on."""
         processing = self.processing
         if final:
             processing.end_input()
+        if input_ended:
+            processing.finish_input()
+            self.finish_stages()
         self.flush()
         snapshot = self.new_snapshot(epoch)
         processing.snapshot(snapshot)
         self.snapshot_stages(snapshot)
-        self.send_barrier(snapshot)
+        self.send_barrier(snapshot, input_ended)
         processing.sealed(epoch, final)
 
     def _run_now(self, message: Any) -> None:

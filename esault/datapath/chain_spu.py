@@ -400,6 +400,9 @@ class ChainProcessing(PartOfSpu):
         (a restart from it makes those pairs again), so no flush round starts any more."""
         self._stopped_at_final = True
 
+    def finish_input(self) -> None:
+        """A join chain has nothing to finish: its pairs leave as they are made (end_input ends the rounds)."""
+
     def snapshot(self, snapshot: Snapshot) -> None:
         """The node's state, in the slot of this SPU's rank in the chain."""
         epoch = snapshot.ack.epoch

@@ -58,6 +58,10 @@ class Processing(Protocol):
     def end_input(self) -> None:
         """The final checkpoint (a stop) aligned and is about to be sealed: no input follows."""
 
+    def finish_input(self) -> None:
+        """Every upstream's input ended (at the final checkpoint's barrier, or at the stop without checkpoints):
+        each instance's finish(), before the snapshot; what it emits joins the last checkpoint."""
+
     def snapshot(self, snapshot: Snapshot) -> None:
         """Add this SPU's state to `snapshot`'s rows (the actor flushed first, then adds the chained
         stages', passes the barrier on and writes it)."""

@@ -110,6 +110,18 @@ class SenderActor(pykka.ThreadingActor):
             self.job.stats.register(stage.stats)
             stage.pe.open(self.context_of(stage.spec.name))
 
+    def finish_stages(self, only_fed: bool = False) -> None:
+        """The input ended: each chained stage's finish(), in chain order (what one emits feeds the next
+        first). `only_fed`: a job restored after its input ended: only stages that processed input since."""
+        for stage in self.stages:
+            if only_fed and not stage.stats.processed:
+                continue
+            try:
+                stage.pe.finish()
+            except Exception as exc:
+                log.error("bolt %r finish() raised %r", stage.spec.name, exc)
+                stage.stats.close_errors += 1
+
     def close_stages(self, retire: bool) -> None:
         for stage in self.stages:
             try:
@@ -294,13 +306,14 @@ class SenderActor(pykka.ThreadingActor):
             except Exception as exc:
                 log.error("topology %r: could not restore the state of %r: %r", self.job.name, stage.spec.name, exc)
 
-    def send_barrier(self, snapshot: Snapshot) -> None:
+    def send_barrier(self, snapshot: Snapshot, end_of_input: bool = False) -> None:
         """Everything this SPU emitted so far leaves, then the barrier behind it; the snapshot goes to disk
-        (or, if this SPU lost a state it had to keep, is refused: its checkpoint fails, and the job)."""
+        (or, if this SPU lost a state it had to keep, is refused: its checkpoint fails, and the job).
+        `end_of_input`: this SPU's input ended (final epoch): the barrier says so downstream."""
         if self.lost_state is not None:
             snapshot.refuse(self.lost_state)
         self.flush()
-        self.router.broadcast(Barrier(snapshot.ack.epoch, self.spu_id))
+        self.router.broadcast(Barrier(snapshot.ack.epoch, self.spu_id, end_of_input))
         self.snapshot_writer().submit(snapshot)
 
     def _on_checkpoint_complete(self, msg: CheckpointComplete) -> None:

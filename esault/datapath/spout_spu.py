@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import time
 from collections import deque
+from dataclasses import replace
 from random import getrandbits
 from typing import Any
 
@@ -138,6 +139,8 @@ class SpoutSpuActor(SenderActor):
         except Exception as exc:
             log.error("spout %r close() raised %r", self.unit_name, exc)
             self.stats.close_errors += 1
+        if not self.job.exactly_once:  # no final checkpoint to finish at: the stop is the end of the input
+            self.finish_stages()
         self.close_stages(retire=False)
         super().flush()  # what chained bolts' close() emitted leaves untracked, as a bolt SPU's does
         self.close_checkpointing()
@@ -401,9 +404,14 @@ class SpoutSpuActor(SenderActor):
         if self.save_state(position, owner, POSITION_FIX) is None:
             position = None  # lost: send_barrier refuses this snapshot
         self._positions[due.epoch] = position
+        ended = due.may_finish and self.finished  # the source finished: nothing follows this barrier
+        if ended:
+            self.finish_stages()  # fused bolts emit their final output before the snapshot and the barrier
         snapshot = self.new_snapshot(due.epoch, position)
+        if ended:
+            snapshot.ack = replace(snapshot.ack, input_ended=True)
         self.snapshot_stages(snapshot)
-        self.send_barrier(snapshot)
+        self.send_barrier(snapshot, ended)
         if due.final:
             self._finish()
             self.flush()

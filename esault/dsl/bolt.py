@@ -104,8 +104,28 @@ class Bolt:
             raise RuntimeError(f"{type(self).__name__}.spu_local was used outside the runtime")
         return spu.local
 
+    def finish(self) -> None:
+        """The input has ended: emit what is still pending (a final count, a partial aggregate, a last batch).
+
+        Called once per instance (for a key-grouped bolt: per PE, parked ones
+        woken), after the last tuple and before close(), upstream bolts first,
+        so what upstream finish() emits is processed here before this runs.
+        Under exactly_once it runs at the final checkpoint's barrier, before the
+        snapshot, and only if every source had finished (Flink's finish()): what
+        it emits is inside that last checkpoint, so exactly-once sinks commit it
+        once and a restart from it does not emit it again. A stop before the
+        sources finished (job.stop() mid-stream, stop-with-savepoint) does not
+        call it: a restart goes on with the state. A job restarted after its
+        input ended calls it again only for instances that received input since.
+        Without checkpoints it runs when the job stops. Emit final results here,
+        not in close(): under exactly_once, output after the last checkpoint is
+        refused by exactly-once sinks. If it raises, the run fails.
+        """
+
     def close(self) -> None:
-        """Called once when the job stops (not when a PE expires or migrates)."""
+        """Called once when the job stops (not when a PE expires or migrates): release resources.
+
+        Emit final results in finish(), which runs before it at the end of the input."""
 
     def on_checkpoint(self, epoch: int) -> "Future[None] | None":
         """Checkpoint `epoch`'s barrier passed this instance: every input before it was processed.

@@ -19,7 +19,7 @@ class ExitCode(IntEnum):
     """Every tuple the spouts emitted was processed; none was lost or dead-lettered."""
     INCOMPLETE = 1
     """The job ran but did not process all its input, or may not have written all its output: it timed out, a
-    spout stopped by errors, tuples were lost or dead-lettered, a close() raised. The summary says what and
+    spout stopped by errors, tuples were lost or dead-lettered, a finish() or close() raised. The summary says what and
     where."""
     NOT_STARTED = 2
     """Nothing ran, or the job could not go on as declared: bad arguments, configuration or topology, a
@@ -79,9 +79,9 @@ def judge_run(status: dict[str, Any], completed: bool, *, timeout: float | None,
     closing = status.get("close_errors") or {}
     if closing:
         where = ", ".join(f"{unit} {n}" for unit, n in sorted(closing.items()))
-        problems.append(f"close() raised {sum(closing.values())} time(s) ({where}): what those bolts or spouts emit "
-                        "or write when they close (final results, a last flush) may be missing; the log has each "
-                        "error")
+        problems.append(f"finish() or close() raised {sum(closing.values())} time(s) ({where}): what those bolts or "
+                        "spouts emit or write at the end (final results, a last flush) may be missing; the log has "
+                        "each error")
     dead = status.get("dead_letters", 0)
     if dead:
         per_unit = ", ".join(f"{name} {u['dead_letters']}" for name, u in units.items() if u.get("dead_letters"))

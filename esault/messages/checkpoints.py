@@ -13,10 +13,13 @@ from typing import Any
 @dataclass(frozen=True, slots=True)
 class TriggerCheckpoint:
     """checkpoint coordinator -> spout SPU: record your position and send Barrier(epoch) on every output
-    channel at your next round boundary; `final` stops the spout after it (stop-with-checkpoint)."""
+    channel at your next round boundary; `final` stops the spout after it (stop-with-checkpoint).
+    `may_finish` (final only; not in a job restored after its input ended): a spout whose source had
+    finished says so in its barrier, and the bolts' finish() runs."""
 
     epoch: int
     final: bool = False
+    may_finish: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -32,10 +35,13 @@ class CheckpointStart:
 
 @dataclass(frozen=True, slots=True)
 class Barrier:
-    """upstream SPU -> SPU, in band after its data: everything `sender` sent before belongs to epochs <= `epoch`."""
+    """upstream SPU -> SPU, in band after its data: everything `sender` sent before belongs to epochs <= `epoch`.
+    `end_of_input` (the final epoch only): the sender's input ended, nothing follows this barrier (its sources
+    finished before the stop); a bolt whose every input says so calls its PEs' finish() before sealing."""
 
     epoch: int
     sender: int
+    end_of_input: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -51,6 +57,7 @@ class CheckpointAck:
     position: Any = None
     error: str = ""
     fatal: bool = False
+    input_ended: bool = False  # a spout's, at the final epoch: its source had finished (nothing follows)
 
 
 @dataclass(frozen=True, slots=True)

@@ -51,7 +51,7 @@ class SpuStats:
         self.failed = 0
         self.replayed = 0
         self.user_errors = 0
-        self.close_errors = 0  # close() raised: what it emits or writes at the end may be missing
+        self.close_errors = 0  # finish() or close() raised: what it emits or writes at the end may be missing
         self.dead_letters = 0
         self.untracked = 0  # spouts: tuples emitted outside any tracked tree (no msg_id, or acking off)
         self.shed = 0  # tuples a bolt dropped on purpose under overload (a join's load shedding)

@@ -142,8 +142,8 @@ def test_a_close_that_raises_fails_the_run_instead_of_passing_for_a_success(conf
     b.set_spout("src", ListSpout, params={"items": [["a", 1], ["b", 2]]})
     b.set_bolt("tally", CloseFailsBolt, elastic=False, chain=chain).shuffle_grouping("src")
     assert b.build().chained("tally") is chain
-    with pytest.raises(RunIncomplete, match=r"close\(\) raised 1 time\(s\) \(tally 1\): what those bolts or spouts "
-                                            r"emit or write when they close"):
+    with pytest.raises(RunIncomplete, match=r"finish\(\) or close\(\) raised 1 time\(s\) \(tally 1\): what those bolts or "
+                                            r"spouts emit or write at the end"):
         run_to_completion(b, workers="in-process", config=config, timeout=20)
 
 
@@ -159,5 +159,5 @@ def test_rows_a_bolt_emits_in_close_into_an_exactly_once_sink_fail_the_run_sayin
     b.set_bolt("sink", SparkSink, elastic=False, params={
         "table": "close_counts", "schema": "key STRING, value BIGINT", "engine": "pyarrow",
         "warehouse": str(tmp_path / "warehouse")}).shuffle_grouping("count")
-    with pytest.raises(RunIncomplete, match=r"close\(\) raised 1 time\(s\) \(sink 1\)"):
+    with pytest.raises(RunIncomplete, match=r"finish\(\) or close\(\) raised 1 time\(s\) \(sink 1\)"):
         run_to_completion(b, workers="in-process", config=config.replace(guarantee="exactly_once"), timeout=30)

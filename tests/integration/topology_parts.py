@@ -297,3 +297,36 @@ class CloseFailsBolt(CountOnClose):
 
     def close(self) -> None:
         raise OSError(28, "No space left on device")
+
+
+class TallyOnFinish(Bolt):
+    """Not key grouped: sums the values it sees and emits ("sum", total) from finish(), once the input ended."""
+
+    def open(self, context: Any) -> None:
+        self.total = 0
+
+    def process(self, tup: Any) -> None:
+        self.total += tup.value
+
+    def finish(self) -> None:
+        self.emit("sum", self.total)
+
+
+class CountOnFinish(Bolt):
+    """Per key: counts silently and emits (key, count) from finish()."""
+
+    def open(self, context: Any) -> None:
+        self.count = 0
+
+    def process(self, tup: Any) -> None:
+        self.count += 1
+
+    def finish(self) -> None:
+        self.emit(self.key, self.count)
+
+
+class FinishFailsBolt(CountOnFinish):
+    """Its finish() raises, as one whose final write finds the disk full."""
+
+    def finish(self) -> None:
+        raise OSError(28, "No space left on device")

@@ -82,5 +82,5 @@ def test_a_close_that_raises_in_a_worker_process_fails_the_run(workers, config):
     b = TopologyBuilder("kit-close-fails")
     b.set_spout("src", ListSpout, params={"items": [["a", 1], ["b", 2], ["c", 3]]})
     b.set_bolt("tally", CloseFailsBolt, 2, elastic=False, chain=False).shuffle_grouping("src")
-    with pytest.raises(RunIncomplete, match=r"close\(\) raised 2 time\(s\) \(tally 2\)"):
+    with pytest.raises(RunIncomplete, match=r"finish\(\) or close\(\) raised 2 time\(s\) \(tally 2\)"):
         run_to_completion(b, cluster=workers, config=config, timeout=30)

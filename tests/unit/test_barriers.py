@@ -20,14 +20,16 @@ class FakeSpu:
         self.ready = ready
         self.asked: list[int] = []
         self.sealed: list[tuple[int, bool]] = []
+        self.ended: list[bool] = []
         self.ran: list[Any] = []
 
     def ready_to_seal(self, epoch: int) -> bool:
         self.asked.append(epoch)
         return self.ready
 
-    def seal_epoch(self, epoch: int, final: bool) -> None:
+    def seal_epoch(self, epoch: int, final: bool, input_ended: bool = False) -> None:
         self.sealed.append((epoch, final))
+        self.ended.append(input_ended)
 
 
 def aligner(spu: FakeSpu) -> BarrierAligner:
@@ -115,3 +117,26 @@ def test_whatever_the_order_of_the_start_and_the_barriers_the_epoch_is_sealed_ex
         spu.ready = True
         part.check()
     assert spu.sealed == [(1, False)]
+
+
+def test_the_final_epoch_ends_the_input_only_if_every_expected_barrier_said_its_input_ended():
+    from esault.messages.checkpoints import Barrier, CheckpointStart
+
+    for said, ended in [((True, True), True), ((True, False), False), ((False, False), False)]:
+        spu = FakeSpu()
+        a = aligner(spu)
+        a.on_checkpoint_start(CheckpointStart(4, frozenset({1, 2}), final=True))
+        a.on_barrier(Barrier(4, 1, said[0]))
+        assert spu.sealed == []
+        a.on_barrier(Barrier(4, 2, said[1]))
+        assert spu.sealed == [(4, True)] and spu.ended == [ended], (said, spu.ended)
+
+
+def test_a_barrier_that_says_the_input_ended_does_not_end_it_at_an_epoch_that_is_not_final():
+    from esault.messages.checkpoints import Barrier, CheckpointStart
+
+    spu = FakeSpu()
+    a = aligner(spu)
+    a.on_checkpoint_start(CheckpointStart(2, frozenset({1})))
+    a.on_barrier(Barrier(2, 1, True))
+    assert spu.sealed == [(2, False)] and spu.ended == [False]

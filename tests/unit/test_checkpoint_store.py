@@ -72,7 +72,19 @@ def test_a_manifest_of_an_older_store_reads_as_positions_with_no_instances_recor
         store._db.execute("UPDATE checkpoints SET positions = ?, checksum = NULL WHERE epoch = 1",
                           (encode({"src": {0: 10}}),))
     point = store.get(1)
-    assert point.positions == {"src": {0: 10}} and point.instances is None
+    assert point.positions == {"src": {0: 10}} and point.instances is None and not point.input_ended
+
+
+def test_a_checkpoint_records_whether_the_input_had_ended_and_an_older_manifest_reads_as_not(tmp_path):
+    store = CheckpointStore(tmp_path / "c.sqlite")
+    store.complete(1, "checkpoint", {"src": {0: 10}}, {"tally": {0}})
+    store.complete(2, "final", {"src": {0: 20}}, {"tally": {0}}, input_ended=True)
+    assert not store.get(1).input_ended and store.get(2).input_ended
+    assert [c.input_ended for c in CheckpointStore(tmp_path / "c.sqlite").verify().checkpoints] == [False, True]
+    with store._db:  # what an esault before the flag wrote: [positions, instances]
+        store._db.execute("UPDATE checkpoints SET positions = ?, checksum = NULL WHERE epoch = 2",
+                          (encode([{"src": {0: 20}}, {"tally": [0]}]),))
+    assert not store.get(2).input_ended and store.get(2).instances == {"tally": [0]}
 
 
 KEYS = [f"k{i}" for i in range(400)] + [("pair", i) for i in range(50)]

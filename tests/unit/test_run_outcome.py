@@ -29,9 +29,9 @@ def test_a_close_that_raised_fails_the_run_naming_the_units_and_what_may_be_miss
     closing = {**status(), "close_errors": {"up": 2, "src": 1}}
     outcome = judge_run(closing, True, timeout=None, duration=None, dead_letter_path="d")
     assert outcome.exit_code is ExitCode.INCOMPLETE
-    assert outcome.problems == ("close() raised 3 time(s) (src 1, up 2): what those bolts or spouts emit or write "
-                                "when they close (final results, a last flush) may be missing; the log has each "
-                                "error",)
+    assert outcome.problems == ("finish() or close() raised 3 time(s) (src 1, up 2): what those bolts or spouts "
+                                "emit or write at the end (final results, a last flush) may be missing; the log has "
+                                "each error",)
 
 
 def test_a_run_that_timed_out_says_how_much_was_processed():

@@ -281,7 +281,7 @@ def test_close_publishes_nothing_outside_a_completed_checkpoint_and_says_what_it
     checkpoint(sink, 2)
     feed(sink, C)
     with pytest.raises(SinkError, match=r"1 row\(s\) arrived after the job's final checkpoint and were not "
-                                        r"written.*Emit results from process\(\)"):
+                                        r"written.*Emit final results from the bolt's finish\(\)"):
         sink.close()  # checkpoint 2 never completed, C was never staged
     assert rows_in(table_dir(tmp_path)) == sorted(A)
     again = open_sink(tmp_path, restored=1, spu_id=2)  # the commit log was released before the error
