@@ -85,23 +85,7 @@ class KeyedProcessing(PartOfSpu):
         """Nothing waits for the barrier to leave."""
 
     def end_input(self) -> None:
-        """The final checkpoint aligned: no input follows. PEs that flush at the end of the input
-        (esault_end_of_input(), as a WindowBolt with flush_on_close fires its pending windows) emit now,
-        before the snapshot and the barrier: their output is inside the last checkpoint, so exactly-once
-        sinks commit it, and a restart from that checkpoint does not emit it again."""
-        if getattr(self.spec.cls, "esault_end_of_input", None) is None:
-            return
-        ticking = self.services.ticking  # what a PE can still emit waits for time: its key asked for ticks
-        for key in list(ticking):
-            pe = self.ticks.pe_of(key)
-            if pe is None:
-                ticking.discard(key)
-                continue
-            try:
-                pe.esault_end_of_input()
-            except Exception as exc:
-                self._error_log("topology %r: bolt %r end of input raised %r (key %r)",
-                                self.job.name, self.unit_name, exc, key, exc=exc)
+        """Nothing: what PEs emit at the end of the input they emit from finish() (finish_input)."""
 
     def finish_input(self) -> None:
         """Every PE's finish() (parked keys woken first: each key's input ended), or the instance's. A finished

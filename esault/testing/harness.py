@@ -100,6 +100,7 @@ class BoltHarness:
         self._failed = 0
         self.opened = False
         self.closed = False
+        self.finished = False
         self.bolt._esault_emit = self._emit
         self.clock = clock if clock is not None else ManualClock()
         """The bolt's now() and the time tick() passes: a ManualClock unless given."""
@@ -149,9 +150,17 @@ class BoltHarness:
         self.bolt.on_tick(self.clock.now())
         return True
 
+    def finish(self) -> None:
+        """Call bolt.finish() once: the end of the input (what it emits joins `emitted`)."""
+        if self.opened and not self.finished:
+            self.finished = True
+            self.bolt.finish()
+
     def close(self) -> None:
-        """Call bolt.close() once."""
+        """Call bolt.close() once, after finish() if the test did not call it (as the runtime does at a stop
+        without checkpoints)."""
         if self.opened and not self.closed:
+            self.finish()
             self.closed = True
             self.bolt.close()
 

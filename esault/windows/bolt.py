@@ -98,10 +98,10 @@ class WindowBolt(Bolt):
     time: EventTime | ProcessingTime = EventTime()
     key_windows: bool = False
     flush_on_close: bool = False
-    """Bounded input: when the job stops, fire every pending window (a watermark of +infinity). Under
-    exactly_once they fire at the final checkpoint's barrier, inside that checkpoint (exactly-once sinks
-    commit them; a restart from it does not fire them again). Leave False for a job that is stopped to
-    resume later: it would fire incomplete windows."""
+    """Bounded input: when the input ends, fire every pending window (a watermark of +infinity), from
+    finish(). Under exactly_once that is the final checkpoint's barrier once every source finished, inside
+    that checkpoint (exactly-once sinks commit them; a restart from it does not fire them again); a stop
+    mid-stream fires nothing, so a job stopped to resume later keeps its windows whole."""
 
     _esault_core: Any = None
 
@@ -188,12 +188,10 @@ class WindowBolt(Bolt):
         super().restore_state(state)
         self._schedule()  # a moved or restored key keeps firing on its new SPU
 
-    def esault_end_of_input(self) -> None:
-        """The SPU calls this at the final checkpoint's barrier, before its snapshot: no input follows."""
-        if self.flush_on_close and self.key is not None:
-            self._advance(math.inf)
-
-    def close(self) -> None:  # without checkpoints (at_least_once) the job's end comes here only
+    def finish(self) -> None:
+        """The input ended (Bolt.finish: under exactly_once at the final checkpoint's barrier, before the
+        snapshot, once every source finished; without checkpoints at the stop): with flush_on_close, every
+        pending window fires. A stop mid-stream fires nothing: the windows resume after a restart."""
         if self.flush_on_close and self.key is not None:
             self._advance(math.inf)
 

@@ -59,16 +59,30 @@ class GatedEndSums(TumblingSums):
         super().open(context)
         self._esault_reached = f"{self.gate}.{context.spu_id}.reached" if self.gate else ""
 
-    def esault_end_of_input(self) -> None:
+    def finish(self) -> None:
         if self._esault_reached and os.path.exists(self.gate):
             Path(self._esault_reached).touch()
             hold_while(self.gate)
-        super().esault_end_of_input()
+        super().finish()
 
 
-def build(items: list, warehouse: Path, gate: str = "") -> Any:
+class HalfListSpout(ListSpout):
+    """Emits the first half of its items, the rest once the file `gate` exists."""
+
+    def __init__(self, items: list, gate: str) -> None:
+        super().__init__(items)
+        self.gate = gate
+
+    def limit(self) -> int:
+        return len(self.items) if os.path.exists(self.gate) else len(self.items) // 2
+
+
+def build(items: list, warehouse: Path, gate: str = "", spout_gate: str = "") -> Any:
     b = TopologyBuilder("bounded_windows")
-    b.set_spout("src", ListSpout, params={"items": items})
+    if spout_gate:
+        b.set_spout("src", HalfListSpout, params={"items": items, "gate": spout_gate})
+    else:
+        b.set_spout("src", ListSpout, params={"items": items})
     b.set_bolt("win", GatedEndSums, 2, pe_idle_timeout=None, params={"gate": gate}).key_grouping("src")
     b.set_bolt("sink", WindowRows, params={"table": "windows", "engine": "pyarrow", "batch_seconds": None,
                                            "warehouse": str(warehouse),
@@ -128,6 +142,37 @@ def test_a_worker_killed_after_the_last_windows_fired_at_the_final_barrier_leave
         stopping.join(120)
         assert not stopping.is_alive(), "the stop ended"
         assert job.checkpoints.stats.recoveries, "the death was noticed during the stop"
+        assert job.failure is None, job.failure
+    published = Counter(((r["key"], r["window_start"]), r["total"]) for r in arrow_rows(warehouse / "windows"))
+    assert published == Counter(expected.items())
+
+
+def test_a_job_stopped_mid_stream_fires_no_pending_window_and_its_restart_fires_each_once_whole(tmp_path):
+    """flush_on_close fires pending windows when the input ends (finish()), not at any stop: stopped with
+    half its input read, the job publishes only the windows its watermark closed; the restart reads the rest
+    and every window reaches the table once, with its whole total (they used to fire incomplete at the stop,
+    and again, with the rest, at the end)."""
+    items = bounded_items(keys=20, n=1200, bound=5, seed=9)
+    expected = oracle(items, Tumbling(10))
+    config = JobConfig(data_dir=tmp_path / "data", message_timeout=30.0, elasticity=False,
+                       checkpoint_interval=0.5)
+    warehouse, gate = tmp_path / "warehouse", tmp_path / "rest"
+    topology = build(items, warehouse, spout_gate=str(gate))
+    with LocalCluster(workers=1) as cluster:
+        job = cluster.submit(topology, config)
+        wait_until(lambda: job.status()["units"]["win"]["processed"] == len(items) // 2, 60,
+                   message="the first half processed")
+        job.stop()
+        assert job.failure is None, job.failure
+        first = Counter(((r["key"], r["window_start"]), r["total"]) for r in arrow_rows(warehouse / "windows"))
+        assert first and all(expected.get(w) == total for (w, total) in first), \
+            f"windows fired incomplete at the stop: {[(w, t, expected.get(w)) for w, t in first if expected.get(w) != t][:5]}"
+        assert len(first) < len(expected), "the stop came after every window was closed"
+        gate.touch()
+        job = cluster.submit(topology, config)
+        assert job.restored_from is not None
+        assert job.wait(60), job.status()
+        job.stop()
         assert job.failure is None, job.failure
     published = Counter(((r["key"], r["window_start"]), r["total"]) for r in arrow_rows(warehouse / "windows"))
     assert published == Counter(expected.items())

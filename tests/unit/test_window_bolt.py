@@ -104,13 +104,13 @@ def test_flush_on_close_fires_what_is_pending():
 
 
 def test_the_end_of_input_fires_what_is_pending_once_so_close_fires_nothing_more():
-    """The SPU calls esault_end_of_input() at the final barrier, before its snapshot; close() comes later."""
+    """The SPU calls finish() at the end of the input (under exactly_once before the final snapshot); close() comes later."""
     class Bounded(Totals):
         flush_on_close = True
 
     h = BoltHarness(Bounded, per_key=True, key="a")
     h.feed("a", [1, 5])
-    h.bolt.esault_end_of_input()
+    h.finish()
     fired = [("a", {"start": 0, "end": 10, "result": 5, "update": False})]
     assert h.emitted == fired
     h.close()
@@ -120,7 +120,7 @@ def test_the_end_of_input_fires_what_is_pending_once_so_close_fires_nothing_more
 def test_without_flush_on_close_the_end_of_input_fires_nothing():
     h = BoltHarness(Totals, per_key=True, key="a")
     h.feed("a", [1, 5])
-    h.bolt.esault_end_of_input()
+    h.finish()
     assert h.emitted == []
     h.close()
 
