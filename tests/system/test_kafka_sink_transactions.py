@@ -198,7 +198,8 @@ def test_a_broker_that_stops_answering_inside_a_transaction_delays_its_commit_an
     def stop_the_broker(at: str, epoch: int) -> None:
         if at == step and not resumed.is_set():
             out.pause()
-            threading.Timer(3.0, lambda: (out.resume(), resumed.set())).start()  # the outage's length
+            # the outage's length; the flag first: the publish may end as soon as the broker answers again
+            threading.Timer(3.0, lambda: (resumed.set(), out.resume())).start()
 
     p = TransactionalPublisher(confluent_kafka, {"bootstrap.servers": out.bootstrap}, "esault.test.sink.i0", "out",
                                EpochStage(tmp_path / "stage"), None, timeout=1.0, failpoint=stop_the_broker)
