@@ -30,6 +30,9 @@ class Snapshot:
     ack: CheckpointAck
     rows: dict[str, list[tuple[int, bytes]]] = field(default_factory=dict)
     waits: list[Future] = field(default_factory=list)
+    deferred: bool = False
+    """Its keyed states are still being encoded (datapath/pending_snapshot.py): the barrier leaves
+    without it, and the SPU submits it when the last key is in."""
 
     def refuse(self, error: str) -> None:
         """Some state this snapshot must hold is missing: nothing is written, the ack fails its checkpoint

@@ -23,6 +23,7 @@ from esault.checkpoint.snapshots import Snapshot
 from esault.checkpoint.store import bucket_of, pack_entries
 from esault.datapath.context import log
 from esault.datapath.pe_class import NO_BUCKET
+from esault.datapath.pending_snapshot import PendingSnapshot, SnapshotSlice
 from esault.datapath.processing import Handlers, PartOfSpu
 from esault.dsl.bolt import Bolt
 from esault.dsl.tuple import Tuple
@@ -70,10 +71,15 @@ class KeyedProcessing(PartOfSpu):
         spec = self.spec
         self._calls_batch_end = not spec.per_key and getattr(spec.cls, "on_batch_end", None) is not Bolt.on_batch_end
         self._last_expiry_scan = self.job.clock.now()
+        self._pending: PendingSnapshot | None = None  # a snapshot still being encoded in slices
+        self._input_ended = False
+        self._slice_keys = self.job.config.snapshot_slice_keys
+        self._pack = encoder()  # one Packer for every entry this SPU's snapshots encode
 
     def install(self, handlers: Handlers) -> None:
-        """The receiver's messages of a key hand-off."""
-        handlers.update({StateHandoff: self._on_state, MarkerSeen: self._on_marker_seen})
+        """The receiver's messages of a key hand-off; the slices of a snapshot."""
+        handlers.update({StateHandoff: self._on_state, MarkerSeen: self._on_marker_seen,
+                         SnapshotSlice: self._on_snapshot_slice})
 
     # --- checkpoints: end of input, snapshot, restore ----------------------------
 
@@ -85,11 +91,16 @@ class KeyedProcessing(PartOfSpu):
         """Nothing waits for the barrier to leave."""
 
     def end_input(self) -> None:
-        """Nothing: what PEs emit at the end of the input they emit from finish() (finish_input)."""
+        """The final checkpoint aligned: no input follows. The previous epoch's snapshot is finished now, and
+        the final one is encoded at its barrier (nothing runs after it to encode slices). What PEs emit at
+        the end of the input they emit from finish() (finish_input)."""
+        self.finish_pending()
+        self._input_ended = True
 
     def finish_input(self) -> None:
         """Every PE's finish() (parked keys woken first: each key's input ended), or the instance's. A finished
         PE is dirty: what finish() changed is in the final snapshot. A class without finish() costs nothing."""
+        self.finish_pending()  # finish() changes PEs: their states at the last barrier first
         if getattr(self.spec.cls, "finish", Bolt.finish) is Bolt.finish:
             return
         if not self.spec.per_key:
@@ -113,8 +124,27 @@ class KeyedProcessing(PartOfSpu):
             self.stats.close_errors += 1
 
     def snapshot(self, snapshot: Snapshot) -> None:
-        """The dirty PEs' states (and exactly_once's newly parked ones) in buckets, or the instance's state."""
+        """The dirty PEs' states (and exactly_once's newly parked ones) in buckets, or the instance's state.
+        With a dirty set (exactly_once) the states are encoded in slices: the first now, the rest between
+        batches (datapath/pending_snapshot.py)."""
         epoch = snapshot.ack.epoch
+        self.finish_pending()  # the previous epoch's first: the writer acks in order
+        if self.spec.per_key and self.pes.touched is not None:
+            parked: dict[int, list] = {}
+            self.parked.snapshot_into(parked, epoch)
+            pending = PendingSnapshot(snapshot, self.pes.take_touched_keys())
+            for bucket, flat in parked.items():
+                for key, state in zip(flat[::2], flat[1::2]):
+                    self._encode_entry(pending, bucket, key, state)
+            self._pending = pending
+            if self._input_ended:
+                self.finish_pending()
+                return
+            self._encode_slice(pending)
+            if self._pending is pending:  # more than a slice: the rest between batches
+                snapshot.deferred = True
+                self.spu.actor_ref.tell(SnapshotSlice(epoch))
+            return
         if self.spec.per_key:
             buckets: dict[int, list] = {}
             plain = self.spu.state_is_dict  # the PE's __dict__ is its state: packed as it is, right below
@@ -133,8 +163,74 @@ class KeyedProcessing(PartOfSpu):
         else:
             self.spu.snapshot_instance(self.unit_name, self.pes.single(), snapshot)
 
+    def _on_snapshot_slice(self, msg: SnapshotSlice) -> None:
+        pending = self._pending
+        if pending is None or pending.epoch != msg.epoch:  # finished at a gate meanwhile, or rolled back
+            return
+        self._encode_slice(pending)
+        if self._pending is pending:
+            self.spu.actor_ref.tell(msg)  # behind the data that came meanwhile
+
+    def finish_pending(self) -> None:
+        """Encode what is left of the pending snapshot now and submit it (a gate every key may pass)."""
+        pending = self._pending
+        if pending is not None:
+            self._encode_keys(pending, pending.keys)
+            self._complete(pending)
+
+    def _encode_slice(self, pending: PendingSnapshot) -> None:
+        """The next `snapshot_slice_keys` keys; the snapshot goes to the writer after its last one."""
+        keys = pending.keys
+        if len(keys) <= self._slice_keys:
+            self._encode_keys(pending, keys)
+            self._complete(pending)
+            return
+        pop = keys.pop
+        self._encode_keys(pending, [pop() for _ in range(self._slice_keys)], taken=True)
+
+    def _encode_keys(self, pending: PendingSnapshot, keys: Any, taken: bool = False) -> None:
+        """These pending keys' states, as their PEs hold them now (unchanged since the barrier)."""
+        get = self.pes.get
+        for key in list(keys):
+            pe = get(key)
+            if pe is not None:  # gone: expired (parked, in its snapshot) or moved away since it changed
+                self._encode_pe(pending, key, pe)
+        if not taken:
+            if keys is pending.keys:
+                keys.clear()
+            else:
+                pending.keys.difference_update(keys)
+
+    def _encode_pe(self, pending: PendingSnapshot, key: Any, pe: Any) -> None:
+        state = pe.__dict__ if self.spu.state_is_dict else self._state_of(key, pe)
+        bucket = pe._esault_bucket  # the key's, kept since its PE was made (datapath/pe_class.py)
+        if bucket == NO_BUCKET:
+            bucket = bucket_of(key_hash(key))
+        self._encode_entry(pending, bucket, key, state)
+
+    def _encode_entry(self, pending: PendingSnapshot, bucket: int, key: Any, state: Any) -> None:
+        """One key/state pair into its bucket's row; a state that cannot be encoded is saved as None after
+        state_lost() (this snapshot is then refused), a key that cannot be is left out after it."""
+        pack = self._pack
+        try:
+            pending.add(bucket, pack(key) + pack(state))
+        except Exception:
+            if self._save_key(key) is None:
+                return
+            if self.save_state(state, key_owner(self.unit_name, key)) is None:
+                state = None
+            pending.add(bucket, pack(key) + pack(state))
+
+    def _complete(self, pending: PendingSnapshot) -> None:
+        self._pending = None
+        snapshot = pending.snapshot
+        snapshot.rows[self.unit_name] = pending.rows()
+        if snapshot.deferred:  # the barrier left without it
+            self.spu.submit_snapshot(snapshot)
+
     def restore(self, epoch: int) -> None:
         """This SPU's key range of checkpoint `epoch` (or its instance's state)."""
+        self._pending = None
         if self.spec.per_key:
             states: dict[Any, Any] = {}
             for lo, hi in self.spu.cfg.intervals or ():
@@ -196,6 +292,14 @@ class KeyedProcessing(PartOfSpu):
             acks[root] = acks.get(root, 0) ^ edge ^ x
 
     def _process_keyed(self, source: str, keys: list[Any], values: list[Any]) -> None:
+        pending = self._pending
+        if pending is not None:  # this batch's keys still pending in a snapshot: their states at the barrier first
+            try:
+                due = pending.keys.intersection(keys)
+            except TypeError:  # an unhashable key (it has no PE): look at the others one by one
+                due = {k for k in keys if getattr(k, "__hash__", None) is not None and k in pending.keys}
+            if due:
+                self._encode_keys(pending, due)
         view = self._view
         view.source = source
         pes = self.pes.active
@@ -257,6 +361,7 @@ class KeyedProcessing(PartOfSpu):
         """PE ticks, paused while keys arrive in a hand-off (their held tuples must run before time-driven
         work, a window firing, judges them); every min(idle timeout / 4, 1 s) the expiry scan."""
         if self.services.ticking and self._receiving is None:
+            self.finish_pending()  # a tick may change any ticking PE
             self.ticks.tick(now)
         timeout = self.pes.idle_timeout
         if timeout is None or now - self._last_expiry_scan < min(timeout / 4, 1.0):
@@ -266,6 +371,12 @@ class KeyedProcessing(PartOfSpu):
         expired = self.pes.idle(now)
         if not expired:
             return
+        pending = self._pending
+        if pending is not None and pending.keys:  # their states at the barrier, before they are parked
+            for key, pe in expired:
+                if key in pending.keys:
+                    pending.keys.discard(key)
+                    self._encode_pe(pending, key, pe)
         for key, pe in expired:
             try:
                 pe.on_expire()
@@ -289,6 +400,7 @@ class KeyedProcessing(PartOfSpu):
             self._receiving = None
 
     def give(self, giving: GiverHandoff, mailboxes: dict[int, Any]) -> None:
+        self.finish_pending()  # the moved keys' states at the barrier are this SPU's to checkpoint
         """Gives: every upstream SPU switched: the moved keys' state is final; each receiver gets its ranges'."""
         self.flush()
         receivers = {r: mailboxes[r] for r in giving.by_receiver() if r in mailboxes}

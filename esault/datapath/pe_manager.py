@@ -165,6 +165,12 @@ class PeManager:
             return self._take_touched()
         return self._take_rotated()
 
+    def take_touched_keys(self) -> set[Any]:
+        """Touched mode: the keys touched since the last take (some PEs may be gone since: expired, moved);
+        a fresh set marks the next ones. For a snapshot encoded in slices (get() finds each PE)."""
+        touched, self.touched = self.touched, set()
+        return touched  # type: ignore[return-value]
+
     def _take_touched(self) -> dict[Any, Any]:
         """Touched mode: the PEs of the keys touched since the last call that are still here."""
         touched, self.touched = self.touched, set()

@@ -309,11 +309,17 @@ class SenderActor(pykka.ThreadingActor):
     def send_barrier(self, snapshot: Snapshot, end_of_input: bool = False) -> None:
         """Everything this SPU emitted so far leaves, then the barrier behind it; the snapshot goes to disk
         (or, if this SPU lost a state it had to keep, is refused: its checkpoint fails, and the job).
-        `end_of_input`: this SPU's input ended (final epoch): the barrier says so downstream."""
-        if self.lost_state is not None:
-            snapshot.refuse(self.lost_state)
+        `end_of_input`: this SPU's input ended (final epoch): the barrier says so downstream. A snapshot still
+        being encoded (`deferred`) goes to the writer once its last key is in (submit_snapshot)."""
         self.flush()
         self.router.broadcast(Barrier(snapshot.ack.epoch, self.spu_id, end_of_input))
+        if not snapshot.deferred:
+            self.submit_snapshot(snapshot)
+
+    def submit_snapshot(self, snapshot: Snapshot) -> None:
+        """To the writer, which acks it once durable; refused if this SPU lost a state it had to keep."""
+        if self.lost_state is not None:
+            snapshot.refuse(self.lost_state)
         self.snapshot_writer().submit(snapshot)
 
     def _on_checkpoint_complete(self, msg: CheckpointComplete) -> None:

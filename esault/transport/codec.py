@@ -139,6 +139,12 @@ def encoder() -> Callable[[Any], bytes]:
     return encode_one
 
 
+def array_header(length: int) -> bytes:
+    """The msgpack header of an array of `length` items: followed by the items' encodings, it is their
+    list's encoding (a checkpoint row built from entries packed one by one)."""
+    return msgpack.Packer(autoreset=True).pack_array_header(length)
+
+
 def decode(data: bytes) -> Any:
     """Decode what encode() produced; FrameError if the bytes are not a valid frame."""
     try:

@@ -80,6 +80,7 @@ def test_min_spus_above_max_spus_says_how_to_fix_it() -> None:
         ("retained_checkpoints", 0, r"JobConfig\.retained_checkpoints must be a whole number >= 1, got 0"),
         ("tolerable_checkpoint_failures", -1,
          r"JobConfig\.tolerable_checkpoint_failures must be a whole number >= 0, got -1"),
+        ("snapshot_slice_keys", 0, r"JobConfig\.snapshot_slice_keys must be a whole number >= 1, got 0"),
         ("checkpoint_min_free_bytes", 1.5, r"JobConfig\.checkpoint_min_free_bytes must be a whole number >= 0, got 1\.5"),
     ],
 )

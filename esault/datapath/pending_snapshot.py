@@ -1,0 +1,69 @@
+"""A keyed SPU's snapshot encoded in slices after its barrier left, so the barrier never waits for it.
+
+At a barrier the SPU takes the keys that changed in the epoch (its dirty set)
+and forwards the barrier at once; the states are encoded a slice at a time
+(`SnapshotSlice`, which the SPU tells itself, so slices queue behind data and
+encoding interleaves with processing). The states must be those at the
+barrier, so every path that can change a pending key's PE encodes that key
+first: a batch (the keys it holds), an expiry (the expired PEs), and, for the
+rarer ones (ticks, a hand-off, the end of input, the next barrier), the whole
+rest at once. The snapshot goes to the SnapshotWriter when its last key is
+encoded; a rollback drops it with the SPU.
+
+Each key's entry is packed on its own (key, then state) into its bucket's
+list; a row is one msgpack array header and the entries joined, the same
+bytes `pack_entries` makes of the whole list.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from esault.checkpoint.snapshots import Snapshot
+from esault.transport.codec import array_header
+
+
+class SnapshotSlice:
+    """keyed SPU -> itself (never crosses processes): encode the next slice of epoch `epoch`'s snapshot."""
+
+    __slots__ = ("epoch",)
+
+    def __init__(self, epoch: int) -> None:
+        self.epoch = epoch
+
+
+class PendingSnapshot:
+    """One epoch's keyed snapshot being encoded: the keys still to encode and the entries packed so far.
+
+    Pure bookkeeping; the SPU encodes (it alone may read its PEs)."""
+
+    __slots__ = ("snapshot", "keys", "_entries", "_counts")
+
+    def __init__(self, snapshot: Snapshot, keys: set[Any], rows: dict[int, list] | None = None) -> None:
+        self.snapshot = snapshot
+        self.keys = keys
+        """Keys whose state at the barrier is not encoded yet."""
+        self._entries: dict[int, list[bytes]] = {}  # bucket -> packed entries (key and state, each a blob)
+        self._counts: dict[int, int] = {}  # bucket -> entries (key/state pairs) in it
+        for bucket, flat in (rows or {}).items():
+            for blob in flat:
+                self.add(bucket, blob)
+
+    @property
+    def epoch(self) -> int:
+        return self.snapshot.ack.epoch
+
+    def add(self, bucket: int, entry: bytes) -> None:
+        """One key's packed key and state (their msgpack bytes, concatenated) goes into `bucket`'s row."""
+        entries = self._entries.get(bucket)
+        if entries is None:
+            entries = self._entries[bucket] = []
+            self._counts[bucket] = 0
+        entries.append(entry)
+        self._counts[bucket] += 1
+
+    def rows(self) -> list[tuple[int, bytes]]:
+        """The bucket rows: each as pack_entries([key, state, ...]) of its entries, in the order added."""
+        counts = self._counts
+        return [(bucket, array_header(2 * counts[bucket]) + b"".join(entries))
+                for bucket, entries in self._entries.items()]

@@ -1,0 +1,113 @@
+"""A keyed SPU's snapshot encoded in slices after its barrier left (datapath/pending_snapshot.py) holds every
+key's state as it was at the barrier: a batch that changes a pending key encodes it first.
+
+The spout emits item i to key k{i % KEYS}; each PE appends the values it sees to a list, in place. A
+completed checkpoint records the spout's position P (the items before its barrier), so each key's state in
+it must be exactly its values among items[:P]: a value from after the barrier, or one missing, is a state
+encoded at the wrong time. One key per slice and checkpoints every 50 ms keep slices pending under load.
+"""
+
+from __future__ import annotations
+
+import bisect
+import time
+from typing import Any
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from esault import Bolt, TopologyBuilder
+from esault.checkpoint.snapshots import Snapshot
+from esault.checkpoint.store import CheckpointStore, pack_entries
+from esault.datapath.pending_snapshot import PendingSnapshot
+from esault.messages.checkpoints import CheckpointAck
+from esault.keyhash import KEY_SPACE_MAX
+from esault.testing import ListSpout, wait_until
+from esault.transport.codec import encode
+
+KEYS = 120
+ITEMS = 24000
+
+
+class HistoryBolt(Bolt):
+    """Per key: every value it saw, in order, in a list it appends to (a state changed in place)."""
+
+    def open(self, context: Any) -> None:
+        self.seen = []
+
+    def process(self, tup: Any) -> None:
+        self.seen.append(tup.value)
+
+
+class PacedListSpout(ListSpout):
+    """ListSpout at `rate` items a second: the run spans many checkpoints."""
+
+    def __init__(self, items: list, rate: float = 6000.0) -> None:
+        super().__init__(items, per_call=16)
+        self.rate = rate
+        self.started: float | None = None
+
+    def limit(self) -> int:
+        now = time.monotonic()
+        if self.started is None:
+            self.started = now - self.position / self.rate
+        return min(len(self.items), int((now - self.started) * self.rate))
+
+
+@pytest.mark.parametrize("run, idle_timeout", [(1, None), (40, 0.01)], ids=["round-robin", "runs-and-expiry"])
+def test_every_checkpoint_holds_each_key_as_at_its_barrier_while_slices_interleave_with_batches(
+        cluster, config, run, idle_timeout):
+    """run: consecutive items per key (40: a key then idles, and expires, parked, while slices are pending)."""
+    items = [(f"k{(i // run) % KEYS}", i) for i in range(ITEMS)]
+    per_key: dict[str, list[int]] = {}
+    for key, i in items:
+        per_key.setdefault(key, []).append(i)
+    builder = TopologyBuilder("slices")
+    builder.set_spout("src", PacedListSpout, params={"items": items})
+    builder.set_bolt("hist", HistoryBolt, 2).key_grouping("src")
+    job = cluster.submit(builder.build(), config.replace(checkpoint_interval=0.05, snapshot_slice_keys=1,
+                                                        pe_idle_timeout=idle_timeout))
+    store = CheckpointStore(config.data_dir / "slices" / "checkpoints.sqlite")
+    checked: set[int] = set()
+
+    def check_new_checkpoints() -> None:
+        for done in store.completed():
+            if done.epoch in checked:
+                continue
+            position = done.positions["src"][0]
+            states = store.read_range("hist", done.epoch, 0, KEY_SPACE_MAX)
+            for key, indices in per_key.items():
+                expected = indices[:bisect.bisect_left(indices, position)]
+                got = (states.get(key) or {}).get("seen", [])
+                assert got == expected, (f"checkpoint {done.epoch} (spout at {position}): {key} holds "
+                                         f"{got[-3:]} at its end, expected {expected[-3:]}")
+            checked.add(done.epoch)
+
+    try:
+        def done() -> bool:
+            check_new_checkpoints()
+            return job.wait(0.01)
+        wait_until(done, 120, interval=0.02, message="the job finishing, every checkpoint checked on the way")
+        job.stop()
+        check_new_checkpoints()
+    finally:
+        store.close()
+    mid_run = [e for e in checked if e != max(checked)]
+    assert len(mid_run) >= 5, f"only checkpoints {sorted(checked)} were checked: too few mid-run ones"
+
+
+ints = st.integers(-2**63, 2**64 - 1)
+entries = st.lists(st.tuples(st.integers(0, 7), st.text(max_size=5), ints | st.lists(ints, max_size=3)),
+                   max_size=60)
+
+
+@settings(max_examples=100, deadline=None)
+@given(entries)
+def test_a_row_built_entry_by_entry_is_the_bytes_pack_entries_makes_of_the_whole_list(rows):
+    pending = PendingSnapshot(Snapshot(CheckpointAck(1, 1, "u", 0, None)), set())
+    expected: dict[int, list] = {}
+    for bucket, key, state in rows:
+        pending.add(bucket, encode(key) + encode(state))
+        expected.setdefault(bucket, []).extend((key, state))
+    assert dict(pending.rows()) == {bucket: pack_entries(flat) for bucket, flat in expected.items()}
