@@ -111,11 +111,11 @@ class JobConfig:
     """Seconds between checkpoints under exactly_once."""
     checkpoint_timeout: float = 60.0
     """A checkpoint not complete after this many seconds is abandoned (the next one retries)."""
-    snapshot_slice_keys: int = 4096
+    snapshot_slice_keys: int = 1024
     """exactly_once: a keyed SPU forwards its barrier at once and encodes the keys that changed in the
-    epoch this many at a time between batches (a key a batch is about to change is encoded first), so a
-    checkpoint never stops the SPU for long (docs/CHECKPOINTS.md). An epoch with fewer changed keys is
-    encoded at the barrier."""
+    epoch at least this many per tick (more if needed to finish within ~40% of checkpoint_interval;
+    a key a batch or a tick is about to change is encoded first), so a checkpoint never stops the SPU for
+    long (docs/CHECKPOINTS.md). An epoch with fewer changed keys is encoded at the barrier."""
     tolerable_checkpoint_failures: int = 3
     """Checkpoints in a row that may fail (a snapshot or a sink's stage that cannot be made durable, too
     little free space, a timeout) before the job stops with an error: with none completing, a restart

@@ -23,7 +23,7 @@ from esault.checkpoint.snapshots import Snapshot
 from esault.checkpoint.store import bucket_of, pack_entries
 from esault.datapath.context import log
 from esault.datapath.pe_class import NO_BUCKET
-from esault.datapath.pending_snapshot import PendingSnapshot, SnapshotSlice
+from esault.datapath.pending_snapshot import PendingSnapshot
 from esault.datapath.processing import Handlers, PartOfSpu
 from esault.dsl.bolt import Bolt
 from esault.dsl.tuple import Tuple
@@ -78,8 +78,7 @@ class KeyedProcessing(PartOfSpu):
 
     def install(self, handlers: Handlers) -> None:
         """The receiver's messages of a key hand-off; the slices of a snapshot."""
-        handlers.update({StateHandoff: self._on_state, MarkerSeen: self._on_marker_seen,
-                         SnapshotSlice: self._on_snapshot_slice})
+        handlers.update({StateHandoff: self._on_state, MarkerSeen: self._on_marker_seen})
 
     # --- checkpoints: end of input, snapshot, restore ----------------------------
 
@@ -133,6 +132,9 @@ class KeyedProcessing(PartOfSpu):
             parked: dict[int, list] = {}
             self.parked.snapshot_into(parked, epoch)
             pending = PendingSnapshot(snapshot, self.pes.take_touched_keys())
+            config = self.job.config  # slices of one per tick, done within ~40% of the interval
+            ticks = max(1, int(0.4 * config.checkpoint_interval / config.tick_interval))
+            pending.slice = max(self._slice_keys, -(-len(pending.keys) // ticks))
             for bucket, flat in parked.items():
                 for key, state in zip(flat[::2], flat[1::2]):
                     self._encode_entry(pending, bucket, key, state)
@@ -141,9 +143,8 @@ class KeyedProcessing(PartOfSpu):
                 self.finish_pending()
                 return
             self._encode_slice(pending)
-            if self._pending is pending:  # more than a slice: the rest between batches
+            if self._pending is pending:  # more than a slice: the rest a slice per tick (on_tick)
                 snapshot.deferred = True
-                self.spu.actor_ref.tell(SnapshotSlice(epoch))
             return
         if self.spec.per_key:
             buckets: dict[int, list] = {}
@@ -163,14 +164,6 @@ class KeyedProcessing(PartOfSpu):
         else:
             self.spu.snapshot_instance(self.unit_name, self.pes.single(), snapshot)
 
-    def _on_snapshot_slice(self, msg: SnapshotSlice) -> None:
-        pending = self._pending
-        if pending is None or pending.epoch != msg.epoch:  # finished at a gate meanwhile, or rolled back
-            return
-        self._encode_slice(pending)
-        if self._pending is pending:
-            self.spu.actor_ref.tell(msg)  # behind the data that came meanwhile
-
     def finish_pending(self) -> None:
         """Encode what is left of the pending snapshot now and submit it (a gate every key may pass)."""
         pending = self._pending
@@ -179,14 +172,14 @@ class KeyedProcessing(PartOfSpu):
             self._complete(pending)
 
     def _encode_slice(self, pending: PendingSnapshot) -> None:
-        """The next `snapshot_slice_keys` keys; the snapshot goes to the writer after its last one."""
+        """The next `pending.slice` keys; the snapshot goes to the writer after its last one."""
         keys = pending.keys
-        if len(keys) <= self._slice_keys:
+        if len(keys) <= pending.slice:
             self._encode_keys(pending, keys)
             self._complete(pending)
             return
         pop = keys.pop
-        self._encode_keys(pending, [pop() for _ in range(self._slice_keys)], taken=True)
+        self._encode_keys(pending, [pop() for _ in range(pending.slice)], taken=True)
 
     def _encode_keys(self, pending: PendingSnapshot, keys: Any, taken: bool = False) -> None:
         """These pending keys' states, as their PEs hold them now (unchanged since the barrier)."""
@@ -360,8 +353,15 @@ class KeyedProcessing(PartOfSpu):
     def on_tick(self, now: float) -> None:
         """PE ticks, paused while keys arrive in a hand-off (their held tuples must run before time-driven
         work, a window firing, judges them); every min(idle timeout / 4, 1 s) the expiry scan."""
+        pending = self._pending
+        if pending is not None:  # one slice per tick: the encoding takes a bounded share of the SPU's time
+            self._encode_slice(pending)
         if self.services.ticking and self._receiving is None:
-            self.finish_pending()  # a tick may change any ticking PE
+            pending = self._pending
+            if pending is not None:  # a tick may change the ticking PEs: their states at the barrier first
+                due = pending.keys.intersection(self.services.ticking)
+                if due:
+                    self._encode_keys(pending, due)
             self.ticks.tick(now)
         timeout = self.pes.idle_timeout
         if timeout is None or now - self._last_expiry_scan < min(timeout / 4, 1.0):

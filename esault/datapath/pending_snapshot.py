@@ -1,13 +1,18 @@
 """A keyed SPU's snapshot encoded in slices after its barrier left, so the barrier never waits for it.
 
+Why: while an SPU encodes, no tuple moves; encoded at the barrier, ~45k
+changed keys stopped a word count's SPU for 40-130 ms every checkpoint, which
+was its whole p99 latency at 70% load (docs/PERFORMANCE.md).
+
 At a barrier the SPU takes the keys that changed in the epoch (its dirty set)
-and forwards the barrier at once; the states are encoded a slice at a time
-(`SnapshotSlice`, which the SPU tells itself, so slices queue behind data and
-encoding interleaves with processing). The states must be those at the
-barrier, so every path that can change a pending key's PE encodes that key
-first: a batch (the keys it holds), an expiry (the expired PEs), and, for the
-rarer ones (ticks, a hand-off, the end of input, the next barrier), the whole
-rest at once. The snapshot goes to the SnapshotWriter when its last key is
+and forwards the barrier at once; the states are encoded a slice at a time,
+one slice per Tick (every tick_interval), sized to finish within ~40% of the
+checkpoint interval: the encoding takes a bounded share of the SPU's time,
+between batches. The states must be those at the barrier, so every path that
+can change a pending key's PE encodes that key first: a batch (the keys it
+holds), a tick (the ticking keys), an expiry (the expired PEs), and, for the
+rarer ones (a hand-off, the end of input, the next barrier), the whole rest
+at once. The snapshot goes to the SnapshotWriter when its last key is
 encoded; a rollback drops it with the SPU.
 
 Each key's entry is packed on its own (key, then state) into its bucket's
@@ -23,25 +28,17 @@ from esault.checkpoint.snapshots import Snapshot
 from esault.transport.codec import array_header
 
 
-class SnapshotSlice:
-    """keyed SPU -> itself (never crosses processes): encode the next slice of epoch `epoch`'s snapshot."""
-
-    __slots__ = ("epoch",)
-
-    def __init__(self, epoch: int) -> None:
-        self.epoch = epoch
-
-
 class PendingSnapshot:
     """One epoch's keyed snapshot being encoded: the keys still to encode and the entries packed so far.
 
     Pure bookkeeping; the SPU encodes (it alone may read its PEs)."""
 
-    __slots__ = ("snapshot", "keys", "_entries", "_counts")
+    __slots__ = ("snapshot", "keys", "slice", "_entries", "_counts")
 
     def __init__(self, snapshot: Snapshot, keys: set[Any], rows: dict[int, list] | None = None) -> None:
         self.snapshot = snapshot
         self.keys = keys
+        self.slice = len(keys)  # keys encoded per slice (the SPU sets it)
         """Keys whose state at the barrier is not encoded yet."""
         self._entries: dict[int, list[bytes]] = {}  # bucket -> packed entries (key and state, each a blob)
         self._counts: dict[int, int] = {}  # bucket -> entries (key/state pairs) in it

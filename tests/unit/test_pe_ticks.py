@@ -13,7 +13,7 @@ from esault.datapath.pe_services import PeServices
 
 def spu_stub(receiving):
     ticked: list[float] = []
-    stub = SimpleNamespace(services=PeServices(ManualClock()), _receiving=receiving, finish_pending=lambda: None,
+    stub = SimpleNamespace(services=PeServices(ManualClock()), _receiving=receiving, _pending=None,
                            ticks=SimpleNamespace(tick=ticked.append),
                            pes=SimpleNamespace(idle_timeout=None))
     return stub, ticked
