@@ -74,7 +74,7 @@ class KeyedProcessing(PartOfSpu):
         self._pending: PendingSnapshot | None = None  # a snapshot still being encoded in slices
         self._input_ended = False
         self._slice_keys = self.job.config.snapshot_slice_keys
-        self._pack = encoder()  # one Packer for every entry this SPU's snapshots encode
+        self._packer = encoder()  # one Packer for every entry this SPU's snapshots encode
 
     def install(self, handlers: Handlers) -> None:
         """The receiver's messages of a key hand-off; the slices of a snapshot."""
@@ -204,7 +204,7 @@ class KeyedProcessing(PartOfSpu):
     def _encode_entry(self, pending: PendingSnapshot, bucket: int, key: Any, state: Any) -> None:
         """One key/state pair into its bucket's row; a state that cannot be encoded is saved as None after
         state_lost() (this snapshot is then refused), a key that cannot be is left out after it."""
-        pack = self._pack
+        pack = self._packer
         try:
             pending.add(bucket, pack(key) + pack(state))
         except Exception:
