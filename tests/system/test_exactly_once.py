@@ -55,12 +55,15 @@ def assert_exact(job, total: int, table: str | None = None, spouts: int = 1) -> 
         assert rows == eo_parts.exact_rows(expected), "the table has a missing or duplicate row"
 
 
-def test_five_kill9s_of_random_workers_at_random_moments_leave_counts_and_table_exact(tmp_path):
+@pytest.mark.parametrize("slice_keys", [1024, 1], ids=["default-slices", "snapshots-in-slices-of-one"])
+def test_five_kill9s_of_random_workers_at_random_moments_leave_counts_and_table_exact(tmp_path, slice_keys):
+    """slice_keys=1: every keyed snapshot is encoded in slices over ~40% of the interval after its barrier
+    (datapath/pending_snapshot.py), so kills land while snapshots are pending too."""
     rnd = random.Random(int.from_bytes(os.urandom(4), "little"))
     total = 5000
     topology = eo_parts.build("eo-kill5", total, rate=600, sink="pyarrow", count_parallelism=3, spouts=2)
     with LocalCluster(workers=3, heartbeat_timeout=1.0) as cluster:
-        job = cluster.submit(topology, eo_config(tmp_path))
+        job = cluster.submit(topology, eo_config(tmp_path, snapshot_slice_keys=slice_keys))
         for kill in range(1, 6):
             # a random moment: after a random number of checkpoints, then a random extra delay
             wait_until(lambda: completed_checkpoints(job) >= kill + rnd.randrange(2), 60,
