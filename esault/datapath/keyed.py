@@ -16,11 +16,11 @@ this part uses them.
 from __future__ import annotations
 
 from random import getrandbits
-from typing import Any, Callable
+from typing import Any
 
 from esault.checkpoint.saveable import key_owner
 from esault.checkpoint.snapshots import Snapshot
-from esault.checkpoint.store import bucket_of, pack_entries
+from esault.checkpoint.store import bucket_of
 from esault.datapath.context import log
 from esault.datapath.pe_class import NO_BUCKET
 from esault.datapath.pending_snapshot import PendingSnapshot
@@ -77,7 +77,7 @@ class KeyedProcessing(PartOfSpu):
         self._packer = encoder()  # one Packer for every entry this SPU's snapshots encode
 
     def install(self, handlers: Handlers) -> None:
-        """The receiver's messages of a key hand-off; the slices of a snapshot."""
+        """The receiver's messages of a key hand-off."""
         handlers.update({StateHandoff: self._on_state, MarkerSeen: self._on_marker_seen})
 
     # --- checkpoints: end of input, snapshot, restore ----------------------------
@@ -123,46 +123,31 @@ class KeyedProcessing(PartOfSpu):
             self.stats.close_errors += 1
 
     def snapshot(self, snapshot: Snapshot) -> None:
-        """The dirty PEs' states (and exactly_once's newly parked ones) in buckets, or the instance's state.
-        With a dirty set (exactly_once) the states are encoded in slices: the first now, the rest between
-        batches (datapath/pending_snapshot.py)."""
+        """The instance's state, or the changed PEs' states (and the ones parked since the last snapshot) in
+        bucket rows, encoded in slices: the parked ones and a first slice now, the rest a slice per tick after
+        the barrier left (datapath/pending_snapshot.py). Only exactly_once snapshots, and it marks changed keys
+        (PeManager's touched mode)."""
         epoch = snapshot.ack.epoch
         self.finish_pending()  # the previous epoch's first: the writer acks in order
-        if self.spec.per_key and self.pes.touched is not None:
-            parked: dict[int, list] = {}
-            self.parked.snapshot_into(parked, epoch)
-            pending = PendingSnapshot(snapshot, self.pes.take_touched_keys())
-            config = self.job.config  # slices of one per tick, done within ~40% of the interval
-            ticks = max(1, int(0.4 * config.checkpoint_interval / config.tick_interval))
-            pending.slice = max(self._slice_keys, -(-len(pending.keys) // ticks))
-            for bucket, flat in parked.items():
-                for key, state in zip(flat[::2], flat[1::2]):
-                    self._encode_entry(pending, bucket, key, state)
-            self._pending = pending
-            if self._input_ended:
-                self.finish_pending()
-                return
-            self._encode_slice(pending)
-            if self._pending is pending:  # more than a slice: the rest a slice per tick (on_tick)
-                snapshot.deferred = True
-            return
-        if self.spec.per_key:
-            buckets: dict[int, list] = {}
-            plain = self.spu.state_is_dict  # the PE's __dict__ is its state: packed as it is, right below
-            for key, pe in self.pes.take_dirty().items():  # expired ones are parked (below), moved ones gone
-                state = pe.__dict__ if plain else self._state_of(key, pe)
-                bucket = pe._esault_bucket  # the key's, kept since its PE was made (datapath/pe_class.py)
-                if bucket == NO_BUCKET:
-                    bucket = bucket_of(key_hash(key))
-                entries = buckets.get(bucket)
-                if entries is None:
-                    entries = buckets[bucket] = []
-                entries += (key, state)
-            self.parked.snapshot_into(buckets, epoch)
-            pack = encoder()  # one Packer for every row of this snapshot
-            snapshot.rows[self.unit_name] = [(b, self._pack(entries, pack)) for b, entries in buckets.items()]
-        else:
+        if not self.spec.per_key:
             self.spu.snapshot_instance(self.unit_name, self.pes.single(), snapshot)
+            return
+        parked: dict[int, list] = {}
+        self.parked.snapshot_into(parked, epoch)
+        pending = PendingSnapshot(snapshot, self.pes.take_touched_keys())
+        config = self.job.config  # slices of one per tick, done within ~40% of the interval
+        ticks = max(1, int(0.4 * config.checkpoint_interval / config.tick_interval))
+        pending.slice = max(self._slice_keys, -(-len(pending.keys) // ticks))
+        for bucket, flat in parked.items():
+            for key, state in zip(flat[::2], flat[1::2]):
+                self._encode_entry(pending, bucket, key, state)
+        self._pending = pending
+        if self._input_ended:
+            self.finish_pending()
+            return
+        self._encode_slice(pending)
+        if self._pending is pending:  # more than a slice: the rest a slice per tick (on_tick)
+            snapshot.deferred = True
 
     def finish_pending(self) -> None:
         """Encode what is left of the pending snapshot now and submit it (a gate every key may pass)."""
@@ -400,8 +385,8 @@ class KeyedProcessing(PartOfSpu):
             self._receiving = None
 
     def give(self, giving: GiverHandoff, mailboxes: dict[int, Any]) -> None:
-        self.finish_pending()  # the moved keys' states at the barrier are this SPU's to checkpoint
         """Gives: every upstream SPU switched: the moved keys' state is final; each receiver gets its ranges'."""
+        self.finish_pending()  # the moved keys' states at the barrier are this SPU's to checkpoint
         self.flush()
         receivers = {r: mailboxes[r] for r in giving.by_receiver() if r in mailboxes}
         # In band behind this SPU's last output of the moved keys: each downstream SPU tells the receivers.
@@ -439,21 +424,6 @@ class KeyedProcessing(PartOfSpu):
     def _snapshot(self, key: Any, pe: Any) -> bytes:
         """A PE's state, encoded to move with its key (encode(None) if it cannot be: see state_lost())."""
         return self._encode_state(key, self._state_of(key, pe))
-
-    def _pack(self, entries: list, pack: Callable[[Any], bytes] = pack_entries) -> bytes:
-        """One checkpoint bucket row; a key whose state cannot be encoded is saved as None, after state_lost()
-        (under exactly_once this snapshot is then refused: its checkpoint fails)."""
-        try:
-            return pack(entries)
-        except Exception:
-            kept: list = []
-            for key, state in zip(entries[::2], entries[1::2]):
-                if self._save_key(key) is None:
-                    continue
-                if self.save_state(state, key_owner(self.unit_name, key)) is None:
-                    state = None
-                kept += (key, state)
-            return pack_entries(kept)
 
     def on_prepare_receive(self, msg: PrepareReceive) -> None:
         self._receiving = ReceiverHandoff(msg.reconfig_id, msg.ranges, self.router.downstream_spus())
