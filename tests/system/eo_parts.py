@@ -306,42 +306,21 @@ def run_restored(topology: Any, config: Any, epoch: int, unit: str, spus: int) -
     return job
 
 
-class FinalCount(Bolt):
-    """Per word: counts silently and emits (word, count) once, from finish(), when the input has ended."""
-
-    def open(self, context: Any) -> None:
-        self.count = 0
-
-    def process(self, tup: Any) -> None:
-        self.count += tup.value
-
-    def finish(self) -> None:
-        self.emit(self.key, self.count)
-
-
-class FinishTally(TallyBolt):
-    """TallyBolt that hands its tally on from finish() instead of close()."""
-
-    def finish(self) -> None:
-        self.emit("seen", self.seen)
-
-    def close(self) -> None:
-        pass
-
-
 def build_finals(name: str, total: int, rate: float):
     """sentences -> split (chained) -> count (key grouped, 2 SPUs, emitting only from finish()) -> Spark table
-    `finals` (pyarrow); split -> tally (not key grouped, 2 SPUs of its own, finish() too) -> sum."""
+    `finals` (pyarrow); split -> tally (not key grouped, 2 SPUs of its own, finish() too) -> sum.
+    Needs tests/integration on sys.path (topology_parts)."""
     from spark_sink import SparkSink
+    from topology_parts import CountOnFinish, TallyOnFinish
 
     builder = TopologyBuilder(name)
     builder.set_spout("sentences", GatedSentenceSpout, 1, params={"total": total, "seed": 5, "rate": rate},
                       max_pending=4000)
     builder.set_bolt("split", wordcount.SplitBolt, 1, elastic=False).shuffle_grouping("sentences")
-    builder.set_bolt("count", FinalCount, 2, elastic=False).key_grouping("split")
+    builder.set_bolt("count", CountOnFinish, 2, elastic=False).key_grouping("split")
     builder.set_bolt("sink", SparkSink, elastic=False, params={
         "table": "finals", "schema": "word STRING, count BIGINT", "key_column": "word", "value_column": "count",
         "engine": "pyarrow"}).shuffle_grouping("count")
-    builder.set_bolt("tally", FinishTally, 2, elastic=False, chain=False).shuffle_grouping("split")
+    builder.set_bolt("tally", TallyOnFinish, 2, elastic=False, chain=False).shuffle_grouping("split")
     builder.set_bolt("sum", TallySum, elastic=False).global_grouping("tally")
     return builder.build()

@@ -23,6 +23,7 @@ from esault.testing import wait_until
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "examples"))
 sys.path.insert(0, str(ROOT / "tests" / "system"))
+sys.path.insert(0, str(ROOT / "tests" / "integration"))  # topology_parts: the finishing bolts
 import eo_parts  # noqa: E402
 
 pytestmark = pytest.mark.system
