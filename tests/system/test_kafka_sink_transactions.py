@@ -308,3 +308,33 @@ def test_a_broker_that_does_not_start_a_transactional_producer_is_refused_naming
                                              r".*guarantee='at_least_once'"):
         TransactionalPublisher(confluent_kafka, {"bootstrap.servers": address}, "esault.t.i0", "out",
                                EpochStage(tmp_path / "stage"), None, timeout=2.0)
+
+
+@pytest.mark.parametrize("emits_in", ["close", "finish"])
+def test_what_a_bolt_emits_at_the_end_reaches_the_topic_from_finish_and_fails_the_run_from_close(
+        out, tmp_path, emits_in):
+    """exactly_once: close() runs after the final checkpoint, so its records cannot be produced exactly once:
+    the sink drops them and the run fails saying so (it only warned, and the run passed); finish() runs
+    before the final snapshot, inside the checkpoint, and its records reach the topic once."""
+    import collections
+
+    from esault.errors import RunIncomplete
+
+    sys.path.insert(0, str(ROOT / "tests" / "integration"))
+    from topology_parts import CountOnClose, CountOnFinish
+
+    items = [[f"k{i % 3}", i] for i in range(60)]
+    b = TopologyBuilder(f"kafka-sink-{emits_in}")
+    b.set_spout("s", ListSpout, params={"items": items})
+    b.set_bolt("count", CountOnFinish if emits_in == "finish" else CountOnClose, elastic=False).key_grouping("s")
+    b.set_bolt("out", KafkaSink, elastic=False, params={"bootstrap": out.bootstrap, "topic": "out", "key": "utf-8",
+                                                        "value": "json"}).shuffle_grouping("count")
+    config = JobConfig(data_dir=tmp_path / "data", elasticity=False, checkpoint_interval=0.2)
+    if emits_in == "close":
+        with pytest.raises(RunIncomplete, match=r"finish\(\) or close\(\) raised 1 time\(s\) \(out 1\)"):
+            run_to_completion(b, workers="in-process", config=config, timeout=60)
+        assert out.read("out") == []
+        return
+    run_to_completion(b, workers="in-process", config=config, timeout=60)
+    got = sorted((r["key"].decode(), int(r["value"])) for r in out.read("out"))
+    assert got == sorted(collections.Counter(k for k, _ in items).items())
