@@ -68,7 +68,17 @@ class RunIncomplete(EsaultError):
 
 
 class SinkError(EsaultError):
-    """The Spark sink could not start or commit."""
+    """A sink could not start or commit, or could not publish all it was given."""
+
+    @classmethod
+    def after_final_checkpoint(cls, sink: str, dropped: int, items: str, written: str) -> "SinkError":
+        """An exactly-once sink got `dropped` `items` after the job's final checkpoint (a bolt's close() or a
+        timer emitted them): none can be published exactly once, so they were dropped and the run fails."""
+        return cls(f"{sink}: {dropped} {items}(s) arrived after the job's final checkpoint and were not {written}. "
+                   f"Under guarantee 'exactly_once' a {items} is published only with a checkpoint that covers it, "
+                   "and these came later: emitted by a bolt's close() (or a timer) after the last barrier. Emit "
+                   "final results from the bolt's finish(), which runs before the final checkpoint once the input "
+                   "ended, or from process() while the input flows; or run with guarantee='at_least_once'")
 
 
 class SchemaError(SinkError):

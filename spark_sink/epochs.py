@@ -122,13 +122,7 @@ class EpochCommitter:
             self._finish(timeout)
         finally:
             if dropped:
-                raise SinkError(
-                    f"SparkSink {self.sink.table}: {dropped} row(s) arrived after the job's final checkpoint and "
-                    "were not written. Under guarantee 'exactly_once' a row is published only with a checkpoint "
-                    "that covers it, and these came later: emitted by a bolt's close() (or a timer) after the "
-                    "last barrier. Emit final results from the bolt's finish(), which runs before the final "
-                    "checkpoint once the input ended, or from process() while the input flows; or run with "
-                    "guarantee='at_least_once'")
+                raise SinkError.after_final_checkpoint(f"SparkSink {self.sink.table}", dropped, "row", "written")
 
     def _finish(self, timeout: float) -> None:
         try:

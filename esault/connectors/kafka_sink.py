@@ -216,12 +216,7 @@ class KafkaSink(Bolt):
             finally:
                 self._publisher = None
             if dropped:
-                raise SinkError(
-                    f"KafkaSink {self._unit!r}: {dropped} record(s) arrived after the job's final checkpoint and "
-                    "were not produced. Under guarantee 'exactly_once' a record is produced only with a checkpoint "
-                    "that covers it, and these came later: emitted by a bolt's close() (or a timer) after the last "
-                    "barrier. Emit final results from the bolt's finish(), which runs before the final checkpoint "
-                    "once the input ended; or run with guarantee='at_least_once'")
+                raise SinkError.after_final_checkpoint(f"KafkaSink {self._unit!r}", dropped, "record", "produced")
             return
         self._stop_producer(self.close_timeout)
 

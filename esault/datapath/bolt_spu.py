@@ -150,11 +150,7 @@ class BoltSpuActor(SenderActor):
         if not self.job.exactly_once:  # no final checkpoint to finish at: the stop is the end of the input
             self.processing.finish_input()
             self.finish_stages()
-        for key in list(self.parked.keys):  # parked keys close like every other: wake them first
-            try:
-                self.pes.create(key)
-            except Exception as exc:
-                log.error("bolt %r could not wake parked key %r to close it: %r", self.unit_name, key, exc)
+        self.wake_parked("close")  # parked keys close like every other
         for key, pe in self.pes.items():
             try:
                 pe.close()
@@ -169,6 +165,17 @@ class BoltSpuActor(SenderActor):
             self.job.stats.retire(self.stats)
         self.parked.close()
         self.close_checkpointing()
+
+    def wake_parked(self, why: str) -> int:
+        """Make the PE of every parked key again (its state back in it), to `why` it; how many could not be."""
+        failed = 0
+        for key in list(self.parked.keys):
+            try:
+                self.pes.create(key)
+            except Exception as exc:
+                log.error("bolt %r could not wake parked key %r to %s it: %r", self.unit_name, key, why, exc)
+                failed += 1
+        return failed
 
     def _make_pe(self, key: Any) -> Any:
         if self.spec.per_key:  # the runtime's attributes are on the SPU's PE class (datapath/pe_class.py)

@@ -105,12 +105,7 @@ class KeyedProcessing(PartOfSpu):
         if not self.spec.per_key:
             self._finish(None, self.pes.single())
             return
-        for key in list(self.spu.parked.keys):
-            try:
-                self.pes.create(key)
-            except Exception as exc:
-                log.error("bolt %r could not wake parked key %r to finish it: %r", self.unit_name, key, exc)
-                self.stats.close_errors += 1
+        self.stats.close_errors += self.spu.wake_parked("finish")
         for key, pe in list(self.pes.items()):
             self._finish(key, pe)
             self.pes.touch(key)
@@ -134,10 +129,10 @@ class KeyedProcessing(PartOfSpu):
             return
         parked: dict[int, list] = {}
         self.parked.snapshot_into(parked, epoch)
-        pending = PendingSnapshot(snapshot, self.pes.take_touched_keys())
+        keys = self.pes.take_touched_keys()
         config = self.job.config  # slices of one per tick, done within ~40% of the interval
         ticks = max(1, int(0.4 * config.checkpoint_interval / config.tick_interval))
-        pending.slice = max(self._slice_keys, -(-len(pending.keys) // ticks))
+        pending = PendingSnapshot(snapshot, keys, max(self._slice_keys, -(-len(keys) // ticks)))
         for bucket, flat in parked.items():
             for key, state in zip(flat[::2], flat[1::2]):
                 self._encode_entry(pending, bucket, key, state)
@@ -153,31 +148,34 @@ class KeyedProcessing(PartOfSpu):
         """Encode what is left of the pending snapshot now and submit it (a gate every key may pass)."""
         pending = self._pending
         if pending is not None:
-            self._encode_keys(pending, pending.keys)
+            keys, pending.keys = pending.keys, set()
+            self._encode_keys(pending, keys)
             self._complete(pending)
 
     def _encode_slice(self, pending: PendingSnapshot) -> None:
         """The next `pending.slice` keys; the snapshot goes to the writer after its last one."""
         keys = pending.keys
         if len(keys) <= pending.slice:
-            self._encode_keys(pending, keys)
-            self._complete(pending)
+            self.finish_pending()
             return
         pop = keys.pop
-        self._encode_keys(pending, [pop() for _ in range(pending.slice)], taken=True)
+        self._encode_keys(pending, [pop() for _ in range(pending.slice)])
 
-    def _encode_keys(self, pending: PendingSnapshot, keys: Any, taken: bool = False) -> None:
-        """These pending keys' states, as their PEs hold them now (unchanged since the barrier)."""
+    def _encode_due(self, pending: PendingSnapshot, keys: Any) -> None:
+        """A gate: those of `keys` still pending are about to change: their states at the barrier first."""
+        due = pending.keys.intersection(keys)
+        if due:
+            pending.keys -= due
+            self._encode_keys(pending, due)
+
+    def _encode_keys(self, pending: PendingSnapshot, keys: Any) -> None:
+        """These keys' states, as their PEs hold them now (unchanged since the barrier); the caller has
+        taken them out of `pending.keys`."""
         get = self.pes.get
-        for key in list(keys):
+        for key in keys:
             pe = get(key)
             if pe is not None:  # gone: expired (parked, in its snapshot) or moved away since it changed
                 self._encode_pe(pending, key, pe)
-        if not taken:
-            if keys is pending.keys:
-                keys.clear()
-            else:
-                pending.keys.difference_update(keys)
 
     def _encode_pe(self, pending: PendingSnapshot, key: Any, pe: Any) -> None:
         state = pe.__dict__ if self.spu.state_is_dict else self._state_of(key, pe)
@@ -217,7 +215,7 @@ class KeyedProcessing(PartOfSpu):
                 pe = self.pes.create(key)
                 if state is not None:
                     pe.restore_state(dict(state))
-            self.pes.take_dirty()  # restored PEs equal the checkpoint: not dirty
+            self.pes.take_touched_keys()  # restored PEs equal the checkpoint: not dirty
             self.stats.pes = len(self.pes)
         else:
             self.spu.restore_instance(self.unit_name, self.pes.single())
@@ -273,11 +271,9 @@ class KeyedProcessing(PartOfSpu):
         pending = self._pending
         if pending is not None:  # this batch's keys still pending in a snapshot: their states at the barrier first
             try:
-                due = pending.keys.intersection(keys)
-            except TypeError:  # an unhashable key (it has no PE): look at the others one by one
-                due = {k for k in keys if getattr(k, "__hash__", None) is not None and k in pending.keys}
-            if due:
-                self._encode_keys(pending, due)
+                self._encode_due(pending, keys)
+            except TypeError:  # an unhashable key (it has no PE): the others
+                self._encode_due(pending, [k for k in keys if _hashable(k)])
         view = self._view
         view.source = source
         pes = self.pes.active
@@ -342,11 +338,8 @@ class KeyedProcessing(PartOfSpu):
         if pending is not None:  # one slice per tick: the encoding takes a bounded share of the SPU's time
             self._encode_slice(pending)
         if self.services.ticking and self._receiving is None:
-            pending = self._pending
-            if pending is not None:  # a tick may change the ticking PEs: their states at the barrier first
-                due = pending.keys.intersection(self.services.ticking)
-                if due:
-                    self._encode_keys(pending, due)
+            if self._pending is not None:  # a tick may change the ticking PEs: their states at the barrier first
+                self._encode_due(self._pending, self.services.ticking)
             self.ticks.tick(now)
         timeout = self.pes.idle_timeout
         if timeout is None or now - self._last_expiry_scan < min(timeout / 4, 1.0):
@@ -481,3 +474,11 @@ class KeyedProcessing(PartOfSpu):
         self.unit_ref.tell(
             HandoffFinished(receiving.reconfig_id, self.spu_id, "receiver", receiving.moved, receiving.paused)
         )
+
+
+def _hashable(key: Any) -> bool:
+    try:
+        hash(key)
+    except TypeError:
+        return False
+    return True

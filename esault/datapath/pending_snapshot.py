@@ -35,20 +35,14 @@ class PendingSnapshot:
 
     __slots__ = ("snapshot", "keys", "slice", "_entries", "_counts")
 
-    def __init__(self, snapshot: Snapshot, keys: set[Any], rows: dict[int, list] | None = None) -> None:
+    def __init__(self, snapshot: Snapshot, keys: set[Any], slice_keys: int) -> None:
         self.snapshot = snapshot
         self.keys = keys
-        self.slice = len(keys)  # keys encoded per slice (the SPU sets it)
         """Keys whose state at the barrier is not encoded yet."""
+        self.slice = slice_keys
+        """Keys encoded per slice."""
         self._entries: dict[int, list[bytes]] = {}  # bucket -> packed entries (key and state, each a blob)
         self._counts: dict[int, int] = {}  # bucket -> entries (key/state pairs) in it
-        for bucket, flat in (rows or {}).items():
-            for blob in flat:
-                self.add(bucket, blob)
-
-    @property
-    def epoch(self) -> int:
-        return self.snapshot.ack.epoch
 
     def add(self, bucket: int, entry: bytes) -> None:
         """One key's packed key and state (their msgpack bytes, concatenated) goes into `bucket`'s row."""

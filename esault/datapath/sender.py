@@ -110,12 +110,10 @@ class SenderActor(pykka.ThreadingActor):
             self.job.stats.register(stage.stats)
             stage.pe.open(self.context_of(stage.spec.name))
 
-    def finish_stages(self, only_fed: bool = False) -> None:
+    def finish_stages(self) -> None:
         """The input ended: each chained stage's finish(), in chain order (what one emits feeds the next
-        first). `only_fed`: a job restored after its input ended: only stages that processed input since."""
+        first)."""
         for stage in self.stages:
-            if only_fed and not stage.stats.processed:
-                continue
             try:
                 stage.pe.finish()
             except Exception as exc:
@@ -222,8 +220,9 @@ class SenderActor(pykka.ThreadingActor):
                                           f"esault-snapshots-{self.spu_id}", self.job.config.checkpoint_timeout)
         return self._writer
 
-    def new_snapshot(self, epoch: int, position: Any = None) -> Snapshot:
-        return Snapshot(CheckpointAck(epoch, self.spu_id, self.unit_name, self.cfg.instance, position))
+    def new_snapshot(self, epoch: int, position: Any = None, input_ended: bool = False) -> Snapshot:
+        return Snapshot(CheckpointAck(epoch, self.spu_id, self.unit_name, self.cfg.instance, position,
+                                      input_ended=input_ended))
 
     def save_state(self, state: Any, owner: str, fix: str = PE_FIX) -> bytes | None:
         """`state` encoded for a checkpoint or a key's move; None, after state_lost(), if it cannot be.

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import time
 from collections import deque
-from dataclasses import replace
 from random import getrandbits
 from typing import Any
 
@@ -407,9 +406,7 @@ class SpoutSpuActor(SenderActor):
         ended = due.may_finish and self.finished  # the source finished: nothing follows this barrier
         if ended:
             self.finish_stages()  # fused bolts emit their final output before the snapshot and the barrier
-        snapshot = self.new_snapshot(due.epoch, position)
-        if ended:
-            snapshot.ack = replace(snapshot.ack, input_ended=True)
+        snapshot = self.new_snapshot(due.epoch, position, input_ended=ended)
         self.snapshot_stages(snapshot)
         self.send_barrier(snapshot, ended)
         if due.final:

@@ -115,8 +115,9 @@ class Bolt:
         it emits is inside that last checkpoint, so exactly-once sinks commit it
         once and a restart from it does not emit it again. A stop before the
         sources finished (job.stop() mid-stream, stop-with-savepoint) does not
-        call it: a restart goes on with the state. A job restarted after its
-        input ended calls it again only for instances that received input since.
+        call it: a restart goes on with the state. A job restored from a
+        checkpoint taken after its input ended does not call it again, even
+        if its sources read new records (finished stays finished, as in Flink).
         Without checkpoints it runs when the job stops. Emit final results here,
         not in close(): under exactly_once, output after the last checkpoint is
         refused by exactly-once sinks. If it raises, the run fails.

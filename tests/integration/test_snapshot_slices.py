@@ -105,7 +105,7 @@ entries = st.lists(st.tuples(st.integers(0, 7), st.text(max_size=5), ints | st.l
 @settings(max_examples=100, deadline=None)
 @given(entries)
 def test_a_row_built_entry_by_entry_is_the_bytes_pack_entries_makes_of_the_whole_list(rows):
-    pending = PendingSnapshot(Snapshot(CheckpointAck(1, 1, "u", 0, None)), set())
+    pending = PendingSnapshot(Snapshot(CheckpointAck(1, 1, "u", 0, None)), set(), 1)
     expected: dict[int, list] = {}
     for bucket, key, state in rows:
         pending.add(bucket, encode(key) + encode(state))
