@@ -325,6 +325,22 @@ class CountOnFinish(Bolt):
         self.emit(self.key, self.count)
 
 
+class OwnProcessOnEvenKeys(CountOnFinish):
+    """PEs of keys ending in an even digit set a process() of their own in open(), which counts twice;
+    their state is only the count (a method is not state)."""
+
+    def open(self, context: Any) -> None:
+        self.count = 0
+        if int(str(self.key)[-1]) % 2 == 0:
+            self.process = self.count_twice
+
+    def count_twice(self, tup: Any) -> None:
+        self.count += 2
+
+    def snapshot_state(self) -> dict[str, Any]:
+        return {"count": self.count}
+
+
 class FinishFailsBolt(CountOnFinish):
     """Its finish() raises, as one whose final write finds the disk full."""
 
