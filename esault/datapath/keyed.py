@@ -40,7 +40,7 @@ from esault.messages.handoff import (
 )
 from esault.migration import handoff
 from esault.migration.handoff import GiverHandoff, HeldBatch, ReceiverHandoff, chunk_states
-from esault.transport.codec import decode, encode, encoder
+from esault.transport.codec import decode, encode, encoder, raw_encoder
 
 
 class KeyedProcessing(PartOfSpu):
@@ -75,6 +75,7 @@ class KeyedProcessing(PartOfSpu):
         self._input_ended = False
         self._slice_keys = self.job.config.snapshot_slice_keys
         self._packer = encoder()  # one Packer for every entry this SPU's snapshots encode
+        self._pack = raw_encoder()  # the same without the wrapper, for _encode_keys's loop
 
     def install(self, handlers: Handlers) -> None:
         """The receiver's messages of a key hand-off."""
@@ -170,12 +171,42 @@ class KeyedProcessing(PartOfSpu):
 
     def _encode_keys(self, pending: PendingSnapshot, keys: Any) -> None:
         """These keys' states, as their PEs hold them now (unchanged since the barrier); the caller has
-        taken them out of `pending.keys`."""
+        taken them out of `pending.keys`.
+
+        One loop with everything in locals: a word count's SPU encodes ~45k keys per checkpoint, and a
+        function call per step of a key was most of what the snapshot cost (docs/PERFORMANCE.md). A key
+        the loop cannot take as it is (a state that is not its `__dict__`, a key without a bucket, a value
+        msgpack refuses) goes the careful way, _encode_pe."""
         get = self.pes.get
+        if not self.spu.state_is_dict:
+            for key in keys:
+                pe = get(key)
+                if pe is not None:  # gone: expired (parked, in its snapshot) or moved away since it changed
+                    self._encode_pe(pending, key, pe)
+            return
+        active = self.pes.active.get
+        pack = self._pack
+        entries = pending.entries
+        rows = entries.get
         for key in keys:
-            pe = get(key)
-            if pe is not None:  # gone: expired (parked, in its snapshot) or moved away since it changed
+            pe = active(key)
+            if pe is None:
+                pe = get(key)  # an older generation, or gone
+                if pe is None:
+                    continue
+            bucket = pe._esault_bucket
+            try:
+                if bucket == NO_BUCKET:
+                    raise LookupError(bucket)
+                entry = pack(key) + pack(pe.__dict__)
+            except Exception:
                 self._encode_pe(pending, key, pe)
+                continue
+            row = rows(bucket)
+            if row is None:
+                entries[bucket] = [entry]
+            else:
+                row.append(entry)
 
     def _encode_pe(self, pending: PendingSnapshot, key: Any, pe: Any) -> None:
         state = pe.__dict__ if self.spu.state_is_dict else self._state_of(key, pe)

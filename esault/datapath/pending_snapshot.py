@@ -33,7 +33,7 @@ class PendingSnapshot:
 
     Pure bookkeeping; the SPU encodes (it alone may read its PEs)."""
 
-    __slots__ = ("snapshot", "keys", "slice", "_entries", "_counts")
+    __slots__ = ("snapshot", "keys", "slice", "entries")
 
     def __init__(self, snapshot: Snapshot, keys: set[Any], slice_keys: int) -> None:
         self.snapshot = snapshot
@@ -41,20 +41,19 @@ class PendingSnapshot:
         """Keys whose state at the barrier is not encoded yet."""
         self.slice = slice_keys
         """Keys encoded per slice."""
-        self._entries: dict[int, list[bytes]] = {}  # bucket -> packed entries (key and state, each a blob)
-        self._counts: dict[int, int] = {}  # bucket -> entries (key/state pairs) in it
+        self.entries: dict[int, list[bytes]] = {}
+        """bucket -> its packed entries, each one key's packed key and state (their msgpack bytes joined); the
+        SPU's encoding loop appends to it directly."""
 
     def add(self, bucket: int, entry: bytes) -> None:
         """One key's packed key and state (their msgpack bytes, concatenated) goes into `bucket`'s row."""
-        entries = self._entries.get(bucket)
+        entries = self.entries.get(bucket)
         if entries is None:
-            entries = self._entries[bucket] = []
-            self._counts[bucket] = 0
-        entries.append(entry)
-        self._counts[bucket] += 1
+            self.entries[bucket] = [entry]
+        else:
+            entries.append(entry)
 
     def rows(self) -> list[tuple[int, bytes]]:
         """The bucket rows: each as pack_entries([key, state, ...]) of its entries, in the order added."""
-        counts = self._counts
-        return [(bucket, array_header(2 * counts[bucket]) + b"".join(entries))
-                for bucket, entries in self._entries.items()]
+        return [(bucket, array_header(2 * len(entries)) + b"".join(entries))
+                for bucket, entries in self.entries.items()]

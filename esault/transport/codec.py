@@ -139,6 +139,13 @@ def encoder() -> Callable[[Any], bytes]:
     return encode_one
 
 
+def raw_encoder() -> Callable[[Any], bytes]:
+    """encoder() without its error wrapper: a reused Packer's own pack, one C call per value. It raises
+    msgpack's TypeError, ValueError or OverflowError: for a hot loop that sends what it refuses down a
+    careful path using encoder(). Not thread-safe: one per caller."""
+    return msgpack.Packer(use_bin_type=True, strict_types=True, default=_default, autoreset=True).pack
+
+
 def array_header(length: int) -> bytes:
     """The msgpack header of an array of `length` items: followed by the items' encodings, it is their
     list's encoding (a checkpoint row built from entries packed one by one)."""
