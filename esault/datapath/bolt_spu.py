@@ -41,7 +41,7 @@ from esault.messages.handoff import (
     PrepareGive,
     PrepareReceive,
 )
-from esault.datapath.pe_class import bucket_of_key, class_process, give_plain_dict, pe_class, state_is_instance_dict
+from esault.datapath.pe_class import bucket_of_key, pe_class, state_is_instance_dict
 from esault.datapath.pe_manager import PeManager
 from esault.datapath.pe_services import PeServices
 from esault.datapath.pe_ticks import PeTicks
@@ -72,10 +72,6 @@ class BoltSpuActor(SenderActor):
         self._pe_class = pe_class(spec.cls, self.emit_path, self._defer, self.services, self.stats) \
             if spec.per_key else None  # keyed SPUs only: one instance keeps its attributes (_make_pe)
         self.state_is_dict = state_is_instance_dict(spec.cls)  # a PE's __dict__ is its state (pe_class.py)
-        self._plain_dicts = spec.per_key and job.exactly_once  # snapshotted PEs: a dict of their own (pe_class.py)
-        self.pe_process = class_process(self._pe_class) if spec.per_key else None
-        """The PEs' process() as a plain function the PE loop calls as process(pe, tuple); None: call pe.process
-        (the class's is not a plain function, or a PE set its own)."""
         self.sampler = HashSampler(capacity=1024, every=_SAMPLE_EVERY)
         self._acks: dict[int, int] = {}
         self._early = EarlyMessages()
@@ -186,8 +182,6 @@ class BoltSpuActor(SenderActor):
             pe = self._pe_class(**self.spec.params)
             pe.key = key
             pe._esault_bucket = bucket_of_key(key)
-            if self._plain_dicts:
-                give_plain_dict(pe)
         else:
             pe = self.spec.instantiate()
             pe.key = key
@@ -197,9 +191,6 @@ class BoltSpuActor(SenderActor):
             pe._esault_spu = self.services
             pe._esault_stats = self.stats  # for counts a bolt keeps itself (a join's shed tuples)
         pe.open(self.context(key))
-        process = self.pe_process
-        if process is not None and getattr(pe.process, "__func__", None) is not process:
-            self.pe_process = None  # this PE has a process() of its own: every PE's is looked up
         parked = self.parked.keys
         if parked and key in parked:
             self.parked.unpark(key, pe)

@@ -308,7 +308,6 @@ class KeyedProcessing(PartOfSpu):
         view = self._view
         view.source = source
         pes = self.pes.active
-        process = self.spu.pe_process or _call_process  # the class's function: no method lookup per tuple
         for key, value in zip(keys, values):
             try:
                 pe = pes[key]
@@ -316,14 +315,13 @@ class KeyedProcessing(PartOfSpu):
                 pe = self._open_pe(key, value, source)
                 if pe is None:
                     continue
-                process = self.spu.pe_process or _call_process  # None once a PE has a process() of its own
             except TypeError:  # an unhashable key (a list, say): it has no PE
                 self.faults.give_up(key, value, TypeError(f"unhashable key type {type(key).__name__}"), "routing", 1)
                 continue
             view.key = key
             view.value = value
             try:
-                process(pe, view)
+                pe.process(view)
             except Exception as exc:
                 self.faults.retry(pe, view, key, value, source, exc)
         pe_table = self.pes
@@ -507,10 +505,6 @@ class KeyedProcessing(PartOfSpu):
         self.unit_ref.tell(
             HandoffFinished(receiving.reconfig_id, self.spu_id, "receiver", receiving.moved, receiving.paused)
         )
-
-
-def _call_process(pe: Any, view: Tuple) -> None:
-    pe.process(view)
 
 
 def _hashable(key: Any) -> bool:

@@ -10,8 +10,6 @@ checkpoint bucket are slots, outside that dict.
 
 from __future__ import annotations
 
-import inspect
-from types import FunctionType
 from typing import Any, Callable
 
 from esault.checkpoint.store import bucket_of
@@ -38,34 +36,6 @@ def pe_class(cls: type, emit: Callable[[Any, Any], None], defer: Callable[[], An
         "_esault_stats": stats,
     }
     return type(cls)(cls.__name__, (cls,), namespace)
-
-
-def give_plain_dict(pe: Any) -> None:
-    """Give `pe` a dict of its own for its attributes now, before its first snapshot reads `__dict__`.
-
-    Why: CPython 3.11 keeps a new instance's attributes inline, and the first
-    read of its `__dict__` (a snapshot's) turns them into a dict that shares
-    the class's keys (a split dict). Attribute loads and stores on such an
-    instance are not specialised (each takes the generic path), and while
-    some PEs are still inline and others split, the specialised ones keep
-    missing: a word count's process() and PE loop cost ~30 ns more per word
-    after its first checkpoint (docs/PERFORMANCE.md). A dict made by dict()
-    is an ordinary one, specialised like any, and the same for every PE.
-    Only PEs that will be snapshotted (exactly_once) get one: the rest keep
-    the inline attributes, a little faster still."""
-    try:
-        pe.__dict__ = dict(pe.__dict__)
-    except (AttributeError, TypeError):  # a class that forbids it keeps what it has
-        pass
-
-
-def class_process(cls: type) -> Callable[[Any, Any], Any] | None:
-    """`cls.process` as a plain function, called as `process(pe, tuple)`, or None when it is not one.
-
-    Why: a PE with a dict of its own (give_plain_dict) cannot have `pe.process` specialised in 3.11,
-    so the PE loop calls the class's function instead (one call, no method lookup per tuple)."""
-    fn = inspect.getattr_static(cls, "process", None)
-    return fn if isinstance(fn, FunctionType) else None
 
 
 def state_is_instance_dict(cls: type) -> bool:

@@ -1,5 +1,6 @@
-"""The PE loop calls the class's process() as a plain function (no method lookup per tuple); a PE that
-sets a process() of its own still has it called, from the tuple after the one that made it on."""
+"""A PE that sets a process() of its own has it called. A guard for the PE loop's speed work: calling the
+class's function instead of looking `pe.process` up per tuple (tried in #31, ~10 ns a word) must notice
+such a PE, even one made in the middle of a batch."""
 
 from __future__ import annotations
 

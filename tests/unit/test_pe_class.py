@@ -11,14 +11,7 @@ from hypothesis import strategies as st
 
 from esault import Bolt
 from esault.checkpoint.store import bucket_of
-from esault.datapath.pe_class import (
-    NO_BUCKET,
-    bucket_of_key,
-    class_process,
-    give_plain_dict,
-    pe_class,
-    state_is_instance_dict,
-)
+from esault.datapath.pe_class import NO_BUCKET, bucket_of_key, pe_class, state_is_instance_dict
 from esault.keyhash import key_hash
 from esault.windows import WindowBolt
 from esault.windows.assigners import Tumbling
@@ -112,39 +105,3 @@ def test_the_bucket_kept_on_a_pe_is_the_bucket_of_its_key_hash(key: Any) -> None
 
 def test_a_key_that_cannot_be_hashed_for_routing_has_no_bucket_yet() -> None:
     assert bucket_of_key(frozenset({1})) == NO_BUCKET
-
-
-def test_a_plain_dict_keeps_the_state_and_takes_what_the_pe_sets_later() -> None:
-    pe = make(Counter, [], start=2)
-    before = dict(pe.__dict__)
-    give_plain_dict(pe)
-    assert pe.__dict__ == before
-    pe.process(Tup("w", 3))
-    pe.extra = "later"
-    assert pe.__dict__ == {"start": 2, "count": 5, "seen": ["w"], "extra": "later"}
-    assert pe.snapshot_state() == pe.__dict__
-
-
-def test_a_class_that_forbids_a_new_dict_keeps_its_own() -> None:
-    class Fixed(Counter):
-        @property
-        def __dict__(self) -> dict:  # type: ignore[override]
-            return {"fixed": True}
-
-    pe = make(Fixed, [])
-    give_plain_dict(pe)  # no error: the property has no setter
-    assert pe.__dict__ == {"fixed": True}
-
-
-def test_the_pe_loop_calls_the_class_function_only_when_process_is_a_plain_function() -> None:
-    class Static(Bolt):
-        @staticmethod
-        def process(tup: Any) -> None:
-            pass
-
-    class Inherits(Counter):
-        pass
-
-    assert class_process(pe_class(Counter, print, print, None, None)) is Counter.process
-    assert class_process(pe_class(Inherits, print, print, None, None)) is Counter.process
-    assert class_process(pe_class(Static, print, print, None, None)) is None
