@@ -4,7 +4,7 @@ For key-grouped bolts every key gets its own Bolt instance (a processing
 element) whose attributes are that key's state. Lookup, insert and delete are
 O(1) dict operations.
 
-Idle expiry and checkpoint dirty tracking cost nothing per tuple. PEs live in generations: `active` holds
+Idle expiry costs nothing per tuple. PEs live in generations: `active` holds
 the PEs used since the last rotation, older generations those used only
 before. Each generation remembers when its latest batch ran (`used()` once per
 batch). Every `idle_timeout / 4` the active generation retires; a retired
@@ -13,23 +13,14 @@ used again leaves its old generation on its first tuple (a dict pop). So a PE
 expires after between idle_timeout and 1.25 x idle_timeout without a tuple,
 never earlier.
 
-Checkpoints need the keys whose PE ran since the last checkpoint (dirty keys):
-exactly the PEs in `active` plus those of generations retired since. So a
-checkpoint rotates the active generation too (`take_dirty()`): O(keys used
-in the epoch) per checkpoint, a set update per rotation, nothing per tuple.
-Checkpoints within one idle_timeout / 4 period share one generation (later
-ones merge into it), so checkpoints every second leave at most two
-generations per period: a key's lookup walks a handful of dicts, not one per
-checkpoint.
-
-Touched mode (`track_touched`, an exactly_once SPU): the SPU marks each
-batch's keys in a set (`touch_all`, one C-level set update per batch, ~15 ns a
-tuple) and a checkpoint takes that set (`take_touched_keys()`) instead of
-rotating `active`. Only exactly_once takes checkpoints, so the rotation's
-`take_dirty()` above has no caller in the runtime any more (its tests remain). Then no
-key misses `active` after a checkpoint: with the rotation, every key of the
-epoch missed once and was moved back (an exception and a dict walk per key,
-~2.5% of a word count's GIL at 2 s checkpoints, more at 1 s).
+Checkpoints need the keys whose PE ran since the last checkpoint (dirty keys).
+An exactly_once SPU (`track_touched`) marks each batch's keys in a set
+(`touch_all`, one C-level set update per batch) and a checkpoint takes that
+set (`take_touched_keys()`); expiry and moves take their keys out of it. A
+checkpoint leaves the generations as they are, so no key misses `active`
+after it. (Rotating `active` at each checkpoint instead, as esault once did,
+made every key of the epoch miss once and be moved back: ~2.5% of a word
+count's GIL at 2 s checkpoints.)
 """
 
 from __future__ import annotations
@@ -62,12 +53,10 @@ class PeManager:
         self._active_since = now
         self._active_used = float("-inf")
         self._retired: list[_Generation] = []  # oldest first
-        self._period_gen: _Generation | None = None  # retired by a checkpoint in the current period
         self._single: Any = None
-        self._dirty: dict[Any, Any] = {}  # key -> PE of generations retired since the last take_dirty()
         self.touched: set[Any] | None = set() if track_touched and per_key else None
-        """Keys used since the last take_dirty(), when the SPU marks them per batch (touch_all); then a
-        checkpoint does not rotate `active`, so no key misses it afterwards. None: the rotation finds them."""
+        """Keys of the batches (touch_all), ticks and new PEs since the last take_touched_keys(), less those
+        expired or moved away since. None: this SPU takes no checkpoints."""
 
     def __len__(self) -> int:
         if not self.per_key:
@@ -84,7 +73,7 @@ class PeManager:
         """The key's PE, or None. Does not count as use."""
         pe = self.active.get(key)
         if pe is None:
-            for gen in reversed(self._retired):  # a checkpoint's dirty keys are in the newest
+            for gen in reversed(self._retired):  # newest first: recently used keys are likelier
                 pe = gen.pes.get(key)
                 if pe is not None:
                     break
@@ -137,17 +126,13 @@ class PeManager:
         if now - self._active_since >= timeout / _GENERATIONS_PER_TIMEOUT:
             self._rotate()
             self._active_since = now
-            self._period_gen = None
         out: list[tuple[Any, Any]] = []
         cutoff = now - timeout
         keep = []
         for gen in self._retired:
             if gen.last_used <= cutoff:
                 out.extend(gen.pes.items())
-                if self._dirty:
-                    for key in gen.pes:
-                        self._dirty.pop(key, None)  # expired: its state is parked, not taken from the PE
-                if self.touched:
+                if self.touched:  # expired: its state is parked, not taken from the PE
                     self.touched.difference_update(gen.pes)
             elif gen.pes:
                 keep.append(gen)
@@ -156,60 +141,16 @@ class PeManager:
 
     def _rotate(self) -> None:
         if self.active:
-            if self.touched is None:
-                self._dirty.update(self.active)
             self._retired.append(_Generation(self.active, self._active_used))
             self.active = {}
 
-    def take_dirty(self) -> dict[Any, Any]:
-        """key -> PE of the PEs that ran since the previous call and are still here (not expired, not moved)."""
-        if self.touched is not None:
-            return self._take_touched()
-        return self._take_rotated()
-
     def take_touched_keys(self) -> set[Any]:
-        """Touched mode: the keys touched since the last take (some PEs may be gone since: expired, moved);
-        a fresh set marks the next ones. For a snapshot encoded in slices (get() finds each PE). Not in
-        touched mode: an empty set."""
+        """The keys touched since the last take; a fresh set marks the next ones. Look each PE up: a key
+        whose PE could not be made (its open() raised) is among them. Not in touched mode: an empty set."""
         if self.touched is None:
             return set()
         touched, self.touched = self.touched, set()
         return touched
-
-    def _take_touched(self) -> dict[Any, Any]:
-        """Touched mode: the PEs of the keys touched since the last call that are still here."""
-        touched, self.touched = self.touched, set()
-        active, out = self.active, {}
-        for key in touched:
-            pe = active.get(key)
-            if pe is None:
-                pe = self.get(key)  # an older generation (expiry rotated it), or gone (expired, moved)
-            if pe is not None:
-                out[key] = pe
-        return out
-
-    def _take_rotated(self) -> dict[Any, Any]:
-        """key -> PE of the PEs that ran since the previous call and are still here (not expired, not moved).
-
-        The PEs come with their keys, so a checkpoint looks nothing up."""
-        if self.idle_timeout is None and self._retired and self.active:
-            # No expiry: one retired generation is enough, so lookups never walk a growing list.
-            self._dirty.update(self.active)
-            self._retired[-1].pes.update(self.active)
-            self._retired[-1].last_used = self._active_used
-            self.active = {}
-        elif self.active and self._period_gen is not None and self._retired and self._retired[-1] is self._period_gen:
-            # A checkpoint earlier in this period retired a generation: these PEs join it. It expires
-            # with its latest use, so no PE expires early, and at most a period late (as before).
-            self._dirty.update(self.active)
-            self._period_gen.pes.update(self.active)
-            self._period_gen.last_used = max(self._period_gen.last_used, self._active_used)
-            self.active = {}
-        elif self.active:
-            self._rotate()
-            self._period_gen = self._retired[-1]
-        dirty, self._dirty = self._dirty, {}
-        return dirty
 
     def take_range(self, lo: int, hi: int) -> list[tuple[Any, Any]]:
         """Remove and return the PEs whose key hash lies in [lo, hi] (they move away). O(PEs)."""
@@ -218,8 +159,7 @@ class PeManager:
             moved = [k for k in pes if lo <= key_hash(k) <= hi]
             for key in moved:
                 out.append((key, pes.pop(key)))
-                self._dirty.pop(key, None)  # its state moves with it: the receiver checkpoints it
-                if self.touched is not None:
+                if self.touched is not None:  # its state moves with it: the receiver checkpoints it
                     self.touched.discard(key)
         return out
 
@@ -234,8 +174,6 @@ class PeManager:
     def clear(self) -> None:
         self.active.clear()
         self._retired.clear()
-        self._period_gen = None
-        self._dirty.clear()
         if self.touched is not None:
             self.touched.clear()
         self._single = None

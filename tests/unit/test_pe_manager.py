@@ -16,13 +16,14 @@ class Pe:
 
 
 def manager(now: float = 0.0, timeout: float | None = TIMEOUT) -> PeManager:
-    return PeManager(Pe, per_key=True, idle_timeout=timeout, now=now)
+    return PeManager(Pe, per_key=True, idle_timeout=timeout, now=now, track_touched=True)
 
 
 def use(pes: PeManager, key, now: float):
     """What the SPU's hot path does for one batch of one key."""
     pe = pes.active.get(key) or pes.wake_or_create(key)
     pes.used(now)
+    pes.touch_all([key])
     return pe
 
 
@@ -82,9 +83,9 @@ def test_expiry_is_never_early_and_late_by_at_most_a_quarter_timeout_and_two_sca
         if action == "scan":
             scan()
         elif action == "checkpoint":
-            taken = pes.take_dirty()
-            assert set(taken) == dirty
-            assert all(pes.get(k) is pe for k, pe in taken.items()), "each key comes with its current PE"
+            taken = pes.take_touched_keys()
+            assert taken == dirty
+            assert all(pes.get(k) is not None for k in taken), "each key still has its PE"
             dirty = set()
         else:
             use(pes, key, now)
@@ -103,10 +104,10 @@ def test_keys_that_moved_away_are_not_dirty_here_any_more():
     pes = manager()
     for key in ("x", "y"):
         use(pes, key, 0.0)
-    pes.idle(TIMEOUT / 4)  # the generation retires: x and y wait in the dirty set
+    pes.idle(TIMEOUT / 4)  # the generation retires: x and y are in an older generation, still dirty
     moved = pes.take_range(key_hash("x"), key_hash("x"))
     assert [k for k, _ in moved] == ["x"]
-    assert set(pes.take_dirty()) == {"y"}, "the receiver checkpoints x now; two SPUs writing it would race"
+    assert pes.take_touched_keys() == {"y"}, "the receiver checkpoints x now; two SPUs writing it would race"
 
 
 def test_take_range_finds_pes_in_every_generation():
@@ -128,36 +129,23 @@ def test_without_a_timeout_nothing_ever_expires():
 
 
 
-def test_take_dirty_returns_exactly_the_keys_used_since_the_previous_call():
-    made = []
-    pes = PeManager(lambda key: made.append(key) or object(), per_key=True, idle_timeout=60.0)
+def test_taking_the_touched_keys_expires_nothing_and_a_key_used_again_is_touched_again():
+    pes = PeManager(Pe, per_key=True, idle_timeout=60.0, track_touched=True)
     for key in ("a", "b"):
         pes.create(key)
-    assert set(pes.take_dirty()) == {"a", "b"}
-    assert pes.take_dirty() == {}
-    pes.wake_or_create("a")  # used again: back in the active generation
+    assert pes.take_touched_keys() == {"a", "b"}
+    assert pes.take_touched_keys() == set()
+    pes.touch("a")  # a tick changed it
     pes.create("c")
-    assert set(pes.take_dirty()) == {"a", "c"}
-    assert len(pes) == 3 and pes.get("b") is not None, "taking dirty keys expires nothing"
+    assert pes.take_touched_keys() == {"a", "c"}
+    assert len(pes) == 3 and pes.get("b") is not None, "taking the touched keys expires nothing"
 
 
-def test_take_dirty_without_expiry_keeps_one_retired_generation():
-    pes = PeManager(lambda key: object(), per_key=True, idle_timeout=None)
-    for round_ in range(5):
-        pes.create(f"k{round_}")
-        assert set(pes.take_dirty()) == {f"k{round_}"}
-    assert len(pes._retired) == 1 and len(pes) == 5
-
-
-def test_checkpoints_every_second_share_a_generation_per_quarter_timeout():
-    pes = manager()
-    for second in range(int(3 * TIMEOUT) * 4):
-        now = second / 4
-        use(pes, f"k{second}", now)  # a new key each time: no generation empties
-        pes.idle(now)
-        pes.take_dirty()
-    periods = 4 + 2  # live PEs span at most 1.25 timeout: 5 quarter-timeout periods, and the current one
-    assert len(pes._retired) <= 2 * periods, f"{len(pes._retired)} generations: one per checkpoint"
+def test_without_checkpoints_nothing_is_tracked():
+    pes = PeManager(Pe, per_key=True, idle_timeout=60.0)
+    pes.create("a")
+    pes.touch("a")
+    assert pes.touched is None and pes.take_touched_keys() == set()
 
 
 # --- touched mode (exactly_once): the batch's keys are marked, a checkpoint does not rotate `active` -----
@@ -205,25 +193,25 @@ def test_in_touched_mode_a_checkpoint_takes_exactly_the_keys_that_ran_and_are_st
             now += arg
             model.difference_update(k for k, _ in pes.idle(now))  # expired: parked, not taken from the PE
         elif kind == "checkpoint":
-            dirty = pes.take_dirty()
-            assert set(dirty) == model
-            assert all(dirty[k] is pes.get(k) for k in dirty)
+            dirty = pes.take_touched_keys()
+            assert dirty == model
+            assert all(pes.get(k) is not None for k in dirty)
             model = set()
-    assert set(pes.take_dirty()) == model
+    assert pes.take_touched_keys() == model
 
 
 def test_in_touched_mode_no_key_misses_active_after_a_checkpoint():
     pes = touched_manager(timeout=None)
     run_batch(pes, ["a", "b"], 0.0)
-    assert set(pes.take_dirty()) == {"a", "b"}
-    assert set(pes.active) == {"a", "b"}, "the rotation would have emptied active: every key would miss once"
+    assert pes.take_touched_keys() == {"a", "b"}
+    assert set(pes.active) == {"a", "b"}, "a rotation would have emptied active: every key would miss once"
     run_batch(pes, ["a"], 1.0)
-    assert set(pes.take_dirty()) == {"a"}
+    assert pes.take_touched_keys() == {"a"}
 
 
 def test_an_unhashable_key_in_a_batch_does_not_keep_the_others_from_being_marked():
     pes = touched_manager()
     pes.create("a")
-    pes.take_dirty()
+    pes.take_touched_keys()
     pes.touch_all(["a", ["not", "hashable"]])
-    assert set(pes.take_dirty()) == {"a"}
+    assert pes.take_touched_keys() == {"a"}

@@ -67,10 +67,10 @@ def test_under_exactly_once_a_pe_that_only_ticked_is_in_the_next_checkpoint():
 
     pes = PeManager(Ticking, per_key=True, idle_timeout=None, track_touched=True)
     pes.create("w")
-    assert set(pes.take_dirty()) == {"w"}
+    assert pes.take_touched_keys() == {"w"}
     services = PeServices(ManualClock())
     services.ticking.add("w")
     spec = SimpleNamespace(name="win", per_key=True, cls=Ticking)
     PeTicks(spec, pes, services, lambda *a, **k: None, lambda: None, "t").tick(1.0)
     assert pes.get("w").fired == 1
-    assert set(pes.take_dirty()) == {"w"}, "what the tick changed enters the next checkpoint"
+    assert pes.take_touched_keys() == {"w"}, "what the tick changed enters the next checkpoint"
