@@ -174,7 +174,7 @@ class KeyedProcessing(PartOfSpu):
         taken them out of `pending.keys`.
 
         One loop with everything in locals: a word count's SPU encodes ~45k keys per checkpoint, and a
-        function call per step of a key was most of what the snapshot cost (docs/PERFORMANCE.md). A key
+        function call per step of a key was a third of a key's cost (bench/snapshot_encode.py). A key
         the loop cannot take as it is (a state that is not its `__dict__`, a key without a bucket, a value
         msgpack refuses) goes the careful way, _encode_pe."""
         get = self.pes.get
@@ -195,11 +195,12 @@ class KeyedProcessing(PartOfSpu):
                 if pe is None:
                     continue
             bucket = pe._esault_bucket
+            if bucket == NO_BUCKET:  # found, or its error raised, the careful way
+                self._encode_pe(pending, key, pe)
+                continue
             try:
-                if bucket == NO_BUCKET:
-                    raise LookupError(bucket)
                 entry = pack(key) + pack(pe.__dict__)
-            except Exception:
+            except Exception:  # what msgpack refuses is reported the careful way
                 self._encode_pe(pending, key, pe)
                 continue
             row = rows(bucket)
