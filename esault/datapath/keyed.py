@@ -164,9 +164,8 @@ class KeyedProcessing(PartOfSpu):
 
     def _encode_due(self, pending: PendingSnapshot, keys: Any) -> None:
         """A gate: those of `keys` still pending are about to change: their states at the barrier first."""
-        due = pending.keys.intersection(keys)
+        due = pending.take_due(keys)
         if due:
-            pending.keys -= due
             self._encode_keys(pending, due)
 
     def _encode_keys(self, pending: PendingSnapshot, keys: Any) -> None:
@@ -302,10 +301,7 @@ class KeyedProcessing(PartOfSpu):
     def _process_keyed(self, source: str, keys: list[Any], values: list[Any]) -> None:
         pending = self._pending
         if pending is not None:  # this batch's keys still pending in a snapshot: their states at the barrier first
-            try:
-                self._encode_due(pending, keys)
-            except TypeError:  # an unhashable key (it has no PE): the others
-                self._encode_due(pending, [k for k in keys if _hashable(k)])
+            self._encode_due(pending, keys)
         view = self._view
         view.source = source
         pes = self.pes.active
@@ -506,11 +502,3 @@ class KeyedProcessing(PartOfSpu):
         self.unit_ref.tell(
             HandoffFinished(receiving.reconfig_id, self.spu_id, "receiver", receiving.moved, receiving.paused)
         )
-
-
-def _hashable(key: Any) -> bool:
-    try:
-        hash(key)
-    except TypeError:
-        return False
-    return True

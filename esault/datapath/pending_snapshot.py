@@ -45,6 +45,22 @@ class PendingSnapshot:
         """bucket -> its packed entries, each one key's packed key and state (their msgpack bytes joined); the
         SPU's encoding loop appends to it directly."""
 
+    def take_due(self, keys: Any) -> set[Any]:
+        """Those of `keys` still pending, taken out: their states must be encoded before they change.
+        A key that cannot be hashed has no PE, so it is never pending."""
+        try:
+            due = self.keys.intersection(keys)
+        except TypeError:  # one C-level intersection per batch; only a batch with such a key walks it
+            due = set()
+            for key in keys:
+                try:
+                    if key in self.keys:
+                        due.add(key)
+                except TypeError:
+                    pass
+        self.keys -= due
+        return due
+
     def add(self, bucket: int, entry: bytes) -> None:
         """One key's packed key and state (their msgpack bytes, concatenated) goes into `bucket`'s row."""
         entries = self.entries.get(bucket)

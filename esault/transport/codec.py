@@ -128,11 +128,11 @@ def encode(value: Any) -> bytes:
 def encoder() -> Callable[[Any], bytes]:
     """encode() for many values in a row, on one thread: one msgpack Packer reused (its buffer stays
     grown), about twice as fast for a checkpoint's many small rows. Not thread-safe: one per caller."""
-    packer = msgpack.Packer(use_bin_type=True, strict_types=True, default=_default, autoreset=True)
+    pack = raw_encoder()
 
     def encode_one(value: Any) -> bytes:
         try:
-            return packer.pack(value)
+            return pack(value)
         except (TypeError, ValueError, OverflowError) as exc:
             raise SerializationError(f"cannot encode {_describe_bad(value) or exc}") from None
 
