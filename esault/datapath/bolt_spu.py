@@ -72,6 +72,7 @@ class BoltSpuActor(SenderActor):
         self._pe_class = pe_class(spec.cls, self.emit_path, self._defer, self.services, self.stats) \
             if spec.per_key else None  # keyed SPUs only: one instance keeps its attributes (_make_pe)
         self.state_is_dict = state_is_instance_dict(spec.cls)  # a PE's __dict__ is its state (pe_class.py)
+        self.read_state = None if self._pe_class is None else self._pe_class._esault_read_state  # state slots
         self.sampler = HashSampler(capacity=1024, every=_SAMPLE_EVERY)
         self._acks: dict[int, int] = {}
         self._early = EarlyMessages()

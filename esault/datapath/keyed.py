@@ -184,6 +184,7 @@ class KeyedProcessing(PartOfSpu):
                     self._encode_pe(pending, key, pe)
             return
         active = self.pes.active.get
+        read = self.spu.read_state  # None: the state is the PE's __dict__
         pack = self._pack
         entries = pending.entries
         rows = entries.get
@@ -198,7 +199,7 @@ class KeyedProcessing(PartOfSpu):
                 self._encode_pe(pending, key, pe)
                 continue
             try:
-                entry = pack(key) + pack(pe.__dict__)
+                entry = pack(key) + pack(pe.__dict__ if read is None else read(pe))
             except Exception:  # what msgpack refuses is reported the careful way
                 self._encode_pe(pending, key, pe)
                 continue
@@ -209,7 +210,7 @@ class KeyedProcessing(PartOfSpu):
                 row.append(entry)
 
     def _encode_pe(self, pending: PendingSnapshot, key: Any, pe: Any) -> None:
-        state = pe.__dict__ if self.spu.state_is_dict else self._state_of(key, pe)
+        state = pe.__dict__ if self.spu.state_is_dict and self.spu.read_state is None else self._state_of(key, pe)
         bucket = pe._esault_bucket  # the key's, kept since its PE was made (datapath/pe_class.py)
         if bucket == NO_BUCKET:
             bucket = bucket_of(key_hash(key))

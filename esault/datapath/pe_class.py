@@ -1,11 +1,12 @@
 """The class a keyed SPU makes its PEs from: the user's bolt class, with the runtime's attributes on the class.
 
 Why: every PE of one SPU shares the same emit path, deferral, services and stats,
-so they live on a per-SPU subclass instead of in each PE's `__dict__`. A PE's
-`__dict__` is then exactly its state (Bolt.snapshot_state's "every public
-attribute"): a checkpoint packs it as it is, with no copy and no pops per changed
-key, and a new PE costs two attribute stores instead of six. The PE's key and its
-checkpoint bucket are slots, outside that dict.
+so they live on a per-SPU subclass instead of in each PE's `__dict__`: nothing of
+the runtime's is in a PE's state, a checkpoint packs it with no copy and no pops
+per changed key, and a new PE costs two attribute stores instead of six. The PE's
+key and its checkpoint bucket are slots. So are the attributes the bolt's own
+methods store, when the class keeps the default state methods (state_slots.py):
+the state is then those slots plus the `__dict__`, which holds anything else.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from __future__ import annotations
 from typing import Any, Callable
 
 from esault.checkpoint.store import bucket_of
+from esault.datapath.state_slots import slot_state_methods, state_slots
 from esault.dsl.bolt import Bolt
 from esault.keyhash import key_hash
 
@@ -23,9 +25,13 @@ or the error raised, when its state is saved."""
 
 def pe_class(cls: type, emit: Callable[[Any, Any], None], defer: Callable[[], Any], services: Any,
              stats: Any) -> type:
-    """A subclass of the user's `cls` (same name, module and behaviour) holding one SPU's runtime attributes."""
+    """A subclass of the user's `cls` (same name, module and behaviour) holding one SPU's runtime attributes.
+
+    Its `_esault_read_state` is None when a PE's state is its `__dict__` as it is, else the reader of its
+    state slots (state_slots.py)."""
+    slots = state_slots(cls)
     namespace = {
-        "__slots__": ("key", "_esault_bucket"),
+        "__slots__": ("key", "_esault_bucket", *slots),
         "__module__": cls.__module__,
         "__qualname__": cls.__qualname__,
         "__doc__": cls.__doc__,
@@ -34,12 +40,16 @@ def pe_class(cls: type, emit: Callable[[Any, Any], None], defer: Callable[[], An
         "_esault_defer": staticmethod(defer),
         "_esault_spu": services,
         "_esault_stats": stats,
+        "_esault_read_state": None,
     }
+    if slots:
+        namespace.update(slot_state_methods(slots))
     return type(cls)(cls.__name__, (cls,), namespace)
 
 
 def state_is_instance_dict(cls: type) -> bool:
-    """True when a PE's state is its `__dict__` as it is: the class keeps Bolt's snapshot_state()."""
+    """True when the runtime reads a PE's state itself (its `__dict__`, and its state slots if it has any):
+    the class keeps Bolt's snapshot_state()."""
     return getattr(cls, "snapshot_state", None) is Bolt.snapshot_state
 
 

@@ -9,7 +9,7 @@ from esault.dsl.context import TopologyContext
 from esault.dsl.tuple import Tuple
 
 
-_FRAMEWORK = ("key", "emit", "_esault_emit", "_esault_defer", "_esault_spu", "_esault_stats")
+RUNTIME_ATTRIBUTES = ("key", "emit", "_esault_emit", "_esault_defer", "_esault_spu", "_esault_stats")
 """Instance attributes the runtime sets on a PE; they are not the user's state."""
 
 
@@ -168,9 +168,12 @@ class Bolt:
 
         Values must be msgpack-serialisable (str, bytes, numbers, bool, None,
         lists, dicts): override with restore_state() for anything else.
+        A keyed PE that keeps both defaults holds the attributes its methods
+        store in slots (datapath/state_slots.py): its state is read by the
+        runtime, so read your own by name, not through `__dict__` or vars().
         """
         state = self.__dict__.copy()  # a copy and four pops: a checkpoint calls this for every changed key
-        for name in _FRAMEWORK:
+        for name in RUNTIME_ATTRIBUTES:
             state.pop(name, None)
         return state
 

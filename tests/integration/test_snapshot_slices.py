@@ -31,13 +31,16 @@ ITEMS = 24000
 
 
 class HistoryBolt(Bolt):
-    """Per key: every value it saw, in order, in a list it appends to (a state changed in place)."""
+    """Per key: every value it saw, in order, in a list it appends to (a state changed in place), and the
+    last one stored under a computed name: `seen` is a state slot, `last` in the PE's __dict__
+    (datapath/state_slots.py); a snapshot must hold both as at the barrier."""
 
     def open(self, context: Any) -> None:
         self.seen = []
 
     def process(self, tup: Any) -> None:
         self.seen.append(tup.value)
+        setattr(self, "la" + "st", tup.value)  # noqa: B010 - a computed name: not a slot
 
 
 class PacedListSpout(ListSpout):
@@ -79,9 +82,11 @@ def test_every_checkpoint_holds_each_key_as_at_its_barrier_while_slices_interlea
             states = store.read_range("hist", done.epoch, 0, KEY_SPACE_MAX)
             for key, indices in per_key.items():
                 expected = indices[:bisect.bisect_left(indices, position)]
-                got = (states.get(key) or {}).get("seen", [])
+                state = states.get(key) or {}
+                got = state.get("seen", [])
                 assert got == expected, (f"checkpoint {done.epoch} (spout at {position}): {key} holds "
                                          f"{got[-3:]} at its end, expected {expected[-3:]}")
+                assert state.get("last") == (expected[-1] if expected else None), (done.epoch, key, state)
             checked.add(done.epoch)
 
     try:

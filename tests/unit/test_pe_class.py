@@ -1,4 +1,4 @@
-"""The per-SPU PE class (esault/datapath/pe_class.py): a PE's __dict__ is its state, nothing of the runtime's."""
+"""The per-SPU PE class (esault/datapath/pe_class.py): a PE's state is the user's attributes, nothing of the runtime's."""
 
 from __future__ import annotations
 
@@ -63,21 +63,22 @@ def test_a_pe_keeps_its_class_name_and_behaviour_and_emits_through_the_spu_path(
     assert pe._esault_defer() == "anchor" and pe._esault_spu == "services" and pe._esault_stats == "stats"
 
 
-def test_a_pe_dict_holds_only_the_user_state_so_the_default_snapshot_is_the_dict() -> None:
+def test_a_pe_state_holds_only_the_user_attributes_and_the_checkpoint_reader_agrees() -> None:
     pe = make(Counter, [], start=1)
     pe.process(Tup("w", 1))
-    assert pe.__dict__ == {"start": 1, "count": 2, "seen": ["w"]}
-    assert pe.snapshot_state() == pe.__dict__
-    assert pe.key == "w"  # a slot: not state
+    assert pe.snapshot_state() == {"start": 1, "count": 2, "seen": ["w"]}
+    assert type(pe)._esault_read_state(pe) == pe.snapshot_state()
+    assert pe.__dict__ == {}  # every attribute Counter stores is a slot (datapath/state_slots.py)
+    assert pe.key == "w"  # a slot too, but not state
 
 
-def test_a_packed_dict_restores_to_an_equal_pe() -> None:
+def test_a_packed_state_restores_to_an_equal_pe() -> None:
     pe = make(Counter, [], start=3)
     pe.process(Tup("w", 4))
-    blob = msgpack.packb(pe.__dict__)
+    blob = msgpack.packb(type(pe)._esault_read_state(pe))
     again = make(Counter, [])
     again.restore_state(msgpack.unpackb(blob))
-    assert again.__dict__ == pe.__dict__
+    assert again.snapshot_state() == pe.snapshot_state() == {"start": 3, "count": 7, "seen": ["w"]}
 
 
 def test_only_a_class_that_keeps_the_default_snapshot_is_packed_as_its_dict() -> None:
