@@ -62,7 +62,8 @@ def encoding_part(cls: type, keys: list[str]) -> KeyedProcessing:
     for key in keys:
         pes.create(key)
     part = KeyedProcessing.__new__(KeyedProcessing)
-    part.pes, part.spu = pes, SimpleNamespace(state_is_dict=True)
+    part.pes, part.spu = pes, SimpleNamespace(state_is_dict=True, read_state=klass._esault_read_state)
+    part._state_of = lambda key, pe: pe.snapshot_state()  # the careful path of a PE with state slots
     part._packer, part._pack = encoder(), raw_encoder()
     return part
 
