@@ -305,7 +305,10 @@ class KeyedProcessing(PartOfSpu):
             self._encode_due(pending, keys)
         view = self._view
         view.source = source
-        pes = self.pes.active
+        pe_table = self.pes
+        pes = pe_table.active
+        period = pe_table.period  # None unless exactly_once: no PE is stamped with anything else then
+        marked = pe_table.marked.append
         for key, value in zip(keys, values):
             try:
                 pe = pes[key]
@@ -316,16 +319,16 @@ class KeyedProcessing(PartOfSpu):
             except TypeError:  # an unhashable key (a list, say): it has no PE
                 self.faults.give_up(key, value, TypeError(f"unhashable key type {type(key).__name__}"), "routing", 1)
                 continue
+            if pe._esault_mark is not period:  # its first tuple since the checkpoint: dirty (PeManager.mark)
+                pe._esault_mark = period
+                marked(key)
             view.key = key
             view.value = value
             try:
                 pe.process(view)
             except Exception as exc:
                 self.faults.retry(pe, view, key, value, source, exc)
-        pe_table = self.pes
         pe_table.used(self.job.clock.now())
-        if pe_table.touched is not None:  # exactly_once: the batch's keys are dirty (PeManager's touched mode)
-            pe_table.touch_all(keys)
         self.sampler.record_many(keys)
 
     def _process_single(self, source: str, keys: list[Any], values: list[Any]) -> None:

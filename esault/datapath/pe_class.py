@@ -3,10 +3,11 @@
 Why: every PE of one SPU shares the same emit path, deferral, services and stats,
 so they live on a per-SPU subclass instead of in each PE's `__dict__`: nothing of
 the runtime's is in a PE's state, a checkpoint packs it with no copy and no pops
-per changed key, and a new PE costs two attribute stores instead of six. The PE's
-key and its checkpoint bucket are slots. So are the attributes the bolt's own
-methods store, when the class keeps the default state methods (state_slots.py):
-the state is then those slots plus the `__dict__`, which holds anything else.
+per changed key, and a new PE costs three attribute stores instead of six. The
+PE's key, its checkpoint bucket and its dirty stamp (pe_manager.py) are slots.
+So are the attributes the bolt's own methods store, when the class keeps the
+default state methods (state_slots.py): the state is then those slots plus the
+`__dict__`, which holds anything else.
 """
 
 from __future__ import annotations
@@ -31,7 +32,7 @@ def pe_class(cls: type, emit: Callable[[Any, Any], None], defer: Callable[[], An
     state slots (state_slots.py)."""
     slots = state_slots(cls)
     namespace = {
-        "__slots__": ("key", "_esault_bucket", *slots),
+        "__slots__": ("key", "_esault_bucket", "_esault_mark", *slots),
         "__module__": cls.__module__,
         "__qualname__": cls.__qualname__,
         "__doc__": cls.__doc__,

@@ -14,10 +14,15 @@ expires after between idle_timeout and 1.25 x idle_timeout without a tuple,
 never earlier.
 
 Checkpoints need the keys whose PE ran since the last checkpoint (dirty keys).
-An exactly_once SPU (`track_touched`) marks each batch's keys in a set
-(`touch_all`, one C-level set update per batch) and a checkpoint takes that
-set (`take_touched_keys()`); expiry and moves take their keys out of it. A
-checkpoint leaves the generations as they are, so no key misses `active`
+An exactly_once SPU (`track_touched`) has a `period` token, new at every
+checkpoint: the batch loop stamps a PE with it when it runs the PE first in
+the period, and lists its key in `marked` then (`mark()` says the same for
+callers outside the loop); ticks, new PEs and the end of input add keys to
+`touched`. A checkpoint takes both (`take_touched_keys()`), less the keys
+whose PE expired or moved away since. Why stamps: a set update per tuple
+cost a word count ~60 ns a word in cache misses on a 100k-key set (8% of
+the workers' GIL); a stamp check on the PE the loop holds anyway costs ~5.
+A checkpoint leaves the generations as they are, so no key misses `active`
 after it. (Rotating `active` at each checkpoint instead, as esault once did,
 made every key of the epoch miss once and be moved back: ~2.5% of a word
 count's GIL at 2 s checkpoints.)
@@ -54,9 +59,14 @@ class PeManager:
         self._active_used = float("-inf")
         self._retired: list[_Generation] = []  # oldest first
         self._single: Any = None
-        self.touched: set[Any] | None = set() if track_touched and per_key else None
-        """Keys of the batches (touch_all), ticks and new PEs since the last take_touched_keys(), less those
-        expired or moved away since. None: this SPU takes no checkpoints."""
+        tracking = track_touched and per_key
+        self.touched: set[Any] | None = set() if tracking else None
+        """Keys of ticks, new PEs and the end of input since the last take_touched_keys(). None: this SPU
+        takes no checkpoints."""
+        self.period: object | None = object() if tracking else None
+        """The stamp of PEs run since the last take_touched_keys() (`_esault_mark`); None: no tracking."""
+        self.marked: list[Any] = []
+        """Keys of the PEs stamped with `period`, each once per PE; the batch loop appends to it."""
 
     def __len__(self) -> int:
         if not self.per_key:
@@ -79,16 +89,11 @@ class PeManager:
                     break
         return pe
 
-    def touch_all(self, keys: list[Any]) -> None:
-        """A batch ran for these keys (touched mode): they are dirty. One C-level set update per batch."""
-        try:
-            self.touched.update(keys)  # type: ignore[union-attr]
-        except TypeError:  # an unhashable key has no PE: mark the others
-            for key in keys:
-                try:
-                    self.touched.add(key)  # type: ignore[union-attr]
-                except TypeError:
-                    pass
+    def mark(self, key: Any, pe: Any) -> None:
+        """`pe` (the PE of `key`) ran: what the batch loop does inline for each tuple (keyed.py)."""
+        if pe._esault_mark is not self.period:
+            pe._esault_mark = self.period
+            self.marked.append(key)
 
     def touch(self, key: Any) -> None:
         """`key`'s PE ran outside a batch (a tick, the end of input): it is dirty."""
@@ -108,6 +113,7 @@ class PeManager:
     def create(self, key: Any) -> Any:
         self.touch(key)
         pe = self._make_pe(key)
+        pe._esault_mark = None  # not run yet in any period
         self.active[key] = pe
         return pe
 
@@ -131,9 +137,7 @@ class PeManager:
         keep = []
         for gen in self._retired:
             if gen.last_used <= cutoff:
-                out.extend(gen.pes.items())
-                if self.touched:  # expired: its state is parked, not taken from the PE
-                    self.touched.difference_update(gen.pes)
+                out.extend(gen.pes.items())  # expired: its state is parked, not taken from the PE
             elif gen.pes:
                 keep.append(gen)
         self._retired = keep
@@ -145,12 +149,20 @@ class PeManager:
             self.active = {}
 
     def take_touched_keys(self) -> set[Any]:
-        """The keys touched since the last take; a fresh set marks the next ones. Look each PE up: a key
-        whose PE could not be made (its open() raised) is among them. Not in touched mode: an empty set."""
+        """The keys whose PE ran or was made since the last take and is still here (one that expired is in
+        its parked state, one that moved away is the receiver's to save); a new period starts. Not in
+        touched mode: an empty set. O(keys taken)."""
         if self.touched is None:
             return set()
-        touched, self.touched = self.touched, set()
-        return touched
+        keys, self.touched = self.touched, set()
+        keys.update(self.marked)
+        self.marked = []
+        self.period = object()
+        if self._retired:
+            get = self.get
+            return {key for key in keys if get(key) is not None}
+        active = self.active
+        return {key for key in keys if key in active}
 
     def take_range(self, lo: int, hi: int) -> list[tuple[Any, Any]]:
         """Remove and return the PEs whose key hash lies in [lo, hi] (they move away). O(PEs)."""
@@ -158,9 +170,7 @@ class PeManager:
         for pes in [self.active] + [g.pes for g in self._retired]:
             moved = [k for k in pes if lo <= key_hash(k) <= hi]
             for key in moved:
-                out.append((key, pes.pop(key)))
-                if self.touched is not None:  # its state moves with it: the receiver checkpoints it
-                    self.touched.discard(key)
+                out.append((key, pes.pop(key)))  # its state moves with it: the receiver checkpoints it
         return out
 
     def items(self) -> Iterator[tuple[Any, Any]]:
@@ -176,4 +186,6 @@ class PeManager:
         self._retired.clear()
         if self.touched is not None:
             self.touched.clear()
+            self.marked = []
+            self.period = object()
         self._single = None

@@ -23,7 +23,7 @@ def use(pes: PeManager, key, now: float):
     """What the SPU's hot path does for one batch of one key."""
     pe = pes.active.get(key) or pes.wake_or_create(key)
     pes.used(now)
-    pes.touch_all([key])
+    pes.mark(key, pe)
     return pe
 
 
@@ -157,10 +157,11 @@ def touched_manager(timeout: float | None = TIMEOUT) -> PeManager:
 def run_batch(pes: PeManager, keys: list, now: float) -> None:
     """What KeyedProcessing does for one batch."""
     for key in keys:
-        if pes.active.get(key) is None:
-            pes.wake_or_create(key)
+        pe = pes.active.get(key)
+        if pe is None:
+            pe = pes.wake_or_create(key)
+        pes.mark(key, pe)
     pes.used(now)
-    pes.touch_all(keys)
 
 
 @settings(max_examples=200, deadline=None)
@@ -209,9 +210,25 @@ def test_in_touched_mode_no_key_misses_active_after_a_checkpoint():
     assert pes.take_touched_keys() == {"a"}
 
 
-def test_an_unhashable_key_in_a_batch_does_not_keep_the_others_from_being_marked():
+def test_a_pe_made_again_after_it_expired_is_marked_again_in_the_same_period():
+    """The stamp is on the PE: a new PE of a key already listed this period is listed again, and the key is
+    taken once, from the PE that is here now."""
     pes = touched_manager()
-    pes.create("a")
-    pes.take_touched_keys()
-    pes.touch_all(["a", ["not", "hashable"]])
+    run_batch(pes, ["a"], 0.0)
+    expired = pes.idle(2 * TIMEOUT)
+    assert [k for k, _ in expired] == ["a"]
+    assert pes.take_touched_keys() == set(), "an expired key's state is parked, not taken from its PE"
+    run_batch(pes, ["a"], 3 * TIMEOUT)
+    first = pes.get("a")
+    pes.idle(5 * TIMEOUT)
+    run_batch(pes, ["a"], 6 * TIMEOUT)  # made again in the same period: a fresh PE, unstamped
+    assert pes.get("a") is not first
     assert pes.take_touched_keys() == {"a"}
+    assert pes.take_touched_keys() == set()
+
+
+def test_without_tracking_nothing_is_listed_and_no_pe_is_stamped():
+    pes = PeManager(Pe, per_key=True, idle_timeout=None, track_touched=False)
+    pe = pes.create("a")
+    pes.mark("a", pe)
+    assert pes.period is None and pes.marked == [] and pe._esault_mark is None
