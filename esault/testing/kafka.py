@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from esault.errors import ConfigError
+from esault.testing import wait_until
 
 __all__ = ["BROKER_BIN_ENV", "KafkaBroker", "tansu_binary"]
 
@@ -140,8 +141,23 @@ class KafkaBroker:
         return self._log.read().decode("utf-8", "replace")[-4000:]
 
     def pause(self) -> None:
+        """SIGSTOP the broker and return once the kernel says it is stopped: a thread of it may still be
+        finishing a system call when the signal is sent, and a request it answered then would land in an
+        outage a test meant to be total."""
         assert self.process is not None
         self.process.send_signal(signal.SIGSTOP)
+        wait_until(lambda: self.state().startswith("T"), 5.0, interval=0.001,
+                   message=f"the tansu broker at {self.bootstrap} stopped after SIGSTOP")
+
+    def state(self) -> str:
+        """The broker process's scheduler state from /proc ("T (stopped)" while paused), for test reports."""
+        if self.process is None:
+            return "no process"
+        try:
+            with open(f"/proc/{self.process.pid}/status") as status:
+                return next((line.split(":", 1)[1].strip() for line in status if line.startswith("State:")), "?")
+        except OSError as exc:
+            return f"unreadable: {exc}"
 
     def resume(self) -> None:
         assert self.process is not None

@@ -206,7 +206,10 @@ def test_a_broker_that_stops_answering_inside_a_transaction_delays_its_commit_an
     p.stage_epoch(1, records("a", "b")).result(10)
     with caplog.at_level("WARNING", logger="esault.connectors.kafka"):
         p.publish_through(1).result(60)
-    assert resumed.is_set() and p.published == [1], "the publish gave its transaction up"
+    assert resumed.is_set() and p.published == [1], (
+        f"the publish gave its transaction up, or the broker answered while stopped: published "
+        f"{p.published}, outage over: {resumed.is_set()}, broker process state: {out.state()!r}, "
+        f"log: {caplog.text!r}")
     assert "epoch 1 waits for the broker" in caplog.text
     p.publish_through(1).result(10)  # what a later completion does: nothing left to publish
     p.close(10)
