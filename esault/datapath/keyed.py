@@ -109,7 +109,7 @@ class KeyedProcessing(PartOfSpu):
         self.stats.close_errors += self.spu.wake_parked("finish")
         for key, pe in list(self.pes.items()):
             self._finish(key, pe)
-            self.pes.touch(key)
+            self.pes.mark(key, pe)
 
     def _finish(self, key: Any, pe: Any) -> None:
         try:
@@ -174,8 +174,8 @@ class KeyedProcessing(PartOfSpu):
 
         One loop with everything in locals: a word count's SPU encodes ~45k keys per checkpoint, and a
         function call per step of a key was a third of a key's cost (bench/snapshot_encode.py). A key
-        the loop cannot take as it is (a state that is not its `__dict__`, a key without a bucket, a value
-        msgpack refuses) goes the careful way, _encode_pe."""
+        the loop cannot take as it is (a state the bolt makes itself, a state slot unset, a key without a
+        bucket, a value msgpack refuses) goes the careful way, _encode_pe."""
         get = self.pes.get
         if not self.spu.state_is_dict:
             for key in keys:

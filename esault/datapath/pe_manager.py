@@ -15,11 +15,11 @@ never earlier.
 
 Checkpoints need the keys whose PE ran since the last checkpoint (dirty keys).
 An exactly_once SPU (`track_touched`) has a `period` token, new at every
-checkpoint: the batch loop stamps a PE with it when it runs the PE first in
-the period, and lists its key in `marked` then (`mark()` says the same for
-callers outside the loop); ticks, new PEs and the end of input add keys to
-`touched`. A checkpoint takes both (`take_touched_keys()`), less the keys
-whose PE expired or moved away since. Why stamps: a set update per tuple
+checkpoint: a PE that runs (a batch, a tick, finish()) or is made is stamped
+with it the first time in the period, and its key listed in `marked` then
+(`mark()`; the batch loop does the same inline). A checkpoint takes the
+listed keys (`take_touched_keys()`), less those whose PE expired or moved
+away since. Why stamps: a set update per tuple
 cost a word count ~60 ns a word in cache misses on a 100k-key set (8% of
 the workers' GIL); a stamp check on the PE the loop holds anyway costs ~5.
 A checkpoint leaves the generations as they are, so no key misses `active`
@@ -59,12 +59,9 @@ class PeManager:
         self._active_used = float("-inf")
         self._retired: list[_Generation] = []  # oldest first
         self._single: Any = None
-        tracking = track_touched and per_key
-        self.touched: set[Any] | None = set() if tracking else None
-        """Keys of ticks, new PEs and the end of input since the last take_touched_keys(). None: this SPU
-        takes no checkpoints."""
-        self.period: object | None = object() if tracking else None
-        """The stamp of PEs run since the last take_touched_keys() (`_esault_mark`); None: no tracking."""
+        self.period: object | None = object() if track_touched and per_key else None
+        """The stamp of PEs run since the last take_touched_keys() (`_esault_mark`); None: this SPU takes no
+        checkpoints, and no PE is ever stamped."""
         self.marked: list[Any] = []
         """Keys of the PEs stamped with `period`, each once per PE; the batch loop appends to it."""
 
@@ -90,15 +87,10 @@ class PeManager:
         return pe
 
     def mark(self, key: Any, pe: Any) -> None:
-        """`pe` (the PE of `key`) ran: what the batch loop does inline for each tuple (keyed.py)."""
+        """`pe` (the PE of `key`) ran or was made: it is dirty. The batch loop does this inline (keyed.py)."""
         if pe._esault_mark is not self.period:
             pe._esault_mark = self.period
             self.marked.append(key)
-
-    def touch(self, key: Any) -> None:
-        """`key`'s PE ran outside a batch (a tick, the end of input): it is dirty."""
-        if self.touched is not None:
-            self.touched.add(key)
 
     def wake_or_create(self, key: Any) -> Any:
         """The PE of a key missing from `active`: moved back from an older generation, or created."""
@@ -106,14 +98,14 @@ class PeManager:
             pe = gen.pes.pop(key, None)
             if pe is not None:
                 self.active[key] = pe
-                self.touch(key)
+                self.mark(key, pe)
                 return pe
         return self.create(key)
 
     def create(self, key: Any) -> Any:
-        self.touch(key)
         pe = self._make_pe(key)
-        pe._esault_mark = None  # not run yet in any period
+        pe._esault_mark = None  # in no period yet
+        self.mark(key, pe)  # new: dirty (a moved-in key's state is the receiver's to save)
         self.active[key] = pe
         return pe
 
@@ -152,10 +144,9 @@ class PeManager:
         """The keys whose PE ran or was made since the last take and is still here (one that expired is in
         its parked state, one that moved away is the receiver's to save); a new period starts. Not in
         touched mode: an empty set. O(keys taken)."""
-        if self.touched is None:
+        if self.period is None:
             return set()
-        keys, self.touched = self.touched, set()
-        keys.update(self.marked)
+        keys = set(self.marked)
         self.marked = []
         self.period = object()
         if self._retired:
@@ -184,8 +175,7 @@ class PeManager:
     def clear(self) -> None:
         self.active.clear()
         self._retired.clear()
-        if self.touched is not None:
-            self.touched.clear()
+        if self.period is not None:
             self.marked = []
             self.period = object()
         self._single = None

@@ -135,7 +135,7 @@ def test_taking_the_touched_keys_expires_nothing_and_a_key_used_again_is_touched
         pes.create(key)
     assert pes.take_touched_keys() == {"a", "b"}
     assert pes.take_touched_keys() == set()
-    pes.touch("a")  # a tick changed it
+    pes.mark("a", pes.get("a"))  # a tick changed it
     pes.create("c")
     assert pes.take_touched_keys() == {"a", "c"}
     assert len(pes) == 3 and pes.get("b") is not None, "taking the touched keys expires nothing"
@@ -143,9 +143,9 @@ def test_taking_the_touched_keys_expires_nothing_and_a_key_used_again_is_touched
 
 def test_without_checkpoints_nothing_is_tracked():
     pes = PeManager(Pe, per_key=True, idle_timeout=60.0)
-    pes.create("a")
-    pes.touch("a")
-    assert pes.touched is None and pes.take_touched_keys() == set()
+    pe = pes.create("a")
+    pes.mark("a", pe)
+    assert pes.period is None and pes.take_touched_keys() == set()
 
 
 # --- touched mode (exactly_once): the batch's keys are marked, a checkpoint does not rotate `active` -----
@@ -185,7 +185,7 @@ def test_in_touched_mode_a_checkpoint_takes_exactly_the_keys_that_ran_and_are_st
             if pe is None:
                 pes.wake_or_create(arg)
             else:
-                pes.touch(arg)
+                pes.mark(arg, pe)
             model.add(arg)
         elif kind == "move":
             moved = pes.take_range(key_hash(arg), key_hash(arg))
