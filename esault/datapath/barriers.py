@@ -36,15 +36,17 @@ class BarrierAligner:
     `align` is read on the hot path (once per batch): a batch from a held channel waits in it.
     """
 
-    __slots__ = ("align", "final_epoch", "_expect", "_seal", "_run", "_who")
+    __slots__ = ("align", "final_epoch", "_expect", "_seal", "_run", "_who", "_over")
 
-    def __init__(self, seal: EpochSeal, run: Callable[[Any], None], who: str) -> None:
+    def __init__(self, seal: EpochSeal, run: Callable[[Any], None], who: str,
+                 over: Callable[[], None] = lambda: None) -> None:
         self.align: Alignment | None = None
         self.final_epoch: int | None = None  # the final checkpoint's epoch (a stop): the input ends at its barrier
         self._expect: dict[int, frozenset[int]] = {}  # CheckpointStart that came before its epoch's alignment
         self._seal = seal
         self._run = run  # runs a held message as if it arrived now
         self._who = who  # "topology 'x': bolt 'y' SPU 3", for the log
+        self._over = over  # no alignment is open any more (the mailbox answers ForwardMarkers again)
 
     def _alignment(self, epoch: int) -> Alignment:
         align = self.align
@@ -84,3 +86,5 @@ class BarrierAligner:
         self._seal.seal_epoch(align.epoch, final, final and align.input_ended)
         for held in align.release():  # in arrival order
             self._run(held)
+        if self.align is None:
+            self._over()

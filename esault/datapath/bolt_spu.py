@@ -84,7 +84,8 @@ class BoltSpuActor(SenderActor):
         self.parked = ParkedStates(self, job.data_dir / "state" / f"{spec.name}.sqlite", job.exactly_once,
                                    spec.name, f"topology {job.name!r}: bolt {spec.name!r}")
         self.barriers = BarrierAligner(self, self._run_now,
-                                       f"topology {job.name!r}: bolt {spec.name!r} SPU {cfg.spu_id}")
+                                       f"topology {job.name!r}: bolt {spec.name!r} SPU {cfg.spu_id}",
+                                       self.actor_inbox.alignment_over)
         self._handlers.update({
             DataBatch: self._on_data,
             Tick: self._on_tick,
@@ -99,6 +100,7 @@ class BoltSpuActor(SenderActor):
         })
         self.processing: Processing = processing(self)
         self.processing.install(self._handlers)
+        self.actor_inbox.answer_markers_as(cfg.spu_id)
 
     def _create_actor_inbox(self) -> ControlFirstInbox:  # type: ignore[override]
         """The processing kind's mailbox (`Processing.inbox`): a join chain's lets its links pass queued
@@ -307,7 +309,16 @@ class BoltSpuActor(SenderActor):
 
     def _on_forward_marker(self, msg: ForwardMarker) -> None:
         """A giver upstream of this SPU handed keys off: its output for them is all here (FIFO). Every bolt
-        SPU downstream of a giver answers, whatever its kind (a join chain may read a keyed bolt)."""
+        SPU downstream of a giver answers, whatever its kind (a join chain may read a keyed bolt). Usually
+        the mailbox answered as the marker arrived (inbox.py); it leaves to this SPU a marker that came
+        while a checkpoint's alignment was open or its barrier queued, and one on a held channel waits
+        with that channel's data."""
+        if self.actor_inbox.already_answered(msg):
+            return
+        align = self.barriers.align
+        if align is not None and align.holds(msg.giver):
+            align.hold(msg)
+            return
         for receiver in msg.receivers.values():
             try:
                 receiver.tell(MarkerSeen(msg.reconfig_id, msg.giver, self.spu_id))

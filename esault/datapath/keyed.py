@@ -39,8 +39,12 @@ from esault.messages.handoff import (
     StateHandoff,
 )
 from esault.migration import handoff
-from esault.migration.handoff import GiverHandoff, HeldBatch, ReceiverHandoff, chunk_states
+from esault.migration.handoff import GiverHandoff, HeldBatch, ReceiverHandoff, chunk_states, pack_states, unpack_states
 from esault.transport.codec import decode, encode, encoder, raw_encoder
+
+SETTLE_SLICE_KEYS = 256
+"""Moved-in keys whose PEs one tick makes (~1-2 ms of the SPU's thread); the rest wait for the next tick or
+their first tuple."""
 
 
 class KeyedProcessing(PartOfSpu):
@@ -76,6 +80,10 @@ class KeyedProcessing(PartOfSpu):
         self._slice_keys = self.job.config.snapshot_slice_keys
         self._packer = encoder()  # one Packer for every entry this SPU's snapshots encode
         self._pack = raw_encoder()  # the same without the wrapper, for _encode_keys's loop
+        self.pes.install = self._install_moved
+        # A moved-in key's PE is made on first use or between batches (PeManager.arrived), unless the bolt
+        # has on_tick(): a ticking PE re-asks for ticks in restore_state(), so its timers must not wait.
+        self._lazy_install = getattr(spec.cls, "on_tick", Bolt.on_tick) is Bolt.on_tick
 
     def install(self, handlers: Handlers) -> None:
         """The receiver's messages of a key hand-off."""
@@ -369,6 +377,8 @@ class KeyedProcessing(PartOfSpu):
         pending = self._pending
         if pending is not None:  # one slice per tick: the encoding takes a bounded share of the SPU's time
             self._encode_slice(pending)
+        if self.pes.arrived and self._receiving is None:  # moved-in keys' PEs, a slice per tick
+            self.pes.settle(SETTLE_SLICE_KEYS)
         if self.services.ticking and self._receiving is None:
             if self._pending is not None:  # a tick may change the ticking PEs: their states at the barrier first
                 self._encode_due(self._pending, self.services.ticking)
@@ -421,8 +431,8 @@ class KeyedProcessing(PartOfSpu):
             states: list[tuple[Any, bytes]] = []
             if self.spec.per_key:
                 for lo, hi in ranges:
-                    for key, pe in self.pes.take_range(lo, hi):
-                        states.append((key, self._snapshot(key, pe)))
+                    self._encode_moving(self.pes.take_range(lo, hi), states)
+                    states.extend(self.pes.take_arrived(lo, hi))  # moved in, not used since: as they came
                     states.extend(self.parked.take(lo, hi))
             moved += len(states)
             receiver = mailboxes.get(receiver_id)
@@ -432,18 +442,32 @@ class KeyedProcessing(PartOfSpu):
         self.sampler.clear()
         self.unit_ref.tell(HandoffFinished(giving.reconfig_id, self.spu_id, "giver", moved, 0.0))
 
+    def _encode_moving(self, pes: list[tuple[Any, Any]], out: list[tuple[Any, bytes]]) -> None:
+        """Each moving PE's (key, encoded state) into `out`: with the snapshot's packer when the runtime reads
+        the state itself (a hand-off's time is the moved keys' pause), else or if that fails the careful way."""
+        if not self.spu.state_is_dict:
+            out.extend((key, self._snapshot(key, pe)) for key, pe in pes)
+            return
+        read = self.spu.read_state  # None: the state is the PE's __dict__
+        pack = self._pack
+        for key, pe in pes:
+            try:
+                out.append((key, pack(pe.__dict__ if read is None else read(pe))))
+            except Exception:  # what msgpack refuses is reported the careful way
+                out.append((key, self._snapshot(key, pe)))
+
     def _send_states(self, receiver: Any, reconfig_id: int, states: list[tuple[Any, bytes]]) -> None:
         """The moved keys' states in chunks under the frame cap; the last chunk says the hand-off is done."""
         chunks = chunk_states(states, handoff.HANDOFF_CHUNK_BYTES)
         for i, chunk in enumerate(chunks):
-            message = StateHandoff(reconfig_id, self.spu_id, chunk, i == len(chunks) - 1)
+            message = StateHandoff(reconfig_id, self.spu_id, pack_states(chunk), i == len(chunks) - 1)
             try:
                 receiver.tell(message)
             except SerializationError as exc:  # one key's state alone is over the frame cap
                 self.state_lost(UnsaveableState(
                     f"bolt {self.unit_name!r} cannot move the state of key(s) {[k for k, _ in chunk][:5]} ({exc}); "
                     "keep a key's state under the transport's max_frame_bytes"))
-                receiver.tell(StateHandoff(reconfig_id, self.spu_id, [(k, encode(None)) for k, _ in chunk],
+                receiver.tell(StateHandoff(reconfig_id, self.spu_id, pack_states([(k, encode(None)) for k, _ in chunk]),
                                            message.last))
 
     def _snapshot(self, key: Any, pe: Any) -> bytes:
@@ -466,20 +490,37 @@ class KeyedProcessing(PartOfSpu):
         if receiving is None or receiving.reconfig_id != msg.reconfig_id:
             self._early.handoffs.setdefault(msg.reconfig_id, []).append(msg)
             return
-        for key, blob in msg.states:
-            try:
-                pe = self.pes.create(key)
-                state = decode(blob)
-                if state is not None:
-                    pe.restore_state(dict(state))
-            except Exception as exc:
-                log.error("topology %r: bolt %r could not restore state of key %r: %r",
-                          self.job.name, self.unit_name, key, exc)
-        receiving.moved += len(msg.states)
+        try:
+            states = unpack_states(msg.states)
+        except ValueError as exc:
+            self.state_lost(UnsaveableState(f"bolt {self.unit_name!r} SPU {self.spu_id} cannot read a hand-off "
+                                            f"from SPU {msg.giver_id}: {exc}; its keys restart empty"))
+            states = []
+        if self._lazy_install:
+            self.pes.arrived.update(states)  # the PEs are made on first use or between batches (on_tick)
+        else:
+            for key, blob in states:
+                self._install_moved(key, blob)
+        receiving.moved += len(states)
         self.pes.used(self.job.clock.now())
         if msg.last:  # that giver's keys stay held until its last chunk and the downstream answers
             receiving.state_done(msg.giver_id)
             self._release_ready()
+
+    def _install_moved(self, key: Any, blob: bytes) -> Any:
+        """The PE of a key that moved in, its state restored from the giver's bytes (PeManager.install).
+        A state that cannot be restored leaves the PE as its constructor and open() made it; a PE that cannot
+        be made is None (its key's next tuple makes it again, or meets open()'s error); both logged."""
+        pe = None
+        try:
+            pe = self.pes.create(key)
+            state = decode(blob)
+            if state is not None:
+                pe.restore_state(dict(state))
+        except Exception as exc:
+            log.error("topology %r: bolt %r could not restore state of key %r: %r",
+                      self.job.name, self.unit_name, key, exc)
+        return pe
 
     def _on_marker_seen(self, msg: MarkerSeen) -> None:
         receiving = self._receiving

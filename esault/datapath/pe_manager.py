@@ -23,7 +23,14 @@ away since. Why stamps: a set update per tuple
 cost a word count ~60 ns a word in cache misses on a 100k-key set (8% of
 the workers' GIL); a stamp check on the PE the loop holds anyway costs ~5.
 A checkpoint leaves the generations as they are, so no key misses `active`
-after it. (Rotating `active` at each checkpoint instead, as esault once did,
+after it.
+
+Keys that arrive in a hand-off may come as encoded states (`arrived`), their PEs
+made on first use or by `settle()`: the receiver's held tuples then wait for
+the bytes, not for thousands of constructors and restore_state() calls, which
+run between batches instead (docs/PROTOCOLS.md, step 4). Every method that
+walks or counts the PEs settles them first, so only the first lookup sees the
+difference. (Rotating `active` at each checkpoint instead, as esault once did,
 made every key of the epoch miss once and be moved back: ~2.5% of a word
 count's GIL at 2 s checkpoints.)
 """
@@ -64,11 +71,16 @@ class PeManager:
         checkpoints, and no PE is ever stamped."""
         self.marked: list[Any] = []
         """Keys of the PEs stamped with `period`, each once per PE; the batch loop appends to it."""
+        self.arrived: dict[Any, Any] = {}
+        """Moved-in keys whose PE is not made yet: key -> its encoded state (`install` makes the PE)."""
+        self.install: Callable[[Any, Any], Any] | None = None
+        """Makes the PE of an arrived key from its encoded state (the keyed processing part's); returns None,
+        never raises, when it could not make it."""
 
     def __len__(self) -> int:
         if not self.per_key:
             return 1 if self._single is not None else 0
-        return len(self.active) + sum(len(g.pes) for g in self._retired)
+        return len(self.active) + sum(len(g.pes) for g in self._retired) + len(self.arrived)
 
     def single(self) -> Any:
         """The one instance of a bolt that is not key-grouped."""
@@ -100,7 +112,20 @@ class PeManager:
                 self.active[key] = pe
                 self.mark(key, pe)
                 return pe
+        if self.arrived and key in self.arrived:
+            pe = self.install(key, self.arrived.pop(key))  # type: ignore[misc]
+            if pe is not None:
+                return pe  # else it could not be made (logged): made fresh, or its error raised, below
         return self.create(key)
+
+    def settle(self, limit: int | None = None) -> int:
+        """Make the PEs of up to `limit` arrived keys (all if None); how many are left."""
+        arrived = self.arrived
+        install = self.install
+        for _ in range(len(arrived) if limit is None else min(limit, len(arrived))):
+            key, state = arrived.popitem()
+            install(key, state)  # type: ignore[misc]
+        return len(arrived)
 
     def create(self, key: Any) -> Any:
         pe = self._make_pe(key)
@@ -146,6 +171,8 @@ class PeManager:
         touched mode: an empty set. O(keys taken)."""
         if self.period is None:
             return set()
+        if self.arrived:  # the receiver's to save: made now, so dirty
+            self.settle()
         keys = set(self.marked)
         self.marked = []
         self.period = object()
@@ -156,7 +183,8 @@ class PeManager:
         return {key for key in keys if key in active}
 
     def take_range(self, lo: int, hi: int) -> list[tuple[Any, Any]]:
-        """Remove and return the PEs whose key hash lies in [lo, hi] (they move away). O(PEs)."""
+        """Remove and return the PEs whose key hash lies in [lo, hi] (they move away). O(PEs). Arrived keys
+        are not among them: take_arrived() gives theirs as they came."""
         out = []
         for pes in [self.active] + [g.pes for g in self._retired]:
             moved = [k for k in pes if lo <= key_hash(k) <= hi]
@@ -164,7 +192,16 @@ class PeManager:
                 out.append((key, pes.pop(key)))  # its state moves with it: the receiver checkpoints it
         return out
 
+    def take_arrived(self, lo: int, hi: int) -> list[tuple[Any, Any]]:
+        """Remove and return the (key, encoded state) of arrived keys whose hash lies in [lo, hi]: they move on
+        as they came, no PE made for them. O(arrived keys)."""
+        arrived = self.arrived
+        moving = [key for key in arrived if lo <= key_hash(key) <= hi]
+        return [(key, arrived.pop(key)) for key in moving]
+
     def items(self) -> Iterator[tuple[Any, Any]]:
+        if self.arrived:
+            self.settle()
         if self.per_key:
             yield from list(self.active.items())
             for gen in list(self._retired):
@@ -173,6 +210,7 @@ class PeManager:
             yield None, self._single
 
     def clear(self) -> None:
+        self.arrived.clear()
         self.active.clear()
         self._retired.clear()
         if self.period is not None:

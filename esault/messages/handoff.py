@@ -71,12 +71,13 @@ class Prepared:
 class StateHandoff:
     """giver SPU -> receiver SPU: encoded PE states of the moved keys; the giver is done with them.
 
-    Large hand-offs travel in chunks (each well under the frame cap); `last` marks the final one.
+    Large hand-offs travel in chunks (each well under the frame cap); `last` marks the final one. `states`
+    is the chunk's (key, encoded state) pairs packed as one array (esault.migration.handoff.pack_states).
     """
 
     reconfig_id: int
     giver_id: int
-    states: list[tuple[Any, bytes]]
+    states: bytes
     last: bool = True
 
 

@@ -19,6 +19,7 @@ import msgpack
 import pytest
 import zmq
 
+from esault.migration.handoff import pack_states
 from esault.errors import ConfigError, SerializationError
 from esault.metrics.registry import REGISTRY
 from esault.messages.acking import AckUpdate, RegisterOwner, TreesDone
@@ -104,7 +105,7 @@ CONTROL_AND_DATA = [
     InstallRoutes(3, ROUTE, {11: Address("b", "spu-11")}),
     PrepareGive(3, ((0, 2**30, 12),), {12: Address("c", "spu-12")}, frozenset({7}), False),
     EpochMarker(3, 7),
-    StateHandoff(3, 11, [("word1", b"\x05"), (("composite", 2), b"")]),
+    StateHandoff(3, 11, pack_states([("word1", b"\x05"), (("composite", 2), b"")])),
     SpuConfig("wc", "count", 12, ((0, 2**30),), (ROUTE,), PrepareReceive(3, ((0, 2**30, 11),)),
                 {"unit_ref": Address("a", "unit-count")}),
     StopSpu(125, 0),

@@ -228,3 +228,71 @@ def test_the_actor_takes_the_mailbox_its_processing_kind_names(spu):
     kind = recording_kind([], ready)
     kind.inbox = Urgent
     assert type(spu([], ready, kind=kind).actor_inbox) is Urgent
+
+
+def blocking_kind(calls: list[tuple], ready: threading.Event, gate: threading.Event) -> type:
+    """The recording part, whose batch with key "wait" keeps the SPU's thread until `gate` is set."""
+
+    class Blocking(recording_kind(calls, ready)):
+        def process_data(self, msg: DataBatch) -> None:
+            if "wait" in msg.keys:
+                gate.wait(30)
+            super().process_data(msg)
+    return Blocking
+
+
+class Recorder(Mailbox):
+    """A receiver that also writes what it is told into the calls, so the order against the hooks shows."""
+
+    def __init__(self, calls: list[tuple]) -> None:
+        super().__init__()
+        self.calls = calls
+
+    def tell(self, message: Any) -> None:
+        super().tell(message)
+        self.calls.append(("told", message))
+
+
+def test_a_forward_marker_is_answered_as_it_arrives_not_after_the_batches_queued_before_it(spu):
+    """The receiver's moved keys wait for every downstream SPU's MarkerSeen. The giver's outputs before the
+    marker are ahead of it in this SPU's FIFO data lane, so whatever the receiver sends after the answer
+    comes behind them: the answer need not wait for the backlog (esault/datapath/inbox.py)."""
+    calls: list[tuple] = []
+    gate = threading.Event()
+    ref = spu(calls, threading.Event(), kind=blocking_kind(calls, threading.Event(), gate))
+    receiver = Recorder(calls)
+    try:
+        ref.tell(DataBatch(3, "src", ["wait"], [1], [], []))  # the SPU's thread is held by this batch
+        ref.tell(DataBatch(3, "src", ["before"], [2], [], []))
+        ref.tell(ForwardMarker(21, 3, {5: receiver}))
+        assert receiver.told == [MarkerSeen(21, 3, 1)], "answered as it entered the mailbox"
+        assert ("process_data", ("before",)) not in calls, "while the batch before it still waits"
+    finally:
+        gate.set()
+    ref.ask(StartCheck())  # in band: behind the marker
+    assert receiver.told == [MarkerSeen(21, 3, 1)], "and not again when the SPU reached it"
+    assert ("process_data", ("before",)) in calls
+
+
+def test_a_forward_marker_behind_a_checkpoint_barrier_is_answered_after_the_held_data_then_on_arrival_again(spu):
+    """An aligning SPU holds the data of a channel whose barrier came, so the giver's outputs before its marker
+    may run after a receiver's: the marker then waits with its channel and is answered in order."""
+    calls: list[tuple] = []
+    ready = threading.Event()
+    ready.set()
+    ref = spu(calls, ready)
+    receiver = Recorder(calls)
+    ref.tell(CheckpointStart(2, frozenset({UPSTREAM, 3})))
+    ref.tell(Barrier(2, 3))  # giver 3's channel is held from here until UPSTREAM's barrier
+    ref.tell(DataBatch(3, "src", ["held"], [1], [], []))
+    ref.tell(ForwardMarker(21, 3, {5: receiver}))
+    ref.ask(StartCheck())
+    assert receiver.told == [] and ("process_data", ("held",)) not in calls
+    ref.tell(Barrier(2, UPSTREAM))
+    ref.ask(StartCheck())
+    order = [c[0] for c in calls if c[0] in ("sealed", "process_data", "told")]
+    assert order == ["sealed", "process_data", "told"], calls
+    assert receiver.told == [MarkerSeen(21, 3, 1)]
+    later = Mailbox()
+    ref.tell(ForwardMarker(22, 3, {6: later}))
+    assert later.told == [MarkerSeen(22, 3, 1)], "no alignment open: answered on arrival again"

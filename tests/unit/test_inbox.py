@@ -65,3 +65,60 @@ def test_a_blocked_reader_wakes_for_either_lane():
     inbox.put(Envelope(CONTROL[0]))
     reader.join(10)
     assert [e.message for e in got] in ([DATA[0], CONTROL[0]], [CONTROL[0], DATA[0]])
+
+
+class Told:
+    def __init__(self) -> None:
+        self.told: list = []
+
+    def tell(self, message) -> None:
+        self.told.append(message)
+
+
+def test_an_answering_mailbox_answers_a_forward_marker_once_as_it_arrives():
+    inbox = ControlFirstInbox()
+    inbox.answer_markers_as(9)
+    receivers = {4: Told(), 5: Told()}
+    inbox.put(Envelope(DataBatch(1, "s", ["k"], [1], [], [])))
+    marker = ForwardMarker(7, 2, receivers)
+    inbox.put(Envelope(marker))
+    assert [r.told for r in receivers.values()] == [[MarkerSeen(7, 2, 9)]] * 2
+    assert [type(inbox.get_nowait().message) for _ in range(2)] == [DataBatch, ForwardMarker], "still in band"
+    assert inbox.already_answered(marker) and not inbox.already_answered(marker)
+
+
+def test_a_mailbox_without_an_spu_id_leaves_every_marker_to_its_spu():
+    inbox = ControlFirstInbox()
+    receiver = Told()
+    inbox.put(Envelope(ForwardMarker(7, 2, {4: receiver})))
+    assert receiver.told == [] and not inbox.already_answered(ForwardMarker(7, 2, {4: receiver}))
+
+
+@given(steps=st.lists(st.sampled_from(["data", "barrier", "marker", "get", "over"]), max_size=40))
+def test_no_marker_is_answered_on_arrival_behind_a_queued_barrier_or_during_an_alignment(steps):
+    """The one thing that reorders a channel's data is a checkpoint's alignment, which starts at a barrier the
+    SPU takes and ends when it says so (`alignment_over`): a marker that may be behind held data is left to the
+    SPU. Any other marker is answered at once, exactly once."""
+    inbox = ControlFirstInbox()
+    inbox.answer_markers_as(1)
+    queued_barriers, aligning = 0, False
+    for n, step in enumerate(steps):
+        if step == "get":
+            if inbox.qsize():
+                if type(inbox.get_nowait().message) is Barrier:
+                    queued_barriers, aligning = queued_barriers - 1, True
+        elif step == "over":
+            inbox.alignment_over()
+            aligning = False
+        elif step == "barrier":
+            inbox.put(Envelope(Barrier(3, 1)))
+            queued_barriers += 1
+        elif step == "data":
+            inbox.put(Envelope(DataBatch(1, "s", ["k"], [1], [], [])))
+        else:
+            receiver = Told()
+            marker = ForwardMarker(n, 2, {4: receiver})
+            inbox.put(Envelope(marker))
+            free = queued_barriers == 0 and not aligning
+            assert receiver.told == ([MarkerSeen(n, 2, 1)] if free else [])
+            assert inbox.already_answered(marker) is free

@@ -232,3 +232,66 @@ def test_without_tracking_nothing_is_listed_and_no_pe_is_stamped():
     pe = pes.create("a")
     pes.mark("a", pe)
     assert pes.period is None and pes.marked == [] and pe._esault_mark is None
+
+
+# --- keys that arrived in a hand-off: their PEs made on first use or by settle() -----------------------
+
+def arriving_manager() -> tuple[PeManager, list]:
+    """A manager whose install() makes the PE and records (key, state) in the list it returns."""
+    pes = manager(timeout=None)
+    installed: list = []
+
+    def install(key, state):
+        pe = pes.create(key)
+        pe.state = state
+        installed.append((key, state))
+        return pe
+    pes.install = install
+    return pes, installed
+
+
+def test_an_arrived_key_gets_its_pe_with_its_state_on_first_use_once():
+    pes, installed = arriving_manager()
+    pes.arrived.update({"a": b"A", "b": b"B"})
+    assert len(pes) == 2, "arrived keys count as PEs"
+    pe = use(pes, "a", 1.0)
+    assert pe.state == b"A" and installed == [("a", b"A")]
+    assert use(pes, "a", 2.0) is pe and installed == [("a", b"A")]
+    assert list(pes.arrived) == ["b"]
+
+
+def test_walking_the_pes_or_a_checkpoint_makes_every_arrived_pe_first():
+    for walk in (lambda p: dict(p.items()), lambda p: p.take_touched_keys()):
+        pes, installed = arriving_manager()
+        pes.arrived.update({k: k.encode() for k in "abc"})
+        got = walk(pes)
+        assert sorted(installed) == [("a", b"a"), ("b", b"b"), ("c", b"c")] and not pes.arrived
+        assert set(got) == {"a", "b", "c"}, "made now, so dirty: in the checkpoint"
+
+
+@settings(max_examples=200)
+@given(keys=st.sets(st.integers(0, 10**6), max_size=30), steps=st.lists(
+    st.one_of(st.tuples(st.just("use"), st.integers(0, 10**6)), st.tuples(st.just("settle"), st.integers(0, 5)),
+              st.tuples(st.just("move"), st.integers(0, 2**32 - 1), st.integers(0, 2**32 - 1))), max_size=30))
+def test_an_arrived_state_is_in_exactly_one_place_and_never_restored_twice(keys, steps):
+    """Whatever uses, slices of settle() and moves on (take_arrived/take_range) interleave, each arrived key's
+    state ends in one PE made once, or moved on as it came."""
+    pes, installed = arriving_manager()
+    pes.arrived.update({k: str(k).encode() for k in keys})
+    moved_on: dict = {}
+    for step in steps:
+        if step[0] == "use" and step[1] in keys and step[1] not in moved_on:  # a moved key routes elsewhere
+            use(pes, step[1], 1.0)
+        elif step[0] == "settle":
+            pes.settle(step[1])
+        elif step[0] == "move":
+            lo, hi = sorted(step[1:])
+            moved_on.update(pes.take_arrived(lo, hi))
+            for key, pe in pes.take_range(lo, hi):
+                moved_on[key] = pe.state
+    made = [k for k, _ in installed]
+    assert len(made) == len(set(made)), "no state restored twice"
+    assert not set(moved_on) & set(pes.arrived)
+    here = {key: pe.state for key, pe in pes.items()}  # settles what is left
+    assert not set(here) & set(moved_on)
+    assert {**here, **moved_on} == {k: str(k).encode() for k in keys}

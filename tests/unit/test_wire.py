@@ -14,6 +14,7 @@ import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
+from esault.migration.handoff import pack_states
 from esault.dsl.tuple import Tuple
 from esault.errors import FrameError, SerializationError
 from esault.messages.acking import (
@@ -109,7 +110,7 @@ PINNED_SCHEMA = {
                          "receivers: dict[int, Mailbox]", "upstream: frozenset[int]", "retire: bool")),
     12: ("PrepareReceive", ("reconfig_id: int", "ranges: tuple[tuple[int, int, int], ...]")),
     13: ("Prepared", ("reconfig_id: int", "spu_id: int", "role: str")),
-    14: ("StateHandoff", ("reconfig_id: int", "giver_id: int", "states: list[tuple[value, bytes]]", "last: bool")),
+    14: ("StateHandoff", ("reconfig_id: int", "giver_id: int", "states: bytes", "last: bool")),
     15: ("HandoffFinished", ("reconfig_id: int", "spu_id: int", "role: str", "moved_keys: int",
                              "paused_seconds: float")),
     16: ("ScaleCommand", ("action: str", "spu_id: int", "upstream: dict[int, tuple[Mailbox, str]]",
@@ -220,7 +221,7 @@ def _any_fields() -> set[tuple[str, str]]:
 
 def test_every_any_field_is_either_a_mailbox_override_or_a_known_user_value():
     # A new `Any` field must be classified: a mailbox (FIELD_TYPES) or plain codec data (this list).
-    assert _any_fields() == {("RouteSpec", "table"), ("StateHandoff", "states"), ("SubmitJob", "units"),
+    assert _any_fields() == {("RouteSpec", "table"), ("SubmitJob", "units"),
                              ("SubmitJob", "config"), ("StatusReply", "jobs"), ("DataBatch", "keys"),
                              ("DataBatch", "values"), ("DeadLettered", "key"), ("DeadLettered", "value"),
                              ("DeadLettered", "msg_id"), ("CheckpointAck", "position"),
@@ -257,7 +258,7 @@ EXAMPLES: dict[type, Any] = {
     CancelReconfiguration: CancelReconfiguration(4),
     ChainLink: ChainLink(3, [["B", "R", 2, [[1, 2.5, {"k": 1}, "a"]]], ["A", "S", 7], ["M", 4]]),
     ChainMembers: ChainMembers({3: Address("w1", "spu-3"), 4: Address("w2", "spu-4")}),
-    StateHandoff: StateHandoff(4, 11, [("apple", b"\x81\xa1n\x05"), (("t", 1), b"")]),
+    StateHandoff: StateHandoff(4, 11, pack_states([("apple", b"\x81\xa1n\x05"), (("t", 1), b"")])),
     HandoffFinished: HandoffFinished(4, 11, "giver", 2, 0.0),
     ScaleResult: RESULT,
     GetRoutes: GetRoutes("key"),
