@@ -81,9 +81,13 @@ class KeyedProcessing(PartOfSpu):
         self._packer = encoder()  # one Packer for every entry this SPU's snapshots encode
         self._pack = raw_encoder()  # the same without the wrapper, for _encode_keys's loop
         self.pes.install = self._install_moved
-        # A moved-in key's PE is made on first use or between batches (PeManager.arrived), unless the bolt
-        # has on_tick(): a ticking PE re-asks for ticks in restore_state(), so its timers must not wait.
-        self._lazy_install = getattr(spec.cls, "on_tick", Bolt.on_tick) is Bolt.on_tick
+        # A moved-in key's PE is made on first use or between batches (PeManager.arrived) when the bolt keeps
+        # Bolt's state methods and has no on_tick(): a restore_state() of its own may do what its author
+        # expects at the move (re-ask for ticks, reopen a resource), and a ticking PE's timers must not wait.
+        cls = spec.cls
+        self._lazy_install = (getattr(cls, "on_tick", Bolt.on_tick) is Bolt.on_tick
+                              and getattr(cls, "restore_state", None) is Bolt.restore_state
+                              and getattr(cls, "snapshot_state", None) is Bolt.snapshot_state)
 
     def install(self, handlers: Handlers) -> None:
         """The receiver's messages of a key hand-off."""
