@@ -39,8 +39,9 @@ from esault.messages.handoff import (
     StateHandoff,
 )
 from esault.migration import handoff
-from esault.migration.handoff import GiverHandoff, HeldBatch, ReceiverHandoff, chunk_states, pack_states, unpack_states
+from esault.migration.handoff import GiverHandoff, HeldBatch, ReceiverHandoff, chunk_states
 from esault.transport.codec import decode, encode, encoder, raw_encoder
+from esault.transport.state_chunks import pack_states, unpack_states
 
 SETTLE_SLICE_KEYS = 256
 """Moved-in keys whose PEs one tick makes (~1-2 ms of the SPU's thread); the rest wait for the next tick or

@@ -72,7 +72,7 @@ class StateHandoff:
     """giver SPU -> receiver SPU: encoded PE states of the moved keys; the giver is done with them.
 
     Large hand-offs travel in chunks (each well under the frame cap); `last` marks the final one. `states`
-    is the chunk's (key, encoded state) pairs packed as one array (esault.migration.handoff.pack_states).
+    is the chunk's (key, encoded state) pairs packed as one array (esault.transport.state_chunks).
     """
 
     reconfig_id: int

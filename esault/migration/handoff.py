@@ -22,8 +22,6 @@ from __future__ import annotations
 from bisect import bisect_right
 from typing import Any, Callable, Iterable, NamedTuple
 
-from esault.transport.codec import decode, encode
-
 
 class GiverHandoff:
     """Counts EpochMarkers until every upstream SPU has switched tables."""
@@ -193,37 +191,6 @@ def chunk_states(states: list[tuple[Any, bytes]], budget: int = HANDOFF_CHUNK_BY
         chunks[-1].append((key, blob))
         used += cost
     return chunks
-
-
-def pack_states(pairs: list[tuple[Any, bytes]]) -> bytes:
-    """A chunk's (key, encoded state) pairs as StateHandoff carries them: one msgpack array [key, state, key,
-    state, ...]. The frame then holds one bytes field, packed and unpacked in one C call each; as a list of
-    tuples each pair went through the codec's tuple extension, ~1 us a key on each side, on the moved keys'
-    pause."""
-    flat: list[Any] = []
-    for key, blob in pairs:
-        flat += (key, blob)
-    return encode(flat)
-
-
-def unpack_states(packed: bytes) -> list[tuple[Any, bytes]]:
-    """The pairs pack_states() packed; ValueError saying what is wrong when `packed` is not that (a frame is
-    never trusted)."""
-    try:
-        flat = decode(packed)
-    except Exception as exc:  # noqa: BLE001 - whatever the bytes are, the answer is the same
-        raise ValueError(f"its states are not msgpack ({exc})") from None
-    if type(flat) is not list or len(flat) % 2:
-        raise ValueError("its states are not a [key, state, key, state, ...] array")
-    keys, blobs = flat[0::2], flat[1::2]
-    if any(type(blob) is not bytes for blob in blobs):
-        raise ValueError("a state in it is not encoded bytes")
-    try:
-        for key in keys:
-            hash(key)
-    except TypeError:
-        raise ValueError(f"a key in it cannot be a key: {key!r}") from None
-    return list(zip(keys, blobs))
 
 
 class EarlyMessages:

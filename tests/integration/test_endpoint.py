@@ -19,7 +19,6 @@ import msgpack
 import pytest
 import zmq
 
-from esault.migration.handoff import pack_states
 from esault.errors import ConfigError, SerializationError
 from esault.metrics.registry import REGISTRY
 from esault.messages.acking import AckUpdate, RegisterOwner, TreesDone
@@ -40,6 +39,7 @@ from esault.transport.endpoint import Endpoint, RemoteMailbox
 from esault.testing import wait_until
 from esault.transport.frames import EncodedFrame
 from esault.transport.keys import KeyPair
+from esault.transport.state_chunks import pack_states
 from esault.transport.trust import Identity, Role
 from esault.transport.wire import WireCodec, encode_frame
 

@@ -8,7 +8,8 @@ import re
 import pytest
 from hypothesis import given, strategies as st
 
-from esault.migration.handoff import chunk_states, pack_states, unpack_states
+from esault.migration.handoff import chunk_states
+from esault.transport.state_chunks import pack_states, unpack_states
 from esault.transport.codec import encode
 
 

@@ -15,7 +15,7 @@ def spu_stub(receiving):
     ticked: list[float] = []
     stub = SimpleNamespace(services=PeServices(ManualClock()), _receiving=receiving, _pending=None,
                            ticks=SimpleNamespace(tick=ticked.append),
-                           pes=SimpleNamespace(idle_timeout=None))
+                           pes=SimpleNamespace(idle_timeout=None, arrived={}))
     return stub, ticked
 
 

@@ -14,7 +14,6 @@ import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from esault.migration.handoff import pack_states
 from esault.dsl.tuple import Tuple
 from esault.errors import FrameError, SerializationError
 from esault.messages.acking import (
@@ -81,6 +80,7 @@ from esault.messages.handoff import (
 )
 from esault.transport import wire
 from esault.transport.address import Address, Mailbox
+from esault.transport.state_chunks import pack_states
 from esault.transport.wire import (
     WireCodec,
     decode_frame,
