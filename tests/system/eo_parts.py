@@ -60,6 +60,18 @@ class GatedCountBolt(Bolt):
         self.count = state["count"]
 
 
+class PlainCountBolt(Bolt):
+    """Per word: its running count, with Bolt's own state methods: keys moved to an SPU of it are made into
+    PEs on their first tuple or between batches (PeManager.arrived), not as their state arrives."""
+
+    def open(self, context: Any) -> None:
+        self.count = 0
+
+    def process(self, tup: Any) -> None:
+        self.count += tup.value
+        self.emit(self.key, self.count)
+
+
 class GatedCountBoltV2(GatedCountBolt):
     """The same count as a new version, for assign_logic: it reads GatedCountBolt's state."""
 
@@ -79,7 +91,7 @@ class GatedSentenceSpout(wordcount.SentenceSpout):
 
 def build(name: str, total: int, rate: float, gate: str = "", sink: str | None = None,
           count_parallelism: int = 2, table: str = "eo_counts", spouts: int = 1, spout_gate: str = "",
-          max_pending: int = 4000, handoff_gate: str = "", split_unit: bool = False):
+          max_pending: int = 4000, handoff_gate: str = "", split_unit: bool = False, plain_count: bool = False):
     """sentences (rate-limited, rewindable) -> split (chained) -> count -> latest [-> Spark table].
 
     Each of the `spouts` instances emits the same `total` sentences, so every count SPU aligns barriers
@@ -91,8 +103,8 @@ def build(name: str, total: int, rate: float, gate: str = "", sink: str | None =
     # be reconfigured too, e.g. in an atomic group with the counter it feeds.
     builder.set_bolt("split", wordcount.SplitBolt, spouts, chain=not split_unit,
                      elastic=False).shuffle_grouping("sentences")
-    builder.set_bolt("count", GatedCountBolt, count_parallelism, params={"gate": gate, "handoff_gate": handoff_gate},
-                     elastic=False,
+    count = (PlainCountBolt, {}) if plain_count else (GatedCountBolt, {"gate": gate, "handoff_gate": handoff_gate})
+    builder.set_bolt("count", count[0], count_parallelism, params=count[1], elastic=False,
                      pe_idle_timeout=None).key_grouping("split")
     builder.set_bolt("latest", wordcount.LatestCountsBolt, elastic=False).global_grouping("count")
     if sink is not None:

@@ -173,6 +173,42 @@ def test_a_worker_killed_at_each_step_of_a_split_or_merge_aborts_it_cleanly_and_
         assert_exact(job, total)
 
 
+@pytest.mark.parametrize(("action", "victim"), [("split", "receiver"), ("split", "giver"), ("merge", "receiver")])
+def test_a_worker_killed_after_a_move_while_moved_keys_wait_as_bytes_leaves_the_result_exact(tmp_path, action,
+                                                                                               victim):
+    """A count with Bolt's own state methods keeps moved-in keys as their encoded states until their first
+    tuple, a tick or a checkpoint (PeManager.arrived; a worker's ticks make 256 a tick). After each move and
+    the next checkpoint the receiver's (or the giver's) worker dies: the rollback restores that checkpoint,
+    which must hold every moved key the giver changed since its own last one. Three moves per run, every
+    count exact. (A merge's giver has stopped by then: its worker may host nothing left to kill. That a
+    checkpoint makes the PEs of keys still waiting as bytes is tests/unit/test_pe_manager.py's.)"""
+    total = 12000  # 8 s of input: every move lands mid-stream
+    topology = eo_parts.build(f"eo-lazy-{action}-{victim}", total, rate=1500, count_parallelism=2,
+                              max_pending=300, plain_count=True)
+    with LocalCluster(workers=3, heartbeat_timeout=1.0) as cluster:
+        job = cluster.submit(topology, eo_config(tmp_path))
+        for round_ in range(1, 4):
+            wait_until(lambda: completed_checkpoints(job) >= 2 * round_, 60, message="checkpoints before the move")
+            spus = job.spus("count")
+            if action == "split":
+                result = job.split("count", spus[0])
+                giver, receiver = spus[0], result.started[0]
+            else:
+                result = job.merge("count", spus[0], spus[1])
+                giver, receiver = spus[0], spus[1]
+            assert result.moved_keys > 0
+            after_move = completed_checkpoints(job)
+            wait_until(lambda: completed_checkpoints(job) > after_move, 60, message="a checkpoint after the move")
+            kill_worker_of(cluster, receiver if victim == "receiver" else giver)
+            cluster.pool.spawn(f"r{round_}")
+            wait_until(lambda: len(job.checkpoints.stats.recoveries) >= round_, 60, message=f"rollback {round_}")
+            if action == "merge" and len(job.spus("count")) < 2:
+                job.split("count", job.spus("count")[0])  # two SPUs again, to merge again
+        assert job.wait(120), job.status()
+        job.stop()
+        assert_exact(job, total)
+
+
 @pytest.mark.parametrize("step", ["prepare", "commit"])
 def test_a_worker_killed_during_an_atomic_group_fails_the_whole_group_and_the_result_is_exact(tmp_path, step):
     """A group: the splitter rescaled to 2 SPUs and the counter given a three-way assignment, atomically.
