@@ -43,6 +43,9 @@ from esault.migration.handoff import GiverHandoff, HeldBatch, ReceiverHandoff, c
 from esault.transport.codec import decode, encode, encoder, raw_encoder
 from esault.transport.state_chunks import pack_states, unpack_states
 
+_NEVER = object()
+"""A stamp no PE carries: the batch loop's old stamp when no snapshot is pending."""
+
 SETTLE_SLICE_KEYS = 256
 """Moved-in keys whose PEs one tick makes (~1-2 ms of the SPU's thread); the rest wait for the next tick or
 their first tuple."""
@@ -146,7 +149,8 @@ class KeyedProcessing(PartOfSpu):
         keys = self.pes.take_touched_keys()
         config = self.job.config  # slices of one per tick, done within ~40% of the interval
         ticks = max(1, int(0.4 * config.checkpoint_interval / config.tick_interval))
-        pending = PendingSnapshot(snapshot, keys, max(self._slice_keys, -(-len(keys) // ticks)))
+        pending = PendingSnapshot(snapshot, keys, max(self._slice_keys, -(-len(keys) // ticks)),
+                                  self.pes.last_period)
         for bucket, flat in parked.items():
             for key, state in zip(flat[::2], flat[1::2]):
                 self._encode_entry(pending, bucket, key, state)
@@ -221,6 +225,23 @@ class KeyedProcessing(PartOfSpu):
                 entries[bucket] = [entry]
             else:
                 row.append(entry)
+
+    def _encode_now(self, pending: PendingSnapshot, key: Any, pe: Any) -> None:
+        """A pending key whose PE is about to run: its state at the barrier, packed now (the batch loop's gate;
+        _encode_keys's loop for one key)."""
+        pending.keys.discard(key)
+        bucket = pe._esault_bucket
+        if self.spu.state_is_dict and bucket != NO_BUCKET:
+            read = self.spu.read_state
+            pack = self._pack
+            try:
+                entry = pack(key) + pack(pe.__dict__ if read is None else read(pe))
+            except Exception:  # what msgpack refuses is reported the careful way
+                self._encode_pe(pending, key, pe)
+                return
+            pending.add(bucket, entry)
+            return
+        self._encode_pe(pending, key, pe)
 
     def _encode_pe(self, pending: PendingSnapshot, key: Any, pe: Any) -> None:
         state = pe.__dict__ if self.spu.state_is_dict and self.spu.read_state is None else self._state_of(key, pe)
@@ -313,9 +334,12 @@ class KeyedProcessing(PartOfSpu):
             acks[root] = acks.get(root, 0) ^ edge ^ x
 
     def _process_keyed(self, source: str, keys: list[Any], values: list[Any]) -> None:
+        # A key still pending in a snapshot is encoded before its PE runs: its state at the barrier. Only a PE
+        # the loop meets for the first time since the barrier can be one, so the check rides on the stamp
+        # check, once per PE and epoch (a PE an older generation gives back is checked as it is woken).
         pending = self._pending
-        if pending is not None:  # this batch's keys still pending in a snapshot: their states at the barrier first
-            self._encode_due(pending, keys)
+        pending_keys = pending.keys if pending is not None else None
+        old_stamp = pending.stamp if pending is not None else _NEVER
         view = self._view
         view.source = source
         pe_table = self.pes
@@ -326,13 +350,18 @@ class KeyedProcessing(PartOfSpu):
             try:
                 pe = pes[key]
             except KeyError:
+                if pending_keys and key in pending_keys:  # waking stamps it: its state at the barrier first
+                    self._encode_due(pending, (key,))  # rare: a PE back from an older generation
                 pe = self._open_pe(key, value, source)
                 if pe is None:
                     continue
             except TypeError:  # an unhashable key (a list, say): it has no PE
                 self.faults.give_up(key, value, TypeError(f"unhashable key type {type(key).__name__}"), "routing", 1)
                 continue
-            if pe._esault_mark is not period:  # its first tuple since the checkpoint: dirty (PeManager.mark)
+            stamp = pe._esault_mark
+            if stamp is not period:  # its first tuple since the checkpoint: dirty (PeManager.mark)
+                if stamp is old_stamp and pending_keys and key in pending_keys:
+                    self._encode_now(pending, key, pe)
                 pe._esault_mark = period
                 marked(key)
             view.key = key

@@ -71,6 +71,8 @@ class PeManager:
         checkpoints, and no PE is ever stamped."""
         self.marked: list[Any] = []
         """Keys of the PEs stamped with `period`, each once per PE; the batch loop appends to it."""
+        self.last_period: object | None = None
+        """The period the last take_touched_keys() ended: the stamp its keys' PEs carry until they run again."""
         self.arrived: dict[Any, Any] = {}
         """Moved-in keys whose PE is not made yet: key -> its encoded state (`install` makes the PE)."""
         self.install: Callable[[Any, Any], Any] | None = None
@@ -175,6 +177,7 @@ class PeManager:
             self.settle()
         keys = set(self.marked)
         self.marked = []
+        self.last_period = self.period
         self.period = object()
         if self._retired:
             get = self.get

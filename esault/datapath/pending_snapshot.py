@@ -33,12 +33,15 @@ class PendingSnapshot:
 
     Pure bookkeeping; the SPU encodes (it alone may read its PEs)."""
 
-    __slots__ = ("snapshot", "keys", "slice", "entries")
+    __slots__ = ("snapshot", "keys", "slice", "entries", "stamp")
 
-    def __init__(self, snapshot: Snapshot, keys: set[Any], slice_keys: int) -> None:
+    def __init__(self, snapshot: Snapshot, keys: set[Any], slice_keys: int, stamp: object = None) -> None:
         self.snapshot = snapshot
         self.keys = keys
         """Keys whose state at the barrier is not encoded yet."""
+        self.stamp = stamp
+        """The dirty stamp of the epoch these keys changed in (PeManager.period then): a PE the batch loop
+        meets still carrying it has not run since the barrier, so only such a PE can be pending."""
         self.slice = slice_keys
         """Keys encoded per slice."""
         self.entries: dict[int, list[bytes]] = {}

@@ -58,10 +58,13 @@ class PacedListSpout(ListSpout):
         return min(len(self.items), int((now - self.started) * self.rate))
 
 
-@pytest.mark.parametrize("run, idle_timeout", [(1, None), (40, 0.01)], ids=["round-robin", "runs-and-expiry"])
+@pytest.mark.parametrize("run, idle_timeout", [(1, None), (40, 0.01), (1, 0.1)],
+                         ids=["round-robin", "runs-and-expiry", "round-robin-through-generations"])
 def test_every_checkpoint_holds_each_key_as_at_its_barrier_while_slices_interleave_with_batches(
         cluster, config, run, idle_timeout):
-    """run: consecutive items per key (40: a key then idles, and expires, parked, while slices are pending)."""
+    """run: consecutive items per key (40: a key then idles, and expires, parked, while slices are pending).
+    A 0.1 s idle timeout retires the active generation every 25 ms while each key comes back every 20 ms:
+    the batch loop often finds a pending key's PE in an older generation, wakes it, and must encode it first."""
     items = [(f"k{(i // run) % KEYS}", i) for i in range(ITEMS)]
     per_key: dict[str, list[int]] = {}
     for key, i in items:
