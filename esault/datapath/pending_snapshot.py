@@ -9,8 +9,9 @@ and forwards the barrier at once; the states are encoded a slice at a time,
 one slice per Tick (every tick_interval), sized to finish within ~40% of the
 checkpoint interval: the encoding takes a bounded share of the SPU's time,
 between batches. The states must be those at the barrier, so every path that
-can change a pending key's PE encodes that key first: a batch (the keys it
-holds), a tick (the ticking keys), an expiry (the expired PEs), and, for the
+can change a pending key's PE encodes that key first: a batch (a PE it meets
+still stamped with the snapshot's period, or wakes from an older generation),
+a tick (the ticking keys), an expiry (the expired PEs), and, for the
 rarer ones (a hand-off, the end of input, the next barrier), the whole rest
 at once. The snapshot goes to the SnapshotWriter when its last key is
 encoded; a rollback drops it with the SPU.
@@ -53,7 +54,7 @@ class PendingSnapshot:
         A key that cannot be hashed has no PE, so it is never pending."""
         try:
             due = self.keys.intersection(keys)
-        except TypeError:  # one C-level intersection per batch; only a batch with such a key walks it
+        except TypeError:  # one C-level intersection; only a call with such a key walks it
             due = set()
             for key in keys:
                 try:
