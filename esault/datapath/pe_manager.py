@@ -23,16 +23,16 @@ away since. Why stamps: a set update per tuple
 cost a word count ~60 ns a word in cache misses on a 100k-key set (8% of
 the workers' GIL); a stamp check on the PE the loop holds anyway costs ~5.
 A checkpoint leaves the generations as they are, so no key misses `active`
-after it.
+after it. (Rotating `active` at each checkpoint instead, as esault once did,
+made every key of the epoch miss once and be moved back: ~2.5% of a word
+count's GIL at 2 s checkpoints.)
 
 Keys that arrive in a hand-off may come as encoded states (`arrived`), their PEs
 made on first use or by `settle()`: the receiver's held tuples then wait for
 the bytes, not for thousands of constructors and restore_state() calls, which
 run between batches instead (docs/PROTOCOLS.md, step 4). Every method that
-walks or counts the PEs settles them first, so only the first lookup sees the
-difference. (Rotating `active` at each checkpoint instead, as esault once did,
-made every key of the epoch miss once and be moved back: ~2.5% of a word
-count's GIL at 2 s checkpoints.)
+walks the PEs or takes the dirty keys settles them first, and a hand-off of
+this SPU's own passes them on as they came (`take_arrived`).
 """
 
 from __future__ import annotations
