@@ -141,8 +141,8 @@ class HostActor(pykka.ThreadingActor):
         self.topology_of: dict[int, str] = {}
         self.submitted: dict[str, tuple[dict[str, UnitSpec | str], dict[str, Any]]] = {}
         """topology -> (unit name -> its spec, or why it cannot be built here; the job's config)."""
-        self.ticker = Ticker(SystemClock(), 0.01)
-        self.ticker.start()
+        self.tickers: dict[float, Ticker] = {}
+        """tick_interval -> the Ticker of the jobs here that chose it (a job's SPUs tick as its config says)."""
 
     def on_receive(self, message: Any) -> Any:
         try:
@@ -167,7 +167,15 @@ class HostActor(pykka.ThreadingActor):
             log.exception("worker %s failed handling %s", self.postman.process, type(message).__name__)
 
     def on_stop(self) -> None:
-        self.ticker.stop()
+        for ticker in self.tickers.values():
+            ticker.stop()
+
+    def _ticker(self, interval: float) -> Ticker:
+        ticker = self.tickers.get(interval)
+        if ticker is None:
+            ticker = self.tickers[interval] = Ticker(SystemClock(), interval)
+            ticker.start()
+        return ticker
 
     def _submit(self, message: SubmitJob) -> None:
         """Resolve the job's unit classes once; a unit that cannot be built keeps its reason for StartSpu."""
@@ -188,7 +196,7 @@ class HostActor(pykka.ThreadingActor):
             data_dir.mkdir(parents=True, exist_ok=True)
             job = JobContext(Topology(message.topology, ()), config, SystemClock(), data_dir,
                              acker=self.postman.remote(DRIVER, job_actor(message.topology, "acker")),
-                             ticker=self.ticker,
+                             ticker=self._ticker(config.tick_interval),
                              checkpoints=self.postman.remote(DRIVER, job_actor(message.topology, "checkpoints")),
                              process=self.postman.process)
             self.jobs[message.topology] = job

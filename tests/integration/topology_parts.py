@@ -346,3 +346,16 @@ class FinishFailsBolt(CountOnFinish):
 
     def finish(self) -> None:
         raise OSError(28, "No space left on device")
+
+
+class TickStamps(Bolt):
+    """Not key grouped: asks for ticks and emits each tick's time, so a test sees how often its SPU ticks."""
+
+    def open(self, context: Any) -> None:
+        self.want_ticks()
+
+    def process(self, tup: Any) -> None:
+        pass
+
+    def on_tick(self, now: float) -> None:
+        self.emit("tick", now)
