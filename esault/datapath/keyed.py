@@ -146,7 +146,7 @@ class KeyedProcessing(PartOfSpu):
             return
         parked: dict[int, list] = {}
         self.parked.snapshot_into(parked, epoch)
-        keys = self.pes.take_touched_keys()
+        keys = self.pes.end_period()
         config = self.job.config  # slices of one per tick, done within ~40% of the interval
         ticks = max(1, int(0.4 * config.checkpoint_interval / config.tick_interval))
         pending = PendingSnapshot(snapshot, keys, max(self._slice_keys, -(-len(keys) // ticks)),
@@ -166,38 +166,30 @@ class KeyedProcessing(PartOfSpu):
         """Encode what is left of the pending snapshot now and submit it (a gate every key may pass)."""
         pending = self._pending
         if pending is not None:
-            keys, pending.keys = pending.keys, set()
-            self._encode_keys(pending, keys)
+            self._encode_keys(pending, pending.take_rest())
             self._complete(pending)
 
     def _encode_slice(self, pending: PendingSnapshot) -> None:
         """The next `pending.slice` keys; the snapshot goes to the writer after its last one."""
-        keys = pending.keys
-        if len(keys) <= pending.slice:
+        if pending.left <= pending.slice:
             self.finish_pending()
             return
-        pop = keys.pop
-        self._encode_keys(pending, [pop() for _ in range(pending.slice)])
-
-    def _encode_due(self, pending: PendingSnapshot, keys: Any) -> None:
-        """A gate: those of `keys` still pending are about to change: their states at the barrier first."""
-        due = pending.take_due(keys)
-        if due:
-            self._encode_keys(pending, due)
+        self._encode_keys(pending, pending.take_slice())
 
     def _encode_keys(self, pending: PendingSnapshot, keys: Any) -> None:
-        """These keys' states, as their PEs hold them now (unchanged since the barrier); the caller has
-        taken them out of `pending.keys`.
+        """The states of those of these keys still pending (their PE still carries `pending.stamp`: unchanged
+        since the barrier); each one's stamp is cleared, so it is encoded once.
 
         One loop with everything in locals: a word count's SPU encodes ~45k keys per checkpoint, and a
         function call per step of a key was a third of a key's cost (bench/snapshot_encode.py). A key
         the loop cannot take as it is (a state the bolt makes itself, a state slot unset, a key without a
         bucket, a value msgpack refuses) goes the careful way, _encode_pe."""
         get = self.pes.get
+        stamp = pending.stamp
         if not self.spu.state_is_dict:
             for key in keys:
-                pe = get(key)
-                if pe is not None:  # gone: expired (parked, in its snapshot) or moved away since it changed
+                pe = get(key)  # None: gone, expired (parked, in its snapshot) or moved away since it changed
+                if pe is not None and pe._esault_mark is stamp:
                     self._encode_pe(pending, key, pe)
             return
         active = self.pes.active.get
@@ -211,6 +203,9 @@ class KeyedProcessing(PartOfSpu):
                 pe = get(key)  # an older generation, or gone
                 if pe is None:
                     continue
+            if pe._esault_mark is not stamp:  # encoded already, run since the barrier, or listed twice
+                continue
+            pe._esault_mark = None
             bucket = pe._esault_bucket
             if bucket == NO_BUCKET:  # found, or its error raised, the careful way
                 self._encode_pe(pending, key, pe)
@@ -229,7 +224,7 @@ class KeyedProcessing(PartOfSpu):
     def _encode_now(self, pending: PendingSnapshot, key: Any, pe: Any) -> None:
         """A pending key whose PE is about to run: its state at the barrier, packed now (the batch loop's gate;
         _encode_keys's loop for one key)."""
-        pending.keys.discard(key)
+        pe._esault_mark = None
         bucket = pe._esault_bucket
         if self.spu.state_is_dict and bucket != NO_BUCKET:
             read = self.spu.read_state
@@ -244,6 +239,8 @@ class KeyedProcessing(PartOfSpu):
         self._encode_pe(pending, key, pe)
 
     def _encode_pe(self, pending: PendingSnapshot, key: Any, pe: Any) -> None:
+        """The careful way for one pending PE (its stamp cleared: encoded once)."""
+        pe._esault_mark = None
         state = pe.__dict__ if self.spu.state_is_dict and self.spu.read_state is None else self._state_of(key, pe)
         bucket = pe._esault_bucket  # the key's, kept since its PE was made (datapath/pe_class.py)
         if bucket == NO_BUCKET:
@@ -338,7 +335,6 @@ class KeyedProcessing(PartOfSpu):
         # the loop meets for the first time since the barrier can be one, so the check rides on the stamp
         # check, once per PE and epoch (a PE an older generation gives back is checked as it is woken).
         pending = self._pending
-        pending_keys = pending.keys if pending is not None else None
         old_stamp = pending.stamp if pending is not None else _NEVER
         view = self._view
         view.source = source
@@ -350,8 +346,10 @@ class KeyedProcessing(PartOfSpu):
             try:
                 pe = pes[key]
             except KeyError:
-                if pending_keys and key in pending_keys:  # waking stamps it: its state at the barrier first
-                    self._encode_due(pending, (key,))  # rare: a PE back from an older generation
+                if pending is not None:  # waking stamps it: a pending PE's state at the barrier first
+                    woken = self.pes.get(key)  # rare: a PE back from an older generation
+                    if woken is not None and woken._esault_mark is old_stamp:
+                        self._encode_now(pending, key, woken)
                 pe = self._open_pe(key, value, source)
                 if pe is None:
                     continue
@@ -360,7 +358,7 @@ class KeyedProcessing(PartOfSpu):
                 continue
             stamp = pe._esault_mark
             if stamp is not period:  # its first tuple since the checkpoint: dirty (PeManager.mark)
-                if stamp is old_stamp and pending_keys and key in pending_keys:
+                if stamp is old_stamp:  # pending: its state at the barrier first
                     self._encode_now(pending, key, pe)
                 pe._esault_mark = period
                 marked(key)
@@ -415,21 +413,22 @@ class KeyedProcessing(PartOfSpu):
             self.pes.settle(SETTLE_SLICE_KEYS)
         if self.services.ticking and self._receiving is None:
             if self._pending is not None:  # a tick may change the ticking PEs: their states at the barrier first
-                self._encode_due(self._pending, self.services.ticking)
+                self._encode_keys(self._pending, list(self.services.ticking))
             self.ticks.tick(now)
         timeout = self.pes.idle_timeout
         if timeout is None or now - self._last_expiry_scan < min(timeout / 4, 1.0):
             return
         self._last_expiry_scan = now
+        if self._pending is not None and self.services.ticking:  # keep_ticking stamps them: barrier states first
+            self._encode_keys(self._pending, list(self.services.ticking))
         self.ticks.keep_ticking(now)
         expired = self.pes.idle(now)
         if not expired:
             return
         pending = self._pending
-        if pending is not None and pending.keys:  # their states at the barrier, before they are parked
+        if pending is not None:  # their states at the barrier, before they are parked
             for key, pe in expired:
-                if key in pending.keys:
-                    pending.keys.discard(key)
+                if pe._esault_mark is pending.stamp:
                     self._encode_pe(pending, key, pe)
         for key, pe in expired:
             try:

@@ -173,17 +173,23 @@ class PeManager:
         touched mode: an empty set. O(keys taken)."""
         if self.period is None:
             return set()
-        if self.arrived:  # the receiver's to save: made now, so dirty
-            self.settle()
-        keys = set(self.marked)
-        self.marked = []
-        self.last_period = self.period
-        self.period = object()
+        keys = set(self.end_period())
         if self._retired:
             get = self.get
             return {key for key in keys if get(key) is not None}
         active = self.active
         return {key for key in keys if key in active}
+
+    def end_period(self) -> list[Any]:
+        """The keys stamped in the period that ends now, as listed: a key may repeat, or have lost its PE
+        since (expired, moved away); its PE's stamp (`last_period`) says which still hold that period's
+        change. A new period starts. O(1): a checkpoint's barrier builds no set of its keys."""
+        if self.arrived:  # the receiver's to save: made now, so dirty
+            self.settle()
+        keys, self.marked = self.marked, []
+        self.last_period = self.period
+        self.period = object()
+        return keys
 
     def take_range(self, lo: int, hi: int) -> list[tuple[Any, Any]]:
         """Remove and return the PEs whose key hash lies in [lo, hi] (they move away). O(PEs). Arrived keys
