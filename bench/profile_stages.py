@@ -16,7 +16,7 @@ from typing import Iterable
 # (stage, pattern on "function (file)"). CONTEXT: any frame of the stack; LEAF: tried from the leaf up.
 CONTEXT: list[tuple[str, str]] = [
     ("checkpoint: snapshot and write", r"_snapshot_epoch|seal_epoch|snapshot_into|pack_entries|CheckpointStore"
-                                       r"|SnapshotWriter|take_touched_keys|_encode_keys|_encode_slice"
+                                       r"|SnapshotWriter|end_period|_encode_keys|_encode_slice"
                                        r"|_encode_due|pending_snapshot|checkpoint/"),
     ("acking and epoch marks", r"_send_acks|AckUpdate|acker|anchors\.py|BatchHold|_new_edge|XorTree|AckServer"),
 ]

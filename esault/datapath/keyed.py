@@ -88,10 +88,9 @@ class KeyedProcessing(PartOfSpu):
         # A moved-in key's PE is made on first use or between batches (PeManager.arrived) when the bolt keeps
         # Bolt's state methods and has no on_tick(): a restore_state() of its own may do what its author
         # expects at the move (re-ask for ticks, reopen a resource), and a ticking PE's timers must not wait.
-        cls = spec.cls
-        self._lazy_install = (getattr(cls, "on_tick", Bolt.on_tick) is Bolt.on_tick
-                              and getattr(cls, "restore_state", None) is Bolt.restore_state
-                              and getattr(cls, "snapshot_state", None) is Bolt.snapshot_state)
+        self._lazy_install = (spu.state_is_dict  # Bolt's snapshot_state()
+                              and getattr(spec.cls, "restore_state", None) is Bolt.restore_state
+                              and getattr(spec.cls, "on_tick", Bolt.on_tick) is Bolt.on_tick)
 
     def install(self, handlers: Handlers) -> None:
         """The receiver's messages of a key hand-off."""
@@ -221,22 +220,27 @@ class KeyedProcessing(PartOfSpu):
             else:
                 row.append(entry)
 
+    def _packed_state(self, pe: Any) -> bytes | None:
+        """`pe`'s state packed the fast way (the runtime reads it itself); None: it goes the careful way (a state
+        the bolt makes itself, or one msgpack refuses, which that way reports)."""
+        if not self.spu.state_is_dict:
+            return None
+        read = self.spu.read_state  # None: the state is the PE's __dict__
+        try:
+            return self._pack(pe.__dict__ if read is None else read(pe))
+        except Exception:
+            return None
+
     def _encode_now(self, pending: PendingSnapshot, key: Any, pe: Any) -> None:
         """A pending key whose PE is about to run: its state at the barrier, packed now (the batch loop's gate;
         _encode_keys's loop for one key)."""
         pe._esault_mark = None
         bucket = pe._esault_bucket
-        if self.spu.state_is_dict and bucket != NO_BUCKET:
-            read = self.spu.read_state
-            pack = self._pack
-            try:
-                entry = pack(key) + pack(pe.__dict__ if read is None else read(pe))
-            except Exception:  # what msgpack refuses is reported the careful way
-                self._encode_pe(pending, key, pe)
-                return
-            pending.add(bucket, entry)
-            return
-        self._encode_pe(pending, key, pe)
+        state = self._packed_state(pe) if bucket != NO_BUCKET else None
+        if state is None:
+            self._encode_pe(pending, key, pe)
+        else:
+            pending.add(bucket, self._pack(key) + state)
 
     def _encode_pe(self, pending: PendingSnapshot, key: Any, pe: Any) -> None:
         """The careful way for one pending PE (its stamp cleared: encoded once)."""
@@ -278,7 +282,7 @@ class KeyedProcessing(PartOfSpu):
                 pe = self.pes.create(key)
                 if state is not None:
                     pe.restore_state(dict(state))
-            self.pes.take_touched_keys()  # restored PEs equal the checkpoint: not dirty
+            self.pes.end_period()  # restored PEs equal the checkpoint: not dirty
             self.stats.pes = len(self.pes)
         else:
             self.spu.restore_instance(self.unit_name, self.pes.single())
@@ -476,18 +480,11 @@ class KeyedProcessing(PartOfSpu):
         self.unit_ref.tell(HandoffFinished(giving.reconfig_id, self.spu_id, "giver", moved, 0.0))
 
     def _encode_moving(self, pes: list[tuple[Any, Any]], out: list[tuple[Any, bytes]]) -> None:
-        """Each moving PE's (key, encoded state) into `out`: with the snapshot's packer when the runtime reads
-        the state itself (a hand-off's time is the moved keys' pause), else or if that fails the careful way."""
-        if not self.spu.state_is_dict:
-            out.extend((key, self._snapshot(key, pe)) for key, pe in pes)
-            return
-        read = self.spu.read_state  # None: the state is the PE's __dict__
-        pack = self._pack
+        """Each moving PE's (key, encoded state) into `out`, the fast way where it can (a hand-off's time is the
+        moved keys' pause)."""
         for key, pe in pes:
-            try:
-                out.append((key, pack(pe.__dict__ if read is None else read(pe))))
-            except Exception:  # what msgpack refuses is reported the careful way
-                out.append((key, self._snapshot(key, pe)))
+            state = self._packed_state(pe)
+            out.append((key, self._snapshot(key, pe) if state is None else state))
 
     def _send_states(self, receiver: Any, reconfig_id: int, states: list[tuple[Any, bytes]]) -> None:
         """The moved keys' states in chunks under the frame cap; the last chunk says the hand-off is done."""
@@ -528,11 +525,11 @@ class KeyedProcessing(PartOfSpu):
         except ValueError as exc:
             self.state_lost(UnsaveableState(f"bolt {self.unit_name!r} SPU {self.spu_id} cannot read a hand-off "
                                             f"from SPU {msg.giver_id}: {exc}; its keys restart empty"))
-            states = []
+            states = {}
         if self._lazy_install:
             self.pes.arrived.update(states)  # the PEs are made on first use or between batches (on_tick)
         else:
-            for key, blob in states:
+            for key, blob in states.items():
                 self._install_moved(key, blob)
         receiving.moved += len(states)
         self.pes.used(self.job.clock.now())

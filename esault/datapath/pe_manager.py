@@ -18,8 +18,10 @@ An exactly_once SPU (`track_touched`) has a `period` token, new at every
 checkpoint: a PE that runs (a batch, a tick, finish()) or is made is stamped
 with it the first time in the period, and its key listed in `marked` then
 (`mark()`; the batch loop does the same inline). A checkpoint takes the
-listed keys (`take_touched_keys()`), less those whose PE expired or moved
-away since. Why stamps: a set update per tuple
+list as it is and starts a new period (`end_period()`); a listed PE that
+still carries the ended period's stamp (`last_period`) holds that period's
+change (the snapshot clears it once encoded), one that expired or moved away
+is skipped. Why stamps: a set update per tuple
 cost a word count ~60 ns a word in cache misses on a 100k-key set (8% of
 the workers' GIL); a stamp check on the PE the loop holds anyway costs ~5.
 A checkpoint leaves the generations as they are, so no key misses `active`
@@ -67,12 +69,13 @@ class PeManager:
         self._retired: list[_Generation] = []  # oldest first
         self._single: Any = None
         self.period: object | None = object() if track_touched and per_key else None
-        """The stamp of PEs run since the last take_touched_keys() (`_esault_mark`); None: this SPU takes no
+        """The stamp of PEs run since the last end_period() (`_esault_mark`); None: this SPU takes no
         checkpoints, and no PE is ever stamped."""
         self.marked: list[Any] = []
         """Keys of the PEs stamped with `period`, each once per PE; the batch loop appends to it."""
         self.last_period: object | None = None
-        """The period the last take_touched_keys() ended: the stamp its keys' PEs carry until they run again."""
+        """The period the last end_period() ended: the stamp its keys' PEs carry until they run again or are
+        encoded."""
         self.arrived: dict[Any, Any] = {}
         """Moved-in keys whose PE is not made yet: key -> its encoded state (`install` makes the PE)."""
         self.install: Callable[[Any, Any], Any] | None = None
@@ -168,9 +171,9 @@ class PeManager:
             self.active = {}
 
     def take_touched_keys(self) -> set[Any]:
-        """The keys whose PE ran or was made since the last take and is still here (one that expired is in
-        its parked state, one that moved away is the receiver's to save); a new period starts. Not in
-        touched mode: an empty set. O(keys taken)."""
+        """end_period() as a set of the keys whose PE is still here (one that expired is in its parked state,
+        one that moved away is the receiver's to save): what the stamps say is dirty. Not in touched mode: an
+        empty set. O(keys taken); a checkpoint takes end_period()'s list instead."""
         if self.period is None:
             return set()
         keys = set(self.end_period())

@@ -36,7 +36,7 @@ class PendingSnapshot:
 
     __slots__ = ("snapshot", "keys", "next", "slice", "entries", "stamp")
 
-    def __init__(self, snapshot: Snapshot, keys: list[Any], slice_keys: int, stamp: object = None) -> None:
+    def __init__(self, snapshot: Snapshot, keys: list[Any], slice_keys: int, stamp: object) -> None:
         self.snapshot = snapshot
         self.keys = keys
         """The keys stamped in the epoch, as listed (a key may repeat, or have lost its PE since): slices walk

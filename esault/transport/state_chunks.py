@@ -22,9 +22,9 @@ def pack_states(pairs: list[tuple[Any, bytes]]) -> bytes:
     return encode(flat)
 
 
-def unpack_states(packed: bytes) -> list[tuple[Any, bytes]]:
-    """The pairs pack_states() packed; ValueError saying what is wrong when `packed` is not that (a frame is
-    never trusted)."""
+def unpack_states(packed: bytes) -> dict[Any, bytes]:
+    """The pairs pack_states() packed, key -> encoded state; ValueError saying what is wrong when `packed` is
+    not that (a frame is never trusted)."""
     try:
         flat = decode(packed)
     except Exception as exc:  # noqa: BLE001 - whatever the bytes are, the answer is the same
@@ -35,8 +35,15 @@ def unpack_states(packed: bytes) -> list[tuple[Any, bytes]]:
     if any(type(blob) is not bytes for blob in blobs):
         raise ValueError("a state in it is not encoded bytes")
     try:
-        for key in keys:
-            hash(key)
+        return dict(zip(keys, blobs))
+    except TypeError:  # a list, say, or a tuple holding one
+        bad = next(key for key in keys if not _usable_as_key(key))
+        raise ValueError(f"a key in it cannot be a key: {bad!r}") from None
+
+
+def _usable_as_key(key: Any) -> bool:
+    try:
+        {key: None}
     except TypeError:
-        raise ValueError(f"a key in it cannot be a key: {key!r}") from None
-    return list(zip(keys, blobs))
+        return False
+    return True

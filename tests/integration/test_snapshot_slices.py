@@ -113,7 +113,7 @@ entries = st.lists(st.tuples(st.integers(0, 7), st.text(max_size=5), ints | st.l
 @settings(max_examples=100, deadline=None)
 @given(entries)
 def test_a_row_built_entry_by_entry_is_the_bytes_pack_entries_makes_of_the_whole_list(rows):
-    pending = PendingSnapshot(Snapshot(CheckpointAck(1, 1, "u", 0, None)), set(), 1)
+    pending = PendingSnapshot(Snapshot(CheckpointAck(1, 1, "u", 0, None)), [], 1, object())
     expected: dict[int, list] = {}
     for bucket, key, state in rows:
         pending.add(bucket, encode(key) + encode(state))
@@ -122,7 +122,7 @@ def test_a_row_built_entry_by_entry_is_the_bytes_pack_entries_makes_of_the_whole
 
 
 def test_a_pending_snapshot_hands_out_its_listed_keys_in_slices_then_the_rest_once():
-    pending = PendingSnapshot(Snapshot(CheckpointAck(1, 1, "u", 0, None)), ["a", "b", "c", "a", "d"], 2)
+    pending = PendingSnapshot(Snapshot(CheckpointAck(1, 1, "u", 0, None)), ["a", "b", "c", "a", "d"], 2, object())
     assert pending.take_slice() == ["a", "b"] and pending.left == 3
     assert pending.take_rest() == ["c", "a", "d"] and pending.left == 0
     assert pending.take_rest() == [] and pending.take_slice() == []
