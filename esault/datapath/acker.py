@@ -1,7 +1,9 @@
 """AckServerActor: the paper's ack server, Storm's XOR tree tracking (reliability/ack_tracker).
 
-Tells each spout SPU the outcome of the trees it rooted, in batches, and
-writes the tuples bolts gave up on to the job's dead-letter file.
+Tells each spout SPU the outcome of the trees it rooted, in batches, writes
+the tuples bolts gave up on to the job's dead-letter file, and leases the
+blocks of a shared source's space (esault.reliability.shared_ranges) to the
+spout SPUs that ask: it already knows every spout SPU's mailbox.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ import pykka
 
 from esault.metrics import registry as metrics
 from esault.reliability.ack_tracker import AckTracker, TreeOutcome
+from esault.reliability.shared_ranges import STALE, RangeLeases
 from esault.datapath.context import JobContext, log
 from esault.messages.acking import (
     AckFail,
@@ -21,6 +24,8 @@ from esault.messages.acking import (
     DeadLettered,
     FailPending,
     GetPending,
+    RangeGrant,
+    RangeRequest,
     RegisterOwner,
     SpoutProgress,
     TreesDone,
@@ -36,6 +41,7 @@ class AckServerActor(pykka.ThreadingActor):
         self.job = job
         self.tracker = AckTracker(job.clock, job.config.message_timeout)
         self.owners: dict[int, Any] = {}
+        self.ranges = RangeLeases()
         metrics.init_unknown_message_series("AckServerActor")
 
     def on_receive(self, message: Any) -> Any:
@@ -60,6 +66,8 @@ class AckServerActor(pykka.ThreadingActor):
                 self._dead_letter(message)
             elif kind is SpoutProgress:
                 self.job.spout_progress[message.spu_id] = message
+            elif kind is RangeRequest:
+                self._lease(message)
             elif kind is RegisterOwner:
                 self.owners[message.owner] = message.mailbox
             elif kind is GetPending:
@@ -69,6 +77,29 @@ class AckServerActor(pykka.ThreadingActor):
         except Exception:
             log.exception("ack server failed handling %s", type(message).__name__)
         return None
+
+    def _lease(self, msg: RangeRequest) -> None:
+        """The next block of the unit's shared space to the SPU that asked, or why not."""
+        mailbox = self.owners.get(msg.owner)
+        if mailbox is None:
+            log.warning("ack server: range request from spout SPU %d, which never registered; ignored", msg.owner)
+            return
+        try:
+            if msg.unit not in {u.name for u in self.job.topology.units if u.is_spout}:
+                raise ValueError(f"range request names {msg.unit!r:.60}, which is no spout of topology "
+                                 f"{self.job.name!r}")
+            got = self.ranges.lease(msg.unit, msg.generation, msg.size, msg.done, msg.block)
+        except ValueError as exc:
+            reply = RangeGrant(msg.generation, None, None, str(exc))
+        else:
+            if got is STALE:
+                return  # a discarded instance's: the new ones have their own pool
+            start, end = got if got is not None else (None, None)
+            reply = RangeGrant(msg.generation, start, end)
+        try:
+            mailbox.tell(reply)
+        except (pykka.ActorDeadError, LookupError):  # stopping, or its worker died: a rollback re-leases it
+            self.owners.pop(msg.owner, None)
 
     def _dead_letter(self, msg: DeadLettered) -> None:
         """A bolt gave a tuple up: the job's dead-letter file (in the driver) records it."""

@@ -22,7 +22,8 @@ from esault.datapath.context import log
 from esault.user_errors import UserErrorLog, user_frame
 from esault.datapath.emitter import build_emit_many
 from esault.checkpoint.saveable import POSITION_FIX
-from esault.messages.acking import AckInit, DeadLettered, RegisterOwner, SpoutProgress, TreesDone
+from esault.messages.acking import (AckInit, DeadLettered, RangeGrant, RangeRequest, RegisterOwner, SpoutProgress,
+                                    TreesDone)
 from esault.messages.checkpoints import CheckpointAck, CheckpointComplete, TriggerCheckpoint
 from esault.messages.data import Pump, Tick
 from esault.datapath.sender import SenderActor
@@ -71,7 +72,7 @@ class SpoutSpuActor(SenderActor):
         self._barrier_due: TriggerCheckpoint | None = None  # injected at the next round boundary
         self._positions: dict[int, Any] = {}  # epoch -> the position its barrier recorded, until it completes
         self._handlers.update({Pump: self._on_pump, Tick: self._on_tick, TreesDone: self._on_trees_done,
-                               TriggerCheckpoint: self._on_trigger})
+                               TriggerCheckpoint: self._on_trigger, RangeGrant: self._on_range_grant})
 
     def on_start(self) -> None:
         self.job.stats.register(self.stats)
@@ -87,6 +88,7 @@ class SpoutSpuActor(SenderActor):
             self.spout._esault_emit = self._emit
             self.spout._esault_emit_batch = self._emit_batch
             self.spout._esault_dead_letter = self._spout_dead_letter
+            self.spout._esault_request_range = self._request_range
             step = "open()"
             self.spout.open(self.context())
             if self.cfg.restore_epoch is not None:
@@ -311,6 +313,25 @@ class SpoutSpuActor(SenderActor):
             metrics.clear_spout_waiting(self.job.name, self.unit_name, self.spu_id)
         else:
             metrics.set_spout_waiting(self.job.name, self.unit_name, self.spu_id, what, time.time())
+
+    # --- shared ranges ----------------------------------------------------
+
+    def _request_range(self, size: int, done: list, block: int) -> None:
+        """Spout.request_range(): the ack server (the driver) leases the unit's next free block."""
+        pairs = [(int(a), int(b)) for a, b in done]
+        self.acker.tell(RangeRequest(self.spu_id, self.unit_name, self.cfg.generation, int(size), pairs, int(block)))
+
+    def _on_range_grant(self, msg: RangeGrant) -> None:
+        if msg.generation != self.cfg.generation or self.spout is None or self.start_error is not None or self.finished:
+            return
+        if msg.error:
+            log.error("topology %r: spout %r: its range request was refused: %s", self.job.name, self.unit_name,
+                      msg.error)
+        try:
+            self.spout.on_range(msg.start, msg.end, msg.error)
+        except Exception as exc:
+            self._next_tuple_failed(exc)
+        self._schedule()
 
     def _next_tuple_failed(self, exc: Exception) -> None:
         """Log it (rate-limited, with its traceback); max_spout_errors in a row stop the spout and fail the job."""

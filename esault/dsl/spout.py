@@ -24,6 +24,7 @@ class Spout:
     _esault_emit: EmitFn | None = None
     _esault_emit_batch: EmitBatchFn | None = None
     _esault_dead_letter: DeadLetterFn | None = None
+    _esault_request_range: Callable[[int, list, int], None] | None = None
     _esault_finished: bool = False
 
     def open(self, context: TopologyContext) -> None:
@@ -117,6 +118,23 @@ class Spout:
             raise ValueError(f"{type(self).__name__}.emit_batch(): {len(keys)} keys but {len(values)} values; "
                              "pass one value per key")
         emit(keys, values, msg_id)
+
+    def request_range(self, size: int, done: list, block: int) -> None:
+        """Lease the next block of a space this spout's instances share, [0, size) (a file's bytes), that none
+        of them has leased: whoever is free reads next, so instances on busier processes read less
+        (esault.reliability.shared_ranges). `done` is what this instance restored as read (the merged position
+        its merge hook gave every instance; [] on a fresh start), `block` the most bytes one lease covers. The
+        answer comes later, on the SPU's thread, to on_range(). Under exactly_once only: a block is re-leased
+        after a rollback when no checkpointed position covers it, and only a rollback gives it back."""
+        request = self._esault_request_range
+        if request is None:
+            raise RuntimeError(f"{type(self).__name__}.request_range() was called before the runtime opened the "
+                               "spout; call it from next_tuple()")
+        request(size, done, block)
+
+    def on_range(self, start: int | None, end: int | None, error: str) -> None:
+        """The answer to request_range(): [start, end) is this instance's to read; start None once every block
+        is leased, or when `error` says why the request was refused."""
 
     def dead_letter(self, key: Any, value: Any, error: str, msg_id: Any = None) -> None:
         """Give up on one input that cannot become a tuple (a record that does not decode): it goes to the job's

@@ -157,6 +157,7 @@ class UnitActor(pykka.ThreadingActor):
         self.instance_of: dict[int, int] = {}
         self.table: IntervalTable | None = None
         self.version = 0
+        self.generation = 0  # relaunches of every SPU (rollbacks, rescales): SpuConfig.generation
         self._op: _Operation | None = None
         self._discarded: list[int] = []  # SPUs a rollback discarded, whose places RelaunchSpus fills
         self.history: list[ScaleResult] = []
@@ -276,6 +277,7 @@ class UnitActor(pykka.ThreadingActor):
                 [(start, renamed.get(spu, spu)) for start, _end, spu in self.table.intervals()],
                 version=self.table.version + 1)
         self.version += 1
+        self.generation += 1
         self._discarded = []
         failed: list[tuple[int, Exception]] = []
         for new in renamed.values():
@@ -308,7 +310,8 @@ class UnitActor(pykka.ThreadingActor):
         intervals = tuple(table.intervals_of(spu_id)) if table is not None and spu_id in table else None
         cfg = SpuConfig(self.job.name, self.spec.name, spu_id, intervals, downstream, receive,
                         extra={"unit_ref": self.actor_ref}, instance=self.instance_of.get(spu_id, 0),
-                        instances=self.spec.parallelism, restore_epoch=epoch, position=position)
+                        instances=self.spec.parallelism, restore_epoch=epoch, position=position,
+                        generation=self.generation)
         spec = self.spec if spec is None else spec
         if worker is None:
             return self.launcher.start_spu(spec, cfg, self.job)

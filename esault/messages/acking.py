@@ -87,3 +87,28 @@ class FailPending:
     spouts replay at once instead of after message_timeout."""
 
     reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class RangeRequest:
+    """spout SPU -> ack server (driver): lease the next free block of its unit's shared space [0, size) (a
+    file's bytes; esault.reliability.shared_ranges). `done` is what every instance of this `generation`
+    restored as read (the merged position), `block` the most bytes one lease covers."""
+
+    owner: int
+    unit: str
+    generation: int
+    size: int
+    done: list[tuple[int, int]]
+    block: int
+
+
+@dataclass(frozen=True, slots=True)
+class RangeGrant:
+    """ack server -> spout SPU: [start, end) of the space is this SPU's to read; start None: nothing is left,
+    or `error` says why the request was refused."""
+
+    generation: int
+    start: int | None
+    end: int | None
+    error: str = ""

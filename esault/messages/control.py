@@ -91,6 +91,7 @@ class SpuConfig:
     instances: int = 1
     restore_epoch: int | None = None  # restore state (and a spout's position) from this completed checkpoint
     position: Any = None  # a spout's position at restore_epoch
+    generation: int = 0  # how many times the unit relaunched all its SPUs (a rollback): shared ranges' generation
 
 
 @dataclass(frozen=True, slots=True)

@@ -23,6 +23,8 @@ from esault.messages.acking import (
     DeadLettered,
     FailPending,
     GetPending,
+    RangeGrant,
+    RangeRequest,
     RegisterOwner,
     SpoutProgress,
     TreesDone,
@@ -130,7 +132,7 @@ PINNED_SCHEMA = {
     24: ("SpuConfig", ("topology: str", "unit: str", "spu_id: int", "intervals: tuple[tuple[int, int], ...] | None",
                        "downstream: tuple[RouteSpec, ...]", "receive: PrepareReceive | None",
                        "extra: dict[str, value+mailboxes]", "instance: int", "instances: int",
-                       "restore_epoch: int | None", "position: value")),
+                       "restore_epoch: int | None", "position: value", "generation: int")),
     25: ("Probe", ("probe_id: int", "sent_at: float", "reply_to: Mailbox", "want_hashes: bool")),
     26: ("ProbeReturned", ("spu_id: int", "probe_id: int", "sent_at: float", "processed: int",
                            "hashes: tuple[int, ...]")),
@@ -169,6 +171,9 @@ PINNED_SCHEMA = {
     54: ("CancelReconfiguration", ("reconfig_id: int",)),
     55: ("ChainLink", ("sender: int", "items: list[value]")),
     56: ("ChainMembers", ("spus: dict[int, Mailbox]",)),
+    57: ("RangeRequest", ("owner: int", "unit: str", "generation: int", "size: int", "done: list[tuple[int, int]]",
+                          "block: int")),
+    58: ("RangeGrant", ("generation: int", "start: int | None", "end: int | None", "error: str")),
 }
 
 
@@ -188,7 +193,7 @@ def test_tags_follow_the_class_name_and_a_message_without_a_tag_is_refused_by_na
     classes = dict(reversed([(cls.__name__, cls) for cls in wire.TAGS]))  # definition order does not matter
     assert [wire.TAGS[cls] for cls in wire._tagged(classes)] == sorted(wire.WIRE_TAGS.values())
     with pytest.raises(ImportError, match=r"without a wire tag: Fresh; add each to esault.transport.wire.WIRE_TAGS "
-                                          r"with the next free tag \(57\)"):
+                                          r"with the next free tag \(59\)"):
         wire._tagged({**classes, "Fresh": Fresh})
     del classes["Abandon"]
     with pytest.raises(ImportError, match=r"WIRE_TAGS names Abandon, which no module of esault.messages defines"):
@@ -203,7 +208,7 @@ def test_tags_follow_the_class_name_and_a_message_without_a_tag_is_refused_by_na
     (PrepareGive(9, ((0, 100, 4),), {4: Address("w2", "spu-4")}, frozenset({1}), False),
      "960b099193006404810492a27732a57370752d349101c2"),
     (SpuConfig("t", "count", 5, ((0, 10),), (), None, {"unit_ref": Address("driver", "unit-count")}),
-     "9c18a174a5636f756e74059192000a90c081a8756e69745f726566c416c7131092a6647269766572aa756e69742d636f756e740001c0c0"),
+     "9d18a174a5636f756e74059192000a90c081a8756e69745f726566c416c7131092a6647269766572aa756e69742d636f756e740001c0c000"),
 ])
 def test_golden_frames_are_byte_for_byte_stable(message, frame_hex):
     assert encode_frame(message).hex() == frame_hex
@@ -265,6 +270,8 @@ EXAMPLES: dict[type, Any] = {
     GetSpus: GetSpus(),
     GetLayout: GetLayout(),
     RegisterOwner: RegisterOwner(5, Address("w1", "spout-5")),
+    RangeRequest: RangeRequest(5, "lines", 2, 88_000_000, [(0, 1 << 20), (3 << 20, 4 << 20)], 1 << 20),
+    RangeGrant: RangeGrant(2, 1 << 20, 2 << 20),
     GetPending: GetPending(),
     Drain: Drain(),
     SpuConfig: SpuConfig("wordcount", "count", 13, ((0, 2**30),), (ROUTE,), PrepareReceive(4, ((0, 9, 11),)),
@@ -512,7 +519,7 @@ GOOD_FRAMES = [encode_frame(msg) for msg in EXAMPLES.values()]
     (msgpack.packb({"tag": 1}), "not_a_frame", r"expected \[tag, fields\.\.\.\], got dict"),
     (msgpack.packb([]), "not_a_frame", r"got list \[\]"),
     (msgpack.packb(["DataBatch", 1, []]), "not_a_frame", r"not a message frame"),
-    (msgpack.packb([99, 1]), "unknown_tag", r"unknown message tag 99 \(known: 1\.\.56\)"),
+    (msgpack.packb([99, 1]), "unknown_tag", r"unknown message tag 99 \(known: 1\.\.58\)"),
     (msgpack.packb([10, 1]), "field_count", r"EpochMarker: expected 2 fields \(reconfig_id, sender\), got 1"),
     (msgpack.packb([25, 1, "soon", ["d", "m"], True]), "field_type", r"Probe\.sent_at: expected float, got str 'soon'"),
     (msgpack.packb([10, True, 1]), "field_type", r"EpochMarker\.reconfig_id: expected int, got bool True"),
@@ -532,7 +539,7 @@ GOOD_FRAMES = [encode_frame(msg) for msg in EXAMPLES.values()]
     (msgpack.packb([1, 1, "s", [msgpack.ExtType(2, msgpack.packb([[1]]))], [1], [], []]), "field_type",
      r"a set holds an unhashable item"),
     (msgpack.packb([11, 1, [[0, 5, 2]], {}, [[1]], True]), "field_type", r"PrepareGive\.upstream\[0\]: expected int"),
-    (msgpack.packb([24, "t", "u", 1, None, [], None, {"unit_ref": "not packed"}, 0, 1, None, None]), "field_type",
+    (msgpack.packb([24, "t", "u", 1, None, [], None, {"unit_ref": "not packed"}, 0, 1, None, None, 0]), "field_type",
      r"SpuConfig\.extra\['unit_ref'\]: expected a packed value \(bin\)"),
 ])
 def test_each_malformed_frame_raises_frame_error_with_a_precise_reason(frame, reason, error):
