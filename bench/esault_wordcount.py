@@ -71,15 +71,12 @@ class TimedLines(TextFileSpout):
             self.started = now
         if self.sent >= (now - self.started) * self.rate:
             return  # ahead of the rate: the runtime calls again on its next tick
-        offset = self._file.tell()
-        lines = self._read(self.chunk_lines)
-        if not lines:
-            self.finish()
-            return
+        super().next_tuple()
+
+    def values(self, lines: list[str]) -> list:
         self.sent += len(lines)
-        self._pending[offset] = len(lines)
         stamp = time.time()
-        self.emit_batch([None] * len(lines), [[stamp, line] for line in lines], msg_id=offset)
+        return [[stamp, line] for line in lines]
 
 
 class SplitTimed(Bolt):

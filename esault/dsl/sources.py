@@ -103,7 +103,12 @@ class TextFileSpout(Spout):
             self.finish()
             return
         self._pending[offset] = len(lines)
-        self.emit_batch([None] * len(lines), lines, msg_id=offset)
+        self.emit_batch([None] * len(lines), self.values(lines), msg_id=offset)
+
+    def values(self, lines: list[str]) -> list:
+        """The tuple values of a chunk's lines: the lines. A subclass may map them (stamp them, parse them);
+        a replayed chunk goes through it again."""
+        return lines
 
     def _next_block_ready(self) -> bool:
         """Shared mode: a current block to read from (starting the leased one), asking for the one after it
@@ -166,7 +171,7 @@ class TextFileSpout(Spout):
         lines = self._read(count, self._size + 1)  # the chunk's own line count bounds it
         self._file.seek(resume)
         self.replayed += 1
-        self.emit_batch([None] * len(lines), lines, msg_id=msg_id)
+        self.emit_batch([None] * len(lines), self.values(lines), msg_id=msg_id)
 
     def snapshot_position(self) -> Any:
         """Static: the byte offset of the next line to read. Shared: {"size", "done"}, the byte ranges read."""
