@@ -153,3 +153,24 @@ def test_what_a_bolt_emits_in_close_reaches_downstream_also_when_it_is_chained_i
     job.stop()
     got = collected(name)
     assert len(got) == 2 and sum(v for _, v in got) == 2 * 500  # each ListSpout instance emits every item
+
+
+@pytest.mark.parametrize("instances", [1, 3])
+def test_text_file_spout_instances_in_the_driver_share_the_file_by_blocks_under_exactly_once(
+        cluster, config, tmp_path, instances):
+    """Under exactly_once several instances lease the file's blocks from the ack server (small blocks here, so
+    every instance leases many); checkpoints record the ranges read. Every line once; one instance reads it all."""
+    from esault import TextFileSpout
+
+    lines = [f"line {i} " + "y" * (i % 11) for i in range(1500)]
+    path = tmp_path / "input.txt"
+    path.write_text("\n".join(lines))  # no newline at the end: the last line still counts
+    builder = TopologyBuilder("shared")
+    builder.set_spout("lines", TextFileSpout, instances, params={"path": str(path), "chunk_lines": 7,
+                                                                 "block_bytes": 512})
+    builder.set_bolt("out", CollectorBolt, params={"name": f"shared-{instances}"}).shuffle_grouping("lines")
+    job = cluster.submit(builder.build(), config.replace(guarantee="exactly_once", checkpoint_interval=0.05))
+    assert job.wait(30), job.status()
+    job.stop()
+    assert sorted(value for _, value in collected(f"shared-{instances}")) == sorted(lines)
+    assert job.checkpoints.stats.completed >= 1
