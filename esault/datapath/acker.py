@@ -88,7 +88,8 @@ class AckServerActor(pykka.ThreadingActor):
             if msg.unit not in {u.name for u in self.job.topology.units if u.is_spout}:
                 raise ValueError(f"range request names {msg.unit!r:.60}, which is no spout of topology "
                                  f"{self.job.name!r}")
-            got = self.ranges.lease(msg.unit, msg.generation, msg.size, msg.done, msg.block)
+            got = self.ranges.lease(msg.unit, msg.generation, msg.size, msg.done, msg.block, msg.owner,
+                                    msg.replaces)
         except ValueError as exc:
             reply = RangeGrant(msg.generation, None, None, str(exc))
         else:

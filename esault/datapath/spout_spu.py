@@ -71,6 +71,8 @@ class SpoutSpuActor(SenderActor):
         self._reported = (False, False, "")  # (finished, drained, error) as last told to the ack server
         self._barrier_due: TriggerCheckpoint | None = None  # injected at the next round boundary
         self._positions: dict[int, Any] = {}  # epoch -> the position its barrier recorded, until it completes
+        replaces = cfg.extra.get("replaces", ())  # the lost SPUs this one replaced (shared ranges)
+        self._replaces = tuple(r for r in replaces if type(r) is int) if isinstance(replaces, (list, tuple)) else ()
         self._handlers.update({Pump: self._on_pump, Tick: self._on_tick, TreesDone: self._on_trees_done,
                                TriggerCheckpoint: self._on_trigger, RangeGrant: self._on_range_grant})
 
@@ -319,7 +321,9 @@ class SpoutSpuActor(SenderActor):
     def _request_range(self, size: int, done: list, block: int) -> None:
         """Spout.request_range(): the ack server (the driver) leases the unit's next free block."""
         pairs = [(int(a), int(b)) for a, b in done]
-        self.acker.tell(RangeRequest(self.spu_id, self.unit_name, self.cfg.generation, int(size), pairs, int(block)))
+        replaces, self._replaces = self._replaces, ()  # named once: their blocks are queued again then
+        self.acker.tell(RangeRequest(self.spu_id, self.unit_name, self.cfg.generation, int(size), pairs, int(block),
+                                     replaces))
 
     def _on_range_grant(self, msg: RangeGrant) -> None:
         if msg.generation != self.cfg.generation or self.spout is None or self.start_error is not None or self.finished:

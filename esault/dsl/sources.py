@@ -22,15 +22,14 @@ class TextFileSpout(Spout):
     Who reads what. A block of bytes [a, b) owns the lines that start in it
     (a reader seeks a - 1 and skips to the next line start), so every line is
     read once however the file is cut.
-    - shared (the default with several instances under exactly_once): the
-      instances lease blocks of `block_bytes` (at least size / 4096) from the
-      job as each becomes free (Spout.request_range), so an instance on a
-      busier process reads less and none idles at the end. Its position is the
-      byte ranges it has read; the merge hook unites them, and a restore leases
-      the rest again.
-    - static (shared=False, or other guarantees, which cannot give a lost
-      instance's blocks back): instance i of n reads the i-th of n equal byte
-      ranges; its position is its byte offset.
+    - shared (the default with several instances): the instances lease blocks
+      of `block_bytes` (at least size / 4096) from the job as each becomes
+      free (Spout.request_range), so an instance on a busier process reads
+      less and none idles at the end. Its position is the byte ranges it has
+      read; the merge hook unites them, and a restore leases the rest again
+      (a replaced instance's blocks, at_least_once, are leased again whole).
+    - static (shared=False, or one instance): instance i of n reads the i-th
+      of n equal byte ranges; its position is its byte offset.
     params: path, chunk_lines (default 64), encoding (default utf-8), shared
     (None: as above), block_bytes (default 1 MiB).
     """
@@ -69,12 +68,7 @@ class TextFileSpout(Spout):
         self._file = open(self.path, "rb")  # noqa: SIM115 - closed in close()
         self._size = size = os.path.getsize(self.path)
         self._instance, self._instances = context.instance, context.instances
-        exactly_once = context.guarantee == "exactly_once"
-        if self.shared and not exactly_once:
-            raise TopologyError(f"TextFileSpout: shared=True needs guarantee='exactly_once' (a lost instance's "
-                                f"blocks come back only through a rollback); this job runs {context.guarantee!r}. "
-                                "Leave shared unset or pass shared=False")
-        self._sharing = self.shared if self.shared is not None else exactly_once and context.instances > 1
+        self._sharing = self.shared if self.shared is not None else context.instances > 1
         if self._sharing:
             return  # next_tuple() leases the first block (after restore_position(), if any)
         i, n = context.instance, context.instances

@@ -124,8 +124,9 @@ class Spout:
         of them has leased: whoever is free reads next, so instances on busier processes read less
         (esault.reliability.shared_ranges). `done` is what this instance restored as read (the merged position
         its merge hook gave every instance; [] on a fresh start), `block` the most bytes one lease covers. The
-        answer comes later, on the SPU's thread, to on_range(). Under exactly_once only: a block is re-leased
-        after a rollback when no checkpointed position covers it, and only a rollback gives it back."""
+        answer comes later, on the SPU's thread, to on_range(). A block is leased again after a rollback when no
+        checkpointed position covers it (exactly_once), or to the replacement of an instance lost with its
+        worker (at_least_once)."""
         request = self._esault_request_range
         if request is None:
             raise RuntimeError(f"{type(self).__name__}.request_range() was called before the runtime opened the "

@@ -158,6 +158,7 @@ class UnitActor(pykka.ThreadingActor):
         self.table: IntervalTable | None = None
         self.version = 0
         self.generation = 0  # relaunches of every SPU (rollbacks, rescales): SpuConfig.generation
+        self._replaced: dict[int, tuple[int, ...]] = {}  # spout SPU -> the lost ones it replaced (shared ranges)
         self._op: _Operation | None = None
         self._discarded: list[int] = []  # SPUs a rollback discarded, whose places RelaunchSpus fills
         self.history: list[ScaleResult] = []
@@ -305,11 +306,12 @@ class UnitActor(pykka.ThreadingActor):
 
     def _launch(self, spu_id: int, downstream: tuple[RouteSpec, ...], receive: PrepareReceive | None,
                 epoch: int | None = None, position: Any = None, table: IntervalTable | None = None,
-                worker: str | None = None, spec: UnitSpec | None = None) -> Any:
+                worker: str | None = None, spec: UnitSpec | None = None, replaces: tuple[int, ...] = ()) -> Any:
         table = self.table if table is None else table
         intervals = tuple(table.intervals_of(spu_id)) if table is not None and spu_id in table else None
         cfg = SpuConfig(self.job.name, self.spec.name, spu_id, intervals, downstream, receive,
-                        extra={"unit_ref": self.actor_ref}, instance=self.instance_of.get(spu_id, 0),
+                        extra={"unit_ref": self.actor_ref, **({"replaces": list(replaces)} if replaces else {})},
+                        instance=self.instance_of.get(spu_id, 0),
                         instances=self.spec.parallelism, restore_epoch=epoch, position=position,
                         generation=self.generation)
         spec = self.spec if spec is None else spec
@@ -674,7 +676,10 @@ class UnitActor(pykka.ThreadingActor):
         try:
             while True:
                 try:
-                    mailbox = self._launch(new, cmd.downstream_routes, None, table=table)
+                    # a spout's replacement first leases again the shared blocks the lost one held (and those
+                    # it replaced in turn, had it died before it asked)
+                    lineage = (lost, *self._replaced.get(lost, ())) if self.spec.is_spout else ()
+                    mailbox = self._launch(new, cmd.downstream_routes, None, table=table, replaces=lineage)
                     break
                 except WorkerLost as exc:  # that worker died too: another one, until none is left (UnitStartError)
                     log.warning("topology %r: replacing SPU %d of %r: %s; trying another worker", self.job.name,
@@ -683,6 +688,9 @@ class UnitActor(pykka.ThreadingActor):
             del self.instance_of[new]
             raise
         self.instance_of.pop(lost, None)
+        self._replaced.pop(lost, None)
+        if lineage:
+            self._replaced[new] = lineage
         if table is not None:
             self.table = table
         self.spus = {**{s: m for s, m in self.spus.items() if s != lost}, new: mailbox}

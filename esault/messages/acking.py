@@ -93,7 +93,8 @@ class FailPending:
 class RangeRequest:
     """spout SPU -> ack server (driver): lease the next free block of its unit's shared space [0, size) (a
     file's bytes; esault.reliability.shared_ranges). `done` is what every instance of this `generation`
-    restored as read (the merged position), `block` the most bytes one lease covers."""
+    restored as read (the merged position), `block` the most bytes one lease covers, `replaces` the lost SPUs
+    this one replaced (their blocks are leased again first; at_least_once)."""
 
     owner: int
     unit: str
@@ -101,6 +102,7 @@ class RangeRequest:
     size: int
     done: list[tuple[int, int]]
     block: int
+    replaces: tuple[int, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)

@@ -11,6 +11,11 @@ the spout's merge hook gives every restored instance the union of all of them, s
 is exactly [0, size) minus what the checkpoint's instances had read: a block leased after an instance's
 barrier is in no position and is leased again. A generation (one per launch of the unit's instances) keeps
 a discarded instance's late request from resetting or draining the new instances' pool.
+
+Without checkpoints (at_least_once) nothing rolls back: an instance lost with its process is replaced, and
+the replacement's first request names the SPUs it `replaces` (the lost one, and those it replaced if it died
+before it asked); every block they held goes back to the front of the pool, to be read again whole (at least
+once: what they had emitted and was acked comes twice).
 """
 
 from __future__ import annotations
@@ -77,11 +82,12 @@ def parse_ranges(value: Any, size: int, what: str = "ranges") -> list[Range]:
 class _Pool:
     """One unit's generation: the blocks nobody has leased yet."""
 
-    __slots__ = ("generation", "size", "done", "block", "free")
+    __slots__ = ("generation", "size", "done", "block", "free", "held")
 
     def __init__(self, generation: int, size: int, done: list[Range], block: int) -> None:
         self.generation, self.size, self.done, self.block = generation, size, done, block
         self.free = blocks(complement(done, size), block)
+        self.held: dict[int, list[Range]] = {}  # owner -> the blocks leased to it (for a replacement)
 
 
 STALE = object()
@@ -96,10 +102,12 @@ class RangeLeases:
     def __init__(self) -> None:
         self._units: dict[str, _Pool] = {}
 
-    def lease(self, unit: str, generation: int, size: int, done: Any, block: int) -> Range | None | object:
-        """The next free block of `unit`'s space for an instance of `generation` that restored `done`
-        (the same for every instance of a generation), None once every block is leased, or STALE for a
-        request of an older generation. A newer generation starts a fresh pool from its `done`.
+    def lease(self, unit: str, generation: int, size: int, done: Any, block: int, owner: int = 0,
+              replaces: Iterable[int] = ()) -> Range | None | object:
+        """The next free block of `unit`'s space for SPU `owner`, an instance of `generation` that restored
+        `done` (the same for every instance of a generation), None once every block is leased, or STALE for a
+        request of an older generation. A newer generation starts a fresh pool from its `done`. `replaces`:
+        the lost SPUs this one replaces; the blocks they held are leased again first.
         ValueError for a malformed request, or one that disagrees with its generation's space."""
         if not isinstance(unit, str) or not unit:
             raise ValueError(f"range request: unit {unit!r:.40} is not a name")
@@ -118,7 +126,16 @@ class RangeLeases:
             raise ValueError(f"range request for {unit!r}: generation {generation} has a space of {pool.size} bytes "
                              f"with {len(pool.done)} range(s) read, this instance says {size} and {len(ranges)}: "
                              "every instance of a generation must restore the same merged position")
-        return pool.free.popleft() if pool.free else None
+        if not all(isinstance(r, int) and not isinstance(r, bool) for r in replaces):
+            raise ValueError(f"range request for {unit!r}: replaces {replaces!r:.60} is not a list of SPU ids")
+        for lost in replaces:
+            for got in reversed(pool.held.pop(lost, [])):
+                pool.free.appendleft(got)
+        if not pool.free:
+            return None
+        got = pool.free.popleft()
+        pool.held.setdefault(owner, []).append(got)
+        return got
 
     def left(self, unit: str) -> int:
         """Blocks of `unit` not leased yet (0 for an unknown unit)."""

@@ -22,7 +22,8 @@ reading: a leased block is half read."""
 class GatedTextFileSpout(TextFileSpout):
     """At most `rate` lines/s per instance (`rate0` for instance 0). Instance 0 of the first launch holds at
     its `after`-th `step` once a checkpoint completed (so the rollback restores a position with blocks read):
-    it writes its process id to `<gate>.reached`, then waits while the file `gate` exists."""
+    it writes its process id to `<gate>.reached`, then waits while the file `gate` exists. Under at_least_once
+    (no checkpoints) it holds at its `after`-th `step` at once."""
 
     def __init__(self, path: str, gate: str = "", step: str = "", after: int = 4, rate: float = 600.0,
                  rate0: float | None = None, **kwargs: Any) -> None:
@@ -36,6 +37,7 @@ class GatedTextFileSpout(TextFileSpout):
     def open(self, context: Any) -> None:
         super().open(context)
         self._gated = bool(self.gate) and context.instance == 0 and context.restored_epoch is None
+        self._needs_checkpoint = context.guarantee == "exactly_once"
         if self.rate0 is not None and context.instance == 0:
             self.rate = self.rate0
         self._record = Path(context.data_dir) / f"lines-read-{context.instance}.txt"
@@ -48,7 +50,7 @@ class GatedTextFileSpout(TextFileSpout):
         self._completed += 1
 
     def _at(self, step: str) -> None:
-        if not self._gated or step != self.step or not self._completed:
+        if not self._gated or step != self.step or (self._needs_checkpoint and not self._completed):
             return
         self._seen[step] += 1
         if self._seen[step] == self.after and not os.path.exists(self.gate + ".reached"):
@@ -78,11 +80,12 @@ class GatedTextFileSpout(TextFileSpout):
 
 
 def write_words(path: Path, lines: int) -> dict[str, int]:
-    """A file of `lines` sentences of uneven length; returns the oracle's word counts."""
+    """A file of `lines` sentences of uneven length, each with a word of its own (so a line read by nobody
+    shows, however many times other lines came); returns the oracle's word counts."""
     counts: dict[str, int] = {}
     rows = []
     for i in range(lines):
-        words = [f"w{(i * 7 + j * 13) % 97}" for j in range(1 + i % 9)]
+        words = [f"w{(i * 7 + j * 13) % 97}" for j in range(1 + i % 9)] + [f"u{i}"]
         rows.append(" ".join(words))
         for w in words:
             counts[w] = counts.get(w, 0) + 1
@@ -100,4 +103,17 @@ def build(name: str, path: Path, gate: str = "", step: str = "", after: int = 4,
     builder.set_bolt("split", wordcount.SplitBolt, 2, elastic=False).shuffle_grouping("lines")
     builder.set_bolt("count", eo_parts.PlainCountBolt, 2, elastic=False, pe_idle_timeout=None).key_grouping("split")
     builder.set_bolt("latest", wordcount.LatestCountsBolt, elastic=False).global_grouping("count")
+    return builder.build()
+
+
+def build_collected(name: str, path: Path, gate: str = "", step: str = "", after: int = 4, rate: float = 600.0):
+    """lines (2 shared instances on the workers) -> a collector in the driver (esault.testing): stateless
+    between the spout and the test, so a lost worker loses nothing at_least_once cannot replay."""
+    from esault.testing import CollectorBolt
+
+    builder = TopologyBuilder(name)
+    builder.set_spout("lines", GatedTextFileSpout, 2, placement="worker", params={
+        "path": str(path), "chunk_lines": 5, "block_bytes": 2048, "gate": gate, "step": step, "after": after,
+        "rate": rate})
+    builder.set_bolt("out", CollectorBolt, params={"name": name}).global_grouping("lines")
     return builder.build()

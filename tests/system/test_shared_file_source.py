@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from esault import JobConfig, LocalCluster
-from esault.testing import wait_until
+from esault.testing import collected, reset_collected, wait_until
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "examples"))
@@ -27,8 +27,9 @@ import file_source_parts as parts  # noqa: E402
 pytestmark = pytest.mark.system
 
 
-def config(tmp_path: Path) -> JobConfig:
-    return JobConfig(data_dir=tmp_path / "data", elasticity=False, checkpoint_interval=0.3, message_timeout=300.0)
+def config(tmp_path: Path, **changes) -> JobConfig:
+    return JobConfig(data_dir=tmp_path / "data", elasticity=False, checkpoint_interval=0.3, message_timeout=300.0,
+                     **changes)
 
 
 @pytest.mark.parametrize("step", parts.STEPS)
@@ -83,3 +84,29 @@ def test_the_instance_on_the_busier_worker_reads_less_of_a_shared_file(tmp_path)
     assert eo_parts.final_counts(job.data_dir) == expected
     read = [int((job.data_dir / f"lines-read-{i}.txt").read_text()) for i in (0, 1)]
     assert read[0] < 0.35 * sum(read), read
+
+
+@pytest.mark.parametrize("step", ["granted", "reading"])
+def test_at_least_once_a_spout_lost_with_its_worker_is_replaced_and_its_blocks_are_read_again(tmp_path, step):
+    """No checkpoint to roll back to: the replacement's first request names the lost SPU, whose blocks (the
+    one it held half read, or the one granted it) go back to the pool. Every line reaches the collector in the
+    driver at least once (the lost blocks' lines may come twice). Bolt state on a lost worker is gone under
+    at_least_once, so the lines go straight to the driver."""
+    path = tmp_path / "words.txt"
+    parts.write_words(path, 4000)
+    lines = path.read_text().splitlines()
+    gate = str(tmp_path / "gate")
+    Path(gate).touch()
+    name = f"shared-alo-{step}"
+    reset_collected()
+    with LocalCluster(workers=3, heartbeat_timeout=1.0) as cluster:
+        job = cluster.submit(parts.build_collected(name, path, gate=gate, step=step),
+                             config(tmp_path, guarantee="at_least_once"))
+        wait_until(lambda: os.path.exists(gate + ".reached"), 60, message=f"instance 0 held at {step!r}")
+        os.kill(int(Path(gate + ".reached").read_text()), signal.SIGKILL)
+        os.remove(gate)
+        cluster.pool.spawn("fresh")
+        assert job.wait(120), job.status()
+        job.stop()
+    got = {value for _, value in collected(name)}
+    assert got == set(lines), f"lines never read: {sorted(set(lines) - got)[:5]}"

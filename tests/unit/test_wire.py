@@ -172,7 +172,7 @@ PINNED_SCHEMA = {
     55: ("ChainLink", ("sender: int", "items: list[value]")),
     56: ("ChainMembers", ("spus: dict[int, Mailbox]",)),
     57: ("RangeRequest", ("owner: int", "unit: str", "generation: int", "size: int", "done: list[tuple[int, int]]",
-                          "block: int")),
+                          "block: int", "replaces: tuple[int, ...]")),
     58: ("RangeGrant", ("generation: int", "start: int | None", "end: int | None", "error: str")),
 }
 
@@ -270,7 +270,7 @@ EXAMPLES: dict[type, Any] = {
     GetSpus: GetSpus(),
     GetLayout: GetLayout(),
     RegisterOwner: RegisterOwner(5, Address("w1", "spout-5")),
-    RangeRequest: RangeRequest(5, "lines", 2, 88_000_000, [(0, 1 << 20), (3 << 20, 4 << 20)], 1 << 20),
+    RangeRequest: RangeRequest(5, "lines", 2, 88_000_000, [(0, 1 << 20), (3 << 20, 4 << 20)], 1 << 20, (3, 4)),
     RangeGrant: RangeGrant(2, 1 << 20, 2 << 20),
     GetPending: GetPending(),
     Drain: Drain(),
