@@ -110,3 +110,20 @@ def test_at_least_once_a_spout_lost_with_its_worker_is_replaced_and_its_blocks_a
         job.stop()
     got = {value for _, value in collected(name)}
     assert got == set(lines), f"lines never read: {sorted(set(lines) - got)[:5]}"
+
+
+def test_a_shared_file_spout_rescaled_on_a_running_job_reads_every_line_exactly_once(tmp_path):
+    """The merge hook makes TextFileSpout rescalable: a checkpoint, a rollback to it with 3 instances that
+    restore the union of the ranges read, then 1; the counts are exact."""
+    path = tmp_path / "words.txt"
+    expected = parts.write_words(path, 5000)
+    with LocalCluster(workers=2) as cluster:
+        job = cluster.submit(parts.build("shared-rescale", path, rate=400.0), config(tmp_path))
+        wait_until(lambda: job.checkpoints.stats.completed >= 2, 60, message="checkpoints before the rescale")
+        assert job.rescale("lines", 3, timeout=120).action == "rescale"
+        assert len(job.spus("lines")) == 3
+        wait_until(lambda: job.checkpoints.stats.completed >= 5, 60, message="checkpoints with 3 instances")
+        job.rescale("lines", 1, timeout=120)
+        assert job.wait(120), job.status()
+        job.stop()
+    assert eo_parts.final_counts(job.data_dir) == expected
