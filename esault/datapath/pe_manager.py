@@ -170,19 +170,6 @@ class PeManager:
             self._retired.append(_Generation(self.active, self._active_used))
             self.active = {}
 
-    def take_touched_keys(self) -> set[Any]:
-        """end_period() as a set of the keys whose PE is still here (one that expired is in its parked state,
-        one that moved away is the receiver's to save): what the stamps say is dirty. Not in touched mode: an
-        empty set. O(keys taken); a checkpoint takes end_period()'s list instead."""
-        if self.period is None:
-            return set()
-        keys = set(self.end_period())
-        if self._retired:
-            get = self.get
-            return {key for key in keys if get(key) is not None}
-        active = self.active
-        return {key for key in keys if key in active}
-
     def end_period(self) -> list[Any]:
         """The keys stamped in the period that ends now, as listed: a key may repeat, or have lost its PE
         since (expired, moved away); its PE's stamp (`last_period`) says which still hold that period's

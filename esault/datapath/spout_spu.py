@@ -71,8 +71,7 @@ class SpoutSpuActor(SenderActor):
         self._reported = (False, False, "")  # (finished, drained, error) as last told to the ack server
         self._barrier_due: TriggerCheckpoint | None = None  # injected at the next round boundary
         self._positions: dict[int, Any] = {}  # epoch -> the position its barrier recorded, until it completes
-        replaces = cfg.extra.get("replaces", ())  # the lost SPUs this one replaced (shared ranges)
-        self._replaces = tuple(r for r in replaces if type(r) is int) if isinstance(replaces, (list, tuple)) else ()
+        self._replaces = cfg.replaces  # the lost SPUs this one replaced: named in its first range request
         self._handlers.update({Pump: self._on_pump, Tick: self._on_tick, TreesDone: self._on_trees_done,
                                TriggerCheckpoint: self._on_trigger, RangeGrant: self._on_range_grant})
 

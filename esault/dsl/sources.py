@@ -67,11 +67,11 @@ class TextFileSpout(Spout):
                                 "a readable text file")
         self._file = open(self.path, "rb")  # noqa: SIM115 - closed in close()
         self._size = size = os.path.getsize(self.path)
-        self._instance, self._instances = context.instance, context.instances
-        self._sharing = self.shared if self.shared is not None else context.instances > 1
+        self._block = max(self.block_bytes, -(-size // 4096))  # a position then holds a few thousand ranges
+        self._instance, self._instances = i, n = context.instance, context.instances
+        self._sharing = self.shared if self.shared is not None else n > 1
         if self._sharing:
             return  # next_tuple() leases the first block (after restore_position(), if any)
-        i, n = context.instance, context.instances
         start, self._end = size * i // n, size * (i + 1) // n
         self._seek_line(start)
 
@@ -123,8 +123,7 @@ class TextFileSpout(Spout):
 
     def _ask(self) -> None:
         self._asked = True
-        block = max(self.block_bytes, -(-self._size // 4096))
-        self.request_range(self._size, [list(r) for r in self._restored], block)
+        self.request_range(self._size, [list(r) for r in self._restored], self._block)
 
     def on_range(self, start: int | None, end: int | None, error: str) -> None:
         self._asked = False

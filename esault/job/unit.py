@@ -310,10 +310,9 @@ class UnitActor(pykka.ThreadingActor):
         table = self.table if table is None else table
         intervals = tuple(table.intervals_of(spu_id)) if table is not None and spu_id in table else None
         cfg = SpuConfig(self.job.name, self.spec.name, spu_id, intervals, downstream, receive,
-                        extra={"unit_ref": self.actor_ref, **({"replaces": list(replaces)} if replaces else {})},
-                        instance=self.instance_of.get(spu_id, 0),
+                        extra={"unit_ref": self.actor_ref}, instance=self.instance_of.get(spu_id, 0),
                         instances=self.spec.parallelism, restore_epoch=epoch, position=position,
-                        generation=self.generation)
+                        generation=self.generation, replaces=replaces)
         spec = self.spec if spec is None else spec
         if worker is None:
             return self.launcher.start_spu(spec, cfg, self.job)

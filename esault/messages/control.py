@@ -92,6 +92,7 @@ class SpuConfig:
     restore_epoch: int | None = None  # restore state (and a spout's position) from this completed checkpoint
     position: Any = None  # a spout's position at restore_epoch
     generation: int = 0  # how many times the unit relaunched all its SPUs (a rollback): shared ranges' generation
+    replaces: tuple[int, ...] = ()  # a spout SPU's replacement: the lost SPUs whose shared blocks it leases again
 
 
 @dataclass(frozen=True, slots=True)

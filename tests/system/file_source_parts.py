@@ -93,13 +93,19 @@ def write_words(path: Path, lines: int) -> dict[str, int]:
     return counts
 
 
-def build(name: str, path: Path, gate: str = "", step: str = "", after: int = 4, rate: float = 600.0,
-          rate0: float | None = None):
-    """lines (2 shared instances on the workers) -> split (chained) -> count -> latest."""
+def lines(name: str, path: Path, gate: str, step: str, after: int, rate: float, rate0: float | None = None):
+    """A builder with the spout both topologies share: 2 shared instances on the workers, 2 KiB blocks."""
     builder = TopologyBuilder(name)
     builder.set_spout("lines", GatedTextFileSpout, 2, placement="worker", params={
         "path": str(path), "chunk_lines": 5, "block_bytes": 2048, "gate": gate, "step": step, "after": after,
         "rate": rate, "rate0": rate0})
+    return builder
+
+
+def build(name: str, path: Path, gate: str = "", step: str = "", after: int = 4, rate: float = 600.0,
+          rate0: float | None = None):
+    """lines (2 shared instances on the workers) -> split (chained) -> count -> latest."""
+    builder = lines(name, path, gate, step, after, rate, rate0)
     builder.set_bolt("split", wordcount.SplitBolt, 2, elastic=False).shuffle_grouping("lines")
     builder.set_bolt("count", eo_parts.PlainCountBolt, 2, elastic=False, pe_idle_timeout=None).key_grouping("split")
     builder.set_bolt("latest", wordcount.LatestCountsBolt, elastic=False).global_grouping("count")
@@ -111,9 +117,6 @@ def build_collected(name: str, path: Path, gate: str = "", step: str = "", after
     between the spout and the test, so a lost worker loses nothing at_least_once cannot replay."""
     from esault.testing import CollectorBolt
 
-    builder = TopologyBuilder(name)
-    builder.set_spout("lines", GatedTextFileSpout, 2, placement="worker", params={
-        "path": str(path), "chunk_lines": 5, "block_bytes": 2048, "gate": gate, "step": step, "after": after,
-        "rate": rate})
+    builder = lines(name, path, gate, step, after, rate)
     builder.set_bolt("out", CollectorBolt, params={"name": name}).global_grouping("lines")
     return builder.build()

@@ -6,6 +6,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from esault.datapath.pe_manager import PeManager
+from pe_parts import touched_keys
 
 TIMEOUT = 8.0
 
@@ -83,7 +84,7 @@ def test_expiry_is_never_early_and_late_by_at_most_a_quarter_timeout_and_two_sca
         if action == "scan":
             scan()
         elif action == "checkpoint":
-            taken = pes.take_touched_keys()
+            taken = touched_keys(pes)
             assert taken == dirty
             assert all(pes.get(k) is not None for k in taken), "each key still has its PE"
             dirty = set()
@@ -107,7 +108,7 @@ def test_keys_that_moved_away_are_not_dirty_here_any_more():
     pes.idle(TIMEOUT / 4)  # the generation retires: x and y are in an older generation, still dirty
     moved = pes.take_range(key_hash("x"), key_hash("x"))
     assert [k for k, _ in moved] == ["x"]
-    assert pes.take_touched_keys() == {"y"}, "the receiver checkpoints x now; two SPUs writing it would race"
+    assert touched_keys(pes) == {"y"}, "the receiver checkpoints x now; two SPUs writing it would race"
 
 
 def test_take_range_finds_pes_in_every_generation():
@@ -133,11 +134,11 @@ def test_taking_the_touched_keys_expires_nothing_and_a_key_used_again_is_touched
     pes = PeManager(Pe, per_key=True, idle_timeout=60.0, track_touched=True)
     for key in ("a", "b"):
         pes.create(key)
-    assert pes.take_touched_keys() == {"a", "b"}
-    assert pes.take_touched_keys() == set()
+    assert touched_keys(pes) == {"a", "b"}
+    assert touched_keys(pes) == set()
     pes.mark("a", pes.get("a"))  # a tick changed it
     pes.create("c")
-    assert pes.take_touched_keys() == {"a", "c"}
+    assert touched_keys(pes) == {"a", "c"}
     assert len(pes) == 3 and pes.get("b") is not None, "taking the touched keys expires nothing"
 
 
@@ -145,7 +146,7 @@ def test_without_checkpoints_nothing_is_tracked():
     pes = PeManager(Pe, per_key=True, idle_timeout=60.0)
     pe = pes.create("a")
     pes.mark("a", pe)
-    assert pes.period is None and pes.take_touched_keys() == set()
+    assert pes.period is None and touched_keys(pes) == set()
 
 
 # --- touched mode (exactly_once): the batch's keys are marked, a checkpoint does not rotate `active` -----
@@ -194,20 +195,20 @@ def test_in_touched_mode_a_checkpoint_takes_exactly_the_keys_that_ran_and_are_st
             now += arg
             model.difference_update(k for k, _ in pes.idle(now))  # expired: parked, not taken from the PE
         elif kind == "checkpoint":
-            dirty = pes.take_touched_keys()
+            dirty = touched_keys(pes)
             assert dirty == model
             assert all(pes.get(k) is not None for k in dirty)
             model = set()
-    assert pes.take_touched_keys() == model
+    assert touched_keys(pes) == model
 
 
 def test_in_touched_mode_no_key_misses_active_after_a_checkpoint():
     pes = touched_manager(timeout=None)
     run_batch(pes, ["a", "b"], 0.0)
-    assert pes.take_touched_keys() == {"a", "b"}
+    assert touched_keys(pes) == {"a", "b"}
     assert set(pes.active) == {"a", "b"}, "a rotation would have emptied active: every key would miss once"
     run_batch(pes, ["a"], 1.0)
-    assert pes.take_touched_keys() == {"a"}
+    assert touched_keys(pes) == {"a"}
 
 
 def test_a_pe_made_again_after_it_expired_is_marked_again_in_the_same_period():
@@ -217,14 +218,14 @@ def test_a_pe_made_again_after_it_expired_is_marked_again_in_the_same_period():
     run_batch(pes, ["a"], 0.0)
     expired = pes.idle(2 * TIMEOUT)
     assert [k for k, _ in expired] == ["a"]
-    assert pes.take_touched_keys() == set(), "an expired key's state is parked, not taken from its PE"
+    assert touched_keys(pes) == set(), "an expired key's state is parked, not taken from its PE"
     run_batch(pes, ["a"], 3 * TIMEOUT)
     first = pes.get("a")
     pes.idle(5 * TIMEOUT)
     run_batch(pes, ["a"], 6 * TIMEOUT)  # made again in the same period: a fresh PE, unstamped
     assert pes.get("a") is not first
-    assert pes.take_touched_keys() == {"a"}
-    assert pes.take_touched_keys() == set()
+    assert touched_keys(pes) == {"a"}
+    assert touched_keys(pes) == set()
 
 
 def test_without_tracking_nothing_is_listed_and_no_pe_is_stamped():
@@ -261,7 +262,7 @@ def test_an_arrived_key_gets_its_pe_with_its_state_on_first_use_once():
 
 
 def test_walking_the_pes_or_a_checkpoint_makes_every_arrived_pe_first():
-    for walk in (lambda p: dict(p.items()), lambda p: p.take_touched_keys()):
+    for walk in (lambda p: dict(p.items()), touched_keys):
         pes, installed = arriving_manager()
         pes.arrived.update({k: k.encode() for k in "abc"})
         got = walk(pes)

@@ -9,6 +9,7 @@ from esault.clock import ManualClock
 from esault.datapath.chain_spu import ChainProcessing
 from esault.datapath.keyed import KeyedProcessing
 from esault.datapath.pe_services import PeServices
+from pe_parts import touched_keys
 
 
 def spu_stub(receiving):
@@ -67,10 +68,10 @@ def test_under_exactly_once_a_pe_that_only_ticked_is_in_the_next_checkpoint():
 
     pes = PeManager(Ticking, per_key=True, idle_timeout=None, track_touched=True)
     pes.create("w")
-    assert pes.take_touched_keys() == {"w"}
+    assert touched_keys(pes) == {"w"}
     services = PeServices(ManualClock())
     services.ticking.add("w")
     spec = SimpleNamespace(name="win", per_key=True, cls=Ticking)
     PeTicks(spec, pes, services, lambda *a, **k: None, lambda: None, "t").tick(1.0)
     assert pes.get("w").fired == 1
-    assert pes.take_touched_keys() == {"w"}, "what the tick changed enters the next checkpoint"
+    assert touched_keys(pes) == {"w"}, "what the tick changed enters the next checkpoint"

@@ -93,15 +93,20 @@ class SimulatedJob:
         self.emitted: list[list[str]] = [[] for _ in range(instances)]
         self.spouts = []
         for i in range(instances):
-            spout = TextFileSpout(str(path), chunk_lines=2, block_bytes=block)
-            spout._esault_emit_batch = lambda keys, values, msg_id, i=i: self.emitted[i].extend(values)
-            spout._esault_request_range = lambda size, done, blk, i=i: self.requests.append(
-                (i, size, done, blk, self.replaces.pop(i, ())))
-            spout.open(TopologyContext("t", "lines", i, Path("."), instance=i, instances=instances,
-                                       guarantee=guarantee))
+            spout = self.spout(path, i, instances, block, guarantee)
             if position is not None:
                 spout.restore_position(position)
             self.spouts.append(spout)
+
+    def spout(self, path: Path, i: int, instances: int, block: int, guarantee: str) -> TextFileSpout:
+        """Instance i, opened, its emits and requests going to this job."""
+        spout = TextFileSpout(str(path), chunk_lines=2, block_bytes=block)
+        spout._esault_emit_batch = lambda keys, values, msg_id: self.emitted[i].extend(values)
+        spout._esault_request_range = lambda size, done, blk: self.requests.append(
+            (i, size, done, blk, self.replaces.pop(i, ())))
+        spout.open(TopologyContext("t", "lines", i, Path("."), instance=i, instances=instances,
+                                   guarantee=guarantee))
+        return spout
 
     def step(self, rnd: random.Random) -> bool:
         """One thing happens: a spout reads, the job answers a request, or an answer arrives. False once done."""
@@ -137,13 +142,7 @@ class SimulatedJob:
         # again: its request may have died with it)
         self.lineage[self.owners[i]] = self.replaces[i] = (lost, *self.lineage.pop(lost, ()))
         self.emitted[i] = []
-        spout = TextFileSpout(str(path), chunk_lines=2, block_bytes=block)
-        spout._esault_emit_batch = lambda keys, values, msg_id, i=i: self.emitted[i].extend(values)
-        spout._esault_request_range = lambda size, done, blk, i=i: self.requests.append(
-            (i, size, done, blk, self.replaces.pop(i, ())))
-        spout.open(TopologyContext("t", "lines", i, Path("."), instance=i, instances=instances,
-                                   guarantee="at_least_once"))
-        self.spouts[i] = spout
+        self.spouts[i] = self.spout(path, i, instances, block, "at_least_once")
 
     def run(self, rnd: random.Random) -> None:
         while self.step(rnd):

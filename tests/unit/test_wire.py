@@ -132,7 +132,8 @@ PINNED_SCHEMA = {
     24: ("SpuConfig", ("topology: str", "unit: str", "spu_id: int", "intervals: tuple[tuple[int, int], ...] | None",
                        "downstream: tuple[RouteSpec, ...]", "receive: PrepareReceive | None",
                        "extra: dict[str, value+mailboxes]", "instance: int", "instances: int",
-                       "restore_epoch: int | None", "position: value", "generation: int")),
+                       "restore_epoch: int | None", "position: value", "generation: int",
+                       "replaces: tuple[int, ...]")),
     25: ("Probe", ("probe_id: int", "sent_at: float", "reply_to: Mailbox", "want_hashes: bool")),
     26: ("ProbeReturned", ("spu_id: int", "probe_id: int", "sent_at: float", "processed: int",
                            "hashes: tuple[int, ...]")),
@@ -208,7 +209,7 @@ def test_tags_follow_the_class_name_and_a_message_without_a_tag_is_refused_by_na
     (PrepareGive(9, ((0, 100, 4),), {4: Address("w2", "spu-4")}, frozenset({1}), False),
      "960b099193006404810492a27732a57370752d349101c2"),
     (SpuConfig("t", "count", 5, ((0, 10),), (), None, {"unit_ref": Address("driver", "unit-count")}),
-     "9d18a174a5636f756e74059192000a90c081a8756e69745f726566c416c7131092a6647269766572aa756e69742d636f756e740001c0c000"),
+     "9e18a174a5636f756e74059192000a90c081a8756e69745f726566c416c7131092a6647269766572aa756e69742d636f756e740001c0c00090"),
 ])
 def test_golden_frames_are_byte_for_byte_stable(message, frame_hex):
     assert encode_frame(message).hex() == frame_hex
@@ -539,7 +540,7 @@ GOOD_FRAMES = [encode_frame(msg) for msg in EXAMPLES.values()]
     (msgpack.packb([1, 1, "s", [msgpack.ExtType(2, msgpack.packb([[1]]))], [1], [], []]), "field_type",
      r"a set holds an unhashable item"),
     (msgpack.packb([11, 1, [[0, 5, 2]], {}, [[1]], True]), "field_type", r"PrepareGive\.upstream\[0\]: expected int"),
-    (msgpack.packb([24, "t", "u", 1, None, [], None, {"unit_ref": "not packed"}, 0, 1, None, None, 0]), "field_type",
+    (msgpack.packb([24, "t", "u", 1, None, [], None, {"unit_ref": "not packed"}, 0, 1, None, None, 0, []]), "field_type",
      r"SpuConfig\.extra\['unit_ref'\]: expected a packed value \(bin\)"),
 ])
 def test_each_malformed_frame_raises_frame_error_with_a_precise_reason(frame, reason, error):
