@@ -86,8 +86,8 @@ class LatencyProberActor(pykka.ThreadingActor):
                 probe_id = next(self._ids)
                 try:
                     mailbox.tell(Probe(probe_id, now, self.actor_ref))
-                except pykka.ActorDeadError:  # a rollback discarded it: the relaunched SPUs come in SpusChanged
-                    del self.spus[spu]
+                except pykka.ActorDeadError:  # merged away or discarded by a rollback: SpusChanged names the rest
+                    self._forget(spu)
                     continue
                 self.outstanding[probe_id] = (spu, now)
 
@@ -95,7 +95,7 @@ class LatencyProberActor(pykka.ThreadingActor):
         # Latency from this actor's own record of the send, never from the echoed `sent_at`: no
         # received clock reading decides anything. A reply must come back for the SPU probed.
         probe = self.outstanding.get(msg.probe_id)
-        if probe is None or probe[0] != msg.spu_id:
+        if probe is None or probe[0] != msg.spu_id or msg.spu_id not in self.spus:
             return  # already counted as timed out, from an SPU that is gone, or not the one probed
         del self.outstanding[msg.probe_id]
         spu, sent_at = probe
@@ -117,9 +117,14 @@ class LatencyProberActor(pykka.ThreadingActor):
             if not pending:
                 del self.unconfirmed[spu]
 
+    def _forget(self, spu: int) -> None:
+        """Stop probing `spu`; its probe series ends with it (labels stay bounded to live SPUs)."""
+        del self.spus[spu]
+        metrics.forget_probe_latency(self.job.name, self.spec.name, spu)
+
     def _on_spus_changed(self, msg: SpusChanged) -> None:
-        for gone in set(self.spus) - set(msg.spus):  # its probe series ends with it (bounded labels)
-            metrics.forget_probe_latency(self.job.name, self.spec.name, gone)
+        for gone in set(self.spus) - set(msg.spus):
+            self._forget(gone)
         self.spus = dict(msg.spus)
         # Probes in flight measured the old layout: drop them (the controller also ignores samples of a
         # touched SPU sent before the change finished), and timeouts no live worker confirmed.

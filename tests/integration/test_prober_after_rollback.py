@@ -1,8 +1,9 @@
-"""The latency prober keeps probing the live SPUs when one it knows was discarded by a rollback.
+"""The latency prober keeps probing the live SPUs when one it knows was stopped (rollback or merge).
 
 Between a rollback's abandon and the SpusChanged that names the relaunched SPUs, a tick finds an SPU
 actor of the driver (e.g. the Spark sink's) already stopped. That must cost nothing but that SPU: no
-traceback every tick, and the other SPUs are still probed.
+traceback every tick, and the other SPUs are still probed. Its probe series goes with it, and a reply
+it sent before it stopped must not bring the series back (a merged-away SPU would stay in /metrics).
 """
 
 from __future__ import annotations
@@ -17,7 +18,8 @@ from esault.clock import ManualClock
 from esault.control.events import ControlEvents
 from esault.datapath.context import JobContext
 from esault.job.prober import LatencyProberActor
-from esault.messages.control import Probe
+from esault.messages.control import Probe, ProbeReturned
+from esault.metrics import registry as metrics
 from esault.messages.data import Tick
 from esault.testing import CollectorBolt, ListSpout
 
@@ -55,6 +57,38 @@ def test_a_tick_skips_an_spu_a_rollback_stopped_and_still_probes_the_live_ones(t
         assert set(state.spus.get()) == {1}, "the stopped SPU is forgotten until SpusChanged names the new ones"
         assert {spu for spu, _ in state.outstanding.get().values()} == {1}
         assert not [r for r in caplog.records if "latency prober" in r.getMessage()], "no traceback per tick"
+    finally:
+        prober.stop()
+        live.stop()
+
+
+def probed_spus(topology: str) -> set[str]:
+    """The `spu` labels of `topology`'s probe histogram in the process registry."""
+    return {sample.labels["spu"] for family in metrics.PROBE_LATENCY.collect() for sample in family.samples
+            if sample.labels.get("topology") == topology}
+
+
+def test_a_stopped_spus_probe_series_goes_and_its_late_reply_does_not_bring_it_back(tmp_path):
+    b = TopologyBuilder("probed-gone")
+    b.set_spout("src", ListSpout, params={"items": []})
+    b.set_bolt("out", CollectorBolt, probe_period=1.0, max_latency=5.0).shuffle_grouping("src")
+    topology = b.build()
+    job = JobContext(topology, JobConfig(data_dir=tmp_path), ManualClock(), tmp_path)
+    live, leaving = ProbeSink.start(), ProbeSink.start()
+    prober = LatencyProberActor.start(job, topology.unit("out"), ControlEvents(), {1: live, 2: leaving})
+    try:
+        prober.ask(Tick(10.0))
+        first = leaving.proxy().probes.get()[0]
+        prober.ask(ProbeReturned(2, first, 10.0, 0))
+        assert probed_spus("probed-gone") == {"2"}, "an answered probe is recorded under its SPU"
+
+        prober.ask(Tick(11.0))  # SPU 2 is probed again, and answers before it stops (merged away)
+        late = leaving.proxy().probes.get()[-1]
+        leaving.stop()
+        prober.ask(Tick(12.0))  # finds it stopped, while its reply is still within max_latency
+        assert probed_spus("probed-gone") == set(), "the stopped SPU's series goes with it"
+        prober.ask(ProbeReturned(2, late, 11.0, 0))
+        assert probed_spus("probed-gone") == set(), "a reply it sent before it stopped does not bring it back"
     finally:
         prober.stop()
         live.stop()
