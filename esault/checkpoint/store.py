@@ -41,6 +41,7 @@ since those read it (docs/GUARANTEES.md, "Faults").
 from __future__ import annotations
 
 import bisect
+import itertools
 import sqlite3
 import time
 import zlib
@@ -284,32 +285,35 @@ class CheckpointStore:
         savepoints = [e for (e,) in self._db.execute(
             "SELECT epoch FROM checkpoints WHERE kind = 'savepoint' AND epoch <= ? ORDER BY epoch", (epoch,))]
         bounds = [*savepoints, epoch]
-        listing = self._retrying(lambda: self._db.execute(
-            "SELECT s.rowid, s.unit, s.bucket, s.epoch FROM buckets s JOIN checkpoints c ON c.epoch = s.epoch "
-            "WHERE s.epoch <= ? ORDER BY s.unit, s.bucket, s.epoch, s.rowid", (epoch,)).fetchall())
-        groups: dict[tuple[str, int, int], list[tuple[int, int]]] = {}
-        for rowid, unit, bucket, row_epoch in listing:
-            segment = bisect.bisect_left(savepoints, row_epoch)  # rows up to and including a savepoint stay apart
-            groups.setdefault((unit, bucket, bounds[segment]), []).append((rowid, row_epoch))
+        # One scan in (unit, bucket, epoch) order, streamed: a bucket's rows at a time in memory, not one query
+        # per row (that was ~40% of a compaction's CPU: 28k rows of a word count's 7 epochs).
+        scan = self._retrying(lambda: self._db.execute(
+            "SELECT s.rowid, s.unit, s.bucket, s.epoch, s.entries, s.writer FROM buckets s "
+            "JOIN checkpoints c ON c.epoch = s.epoch WHERE s.epoch <= ? ORDER BY s.unit, s.bucket, s.epoch, s.rowid",
+            (epoch,)))
         merged: list[tuple[str, int, int, int, bytes, int]] = []
         gone: list[tuple[int]] = []
-        for (unit, bucket, target), rows in groups.items():
-            if len(rows) == 1 and rows[0][1] == target:
+
+        def group_of(row: tuple) -> tuple[str, int, int]:
+            segment = bisect.bisect_left(savepoints, row[3])  # rows up to and including a savepoint stay apart
+            return row[1], row[2], bounds[segment]
+
+        for (unit, bucket, target), group in itertools.groupby(scan, key=group_of):
+            rows = list(group)
+            if len(rows) == 1 and rows[0][3] == target:
                 continue
-            found = [self._db.execute("SELECT entries, writer FROM buckets WHERE rowid = ?", (rowid,)).fetchone()
-                     for rowid, _ in rows]
             if len(rows) == 1:  # a lone row moves to its segment's epoch
-                entries, writer = found[0]
+                entries, writer = rows[0][4], rows[0][5]
             elif bucket < 0:  # an instance's row is its whole state: the newest wins
-                entries, writer = found[-1][0], _MERGED
+                entries, writer = rows[-1][4], _MERGED
             else:
                 state: dict[Any, Any] = {}
-                for blob, _ in found:
-                    flat = decode(blob)
+                for row in rows:
+                    flat = decode(row[4])
                     state.update(zip(flat[::2], flat[1::2]))
                 entries, writer = encode([x for pair in state.items() for x in pair]), _MERGED
             merged.append((unit, bucket, target, writer, entries, row_checksum(unit, bucket, target, writer, entries)))
-            gone.extend((rowid,) for rowid, _ in rows)
+            gone.extend((row[0],) for row in rows)
 
         deleted = [0]
 
