@@ -95,7 +95,7 @@ class LatencyProberActor(pykka.ThreadingActor):
         # Latency from this actor's own record of the send, never from the echoed `sent_at`: no
         # received clock reading decides anything. A reply must come back for the SPU probed.
         probe = self.outstanding.get(msg.probe_id)
-        if probe is None or probe[0] != msg.spu_id or msg.spu_id not in self.spus:
+        if probe is None or probe[0] != msg.spu_id:
             return  # already counted as timed out, from an SPU that is gone, or not the one probed
         del self.outstanding[msg.probe_id]
         spu, sent_at = probe
@@ -118,8 +118,12 @@ class LatencyProberActor(pykka.ThreadingActor):
                 del self.unconfirmed[spu]
 
     def _forget(self, spu: int) -> None:
-        """Stop probing `spu`; its probe series ends with it (labels stay bounded to live SPUs)."""
+        """Stop probing `spu`: its probes in flight and unconfirmed timeouts go (a reply it sent before it
+        stopped must not bring its series back), and its probe series ends (labels stay bounded to live SPUs)."""
         del self.spus[spu]
+        for probe_id in [p for p, (probed, _) in self.outstanding.items() if probed == spu]:
+            del self.outstanding[probe_id]
+        self.unconfirmed.pop(spu, None)
         metrics.forget_probe_latency(self.job.name, self.spec.name, spu)
 
     def _on_spus_changed(self, msg: SpusChanged) -> None:

@@ -19,9 +19,9 @@ from esault.control.events import ControlEvents
 from esault.datapath.context import JobContext
 from esault.job.prober import LatencyProberActor
 from esault.messages.control import Probe, ProbeReturned
-from esault.metrics import registry as metrics
 from esault.messages.data import Tick
 from esault.testing import CollectorBolt, ListSpout
+from test_metrics_cardinality import exposed_spus
 
 
 class ProbeSink(pykka.ThreadingActor):
@@ -38,15 +38,20 @@ class ProbeSink(pykka.ThreadingActor):
             self.seen.set()
 
 
-def test_a_tick_skips_an_spu_a_rollback_stopped_and_still_probes_the_live_ones(tmp_path, caplog):
-    b = TopologyBuilder("probed")
+def prober_of(tmp_path, name: str, spus: dict, **elasticity):
+    """A LatencyProberActor for bolt "out" of a job `name`, probing `spus` (id -> mailbox)."""
+    b = TopologyBuilder(name)
     b.set_spout("src", ListSpout, params={"items": []})
-    b.set_bolt("out", CollectorBolt).shuffle_grouping("src")
+    b.set_bolt("out", CollectorBolt, **elasticity).shuffle_grouping("src")
     topology = b.build()
     job = JobContext(topology, JobConfig(data_dir=tmp_path), ManualClock(), tmp_path)
+    return LatencyProberActor.start(job, topology.unit("out"), ControlEvents(), spus)
+
+
+def test_a_tick_skips_an_spu_a_rollback_stopped_and_still_probes_the_live_ones(tmp_path, caplog):
     live, gone = ProbeSink.start(), ProbeSink.start()
     gone.stop()
-    prober = LatencyProberActor.start(job, topology.unit("out"), ControlEvents(), {1: live, 2: gone})
+    prober = prober_of(tmp_path, "probed", {1: live, 2: gone})
     try:
         with caplog.at_level(logging.ERROR, logger="esault"):
             for now in (10.0, 20.0, 30.0):
@@ -62,33 +67,22 @@ def test_a_tick_skips_an_spu_a_rollback_stopped_and_still_probes_the_live_ones(t
         live.stop()
 
 
-def probed_spus(topology: str) -> set[str]:
-    """The `spu` labels of `topology`'s probe histogram in the process registry."""
-    return {sample.labels["spu"] for family in metrics.PROBE_LATENCY.collect() for sample in family.samples
-            if sample.labels.get("topology") == topology}
-
-
 def test_a_stopped_spus_probe_series_goes_and_its_late_reply_does_not_bring_it_back(tmp_path):
-    b = TopologyBuilder("probed-gone")
-    b.set_spout("src", ListSpout, params={"items": []})
-    b.set_bolt("out", CollectorBolt, probe_period=1.0, max_latency=5.0).shuffle_grouping("src")
-    topology = b.build()
-    job = JobContext(topology, JobConfig(data_dir=tmp_path), ManualClock(), tmp_path)
     live, leaving = ProbeSink.start(), ProbeSink.start()
-    prober = LatencyProberActor.start(job, topology.unit("out"), ControlEvents(), {1: live, 2: leaving})
+    prober = prober_of(tmp_path, "probed-gone", {1: live, 2: leaving}, probe_period=1.0, max_latency=5.0)
     try:
         prober.ask(Tick(10.0))
         first = leaving.proxy().probes.get()[0]
         prober.ask(ProbeReturned(2, first, 10.0, 0))
-        assert probed_spus("probed-gone") == {"2"}, "an answered probe is recorded under its SPU"
+        assert exposed_spus("probed-gone", "esault_probe_latency_seconds") == {"2"}, "an answered probe is recorded under its SPU"
 
         prober.ask(Tick(11.0))  # SPU 2 is probed again, and answers before it stops (merged away)
         late = leaving.proxy().probes.get()[-1]
         leaving.stop()
         prober.ask(Tick(12.0))  # finds it stopped, while its reply is still within max_latency
-        assert probed_spus("probed-gone") == set(), "the stopped SPU's series goes with it"
+        assert exposed_spus("probed-gone", "esault_probe_latency_seconds") == set(), "the stopped SPU's series goes with it"
         prober.ask(ProbeReturned(2, late, 11.0, 0))
-        assert probed_spus("probed-gone") == set(), "a reply it sent before it stopped does not bring it back"
+        assert exposed_spus("probed-gone", "esault_probe_latency_seconds") == set(), "a reply it sent before it stopped does not bring it back"
     finally:
         prober.stop()
         live.stop()
