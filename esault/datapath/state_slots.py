@@ -6,14 +6,15 @@ its specialisation once something has read the `__dict__`, as every
 checkpoint's snapshot did: under 2 s checkpoints a word count's process() took
 1.6x as long and the job ran ~25% slower (docs/PERFORMANCE.md). So the per-SPU
 PE class (pe_class.py) declares the attributes the bolt's own methods store as
-slots, and its state is those slots plus whatever landed in `__dict__`.
+slots, and its state is those slots plus whatever landed in `__dict__`. Its
+state methods read and write them without making that `__dict__`, for the same
+reason (slot_state_methods).
 """
 
 from __future__ import annotations
 
 import dis
 import keyword
-from operator import attrgetter
 from types import CodeType, FunctionType
 from typing import Any, Callable
 
@@ -40,54 +41,44 @@ def state_slots(cls: type) -> tuple[str, ...]:
 
 
 def slot_state_methods(slots: tuple[str, ...]) -> dict[str, Any]:
-    """The PE class's snapshot_state/restore_state over `slots` and `__dict__`, and `_esault_read_state`:
-    the checkpoint's reader, which raises AttributeError for a PE with a slot unset (the snapshot then
-    takes the careful way, snapshot_state())."""
-    slot_set = frozenset(slots)
+    """The PE class's snapshot_state/restore_state over `slots` and `__dict__`, `_esault_read_state` (the
+    checkpoint's reader, the same as snapshot_state()) and `__slotnames__` (the state slots, which the reader
+    asks object.__getstate__ for).
+
+    None of them touches a PE's `__dict__` unless it holds something: reading it once makes CPython 3.11 keep
+    a dict for the PE from then on, and the bolt's method calls on that PE (`pe.process`, `self.helper()`)
+    lose their specialisation; a word count's loop over PEs ran 15-70% slower after the first checkpoint
+    read every changed PE's `__dict__` (docs/PERFORMANCE.md)."""
+    read = _reader()
 
     def snapshot_state(self: Any) -> dict[str, Any]:
-        state = {}
-        for name in slots:
-            try:
-                state[name] = getattr(self, name)
-            except AttributeError:  # never set on this PE
-                pass
-        state.update(self.__dict__)
-        return state
+        return read(self)
 
     def restore_state(self: Any, state: dict[str, Any]) -> None:
-        extra = self.__dict__
-        for name, value in state.items():
-            if name in slot_set:
-                setattr(self, name, value)
-            else:
-                extra[name] = value
+        for name, value in state.items():  # a name that is no slot lands in __dict__, as any attribute store
+            setattr(self, name, value)
 
     snapshot_state.__doc__ = Bolt.snapshot_state.__doc__
     restore_state.__doc__ = Bolt.restore_state.__doc__
     return {"snapshot_state": snapshot_state, "restore_state": restore_state,
-            "_esault_read_state": staticmethod(_reader(slots))}
+            "_esault_read_state": staticmethod(read), "__slotnames__": list(slots)}
 
 
-def _reader(slots: tuple[str, ...]) -> Callable[[Any], dict[str, Any]]:
-    get = attrgetter(*slots)
-    if len(slots) == 1:  # attrgetter of one name returns the value, not a tuple
-        (only,) = slots
-
-        def read_one(pe: Any) -> dict[str, Any]:
-            state = {only: get(pe)}
-            extra = pe.__dict__
-            if extra:
-                state.update(extra)
-            return state
-        return read_one
+def _reader() -> Callable[[Any], dict[str, Any]]:
+    """The state of a PE whose class lists its state slots in `__slotnames__`: the slots that are set, then
+    what its `__dict__` holds. object.__getstate__ (CPython >= 3.11) reads both in C and looks at the
+    `__dict__` only when the PE has one or something in it: it answers None (nothing set), the dict (no
+    slot set), or (dict or None, slots)."""
+    getstate = object.__getstate__
 
     def read(pe: Any) -> dict[str, Any]:
-        state = dict(zip(slots, get(pe)))
-        extra = pe.__dict__
-        if extra:
-            state.update(extra)
-        return state
+        state = getstate(pe)
+        if type(state) is tuple:
+            extra, slots = state
+            if extra:
+                slots.update(extra)
+            return slots
+        return {} if state is None else dict(state)
     return read
 
 
