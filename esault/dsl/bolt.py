@@ -170,7 +170,8 @@ class Bolt:
         lists, dicts): override with restore_state() for anything else.
         A keyed PE that keeps both defaults holds the attributes its methods
         store in slots (datapath/state_slots.py): its state is read by the
-        runtime, so read your own by name, not through `__dict__` or vars().
+        runtime, so read your own by name, not through `__dict__` or vars()
+        (asking for it gives the PE a dict for good, and slows every method call on it).
         """
         state = self.__dict__.copy()  # a copy and four pops: a checkpoint calls this for every changed key
         for name in RUNTIME_ATTRIBUTES:
