@@ -50,13 +50,17 @@ def slot_state_methods(slots: tuple[str, ...]) -> dict[str, Any]:
     lose their specialisation: a word count's keyed loop took 1.12-1.16x as long per tuple once a checkpoint
     had read its PEs' `__dict__`, and 1.00-1.03x after this reader (bench/loop_after_snapshot.py)."""
     read = _reader()
+    slot_set = frozenset(slots)
 
     def snapshot_state(self: Any) -> dict[str, Any]:
         return read(self)
 
     def restore_state(self: Any, state: dict[str, Any]) -> None:
-        for name, value in state.items():  # a name that is no slot lands in __dict__, as any attribute store
-            setattr(self, name, value)
+        for name, value in state.items():
+            if name in slot_set:
+                setattr(self, name, value)
+            else:  # stored another way, it was in the __dict__ (which then holds something anyway)
+                self.__dict__[name] = value
 
     snapshot_state.__doc__ = Bolt.snapshot_state.__doc__
     restore_state.__doc__ = Bolt.restore_state.__doc__
