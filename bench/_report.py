@@ -33,3 +33,14 @@ def write_section(path: str | Path, name: str, markdown: str) -> None:
     tmp = path.with_name(path.name + ".tmp")
     tmp.write_text(text)
     os.replace(tmp, path)  # readers never see a half-written file
+
+
+PERFORMANCE = Path(__file__).resolve().parent.parent / "docs" / "PERFORMANCE.md"
+
+
+def publish(name: str, markdown: str, write: bool = True) -> None:
+    """Print a benchmark's table and, unless `write` is False (its --no-write), put it in docs/PERFORMANCE.md's
+    section NAME."""
+    print(markdown)
+    if write:
+        write_section(PERFORMANCE, name, markdown)

@@ -32,7 +32,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(ROOT), str(ROOT / "bench")]
 
-from _report import write_section  # noqa: E402
+from _report import publish  # noqa: E402
 from esault_wordcount import CountWord  # noqa: E402
 from esault.clock import SystemClock  # noqa: E402
 from esault.datapath.keyed import KeyedProcessing  # noqa: E402
@@ -107,11 +107,9 @@ def main() -> None:
     lines += [f"| {mode} | {statistics.median(times[mode]) * 1e9:.0f} ns | {ratios[mode]:.2f} |" for mode in MODES]
     text = (f"### The keyed loop after a checkpoint read its PEs\n\n`python bench/loop_after_snapshot.py` on "
             f"{time.strftime('%Y-%m-%d')}: {args.keys:,} CountWord PEs, {args.tuples:,} Zipf(1.1) tuples through "
-            f"`KeyedProcessing._process_keyed`, {args.rounds} rounds, the three taking turns every 50,000 tuples, one thread, Python "
-            f"{platform.python_version()}.\n\n" + "\n".join(lines))
-    print(text)
-    if not args.no_write:
-        write_section(ROOT / "docs" / "PERFORMANCE.md", "loop-after-snapshot", text)
+            f"`KeyedProcessing._process_keyed`, {args.rounds} rounds, the three taking turns every 50,000 tuples, "
+            f"one thread, Python {platform.python_version()}.\n\n" + "\n".join(lines))
+    publish("loop-after-snapshot", text, write=not args.no_write)
 
 
 if __name__ == "__main__":

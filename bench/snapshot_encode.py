@@ -24,7 +24,7 @@ from typing import Any, Callable
 ROOT = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(ROOT), str(ROOT / "bench")]
 
-from _report import write_section  # noqa: E402
+from _report import publish  # noqa: E402
 from esault import Bolt  # noqa: E402
 from esault.datapath.keyed import KeyedProcessing  # noqa: E402
 from esault.datapath.pe_class import bucket_of_key, pe_class  # noqa: E402
@@ -110,9 +110,7 @@ def main() -> None:
     text = (f"### A keyed snapshot's encoding per changed key\n\n`python bench/snapshot_encode.py` on "
             f"{time.strftime('%Y-%m-%d')}: {args.keys:,} PEs, best of {args.rounds} interleaved rounds, one thread, "
             f"Python {platform.python_version()}.\n\n" + "\n".join(lines))
-    print(text)
-    if not args.no_write:
-        write_section(ROOT / "docs" / "PERFORMANCE.md", "snapshot-encode", text)
+    publish("snapshot-encode", text, write=not args.no_write)
 
 
 if __name__ == "__main__":
