@@ -27,19 +27,16 @@ import sys
 import time
 from pathlib import Path
 from types import SimpleNamespace
-from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(ROOT), str(ROOT / "bench")]
 
 from _report import publish  # noqa: E402
 from esault_wordcount import CountWord  # noqa: E402
+from snapshot_encode import encoding_part  # noqa: E402
 from esault.clock import SystemClock  # noqa: E402
 from esault.datapath.keyed import KeyedProcessing  # noqa: E402
-from esault.datapath.pe_class import bucket_of_key, pe_class  # noqa: E402
-from esault.datapath.pe_manager import PeManager  # noqa: E402
 from esault.datapath.pending_snapshot import PendingSnapshot  # noqa: E402
-from esault.transport.codec import encoder, raw_encoder  # noqa: E402
 
 MODES = ("never read", "read by a snapshot", "read through __dict__ (before)")
 
@@ -50,28 +47,17 @@ def zipf_stream(keys: list[str], tuples: int, seed: int = 7) -> list[str]:
 
 
 def keyed_loop(keys: list[str], mode: str) -> KeyedProcessing:
-    """The processing part of a count SPU under exactly_once, every key's PE made, then read as `mode` says."""
-    klass = pe_class(CountWord, lambda key, value: None, lambda: None, None, None)
-
-    def make(key: str) -> Any:
-        pe = klass()
-        pe.key, pe._esault_bucket = key, bucket_of_key(key)
-        pe.open(None)
-        return pe
-
-    pes = PeManager(make, per_key=True, idle_timeout=None, track_touched=True)
-    part = KeyedProcessing.__new__(KeyedProcessing)
-    part.pes, part._pending, part._view = pes, None, SimpleNamespace(source="", key=None, value=None)
+    """The processing part of a count SPU under exactly_once over `keys`' PEs (made, so stamped dirty), read as
+    `mode` says: snapshot_encode's encoding part, with what the batch loop uses besides."""
+    part = encoding_part(CountWord, keys)
+    part._pending, part._view = None, SimpleNamespace(source="", key=None, value=None)
     part.job = SimpleNamespace(clock=SystemClock())
     part.sampler = SimpleNamespace(record_many=lambda keys: None)
-    part.spu = SimpleNamespace(state_is_dict=True, read_state=klass._esault_read_state)
-    part._packer, part._pack = encoder(), raw_encoder()
-    part._process_keyed("s", keys, [1] * len(keys))  # every PE made and stamped
     if mode == MODES[1]:
-        stamped = pes.end_period()
-        part._encode_keys(PendingSnapshot(None, stamped, len(stamped), pes.last_period), stamped)  # type: ignore[arg-type]
+        stamped = part.pes.end_period()
+        part._encode_keys(PendingSnapshot(None, stamped, len(stamped), part.pes.last_period), stamped)  # type: ignore[arg-type]
     elif mode == MODES[2]:
-        for pe in pes.active.values():
+        for pe in part.pes.active.values():
             pe.__dict__  # noqa: B018 - what the checkpoint's reader did
     return part
 
@@ -100,7 +86,7 @@ def main() -> None:
                 parts[mode]._process_keyed("s", keys_, values_)
                 times[mode].append((time.perf_counter() - started) / len(keys_))
         for part in parts.values():
-            assert sum(pe.count for pe in part.pes.active.values()) == len(keys) + 10_000 + len(stream)
+            assert sum(pe.count for pe in part.pes.active.values()) == sum(map(len, keys)) + 10_000 + len(stream)
     ratios = {mode: statistics.median(t / b for t, b in zip(times[mode], times[MODES[0]])) for mode in MODES}
     lines = ["| the PEs' states | per tuple (median chunk) | vs never read (median of chunk ratios) |",
              "| --- | ---: | ---: |"]

@@ -45,7 +45,7 @@ class Recent(Bolt):
 
 
 def encoding_part(cls: type, keys: list[str]) -> KeyedProcessing:
-    """The encoding half of a KeyedProcessing over `keys`' PEs, each read once as a snapshot does."""
+    """The encoding half of a KeyedProcessing over `keys`' PEs (made, so stamped dirty)."""
     klass = pe_class(cls, print, print, None, None)
 
     def make(key: str) -> Any:
@@ -55,7 +55,6 @@ def encoding_part(cls: type, keys: list[str]) -> KeyedProcessing:
         pe.count = len(key)
         if cls is Recent:
             pe.recent = [key] * 5
-        pe.__dict__  # noqa: B018 - as after the PE's first snapshot
         return pe
 
     pes = PeManager(make, per_key=True, idle_timeout=None, track_touched=True)

@@ -181,8 +181,8 @@ class KeyedProcessing(PartOfSpu):
 
         One loop with everything in locals: a word count's SPU encodes ~45k keys per checkpoint, and a
         function call per step of a key was a third of a key's cost (bench/snapshot_encode.py). A key
-        the loop cannot take as it is (a state the bolt makes itself, a state slot unset, a key without a
-        bucket, a value msgpack refuses) goes the careful way, _encode_pe."""
+        the loop cannot take as it is (a state the bolt makes itself, a key without a bucket, a value
+        msgpack refuses) goes the careful way, _encode_pe."""
         get = self.pes.get
         stamp = pending.stamp
         if not self.spu.state_is_dict:

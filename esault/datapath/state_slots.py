@@ -52,9 +52,6 @@ def slot_state_methods(slots: tuple[str, ...]) -> dict[str, Any]:
     read = _reader()
     slot_set = frozenset(slots)
 
-    def snapshot_state(self: Any) -> dict[str, Any]:
-        return read(self)
-
     def restore_state(self: Any, state: dict[str, Any]) -> None:
         for name, value in state.items():
             if name in slot_set:
@@ -62,9 +59,9 @@ def slot_state_methods(slots: tuple[str, ...]) -> dict[str, Any]:
             else:  # stored another way, it was in the __dict__ (which then holds something anyway)
                 self.__dict__[name] = value
 
-    snapshot_state.__doc__ = Bolt.snapshot_state.__doc__
+    read.__doc__ = Bolt.snapshot_state.__doc__
     restore_state.__doc__ = Bolt.restore_state.__doc__
-    return {"snapshot_state": snapshot_state, "restore_state": restore_state,
+    return {"snapshot_state": read, "restore_state": restore_state,
             "_esault_read_state": staticmethod(read), "__slotnames__": list(slots)}
 
 

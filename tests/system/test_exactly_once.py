@@ -75,7 +75,7 @@ def test_five_kill9s_of_random_workers_at_random_moments_leave_counts_and_table_
             wait_until(lambda: len(job.checkpoints.stats.recoveries) >= kill, 60, message=f"rollback {kill}")
             # ...once it has joined: on a loaded machine its imports alone can outlast the next two kills,
             # and a job whose every worker died fails (as it must), which is not what this test is about
-            wait_until(lambda: f"r{kill}" in cluster.registry.workers, 60, message=f"worker r{kill} joined")
+            cluster.wait_for_workers(3, 60)
         assert job.wait(120), job.status()
         job.stop()
         assert_exact(job, total, "eo_counts", spouts=2)
@@ -205,7 +205,7 @@ def test_a_worker_killed_after_a_move_while_moved_keys_wait_as_bytes_leaves_the_
             kill_worker_of(cluster, receiver if victim == "receiver" else giver)
             cluster.pool.spawn(f"r{round_}")
             wait_until(lambda: len(job.checkpoints.stats.recoveries) >= round_, 60, message=f"rollback {round_}")
-            wait_until(lambda: f"r{round_}" in cluster.registry.workers, 60, message=f"worker r{round_} joined")
+            cluster.wait_for_workers(3, 60)  # the fresh one joined before the next kill
             if action == "merge" and len(job.spus("count")) < 2:
                 job.split("count", job.spus("count")[0])  # two SPUs again, to merge again
         assert job.wait(120), job.status()

@@ -67,7 +67,7 @@ def test_kill9s_of_random_workers_at_random_moments_leave_a_shared_file_read_exa
             cluster.pool.spawn(f"r{kill}")
             wait_until(lambda: len(job.checkpoints.stats.recoveries) >= kill, 60, message=f"rollback {kill}")
             # joined before the next kill: a job whose every worker died fails, which is not this test's case
-            wait_until(lambda: f"r{kill}" in cluster.registry.workers, 60, message=f"worker r{kill} joined")
+            cluster.wait_for_workers(3, 60)
         assert job.wait(120), job.status()
         job.stop()
     assert eo_parts.final_counts(job.data_dir) == expected

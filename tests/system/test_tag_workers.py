@@ -85,7 +85,7 @@ def test_tag_word_counts_stay_exact_through_two_kill9s_of_workers_under_exactly_
             cluster.pool.spawn(f"r{kill}")
             wait_until(lambda: len(job.checkpoints.stats.recoveries) >= kill, 60, message=f"rollback {kill}")
             # joined before the next kill: a job whose every worker died fails, which is not this test's case
-            wait_until(lambda: f"r{kill}" in cluster.registry.workers, 60, message=f"worker r{kill} joined")
+            cluster.wait_for_workers(2, 60)
         assert job.wait(120), job.status()
         job.stop()
     counts = json.loads((job.data_dir / "wordcount.json").read_text())
