@@ -125,6 +125,7 @@ class LocalCluster:
         elif self.registry is not None:
             from esault.messages.cluster import Shutdown
 
+            self.registry.leaving.update(self.registry.workers)
             for worker in list(self.registry.workers):  # workers started elsewhere: tell them to exit
                 try:
                     self.postman.send(worker, "host", Shutdown(), timeout=2.0)

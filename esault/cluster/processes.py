@@ -82,11 +82,16 @@ class WorkerRegistry:
         self._started: dict[int, SpuStarted | None] = {}  # spu id -> the worker's answer, None until it came
         self.pids: dict[str, int] = {}
         self.lost: list[str] = []  # workers declared dead, in order
+        self.leaving: set[str] = set()
+        """Workers told to exit (the cluster shuts down): the driver stops beating them, so no beat waits in
+        its queue for a process that is gone (closing the transport would wait out its linger for it), and
+        their silence is no death."""
         self.bad_counts = 0  # heartbeat counts dropped: not a counter or gauge name, or not a count
 
     def joined(self, process: str, address: str) -> None:
         """`process` joined (again, if it was lost: a new incarnation under the same name, with no SPUs)."""
         with self._lock:
+            self.leaving.discard(process)
             if process in self.lost:
                 self.lost.remove(process)
             self.workers[process] = address
@@ -233,7 +238,10 @@ class ClusterActor(pykka.ThreadingActor):
         loads = self._tag_loads()
         REMOTE_LOADS.replace(loads)  # for the senders in the driver (spouts), like a worker does on the beat
         beat = DriverBeat(loads)
+        leaving = self.registry.leaving
         for worker in list(self.registry.workers):
+            if worker in leaving:
+                continue
             try:
                 self.postman.send(worker, "control", beat, timeout=0.0)
             except Exception:  # noqa: BLE001 - a full or gone peer: its own heartbeats tell
@@ -246,6 +254,9 @@ class ClusterActor(pykka.ThreadingActor):
 
     def _check_hearts(self) -> None:
         for worker in self.hearts.dead():
+            if worker in self.registry.leaving:  # told to exit: its silence is expected
+                self.hearts.forget(worker)
+                continue
             self._declare_dead(worker, "missed its heartbeats")
 
     def _declare_dead(self, worker: str, why: str) -> None:
@@ -561,6 +572,7 @@ class LocalProcessPool:
 
     def shutdown(self, timeout: float = 20.0) -> None:
         joined = set(self.registry.workers)
+        self.registry.leaving.update(joined)
         for worker in joined:
             try:
                 self.postman.send(worker, "host", Shutdown(), timeout=2.0)

@@ -54,7 +54,9 @@ class GatedTextFileSpout(TextFileSpout):
             return
         self._seen[step] += 1
         if self._seen[step] == self.after and not os.path.exists(self.gate + ".reached"):
-            Path(self.gate + ".reached").write_text(str(os.getpid()))
+            # Written whole, then renamed: the test reads the pid as soon as the name exists.
+            Path(self.gate + ".reached.tmp").write_text(str(os.getpid()))
+            os.replace(self.gate + ".reached.tmp", self.gate + ".reached")
             eo_parts.hold_while(self.gate)
 
     def _ask(self) -> None:

@@ -424,3 +424,13 @@ def test_idle_keys_keep_their_state_in_worker_processes(workers, config):
     assert job.wait(60), job.status()
     job.stop()
     assert_exact("mp-park", keys, per_key)
+
+
+def test_a_cluster_shutting_down_its_workers_leaves_no_frame_queued_for_them():
+    """The driver stops beating the workers it tells to exit: a beat queued for a process that is gone made
+    closing the transport wait out its whole linger (1 s a cluster) and then drop it."""
+    for _ in range(3):  # beats go out every 0.1 s and a worker exits within a few: each round had some queued
+        with LocalCluster(workers=2) as cluster:
+            endpoint = cluster.postman.endpoint
+            cluster.wait_for_workers(2, 60)
+        assert endpoint.dropped() == {}, f"frames dropped when the cluster closed: {endpoint.dropped()}"
