@@ -12,7 +12,7 @@ which looks at the dict only when it holds something (datapath/state_slots.py).
 
 Three states of the same PEs (the bench's CountWord, a Zipf(1.1) stream over
 `--keys` words), timed on the real loop taking turns every 50,000 tuples:
-never read; read by a snapshot (the runtime's own `_encode_keys`); read through
+never read; read by a snapshot (the runtime's own `_encode_pes`); read through
 `pe.__dict__` as the reader did before. Single-threaded, in this process.
 """
 
@@ -55,7 +55,7 @@ def keyed_loop(keys: list[str], mode: str) -> KeyedProcessing:
     part.sampler = SimpleNamespace(record_many=lambda keys: None)
     if mode == MODES[1]:
         stamped = part.pes.end_period()
-        part._encode_keys(PendingSnapshot(None, stamped, len(stamped), part.pes.last_period), stamped)  # type: ignore[arg-type]
+        part._encode_pes(PendingSnapshot(None, stamped, len(stamped), part.pes.last_period), stamped)  # type: ignore[arg-type]
     elif mode == MODES[2]:
         for pe in part.pes.active.values():
             pe.__dict__  # noqa: B018 - what the checkpoint's reader did

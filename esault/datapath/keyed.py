@@ -124,7 +124,7 @@ class KeyedProcessing(PartOfSpu):
         self.stats.close_errors += self.spu.wake_parked("finish")
         for key, pe in list(self.pes.items()):
             self._finish(key, pe)
-            self.pes.mark(key, pe)
+            self.pes.mark(pe)
 
     def _finish(self, key: Any, pe: Any) -> None:
         try:
@@ -145,10 +145,10 @@ class KeyedProcessing(PartOfSpu):
             return
         parked: dict[int, list] = {}
         self.parked.snapshot_into(parked, epoch)
-        keys = self.pes.end_period()
+        dirty = self.pes.end_period()
         config = self.job.config  # slices of one per tick, done within ~40% of the interval
         ticks = max(1, int(0.4 * config.checkpoint_interval / config.tick_interval))
-        pending = PendingSnapshot(snapshot, keys, max(self._slice_keys, -(-len(keys) // ticks)),
+        pending = PendingSnapshot(snapshot, dirty, max(self._slice_keys, -(-len(dirty) // ticks)),
                                   self.pes.last_period)
         for bucket, flat in parked.items():
             for key, state in zip(flat[::2], flat[1::2]):
@@ -165,7 +165,7 @@ class KeyedProcessing(PartOfSpu):
         """Encode what is left of the pending snapshot now and submit it (a gate every key may pass)."""
         pending = self._pending
         if pending is not None:
-            self._encode_keys(pending, pending.take_rest())
+            self._encode_pes(pending, pending.take_rest())
             self._complete(pending)
 
     def _encode_slice(self, pending: PendingSnapshot) -> None:
@@ -173,38 +173,37 @@ class KeyedProcessing(PartOfSpu):
         if pending.left <= pending.slice:
             self.finish_pending()
             return
-        self._encode_keys(pending, pending.take_slice())
+        self._encode_pes(pending, pending.take_slice())
 
     def _encode_keys(self, pending: PendingSnapshot, keys: Any) -> None:
-        """The states of those of these keys still pending (their PE still carries `pending.stamp`: unchanged
-        since the barrier); each one's stamp is cleared, so it is encoded once.
+        """_encode_pes for the PEs these keys have here (the ticking keys)."""
+        get = self.pes.get
+        self._encode_pes(pending, [pe for pe in map(get, keys) if pe is not None])
+
+    def _encode_pes(self, pending: PendingSnapshot, pes: list[Any]) -> None:
+        """The states of those of these PEs still pending (they still carry `pending.stamp`: unchanged since the
+        barrier, and still here: a PE that expires or moves away is encoded first); each one's stamp is
+        cleared, so it is encoded once.
 
         One loop with everything in locals: a word count's SPU encodes ~45k keys per checkpoint, and a
         function call per step of a key was a third of a key's cost (bench/snapshot_encode.py). A key
         the loop cannot take as it is (a state the bolt makes itself, a key without a bucket, a value
         msgpack refuses) goes the careful way, _encode_pe."""
-        get = self.pes.get
         stamp = pending.stamp
         if not self.spu.state_is_dict:
-            for key in keys:
-                pe = get(key)  # None: gone, expired (parked, in its snapshot) or moved away since it changed
-                if pe is not None and pe._esault_mark is stamp:
-                    self._encode_pe(pending, key, pe)
+            for pe in pes:
+                if pe._esault_mark is stamp:
+                    self._encode_pe(pending, pe.key, pe)
             return
-        active = self.pes.active.get
         read = self.spu.read_state  # None: the state is the PE's __dict__
         pack = self._pack
         entries = pending.entries
         rows = entries.get
-        for key in keys:
-            pe = active(key)
-            if pe is None:
-                pe = get(key)  # an older generation, or gone
-                if pe is None:
-                    continue
-            if pe._esault_mark is not stamp:  # encoded already, run since the barrier, or listed twice
+        for pe in pes:
+            if pe._esault_mark is not stamp:  # encoded already, run since the barrier, or left
                 continue
             pe._esault_mark = None
+            key = pe.key
             bucket = pe._esault_bucket
             if bucket == NO_BUCKET:  # found, or its error raised, the careful way
                 self._encode_pe(pending, key, pe)
@@ -365,7 +364,7 @@ class KeyedProcessing(PartOfSpu):
                 if stamp is old_stamp:  # pending: its state at the barrier first
                     self._encode_now(pending, key, pe)
                 pe._esault_mark = period
-                marked(key)
+                marked(pe)
             view.key = key
             view.value = value
             try:

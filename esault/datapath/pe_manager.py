@@ -13,15 +13,18 @@ used again leaves its old generation on its first tuple (a dict pop). So a PE
 expires after between idle_timeout and 1.25 x idle_timeout without a tuple,
 never earlier.
 
-Checkpoints need the keys whose PE ran since the last checkpoint (dirty keys).
+Checkpoints need the PEs that ran since the last checkpoint (dirty PEs).
 An exactly_once SPU (`track_touched`) has a `period` token, new at every
 checkpoint: a PE that runs (a batch, a tick, finish()) or is made is stamped
-with it the first time in the period, and its key listed in `marked` then
-(`mark()`; the batch loop does the same inline). A checkpoint takes the
-list as it is and starts a new period (`end_period()`); a listed PE that
-still carries the ended period's stamp (`last_period`) holds that period's
-change (the snapshot clears it once encoded), one that expired or moved away
-is skipped. Why stamps: a set update per tuple
+with it the first time in the period, and listed in `marked` then (`mark()`;
+the batch loop does the same inline). A checkpoint takes the list as it is
+and starts a new period (`end_period()`); a listed PE that still carries the
+ended period's stamp (`last_period`) holds that period's change (the snapshot
+clears it once encoded). A PE that leaves in its period (expires, moves
+away) has its stamp cleared as it leaves: its change is in its parked state,
+or the receiver's to save. The list holds the PEs, not their keys, so the
+snapshot's encoding finds each without a lookup in a table of 100k keys
+(~20% of a slice's time, bench/snapshot_encode.py). Why stamps: a set update per tuple
 cost a word count ~60 ns a word in cache misses on a 100k-key set (8% of
 the workers' GIL); a stamp check on the PE the loop holds anyway costs ~5.
 A checkpoint leaves the generations as they are, so no key misses `active`
@@ -72,10 +75,9 @@ class PeManager:
         """The stamp of PEs run since the last end_period() (`_esault_mark`); None: this SPU takes no
         checkpoints, and no PE is ever stamped."""
         self.marked: list[Any] = []
-        """Keys of the PEs stamped with `period`, each once per PE; the batch loop appends to it."""
+        """The PEs stamped with `period`, each once; the batch loop appends to it."""
         self.last_period: object | None = None
-        """The period the last end_period() ended: the stamp its keys' PEs carry until they run again or are
-        encoded."""
+        """The period the last end_period() ended: the stamp its PEs carry until they run again or are encoded."""
         self.arrived: dict[Any, Any] = {}
         """Moved-in keys whose PE is not made yet: key -> its encoded state (`install` makes the PE)."""
         self.install: Callable[[Any, Any], Any] | None = None
@@ -103,11 +105,11 @@ class PeManager:
                     break
         return pe
 
-    def mark(self, key: Any, pe: Any) -> None:
-        """`pe` (the PE of `key`) ran or was made: it is dirty. The batch loop does this inline (keyed.py)."""
+    def mark(self, pe: Any) -> None:
+        """`pe` ran or was made: it is dirty. The batch loop does this inline (keyed.py)."""
         if pe._esault_mark is not self.period:
             pe._esault_mark = self.period
-            self.marked.append(key)
+            self.marked.append(pe)
 
     def wake_or_create(self, key: Any) -> Any:
         """The PE of a key missing from `active`: moved back from an older generation, or created."""
@@ -115,7 +117,7 @@ class PeManager:
             pe = gen.pes.pop(key, None)
             if pe is not None:
                 self.active[key] = pe
-                self.mark(key, pe)
+                self.mark(pe)
                 return pe
         if self.arrived and key in self.arrived:
             pe = self.install(key, self.arrived.pop(key))  # type: ignore[misc]
@@ -135,7 +137,7 @@ class PeManager:
     def create(self, key: Any) -> Any:
         pe = self._make_pe(key)
         pe._esault_mark = None  # in no period yet
-        self.mark(key, pe)  # new: dirty (a moved-in key's state is the receiver's to save)
+        self.mark(pe)  # new: dirty (a moved-in key's state is the receiver's to save)
         self.active[key] = pe
         return pe
 
@@ -163,7 +165,19 @@ class PeManager:
             elif gen.pes:
                 keep.append(gen)
         self._retired = keep
+        self._leave(out)
         return out
+
+    def _leave(self, pes: list[tuple[Any, Any]]) -> None:
+        """These PEs left the table: a change of this period leaves with them (parked, or moved to its receiver),
+        so no checkpoint takes it from them. One changed in the ended period keeps its stamp: the pending
+        snapshot still encodes its state at the barrier (the keyed part does, before it parks or moves it)."""
+        period = self.period
+        if period is None:
+            return
+        for _, pe in pes:
+            if pe._esault_mark is period:
+                pe._esault_mark = None
 
     def _rotate(self) -> None:
         if self.active:
@@ -171,9 +185,9 @@ class PeManager:
             self.active = {}
 
     def end_period(self) -> list[Any]:
-        """The keys stamped in the period that ends now, as listed: a key may repeat, or have lost its PE
-        since (expired, moved away); its PE's stamp (`last_period`) says which still hold that period's
-        change. A new period starts. O(1): a checkpoint's barrier builds no set of its keys."""
+        """The PEs stamped in the period that ends now, as listed (a key made again after it expired is there
+        twice, as two PEs): the stamp (`last_period`) says which still hold that period's change. A new period
+        starts. O(1): a checkpoint's barrier builds no set of its keys."""
         if self.arrived:  # the receiver's to save: made now, so dirty
             self.settle()
         keys, self.marked = self.marked, []
@@ -189,6 +203,7 @@ class PeManager:
             moved = [k for k in pes if lo <= key_hash(k) <= hi]
             for key in moved:
                 out.append((key, pes.pop(key)))  # its state moves with it: the receiver checkpoints it
+        self._leave(out)
         return out
 
     def take_arrived(self, lo: int, hi: int) -> list[tuple[Any, Any]]:

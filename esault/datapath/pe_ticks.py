@@ -68,7 +68,7 @@ class PeTicks:
         if pe is None and self.pes.get(key) is not None:
             pe = self.pes.wake_or_create(key)
         elif pe is not None:
-            self.pes.mark(key, pe)  # what the tick changes enters the next checkpoint
+            self.pes.mark(pe)  # what the tick changes enters the next checkpoint
         return pe
 
     def keep_ticking(self, now: float) -> None:

@@ -121,7 +121,7 @@ def test_a_row_built_entry_by_entry_is_the_bytes_pack_entries_makes_of_the_whole
     assert dict(pending.rows()) == {bucket: pack_entries(flat) for bucket, flat in expected.items()}
 
 
-def test_a_pending_snapshot_hands_out_its_listed_keys_in_slices_then_the_rest_once():
+def test_a_pending_snapshot_hands_out_its_listed_pes_in_slices_then_the_rest_once():
     pending = PendingSnapshot(Snapshot(CheckpointAck(1, 1, "u", 0, None)), ["a", "b", "c", "a", "d"], 2, object())
     assert pending.take_slice() == ["a", "b"] and pending.left == 3
     assert pending.take_rest() == ["c", "a", "d"] and pending.left == 0

@@ -24,7 +24,7 @@ def use(pes: PeManager, key, now: float):
     """What the SPU's hot path does for one batch of one key."""
     pe = pes.active.get(key) or pes.wake_or_create(key)
     pes.used(now)
-    pes.mark(key, pe)
+    pes.mark(pe)
     return pe
 
 
@@ -136,7 +136,7 @@ def test_taking_the_touched_keys_expires_nothing_and_a_key_used_again_is_touched
         pes.create(key)
     assert touched_keys(pes) == {"a", "b"}
     assert touched_keys(pes) == set()
-    pes.mark("a", pes.get("a"))  # a tick changed it
+    pes.mark(pes.get("a"))  # a tick changed it
     pes.create("c")
     assert touched_keys(pes) == {"a", "c"}
     assert len(pes) == 3 and pes.get("b") is not None, "taking the touched keys expires nothing"
@@ -145,7 +145,7 @@ def test_taking_the_touched_keys_expires_nothing_and_a_key_used_again_is_touched
 def test_without_checkpoints_nothing_is_tracked():
     pes = PeManager(Pe, per_key=True, idle_timeout=60.0)
     pe = pes.create("a")
-    pes.mark("a", pe)
+    pes.mark(pe)
     assert pes.period is None and touched_keys(pes) == set()
 
 
@@ -161,7 +161,7 @@ def run_batch(pes: PeManager, keys: list, now: float) -> None:
         pe = pes.active.get(key)
         if pe is None:
             pe = pes.wake_or_create(key)
-        pes.mark(key, pe)
+        pes.mark(pe)
     pes.used(now)
 
 
@@ -186,7 +186,7 @@ def test_in_touched_mode_a_checkpoint_takes_exactly_the_keys_that_ran_and_are_st
             if pe is None:
                 pes.wake_or_create(arg)
             else:
-                pes.mark(arg, pe)
+                pes.mark(pe)
             model.add(arg)
         elif kind == "move":
             moved = pes.take_range(key_hash(arg), key_hash(arg))
@@ -231,7 +231,7 @@ def test_a_pe_made_again_after_it_expired_is_marked_again_in_the_same_period():
 def test_without_tracking_nothing_is_listed_and_no_pe_is_stamped():
     pes = PeManager(Pe, per_key=True, idle_timeout=None, track_touched=False)
     pe = pes.create("a")
-    pes.mark("a", pe)
+    pes.mark(pe)
     assert pes.period is None and pes.marked == [] and pe._esault_mark is None
 
 
