@@ -51,6 +51,7 @@ from esault.messages.cluster import (
 from esault.messages.control import SpuConfig
 from esault.messages.data import Tick
 from esault.cluster.credentials import WorkerKeys
+from esault.cluster.forker import ForkedProcess, ForkerUnavailable, shared_forker
 from esault.transport.keys import KeyPair
 from esault.transport.trust import Role
 from esault.cluster.worker import HEARTBEAT_INTERVAL
@@ -523,14 +524,18 @@ class ProcessLauncher:
 
 
 class LocalProcessPool:
-    """Spawns `esault worker` processes on this machine and waits until they joined."""
+    """Starts `esault worker` processes on this machine and waits until they joined.
+
+    `fork` (default): each is forked by this driver's warm zygote (cluster/forker.py), ready in milliseconds;
+    a fresh interpreter when the zygote is unavailable, or always with fork=False."""
 
     def __init__(self, postman: Postman, registry: WorkerRegistry, count: int, join_timeout: float = 60.0,
-                 driver_timeout: float = 10.0) -> None:
+                 driver_timeout: float = 10.0, fork: bool = True) -> None:
         self.postman = postman
         self.registry = registry
         self.driver_timeout = driver_timeout
-        self.processes: list[subprocess.Popen] = []
+        self.forker = shared_forker() if fork else None
+        self.processes: list[subprocess.Popen | ForkedProcess] = []
         self.names: list[str] = []  # the worker name of each process, in the same order
         try:
             for i in range(count):
@@ -546,28 +551,42 @@ class LocalProcessPool:
                 "see their output above"
             )
 
-    def spawn(self, name: str) -> subprocess.Popen:
+    def spawn(self, name: str) -> subprocess.Popen | ForkedProcess:
         """Start one more worker process named `name` (it joins on its own; wait with the registry)."""
         driver = self.postman.address.replace("tcp://", "")
-        env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}
         # A fresh key pair per worker, handed over on its stdin: only this driver knows it.
         pair = KeyPair.generate()
         self.postman.keys.admit(pair.public, Role.WORKER)
-        process = subprocess.Popen([sys.executable, "-m", "esault.cli", "worker", "--driver", driver,
-                                    "--name", name, "--keys-stdin", "--driver-timeout", str(self.driver_timeout),
-                                    # the driver listens already: silence from the start is a dead driver too
-                                    "--connect-timeout", str(self.driver_timeout)],
-                                   env=env, stdin=subprocess.PIPE, text=True,
+        keys = WorkerKeys(pair, self.postman.keys.own.public).to_json() + "\n"
+        argv = ["worker", "--driver", driver, "--name", name, "--keys-stdin",
+                "--driver-timeout", str(self.driver_timeout),
+                # the driver listens already: silence from the start is a dead driver too
+                "--connect-timeout", str(self.driver_timeout)]
+        process: subprocess.Popen | ForkedProcess | None = None
+        if self.forker is not None:
+            try:
+                process = self.forker.start(argv, keys)  # in its own session, as below
+            except ForkerUnavailable as exc:
+                log.debug("worker %s starts as a fresh interpreter: %s", name, exc)
+        if process is None:
+            process = self._fresh_interpreter(argv, keys)
+        self.processes.append(process)
+        self.names.append(name)
+        return process
+
+    @staticmethod
+    def _fresh_interpreter(argv: list[str], keys: str) -> subprocess.Popen:
+        env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}
+        process = subprocess.Popen([sys.executable, "-m", "esault.cli", *argv], env=env, stdin=subprocess.PIPE,
+                                   text=True,
                                    # its own session: a Ctrl-C at the terminal reaches the driver only, which
                                    # then stops the job in order and shuts its workers down itself
                                    start_new_session=True)
         try:
-            process.stdin.write(WorkerKeys(pair, self.postman.keys.own.public).to_json() + "\n")
-            process.stdin.close()
+            process.stdin.write(keys)  # type: ignore[union-attr]
+            process.stdin.close()  # type: ignore[union-attr]
         except OSError:  # it died at once; the join wait reports it
             pass
-        self.processes.append(process)
-        self.names.append(name)
         return process
 
     def shutdown(self, timeout: float = 20.0) -> None:

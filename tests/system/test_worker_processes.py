@@ -372,8 +372,9 @@ def test_status_names_the_process_of_every_spu(workers, config):
 DRIVER_SCRIPT = """
 import sys, threading
 from esault import LocalCluster
+from esault.cluster.forker import shared_forker
 with LocalCluster(workers=2, heartbeat_timeout=2.0) as cluster:
-    print(" ".join(str(p.pid) for p in cluster.pool.processes), flush=True)
+    print(" ".join(str(p.pid) for p in cluster.pool.processes), shared_forker().zygote_pid, flush=True)
     threading.Event().wait()  # until killed
 """
 
@@ -385,8 +386,8 @@ def test_workers_exit_when_their_driver_is_killed():
 
     driver = subprocess.Popen([sys.executable, "-c", DRIVER_SCRIPT], stdout=subprocess.PIPE, text=True)
     try:
-        pids = [int(p) for p in driver.stdout.readline().split()]
-        assert len(pids) == 2, "the driver did not start its workers"
+        pids = [int(p) for p in driver.stdout.readline().split()]  # the workers', then their zygote's
+        assert len(pids) == 3, "the driver did not start its workers from a zygote"
 
         def alive(pid: int) -> bool:
             try:
@@ -399,7 +400,8 @@ def test_workers_exit_when_their_driver_is_killed():
         assert all(alive(pid) for pid in pids)
         driver.send_signal(signal.SIGKILL)
         driver.wait(10)
-        wait_until(lambda: not any(alive(pid) for pid in pids), 30, message="both workers gone after the driver")
+        wait_until(lambda: not any(alive(pid) for pid in pids), 30,
+                   message="both workers and the zygote that forked them gone after the driver")
     finally:
         if driver.poll() is None:
             driver.kill()
