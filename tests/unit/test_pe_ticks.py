@@ -61,6 +61,7 @@ def test_under_exactly_once_a_pe_that_only_ticked_is_in_the_next_checkpoint():
 
     class Ticking:
         def __init__(self, key):
+            self.key = key  # as the SPU sets it on every PE it makes
             self.fired = 0
 
         def on_tick(self, now):
