@@ -18,6 +18,7 @@ from esault.messages.cluster import (
     DriverBeat,
     PeerAddresses,
     PeerGone,
+    ReportNow,
     SavepointReply,
     SavepointRequest,
     Shutdown,
@@ -40,6 +41,7 @@ __all__ = ["DRIVER_ONLY", "refusal"]
 
 DRIVER_ONLY: frozenset[type] = frozenset({
     SubmitJob, StartSpu, StopSpu, Shutdown, PeerAddresses, DriverBeat, PeerGone,  # a worker's host: placement, lifetime
+    ReportNow,  # a worker's counts, asked for
     InstallRoutes, PrepareGive, PrepareReceive, CancelReconfiguration, SpusChanged, Drain,  # reconfiguration
     TreesDone, FailPending,  # the ack server's verdicts, and the job's order to fail what is in flight
     Probe,  # the latency monitor

@@ -58,6 +58,10 @@ class LocalCluster:
             if self.keys.local_client is not None:
                 write_status_keys(self.address, self.keys.local_client, self.keys.driver.public)
             self.registry = WorkerRegistry()
+            from esault.messages.cluster import ReportNow
+
+            postman = self.postman
+            self.registry.ask_report = lambda worker: postman.send(worker, "control", ReportNow(), timeout=0.0)
             from esault.metrics.collector import register_stats_collector
 
             # The driver's /metrics carries its workers' SPUs too, from their heartbeats (one scrape target).

@@ -87,6 +87,8 @@ class WorkerRegistry:
         """Workers told to exit (the cluster shuts down): the driver stops beating them, so no beat waits in
         its queue for a process that is gone (closing the transport would wait out its linger for it), and
         their silence is no death."""
+        self.ask_report: Callable[[str], None] | None = None
+        """Asks one worker for its counts now (a ReportNow): set by the cluster that holds the transport."""
         self.bad_counts = 0  # heartbeat counts dropped: not a counter or gauge name, or not a count
 
     def joined(self, process: str, address: str) -> None:
@@ -122,10 +124,18 @@ class WorkerRegistry:
 
     def await_fresh_reports(self, timeout: float) -> bool:
         """Block until every worker sent two heartbeats after this call (the first may have been on its way
-        already): counts then include everything its SPUs did before the call. False on timeout."""
+        already): counts then include everything its SPUs did before the call. Each is asked for them now
+        (ask_report), so this takes a round trip, not two heartbeat intervals. False on timeout."""
         with self._lock:
-            since = {w: self.beats.get(w, 0) for w in self.workers}
-            self._lock.notify_all()
+            since = {w: self.beats.get(w, 0) for w in self.workers if w not in self.leaving}
+        ask = self.ask_report
+        if ask is not None:
+            for worker in since:
+                try:
+                    ask(worker)
+                except Exception:  # noqa: BLE001 - a full or gone peer: its periodic beats, or its death, answer
+                    pass
+        with self._lock:
             return self._lock.wait_for(
                 lambda: all(self.beats.get(w, 0) >= n + 2 for w, n in since.items() if w in self.workers), timeout)
 

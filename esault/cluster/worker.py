@@ -34,6 +34,7 @@ from esault.messages.cluster import (
     DriverBeat,
     PeerAddresses,
     PeerGone,
+    ReportNow,
     Shutdown,
     SpuStarted,
     SpuStopped,
@@ -91,7 +92,7 @@ class DriverLiveness:
 
 
 class WorkerControl:
-    """Registered as "control": DriverBeat and PeerGone, handled at once on the transport's I/O thread.
+    """Registered as "control": DriverBeat, PeerGone and ReportNow, handled at once on the transport's I/O thread.
 
     Not an actor on purpose: the host actor may be busy for seconds (stopping an
     SPU that is stuck sending to a dead peer), and neither the driver's pulse
@@ -113,8 +114,21 @@ class WorkerControl:
             REMOTE_LOADS.replace(message.loads)
         elif kind is PeerGone:
             self._forget_peer(message.process)
+        elif kind is ReportNow:
+            self._report_now()
         else:
             log.warning("worker %s: control ignored %s", self.postman.process, kind.__name__)
+
+    def _report_now(self) -> None:
+        """Two heartbeats with the SPUs' counts as they are now (the driver counts two after its question: one
+        of the periodic beats may have been on its way). Their metric samples stay with the periodic beat,
+        whose thread alone takes them. Never blocks: on a full queue the periodic beats answer."""
+        for _ in range(2):
+            try:
+                self.postman.send(DRIVER, "cluster", WorkerHeartbeat(self.postman.process, stats_rows(), []),
+                                  timeout=0.0)
+            except Exception:  # noqa: BLE001 - a full or closing queue: the periodic beats answer
+                return
 
     def _forget_peer(self, process: str) -> None:
         """A dead peer: drop what is queued for it, release senders blocked on it (ConnectionError, which

@@ -120,6 +120,13 @@ class DriverBeat:
 
 
 @dataclass(frozen=True, slots=True)
+class ReportNow:
+    """driver cluster -> worker control: send your SPUs' counts now. The worker answers at once with two
+    WorkerHeartbeats made after this arrived, so a driver waiting for reports made after a moment (a job's
+    end: await_fresh_reports) has them in a round trip instead of two heartbeat intervals."""
+
+
+@dataclass(frozen=True, slots=True)
 class PeerGone:
     """driver cluster -> worker host: `process` was declared dead. The host disconnects it (queued
     frames dropped, senders blocked on it released) and stops admitting its key."""

@@ -131,7 +131,7 @@ WIRE_TAGS: Mapping[str, int] = types.MappingProxyType({
     "TriggerCheckpoint": 44, "CheckpointStart": 45, "Barrier": 46, "CheckpointAck": 47,
     "CheckpointComplete": 48, "Abandon": 49, "SavepointRequest": 50, "SavepointReply": 51,
     "ForwardMarker": 52, "MarkerSeen": 53, "CancelReconfiguration": 54, "ChainLink": 55, "ChainMembers": 56,
-    "RangeRequest": 57, "RangeGrant": 58,
+    "RangeRequest": 57, "RangeGrant": 58, "ReportNow": 59,
 })
 """Message class name -> wire tag. Never renumber or reuse a tag: a new message takes the next free one."""
 

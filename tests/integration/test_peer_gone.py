@@ -9,7 +9,7 @@ import pytest
 
 from esault.cluster.postman import Postman
 from esault.cluster.worker import DriverLiveness, HostActor, WorkerControl
-from esault.messages.cluster import PeerGone
+from esault.messages.cluster import PeerGone, ReportNow
 from esault.messages.handoff import EpochMarker
 from esault.testing import wait_until
 from esault.transport.address import Address
@@ -72,3 +72,17 @@ def test_peer_gone_from_a_worker_is_refused(host):
     assert postman.refused.get("not_permitted") == 1
     postman.endpoint.send(Address("w9", "spu-3"), EpochMarker(0, 1), timeout=5.0)  # still connected
     assert postman.keys.identity(victim.public.decode()) is not None
+
+
+def test_report_now_from_the_driver_is_answered_at_once_with_two_heartbeats_and_refused_from_a_worker(
+        host, monkeypatch):
+    postman, driver = host
+    sent: list = []
+    monkeypatch.setattr(postman, "send", lambda to, actor, message, timeout=None: sent.append((to, actor, message)))
+    postman._deliver("control", ReportNow(), driver, 16)  # as the endpoint hands it over
+    assert [(to, actor, type(m).__name__) for to, actor, m in sent] == [("driver", "cluster", "WorkerHeartbeat")] * 2
+    assert all(m.process == "w1" and m.samples == [] for _, _, m in sent), "the samples are the periodic beat's"
+    other = KeyPair.generate()
+    postman.admit_peer("w2", "tcp://127.0.0.1:1", other.public)
+    postman._deliver("control", ReportNow(), Identity(other.public.decode(), Role.WORKER, "w2"), 16)
+    assert postman.refused.get("not_permitted") == 1 and len(sent) == 2

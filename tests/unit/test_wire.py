@@ -42,6 +42,7 @@ from esault.messages.cluster import (
     DriverBeat,
     PeerAddresses,
     PeerGone,
+    ReportNow,
     SavepointReply,
     SavepointRequest,
     Shutdown,
@@ -175,6 +176,7 @@ PINNED_SCHEMA = {
     57: ("RangeRequest", ("owner: int", "unit: str", "generation: int", "size: int", "done: list[tuple[int, int]]",
                           "block: int", "replaces: tuple[int, ...]")),
     58: ("RangeGrant", ("generation: int", "start: int | None", "end: int | None", "error: str")),
+    59: ("ReportNow", ()),
 }
 
 
@@ -194,7 +196,7 @@ def test_tags_follow_the_class_name_and_a_message_without_a_tag_is_refused_by_na
     classes = dict(reversed([(cls.__name__, cls) for cls in wire.TAGS]))  # definition order does not matter
     assert [wire.TAGS[cls] for cls in wire._tagged(classes)] == sorted(wire.WIRE_TAGS.values())
     with pytest.raises(ImportError, match=r"without a wire tag: Fresh; add each to esault.transport.wire.WIRE_TAGS "
-                                          r"with the next free tag \(59\)"):
+                                          r"with the next free tag \(60\)"):
         wire._tagged({**classes, "Fresh": Fresh})
     del classes["Abandon"]
     with pytest.raises(ImportError, match=r"WIRE_TAGS names Abandon, which no module of esault.messages defines"):
@@ -299,6 +301,7 @@ EXAMPLES: dict[type, Any] = {
     SpuStarted: SpuStarted(7, 4242, "TopologyError: worker cannot import x:Y"),
     DriverBeat: DriverBeat([("wc", "count", 5, 1200, 40, 3)]),
     PeerGone: PeerGone("w2"),
+    ReportNow: ReportNow(),
     FailPending: FailPending("a worker died"),
     TriggerCheckpoint: TriggerCheckpoint(7, True),
     CheckpointStart: CheckpointStart(7, frozenset({3, 4}), True),
@@ -520,7 +523,7 @@ GOOD_FRAMES = [encode_frame(msg) for msg in EXAMPLES.values()]
     (msgpack.packb({"tag": 1}), "not_a_frame", r"expected \[tag, fields\.\.\.\], got dict"),
     (msgpack.packb([]), "not_a_frame", r"got list \[\]"),
     (msgpack.packb(["DataBatch", 1, []]), "not_a_frame", r"not a message frame"),
-    (msgpack.packb([99, 1]), "unknown_tag", r"unknown message tag 99 \(known: 1\.\.58\)"),
+    (msgpack.packb([99, 1]), "unknown_tag", r"unknown message tag 99 \(known: 1\.\.59\)"),
     (msgpack.packb([10, 1]), "field_count", r"EpochMarker: expected 2 fields \(reconfig_id, sender\), got 1"),
     (msgpack.packb([25, 1, "soon", ["d", "m"], True]), "field_type", r"Probe\.sent_at: expected float, got str 'soon'"),
     (msgpack.packb([10, True, 1]), "field_type", r"EpochMarker\.reconfig_id: expected int, got bool True"),

@@ -96,3 +96,41 @@ def test_a_lost_name_that_joins_again_is_live_with_no_spus_and_no_longer_lost():
     assert registry.spus_on["w1"] == set(), "the dead incarnation's SPUs are not the new one's"
     assert registry.pick() == "w1"
     assert registry.remove("w1") == set() and registry.lost == ["w1"], "and it can be lost again"
+
+
+def beat(registry: WorkerRegistry, worker: str) -> None:
+    registry.heartbeat(WorkerHeartbeat(worker, [], []))
+
+
+def test_fresh_reports_are_asked_for_after_the_count_is_taken_so_the_answers_end_the_wait():
+    """Each worker answers a ReportNow with two beats; they count only if the wait took its count first."""
+    registry = WorkerRegistry()
+    for worker in ("w1", "w2"):
+        registry.joined(worker, "tcp://127.0.0.1:1")
+        beat(registry, worker)  # beats before the call do not count
+    asked: list[str] = []
+
+    def answer(worker: str) -> None:
+        asked.append(worker)
+        beat(registry, worker)
+        beat(registry, worker)
+    registry.ask_report = answer
+    assert registry.await_fresh_reports(30.0), "the answers to the question did not end the wait"
+    assert sorted(asked) == ["w1", "w2"]
+
+
+def test_fresh_reports_wait_for_a_worker_that_does_not_answer_and_skip_one_told_to_exit():
+    registry = WorkerRegistry()
+    for worker in ("w1", "w2", "w3"):
+        registry.joined(worker, "tcp://127.0.0.1:1")
+    registry.leaving.add("w3")  # shutting down: it is not asked, and not waited for
+    asked: list[str] = []
+
+    def answer(worker: str) -> None:
+        asked.append(worker)
+        if worker == "w1":
+            beat(registry, worker)
+            beat(registry, worker)
+    registry.ask_report = answer
+    assert not registry.await_fresh_reports(0.3), "w2 sent nothing after the call"
+    assert sorted(asked) == ["w1", "w2"]
