@@ -110,10 +110,11 @@ def serve(sock: socket.socket) -> dict[str, Any] | None:
                     os.close(fd)
                 _send(sock, {"error": f"refused a malformed request: {exc}"})
                 continue
-            if threading.active_count() != 1:  # forking a thread's locks would be unsafe: never expected here
+            threads = _threads()
+            if threads != 1:  # forking while another thread holds a lock would be unsafe: never expected here
                 for fd in fds:
                     os.close(fd)
-                _send(sock, {"error": f"the zygote runs {threading.active_count()} threads; it forks with one only"})
+                _send(sock, {"error": f"the zygote runs {threads} threads; it forks with one only"})
                 continue
             pid = os.fork()
             if pid == 0:
@@ -129,6 +130,14 @@ def serve(sock: socket.socket) -> dict[str, Any] | None:
                 os.close(fd)
             _send(sock, {"pid": pid})
             _reap(sock)
+
+
+def _threads() -> int:
+    """This process's threads, native ones (a library's) included where /proc tells."""
+    try:
+        return len(os.listdir("/proc/self/task"))
+    except OSError:
+        return threading.active_count()
 
 
 def _become(request: dict[str, Any], fds: list[int]) -> None:
