@@ -615,5 +615,10 @@ class LocalProcessPool:
             try:
                 process.wait(max(0.1, deadline - time.monotonic()))
             except subprocess.TimeoutExpired:
+                log.warning("worker process %d did not exit within %.0f s of its Shutdown: killed", process.pid,
+                            timeout)
                 process.kill()
-                process.wait(5)
+                try:
+                    process.wait(5)
+                except subprocess.TimeoutExpired:  # a forked one's end is reported by its zygote: not this time
+                    log.warning("worker process %d: no exit seen 5 s after SIGKILL", process.pid)

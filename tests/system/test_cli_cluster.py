@@ -222,7 +222,12 @@ def test_ctrl_c_stops_a_job_on_worker_processes_within_seconds_with_its_summary(
                    message="the job running on its workers")
         os.killpg(driver.pid, signal.SIGINT)
         sent = time.monotonic()
-        driver.wait(30)  # stderr is the reader's; stdout is small enough for the pipe
+        try:
+            driver.wait(30)  # stderr is the reader's; stdout is small enough for the pipe
+        except subprocess.TimeoutExpired:  # what it waits on: every thread's stack (faulthandler on SIGUSR1)
+            driver.send_signal(signal.SIGUSR1)
+            wait_until(lambda: any("Thread 0x" in line for line in lines), 10, message="the driver's stacks")
+            pytest.fail("the driver did not exit within 30 s of Ctrl-C; its stderr:\n" + "".join(lines)[-8000:])
         took = time.monotonic() - sent
         out = driver.stdout.read()
     finally:
