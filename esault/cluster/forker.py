@@ -19,6 +19,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import select
 import signal
 import socket
 import subprocess
@@ -69,8 +70,6 @@ class ForkedProcess:
             return
 
         def watch() -> None:
-            import select
-
             select.select([pidfd], [], [])
             if self.returncode is None:
                 self._exited(-1)
@@ -133,8 +132,7 @@ class WorkerForker:
                 self._launch()
             read_end, write_end = os.pipe()
             try:
-                request = {"argv": argv, "cwd": os.getcwd(), "env": dict(os.environ),
-                           "path": [p for p in sys.path if p]}
+                request = {"argv": argv, "cwd": os.getcwd(), "env": dict(os.environ), "path": _path()}
                 try:  # fds 1 and 2 as they are now, as a Popen child inherits them
                     socket.send_fds(self._sock, [json.dumps(request).encode()], [read_end, 1, 2])  # type: ignore
                 except OSError as exc:
@@ -159,10 +157,9 @@ class WorkerForker:
 
     def _launch(self) -> None:
         mine, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-        env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}
         try:
             self._zygote = subprocess.Popen([sys.executable, "-m", "esault.cluster.zygote", str(theirs.fileno())],
-                                            pass_fds=[theirs.fileno()], env=env, stdin=subprocess.DEVNULL,
+                                            pass_fds=[theirs.fileno()], env=child_env(), stdin=subprocess.DEVNULL,
                                             start_new_session=True)
         except OSError as exc:
             mine.close()
@@ -233,6 +230,16 @@ class WorkerForker:
             except OSError:
                 pass
             sock.close()
+
+
+def _path() -> list[str]:
+    return [p for p in sys.path if p]
+
+
+def child_env() -> dict[str, str]:
+    """This process's environment with its sys.path as PYTHONPATH: what a fresh interpreter it starts (a worker,
+    or the zygote) needs to import the same modules, the topology's included."""
+    return {**os.environ, "PYTHONPATH": os.pathsep.join(_path())}
 
 
 def _write_and_close(fd: int, data: bytes) -> None:

@@ -126,15 +126,10 @@ class LocalCluster:
         if self.pool is not None:
             self.pool.shutdown()  # tells its workers to exit and waits for the processes
             self.pool = None
-        elif self.registry is not None:
-            from esault.messages.cluster import Shutdown
+        elif self.registry is not None:  # workers started elsewhere: tell them to exit
+            from esault.cluster.processes import tell_workers_to_exit
 
-            self.registry.leaving.update(self.registry.workers)
-            for worker in list(self.registry.workers):  # workers started elsewhere: tell them to exit
-                try:
-                    self.postman.send(worker, "host", Shutdown(), timeout=2.0)
-                except Exception:
-                    pass
+            tell_workers_to_exit(self.postman, self.registry)
         self._close_transport()
 
     def _close_transport(self) -> None:

@@ -51,7 +51,7 @@ from esault.messages.cluster import (
 from esault.messages.control import SpuConfig
 from esault.messages.data import Tick
 from esault.cluster.credentials import WorkerKeys
-from esault.cluster.forker import ForkedProcess, ForkerUnavailable, shared_forker
+from esault.cluster.forker import ForkedProcess, ForkerUnavailable, child_env, shared_forker
 from esault.transport.keys import KeyPair
 from esault.transport.trust import Role
 from esault.cluster.worker import HEARTBEAT_INTERVAL
@@ -533,6 +533,19 @@ class ProcessLauncher:
         return {"worker": worker, "pid": self.registry.pids.get(worker), "address": self.registry.workers.get(worker)}
 
 
+def tell_workers_to_exit(postman: Postman, registry: WorkerRegistry) -> set[str]:
+    """Send every joined worker a Shutdown, marked leaving first (no more beats for it, its silence no death);
+    returns their names."""
+    joined = set(registry.workers)
+    registry.leaving.update(joined)
+    for worker in joined:
+        try:
+            postman.send(worker, "host", Shutdown(), timeout=2.0)
+        except Exception:  # noqa: BLE001 - a full or gone peer exits after its driver timeout anyway
+            pass
+    return joined
+
+
 class LocalProcessPool:
     """Starts `esault worker` processes on this machine and waits until they joined.
 
@@ -586,8 +599,7 @@ class LocalProcessPool:
 
     @staticmethod
     def _fresh_interpreter(argv: list[str], keys: str) -> subprocess.Popen:
-        env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}
-        process = subprocess.Popen([sys.executable, "-m", "esault.cli", *argv], env=env, stdin=subprocess.PIPE,
+        process = subprocess.Popen([sys.executable, "-m", "esault.cli", *argv], env=child_env(), stdin=subprocess.PIPE,
                                    text=True,
                                    # its own session: a Ctrl-C at the terminal reaches the driver only, which
                                    # then stops the job in order and shuts its workers down itself
@@ -600,13 +612,7 @@ class LocalProcessPool:
         return process
 
     def shutdown(self, timeout: float = 20.0) -> None:
-        joined = set(self.registry.workers)
-        self.registry.leaving.update(joined)
-        for worker in joined:
-            try:
-                self.postman.send(worker, "host", Shutdown(), timeout=2.0)
-            except Exception:
-                pass
+        joined = tell_workers_to_exit(self.postman, self.registry)
         for name, process in zip(self.names, self.processes):
             if name not in joined and process.poll() is None:  # still starting: nobody could tell it to stop
                 process.terminate()

@@ -105,16 +105,16 @@ def serve(sock: socket.socket) -> dict[str, Any] | None:
                 request = _validated(raw)
                 if len(fds) != 3:
                     raise ValueError(f"a request carries 3 file descriptors (stdin, stdout, stderr), got {len(fds)}")
+                refusal = None
             except ValueError as exc:
-                for fd in fds:
-                    os.close(fd)
-                _send(sock, {"error": f"refused a malformed request: {exc}"})
-                continue
+                refusal = f"refused a malformed request: {exc}"
             threads = _threads()
-            if threads != 1:  # forking while another thread holds a lock would be unsafe: never expected here
+            if refusal is None and threads != 1:  # forking while another thread holds a lock would be unsafe
+                refusal = f"the zygote runs {threads} threads; it forks with one only"
+            if refusal is not None:
                 for fd in fds:
                     os.close(fd)
-                _send(sock, {"error": f"the zygote runs {threads} threads; it forks with one only"})
+                _send(sock, {"error": refusal})
                 continue
             pid = os.fork()
             if pid == 0:
@@ -144,8 +144,9 @@ def _become(request: dict[str, Any], fds: list[int]) -> None:
     """Turn this fresh child into the requester's worker: its own session, its streams, cwd, env and path."""
     os.setsid()
     for target, fd in enumerate(fds):
-        os.dup2(fd, target)
-        os.close(fd)
+        if fd != target:
+            os.dup2(fd, target)
+            os.close(fd)
     os.chdir(request["cwd"])
     os.environ.clear()
     os.environ.update(request["env"])
