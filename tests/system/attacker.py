@@ -24,7 +24,7 @@ from esault.transport.wire import encode_frame
 
 def dealer(ctx: zmq.Context, plan: dict, address: str, server_key: str, name: str) -> zmq.Socket:
     sock = ctx.socket(zmq.DEALER)
-    sock.setsockopt(zmq.LINGER, 2000)
+    sock.setsockopt(zmq.LINGER, plan.get("linger_ms", 2000))  # a flood needs longer: a slow target reads it late
     sock.setsockopt(zmq.ROUTING_ID, name.encode())
     sock.setsockopt(zmq.SNDHWM, 100_000)
     if plan["auth"] != "none":

@@ -20,7 +20,7 @@ import zmq
 
 from esault import LocalCluster, TopologyBuilder
 from esault.metrics.registry import REGISTRY
-from esault.testing import collected, reset_collected, wait_until
+from esault.testing import WaitTimeout, collected, reset_collected, wait_until
 from esault.transport.keys import KeyPair
 from esault.transport.trust import Role
 
@@ -129,7 +129,8 @@ def test_a_flood_of_frames_to_unknown_actors_keeps_the_driver_flat(tmp_path):
             outcome = attack({"auth": "admitted", "public": pair.public.decode(), "secret": pair.secret.decode(),
                               "targets": [t for t in targets(cluster) if t["kind"] == "driver"], "name": name,
                               "canary": str(tmp_path / "c"), "spus": [], "source": "x", "forged_key": "k",
-                              "topology": "t", "flood": n, "flood_bytes": 1024, "listen_ms": 1})
+                              "topology": "t", "flood": n, "flood_bytes": 1024, "listen_ms": 1,
+                              "linger_ms": 60_000})
             assert outcome["sent"] >= n
 
         def seen() -> int:
@@ -139,7 +140,11 @@ def test_a_flood_of_frames_to_unknown_actors_keeps_the_driver_flat(tmp_path):
         wait_until(lambda: seen() >= 1000, 30, message="the warm-up frames handled")
         baseline = _rss_kib()
         flood(10_000, "flooder")
-        wait_until(lambda: seen() >= 11_000, 60, message="10,000 frames handled")
+        try:
+            wait_until(lambda: seen() >= 11_000, 60, message="10,000 frames handled")
+        except WaitTimeout:
+            raise AssertionError(f"{seen()} of 11,000 frames handled (held or counted as dropped); refused: "
+                                 f"{postman.refused}") from None
         grown = (_rss_kib() - baseline) / 1024
         assert postman.held_bytes <= 4 * 2**20
         assert postman.refused.get("held_full", 0) >= 5_000, postman.refused
