@@ -7,8 +7,10 @@
 #      that is a hash of this script: a change to how it is made makes a new one;
 #   2. a wheelhouse built on the host (`pip wheel`, which may reach the index), mounted into
 #      each build at /wheels, where the base image's PIP_NO_INDEX/PIP_FIND_LINKS send pip;
-#   3. the repository's own Dockerfile and deploy/broker/Dockerfile on that base
-#      (--build-arg BASE_IMAGE), and, for the images that cannot be pulled, a Spark image
+#   3. a dependencies image: the base with the esault image's requirements installed, cached
+#      under a hash of the base, the requirements and the wheelhouse's file names;
+#   4. the repository's own Dockerfile on the dependencies image and deploy/broker/Dockerfile on
+#      the base (--build-arg BASE_IMAGE), and, for the images that cannot be pulled, a Spark image
 #      from the esault image's PySpark and a Prometheus image from Debian's package.
 #
 # Then: podman-compose -f docker-compose.yml -f deploy/podman/compose.offline.yml up -d
@@ -80,8 +82,29 @@ else
 fi
 timed "wheelhouse" build_wheelhouse
 
-build() { podman build -q --pull=never --build-arg BASE_IMAGE="$BASE_IMAGE" --volume "$wheels:/wheels:ro" "$@" >/dev/null; }
-timed "esault:$TAG" build --build-arg SPARK_VERSION="$SPARK_VERSION" -t "esault:$TAG" .
+build() {  # build FROM the base image (FROM_IMAGE=another for the esault image)
+  podman build -q --pull=never --build-arg BASE_IMAGE="${FROM_IMAGE:-$BASE_IMAGE}" --volume "$wheels:/wheels:ro" "$@" \
+    >/dev/null
+}
+
+# The dependencies image: the base with the Dockerfile's requirements installed from the wheelhouse.
+# Its tag is a hash of the base, the requirement lines and the wheelhouse's file names (each names a
+# version), so any dependency that resolves differently makes a new one; a cached one saves the
+# esault image's long layer (PySpark). Older dependency images are removed.
+printf '%s\npyspark==%s\n' "$(cat "$work/requirements.txt")" "$SPARK_VERSION" >"$work/deps-requirements.txt"
+DEPS_KEY=$( { echo "$BASE_IMAGE"; cat "$work/deps-requirements.txt"; ls "$wheels" | LC_ALL=C sort; } \
+  | sha256sum | cut -c1-16)
+DEPS_IMAGE=localhost/esault-offline-deps:$DEPS_KEY
+if podman image exists "$DEPS_IMAGE"; then
+  step "dependencies image $DEPS_IMAGE: cached"
+else
+  cp deploy/podman/deps.Containerfile "$work/"
+  timed "dependencies image $DEPS_IMAGE" build -t "$DEPS_IMAGE" -f "$work/deps.Containerfile" "$work"
+  podman images --format '{{.Repository}}:{{.Tag}}' localhost/esault-offline-deps \
+    | { grep -vx "$DEPS_IMAGE" || true; } | xargs -r podman rmi -f >/dev/null
+fi
+
+FROM_IMAGE=$DEPS_IMAGE timed "esault:$TAG" build --build-arg SPARK_VERSION="$SPARK_VERSION" -t "esault:$TAG" .
 timed "esault-broker:$TAG" build -t "esault-broker:$TAG" deploy/broker
 timed "esault-spark:$TAG" build --build-arg ESAULT_IMAGE="localhost/esault:$TAG" -t "esault-spark:$TAG" \
   -f deploy/podman/spark.Containerfile deploy/podman

@@ -198,8 +198,8 @@ def stack(env, timings, tmp_path_factory) -> Iterator[tuple[Compose, dict[str, i
         yield compose, ports, keys
     finally:
         compose("--profile", "kafka", "down", "-v", "-t", "10", check=False)
-        # Only the base image stays cached: the others are rebuilt each run, so that a wheelhouse
-        # change (pip's layer would not see it: /wheels is a build mount) is never hidden by a cache.
+        # Only the base and dependencies images stay cached (each tagged by a hash of what makes it: a
+        # changed wheelhouse makes a new dependencies image); the others are rebuilt each run.
         run("podman", "rmi", "-f", *(f"localhost/{name}:{TAG}" for name in IMAGES), check=False, env=env)
         run("podman", "image", "prune", "-f", check=False, env=env)
 
