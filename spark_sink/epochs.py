@@ -82,6 +82,8 @@ class EpochCommitter:
         self._carried: list[Row] = []  # the committer thread: rows of an epoch whose staging failed
         self._stop = threading.Event()
         self._closed = False
+        self._setting_up = False  # in `setup` (Spark's start): an abandon need not wait for it
+        self._phase = threading.Lock()
         self._futures: list[Future] = []
         self._thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"spark-sink-{sink.writer_id}")
         self._last: Future = self._submit(self._start, restored_epoch, setup)
@@ -140,13 +142,17 @@ class EpochCommitter:
 
     def abandon(self) -> None:
         """A rollback: nothing buffered or queued is staged or published; the commit log is released as
-        soon as the step in progress reaches a batch boundary (one batch's write at most)."""
+        soon as the step in progress reaches a batch boundary (one batch's write at most). A set-up still
+        starting Spark (a JVM start, or executors on a cluster: tens of seconds) touches no commit log, so
+        the rollback does not wait for it: it finishes on its own and the next instance finds the session."""
         if self._closed:
             return
         self._closed = True
         self._rows = []
-        self._stop.set()
-        self._thread.shutdown(wait=True, cancel_futures=True)
+        with self._phase:
+            self._stop.set()
+            in_setup = self._setting_up
+        self._thread.shutdown(wait=not in_setup, cancel_futures=True)
         self.sink._release()
 
     def _submit(self, fn: Callable[..., None], *args: Any) -> Future:
@@ -181,7 +187,15 @@ class EpochCommitter:
         could later be published next to its replayed rows, so any failure here is fatal."""
         try:
             if setup is not None:
-                setup()
+                with self._phase:
+                    self._check_stop()
+                    self._setting_up = True
+                try:
+                    setup()
+                finally:
+                    with self._phase:
+                        self._setting_up = False
+                self._check_stop()  # abandoned meanwhile: the commit log was released without waiting
             writer = self.sink._writer
             published = False
             for rec in writer.log.staged():

@@ -25,7 +25,7 @@ import socket
 import subprocess
 import sys
 import threading
-from typing import Any
+from typing import Any, Callable
 
 log = logging.getLogger("esault.cluster")
 
@@ -46,6 +46,7 @@ class ForkedProcess:
         self.returncode: int | None = None
         self._ended = threading.Event()
         self._lock = threading.Lock()
+        self._exit_callbacks: list[Callable[[int], None]] = []
         try:
             self._pidfd: int | None = os.pidfd_open(pid)
         except (OSError, AttributeError):  # ended already (its exit is on its way), or no pidfd here
@@ -57,7 +58,19 @@ class ForkedProcess:
             if self._pidfd is not None:
                 os.close(self._pidfd)
                 self._pidfd = None
+            callbacks, self._exit_callbacks = self._exit_callbacks, []
         self._ended.set()
+        for callback in callbacks:
+            callback(code)
+
+    def add_exit_callback(self, callback: Callable[[int], None]) -> None:
+        """Call `callback(code)` once when this process ends (at once if it has)."""
+        with self._lock:
+            code = self.returncode
+            if code is None:
+                self._exit_callbacks.append(callback)
+                return
+        callback(code)
 
     def _forker_lost(self) -> None:
         """The zygote died: nobody will report this process's exit, so its pidfd tells when it ends (its code

@@ -5,6 +5,8 @@ from __future__ import annotations
 import itertools
 from typing import Any
 
+import pykka
+
 from esault.clock import Clock
 from esault.cluster.credentials import ClusterKeys, remove_status_keys, write_status_keys
 from esault.cluster.inprocess import InProcessLauncher
@@ -73,12 +75,19 @@ class LocalCluster:
             try:
                 if workers:
                     self.pool = LocalProcessPool(self.postman, self.registry, workers, join_timeout,
-                                                 driver_timeout=heartbeat_timeout)
+                                                 driver_timeout=heartbeat_timeout, on_exit=self._worker_exited)
                 if min_workers:
                     self.wait_for_workers(min_workers, join_timeout)
             except BaseException:  # a Ctrl-C while workers join too: their actors would keep the process alive
                 self.shutdown()
                 raise
+
+    def _worker_exited(self, ended: Any) -> None:
+        """A worker process of this cluster's pool ended: its death need not wait for missed heartbeats."""
+        try:
+            self._cluster_actor.tell(ended)
+        except pykka.ActorDeadError:  # the cluster is shutting down
+            pass
 
     def wait_for_workers(self, count: int, timeout: float = 120.0) -> None:
         """Block until `count` workers joined; ResourceError says how to start them if they do not."""

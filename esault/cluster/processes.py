@@ -51,6 +51,7 @@ from esault.messages.cluster import (
 from esault.messages.control import SpuConfig
 from esault.messages.data import Tick
 from esault.cluster.credentials import WorkerKeys
+from esault.cluster.exit_watch import WorkerProcessExited, watch_exit
 from esault.cluster.forker import ForkedProcess, ForkerUnavailable, child_env, shared_forker
 from esault.transport.keys import KeyPair
 from esault.transport.trust import Role
@@ -234,6 +235,7 @@ class ClusterActor(pykka.ThreadingActor):
         self.ticker = Ticker(SystemClock(), HEARTBEAT_INTERVAL / 2)
         self.lost: list[str] = []
         self._fenced: set[str] = set()
+        self._ended_unjoined: set[tuple[str, int]] = set()  # local workers seen to end before their hello
         self._status_clients: list[str] = []
 
     def on_start(self) -> None:
@@ -269,6 +271,19 @@ class ClusterActor(pykka.ThreadingActor):
                 self.hearts.forget(worker)
                 continue
             self._declare_dead(worker, "missed its heartbeats")
+
+    def _process_exited(self, ended: WorkerProcessExited) -> None:
+        """A local worker process ended: declared dead at once, unless it was told to exit or is an older
+        incarnation of a name that joined again."""
+        if ended.process not in self.registry.workers:
+            if len(self._ended_unjoined) < 1000:  # its hello may still be on its way: see _admit
+                self._ended_unjoined.add((ended.process, ended.pid))
+            return
+        if ended.process in self.registry.leaving or self.registry.pids.get(ended.process) != ended.pid:
+            return
+        code = "an unknown code" if ended.code is None else (
+            f"signal {-ended.code}" if ended.code < 0 else f"code {ended.code}")
+        self._declare_dead(ended.process, f"(pid {ended.pid}) exited with {code}")
 
     def _declare_dead(self, worker: str, why: str) -> None:
         """Forget `worker`, tell the survivors, and have every job replace the SPUs it hosted."""
@@ -320,6 +335,9 @@ class ClusterActor(pykka.ThreadingActor):
             if worker != hello.process:
                 self.postman.send(worker, "host", PeerAddresses(peers))
         log.info("worker %s (pid %d) joined from %s", hello.process, hello.pid, hello.address)
+        if (hello.process, hello.pid) in self._ended_unjoined:  # it ended while its hello was on its way
+            self._ended_unjoined.discard((hello.process, hello.pid))
+            self._declare_dead(hello.process, f"(pid {hello.pid}) exited as it joined")
 
     def on_receive(self, message: Any) -> Any:
         kind = type(message)
@@ -340,6 +358,8 @@ class ClusterActor(pykka.ThreadingActor):
                 self.registry.heartbeat(message)
             elif kind is WorkerHello:
                 self._admit(message)
+            elif kind is WorkerProcessExited:
+                self._process_exited(message)
             elif kind is SpuStarted:
                 self.registry.started(message)
             elif kind is SpuStopped:
@@ -553,10 +573,12 @@ class LocalProcessPool:
     a fresh interpreter when the zygote is unavailable, or always with fork=False."""
 
     def __init__(self, postman: Postman, registry: WorkerRegistry, count: int, join_timeout: float = 60.0,
-                 driver_timeout: float = 10.0, fork: bool = True) -> None:
+                 driver_timeout: float = 10.0, fork: bool = True,
+                 on_exit: Callable[[WorkerProcessExited], None] | None = None) -> None:
         self.postman = postman
         self.registry = registry
         self.driver_timeout = driver_timeout
+        self.on_exit = on_exit  # each process's end, as it happens (the cluster actor declares it dead)
         self.forker = shared_forker() if fork else None
         self.processes: list[subprocess.Popen | ForkedProcess] = []
         self.names: list[str] = []  # the worker name of each process, in the same order
@@ -595,6 +617,9 @@ class LocalProcessPool:
             process = self._fresh_interpreter(argv, keys)
         self.processes.append(process)
         self.names.append(name)
+        if self.on_exit is not None:
+            report, pid = self.on_exit, process.pid
+            watch_exit(process, lambda code: report(WorkerProcessExited(name, pid, code)))
         return process
 
     @staticmethod

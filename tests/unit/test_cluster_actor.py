@@ -196,3 +196,38 @@ def test_a_peers_death_and_its_addresses_travel_on_one_lane_so_a_rejoin_is_never
     from esault.cluster.lanes import CONTROL_LANE
 
     assert PeerGone in CONTROL_LANE and PeerAddresses in CONTROL_LANE
+
+
+def test_a_local_worker_process_that_ends_is_declared_dead_at_once_unless_told_to_exit_or_an_older_incarnation():
+    from esault.cluster.exit_watch import WorkerProcessExited
+
+    _, ref, postman, registry, job = cluster()  # heartbeat_timeout 600 s: only the exit can declare a death
+    try:
+        for name, pid in (("w1", 100), ("w2", 200), ("w3", 300)):
+            ref.ask(WorkerHello(name, f"tcp://10.0.0.1:{pid}", pid))
+        registry.placed("w1", 3)
+        registry.placed("w2", 4)
+        ref.ask(WorkerProcessExited("w1", 99, -9))  # an earlier incarnation of w1: the joined one lives
+        ref.ask(WorkerProcessExited("w2", 200, 0))
+        registry.leaving.add("w3")  # told to exit: its end is expected
+        ref.ask(WorkerProcessExited("w3", 300, 0))
+        assert registry.lost == ["w2"] and job.replaced == [{4}], (registry.lost, job.replaced)
+        assert "w2" not in postman.connected and sorted(registry.workers) == ["w1", "w3"]
+        ref.ask(WorkerProcessExited("w1", 100, -9))
+        assert registry.lost == ["w2", "w1"] and job.replaced == [{4}, {3}]
+    finally:
+        ref.stop()
+
+
+def test_a_local_worker_that_ends_before_its_hello_is_handled_is_declared_dead_as_it_joins():
+    from esault.cluster.exit_watch import WorkerProcessExited
+
+    _, ref, postman, registry, job = cluster()
+    try:
+        ref.ask(WorkerProcessExited("w1", 100, 1))  # its end overtook its hello
+        ref.ask(WorkerHello("w1", "tcp://10.0.0.1:4000", 100))
+        assert registry.lost == ["w1"] and "w1" not in registry.workers
+        ref.ask(WorkerHello("w1", "tcp://10.0.0.1:5000", 101))  # a new incarnation joins and stays
+        assert registry.workers == {"w1": "tcp://10.0.0.1:5000"}
+    finally:
+        ref.stop()

@@ -387,3 +387,37 @@ def test_each_staged_epoch_is_one_observation_of_the_commit_time_histogram(tmp_p
     sink.on_checkpoint(3).result(30)
     assert commits() == before + 2
     sink.close()
+
+
+def test_abandon_while_spark_starts_frees_the_commit_log_at_once_and_the_start_then_touches_nothing(
+        tmp_path, monkeypatch):
+    """A rollback must not wait out a JVM start (tens of seconds with a cluster's executors): the start
+    touches no commit log, so abandon() returns at once and the next instance opens the log meanwhile."""
+    from spark_sink.epochs import Stopped
+
+    starting, gate = threading.Event(), threading.Event()
+
+    def slow_session(*_args, **_kwargs):
+        starting.set()
+        assert gate.wait(30)
+        return object()
+
+    monkeypatch.setattr("spark_sink.bolt.get_session", slow_session)
+    monkeypatch.setattr(SparkSink, "_ensure_catalog", lambda self, meta: None)
+    first = open_sink(tmp_path)
+    feed(first, A)
+    first.on_checkpoint(1).result(30)
+    first.abandon()  # epoch 1 staged, for the next instance's start to resolve
+    sink = open_sink(tmp_path, engine="spark")
+    assert starting.wait(30)
+    done = threading.Thread(target=sink.abandon)
+    done.start()
+    done.join(30)
+    assert not done.is_alive(), "abandon() waited for Spark's start"
+    start = sink._epochs._last
+    again = open_sink(tmp_path, restored=None, spu_id=2)  # the log is free while the old start still runs
+    again.close()
+    assert states_by_epoch(tmp_path) == {1: {"aborted"}}
+    gate.set()
+    assert isinstance(start.exception(30), Stopped), "the abandoned start went on past its set-up"
+    assert states_by_epoch(tmp_path) == {1: {"aborted"}} and rows_in(table_dir(tmp_path)) == []
