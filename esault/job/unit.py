@@ -603,12 +603,19 @@ class UnitActor(pykka.ThreadingActor):
         rid = op.machine.reconfig_id
         for effect in effects:
             kind = type(effect)
-            if kind is SendPrepareGive:
-                receivers = {r: self._mailbox(op, r) for _, _, r in effect.ranges}
-                self.spus[effect.spu].tell(PrepareGive(rid, effect.ranges, receivers, frozenset(op.cmd.upstream),
-                                                       effect.retire))
-            elif kind is SendPrepareReceive:
-                self.spus[effect.spu].tell(PrepareReceive(rid, effect.ranges))
+            if kind is SendPrepareGive or kind is SendPrepareReceive:
+                if kind is SendPrepareGive:
+                    receivers = {r: self._mailbox(op, r) for _, _, r in effect.ranges}
+                    prepare: Any = PrepareGive(rid, effect.ranges, receivers, frozenset(op.cmd.upstream), effect.retire)
+                else:
+                    prepare = PrepareReceive(rid, effect.ranges)
+                try:
+                    self.spus[effect.spu].tell(prepare)
+                except (LookupError, ConnectionError) as exc:
+                    # Its worker was declared dead (disconnected) before the operation began: nothing moved,
+                    # so the operation is called off at once rather than waiting for an answer that cannot come.
+                    self._apply(op, op.machine.abort(f"SPU {effect.spu}'s worker is gone ({exc})"))
+                    return
             elif kind is SwitchRoutes:
                 self._switch_routes(op, effect.notify)
             elif kind is StopSpus:
