@@ -34,6 +34,8 @@ import sys
 import threading
 from typing import Any
 
+import setproctitle
+
 MAX_REQUEST_BYTES = 1 << 20
 """A request's size limit: an environment and a sys.path fit many times over."""
 
@@ -142,6 +144,10 @@ def _threads() -> int:
 
 def _become(request: dict[str, Any], fds: list[int]) -> None:
     """Turn this fresh child into the requester's worker: its own session, its streams, cwd, env and path."""
+    # What ps, top and pkill -f show: the worker's own command line, not the zygote's it was forked from (the
+    # arguments name the driver and the worker; its keys came on stdin). Before the environment is replaced:
+    # setproctitle finds the room for the title next to the original environment's strings.
+    setproctitle.setproctitle(" ".join(["esault", *request["argv"]]))
     os.setsid()
     for target, fd in enumerate(fds):
         if fd != target:

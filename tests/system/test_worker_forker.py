@@ -161,3 +161,13 @@ def test_a_zygote_killed_9_leaves_its_workers_watched_and_the_pool_starts_fresh_
         assert job.wait(120), job.status()
         job.stop()
     assert json.loads((job.data_dir / "wordcount.json").read_text()) == dict(wordcount.oracle(2000, seed=5))
+
+
+def test_a_forked_worker_shows_its_own_command_line_not_the_zygotes():
+    """ps, top and pkill -f find a forked worker by what it is: `esault worker ... --name w1`."""
+    with LocalCluster(workers=1) as cluster:
+        process = cluster.pool.processes[0]
+        assert isinstance(process, ForkedProcess)
+        shown = Path(f"/proc/{process.pid}/cmdline").read_bytes().replace(b"\0", b" ").decode().strip()
+        assert shown.startswith("esault worker --driver ") and "--name w1" in shown, shown
+        assert "zygote" not in shown, shown
