@@ -30,6 +30,7 @@ class Cluster:
         self.change = None  # ("add", new) or ("remove", tail, left)
         self.step = 0
         self.rounds = []
+        self.retired: set[int] = set()  # tails removed so far
         for _ in range(n):
             self.order.append(self._new())
         self._relink()
@@ -143,8 +144,11 @@ class Cluster:
         _, tail, left = self.change
         assert not self.links.get((tail, left)), "the tail sent something after its Handoff"
         rest = self.links.pop((left, tail), ())
-        # advice, or the answer to the tail's own flush round (its inputs go on with its state to the new tail)
-        assert all(isinstance(m, SizeChange) or (isinstance(m, Done) and m.origin == tail) for m in rest), rest
+        # advice, or the answer to a flush round of this tail or of a tail retired before it (its rounds end
+        # with it: its inputs go on with its state to the new tail, whose own flush covers them)
+        self.retired.add(tail)
+        assert all(isinstance(m, SizeChange) or (isinstance(m, Done) and m.origin in self.retired)
+                   for m in rest), rest
         self.links.pop((tail, left), None)
         self.order.remove(tail)
         del self.nodes[tail]
