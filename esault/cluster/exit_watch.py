@@ -9,13 +9,11 @@ workers started elsewhere (a static cluster) are still found by their silence.
 from __future__ import annotations
 
 import os
-import select
 import subprocess
-import threading
 from dataclasses import dataclass
 from typing import Callable
 
-from esault.cluster.forker import ForkedProcess
+from esault.cluster.forker import ForkedProcess, call_when_ended
 
 
 @dataclass(frozen=True)
@@ -39,11 +37,8 @@ def watch_exit(process: subprocess.Popen | ForkedProcess, on_exit: Callable[[int
         on_exit(process.poll())
         return
 
-    def wait() -> None:
-        try:
-            select.select([pidfd], [], [])
-        finally:
-            os.close(pidfd)
+    def ended() -> None:
+        os.close(pidfd)
         on_exit(process.poll())
 
-    threading.Thread(target=wait, name=f"esault-exit-{process.pid}", daemon=True).start()
+    call_when_ended(pidfd, ended, f"esault-exit-{process.pid}")

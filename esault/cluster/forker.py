@@ -82,12 +82,11 @@ class ForkedProcess:
                 self._exited(-1)
             return
 
-        def watch() -> None:
-            select.select([pidfd], [], [])
+        def ended() -> None:
             if self.returncode is None:
                 self._exited(-1)
 
-        threading.Thread(target=watch, name=f"esault-forked-{self.pid}", daemon=True).start()
+        call_when_ended(pidfd, ended, f"esault-forked-{self.pid}")
 
     def poll(self) -> int | None:
         return self.returncode
@@ -243,6 +242,16 @@ class WorkerForker:
             except OSError:
                 pass
             sock.close()
+
+
+def call_when_ended(pidfd: int, then: Callable[[], None], name: str) -> None:
+    """Call `then()` on a thread of its own once the process of `pidfd` has ended."""
+
+    def wait() -> None:
+        select.select([pidfd], [], [])
+        then()
+
+    threading.Thread(target=wait, name=name, daemon=True).start()
 
 
 def _path() -> list[str]:

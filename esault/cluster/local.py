@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import itertools
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pykka
 
@@ -15,6 +15,9 @@ from esault.config import JobConfig
 from esault.dsl.topology import Topology
 from esault.errors import ResourceError, TopologyError
 from esault.job.job import Job
+
+if TYPE_CHECKING:
+    from esault.cluster.exit_watch import WorkerProcessExited
 
 
 class LocalCluster:
@@ -82,7 +85,7 @@ class LocalCluster:
                 self.shutdown()
                 raise
 
-    def _worker_exited(self, ended: Any) -> None:
+    def _worker_exited(self, ended: "WorkerProcessExited") -> None:
         """A worker process of this cluster's pool ended: its death need not wait for missed heartbeats."""
         try:
             self._cluster_actor.tell(ended)

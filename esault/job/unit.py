@@ -603,18 +603,13 @@ class UnitActor(pykka.ThreadingActor):
         rid = op.machine.reconfig_id
         for effect in effects:
             kind = type(effect)
-            if kind is SendPrepareGive or kind is SendPrepareReceive:
-                if kind is SendPrepareGive:
-                    receivers = {r: self._mailbox(op, r) for _, _, r in effect.ranges}
-                    prepare: Any = PrepareGive(rid, effect.ranges, receivers, frozenset(op.cmd.upstream), effect.retire)
-                else:
-                    prepare = PrepareReceive(rid, effect.ranges)
-                try:
-                    self.spus[effect.spu].tell(prepare)
-                except (LookupError, ConnectionError) as exc:
-                    # Its worker was declared dead (disconnected) before the operation began: nothing moved,
-                    # so the operation is called off at once rather than waiting for an answer that cannot come.
-                    self._apply(op, op.machine.abort(f"SPU {effect.spu}'s worker is gone ({exc})"))
+            if kind is SendPrepareGive:
+                receivers = {r: self._mailbox(op, r) for _, _, r in effect.ranges}
+                if not self._prepare(op, effect.spu, PrepareGive(rid, effect.ranges, receivers,
+                                                                 frozenset(op.cmd.upstream), effect.retire)):
+                    return
+            elif kind is SendPrepareReceive:
+                if not self._prepare(op, effect.spu, PrepareReceive(rid, effect.ranges)):
                     return
             elif kind is SwitchRoutes:
                 self._switch_routes(op, effect.notify)
@@ -638,6 +633,17 @@ class UnitActor(pykka.ThreadingActor):
                     self._op = None
                 if not op.cmd.reply.done():
                     op.cmd.reply.set_exception(ScalingError(f"{self._describe(op)} aborted: {effect.reason}"))
+
+    def _prepare(self, op: _Operation, spu: int, message: Any) -> bool:
+        """Tell a participant to prepare. Its worker may have been declared dead (disconnected) before the
+        operation began: nothing moved, so the operation is called off at once (False) rather than waiting
+        for an answer that cannot come."""
+        try:
+            self.spus[spu].tell(message)
+            return True
+        except (LookupError, ConnectionError) as exc:
+            self._apply(op, op.machine.abort(f"SPU {spu}'s worker is gone ({exc})"))
+            return False
 
     def _cancel_prepared(self, op: _Operation, effect: CancelPrepared) -> None:
         """Nothing moved yet: participants forget their ranges, the SPUs the operation started stop."""
