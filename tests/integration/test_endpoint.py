@@ -286,7 +286,11 @@ def test_a_control_message_overtakes_the_data_queued_to_a_slow_peer_and_never_wa
             if sent == 1:
                 assert entered.wait(WAIT)
         if lanes:  # the queue is full, yet a control message is accepted at once
+            full = sender.queued("slow")
             sender.send(to, PrepareGive(7, ((0, 9, 2),), {}, frozenset(), False), timeout=0.01)
+            # the peer reads again only once the sender's I/O thread has handed the frame to zmq: both endpoints
+            # share one GIL, and a resumed reader could otherwise hold it while it takes several queued batches
+            wait_until(lambda: sender.queued("slow") <= full, WAIT, message="the control frame leaves the sender's queue")
         else:
             sending = threading.Thread(target=sender.send, args=(to, PrepareGive(7, ((0, 9, 2),), {},
                                                                                      frozenset(), False)))
