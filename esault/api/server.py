@@ -276,7 +276,7 @@ class ControlApi:
         for name, unit in job.status()["units"].items():
             spec = job.topology.unit(name)
             units[name] = {"kind": unit["kind"], "key_grouped": spec.per_key,
-                           "chained_into": unit.get("chained_into"),
+                           "chained_into": unit.get("chained_into"), "reconfiguring": unit.get("reconfiguring"),
                            "versions": sorted(spec.versions), "version": job.logic_version(name),
                            "totals": {k: unit[k] for k in ("emitted", "processed", "failed", "pes") if k in unit},
                            "spus": {str(spu): _spu_row(row) for spu, row in unit["spus"].items()}}

@@ -38,7 +38,7 @@ from esault.datapath.ticker import Ticker
 from esault.metrics import registry as metrics
 from esault.metrics.forwarded import spouts_waiting, waiting_since
 from esault.metrics.stats import RETIRED_SPU, SpuStats
-from esault.job.unit import LaunchSpus, SpuLauncher, UnitActor
+from esault.job.unit import GetOperation, LaunchSpus, SpuLauncher, UnitActor
 from esault.checkpoint.coordinator import AckCollector, CheckpointAcksActor, CheckpointCoordinator
 from esault.errors import ConfigError, EsaultError, ScalingError
 from esault.dsl.topology import DECLARED_VERSION
@@ -509,6 +509,15 @@ class Job:
         layout = self.units[self.topology.host_of(unit)].ask(GetLayout())
         return sorted(layout, key=lambda s: (layout[s] or ((s, s),))[0][0]) if layout else []
 
+    def reconfiguring(self, unit: str) -> str | None:
+        """The split, merge or assignment `unit` is running now, as a line of text (e.g. "merge of 'count'
+        SPU 2: preparing"), or None: an operation asked for is queued until its unit starts it.
+        TopologyError for a name the topology does not have."""
+        unit = self.topology.host_of(unit)
+        if self._stopped:
+            return None
+        return self.units[unit].ask(GetOperation(), timeout=10)
+
     def status(self) -> dict[str, Any]:
         """Per unit: SPUs with interval, PE count and counts; totals; trees in flight."""
         if self._stopped and self.final_status is not None:
@@ -529,7 +538,8 @@ class Job:
             totals = {k: sum(s.get(k, 0) for s in mine)
                       for k in ("emitted", "processed", "acked", "failed", "replayed", "user_errors", "dead_letters", "shed")}
             totals.update({k: sum(s.get(k, 0) for s in spus.values()) for k in ("pes", "inflight")})
-            units[spec.name] = {"kind": "spout" if spec.is_spout else "bolt", "spus": spus, **totals}
+            units[spec.name] = {"kind": "spout" if spec.is_spout else "bolt", "spus": spus, **totals,
+                                "reconfiguring": self.units[self.topology.host_of(spec.name)].ask(GetOperation())}
             if self.topology.chained(spec.name):
                 units[spec.name]["chained_into"] = self.topology.host_of(spec.name)
         for unit, spu_id, what, since in spouts_waiting(self.name):  # a source stalled outside esault

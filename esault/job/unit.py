@@ -82,6 +82,11 @@ class AbortReconfiguration:
         self.before_switch = before_switch
 
 
+class GetOperation:
+    """driver -> unit (ask), in this process only: the reconfiguration the unit is running, as a line of text
+    (its action, SPU and phase), or None when it runs none."""
+
+
 class ProposeLogic:
     """coordinator -> unit (ask), in this process only: the bolt spec the next "assign_logic" command runs.
     A spec holds a class, so it never goes into a wire message."""
@@ -358,6 +363,9 @@ class UnitActor(pykka.ThreadingActor):
                 return dict(self.spus)
             if kind is GetLayout:
                 return self.layout()
+            if kind is GetOperation:
+                op = self._op
+                return None if op is None else f"{self._describe(op)}: {op.machine.phase.value}"
             if kind is ScaleCommand:
                 return self._on_scale(message)
             if kind is Prepared:

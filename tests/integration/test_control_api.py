@@ -51,6 +51,7 @@ def test_reads_and_operations_through_the_api_keep_every_key_exact(cluster, conf
     status, units = call(f"{base}/units")
     spus = units["units"]["check"]["spus"]
     assert status == 200 and len(spus) == 2 and units["units"]["check"]["key_grouped"] is True
+    assert units["units"]["check"]["reconfiguring"] is None  # the unit runs no operation now
     assert sorted(iv for row in spus.values() for iv in row["intervals"])[0][0] == 0
 
     status, result = call(f"{base}/units/check/rescale", "POST", {"spus": 3})

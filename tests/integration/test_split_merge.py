@@ -7,13 +7,15 @@ reordered for a key shows up as a violation or a wrong final sequence.
 from __future__ import annotations
 
 import random
+import re
 import threading
 
 import pytest
 
 from esault import KEY_SPACE_MAX, Bolt, JobConfig, ScalingError, TopologyBuilder, key_hash
+from esault.errors import TopologyError
 from esault.testing import CollectorBolt, collected, wait_until
-from topology_parts import GATES, GatedListSpout, SequenceCheckBolt
+from topology_parts import GATES, HELD, GatedListSpout, HoldingSequenceCheckBolt, SequenceCheckBolt
 
 
 def sequenced_items(keys: int, per_key: int, seed: int) -> list[tuple[str, int]]:
@@ -210,3 +212,33 @@ def test_a_bolt_whose_fused_sink_stages_epochs_per_instance_cannot_split_under_e
     GATES["fused-sink"].set()
     assert job.wait(30), job.status()
     job.stop()
+
+
+def test_a_unit_reports_the_operation_it_runs_until_the_operation_ends(cluster, config):
+    """Job.reconfiguring (and status()) name the split while its giver, held mid-tuple, has yet to answer
+    PrepareGive; None before it starts and after it ends. An unknown unit is refused by name."""
+    items = sequenced_items(20, 5, seed=4)
+    GATES["op-held"] = threading.Event()
+    HELD["op-held"] = threading.Event()
+    builder = TopologyBuilder("op-held")
+    builder.set_spout("src", GatedListSpout, params={"items": items, "gate": "op-held", "hold_at": 40})
+    builder.set_bolt("check", HoldingSequenceCheckBolt, 2, params={"gate": "op-held"},
+                     pe_idle_timeout=None).key_grouping("src")
+    builder.set_bolt("out", CollectorBolt, params={"name": "op-held"}).global_grouping("check")
+    job = cluster.submit(builder.build(), config)
+    try:
+        assert job.reconfiguring("check") is None
+        assert HELD["op-held"].wait(30), "a PE of check holds its tuple"
+        pending = job.split_async("check", job.spus("check")[0])
+        running = wait_until(lambda: job.reconfiguring("check"), 30, message="the unit running the split")
+        assert re.fullmatch(r"split of 'check' SPU \d+: preparing", running), running
+        assert job.status()["units"]["check"]["reconfiguring"] == running
+        assert job.status()["units"]["src"]["reconfiguring"] is None
+    finally:
+        GATES["op-held"].set()
+    pending.result(30)
+    assert job.reconfiguring("check") is None
+    with pytest.raises(TopologyError, match="has no unit 'nope'"):
+        job.reconfiguring("nope")
+    assert job.wait(60), job.status()
+    assert_exact("op-held", 20, 5)

@@ -40,6 +40,23 @@ class SequenceCheckBolt(Bolt):
         self.emit(self.key, [tup.value, in_order])
 
 
+HELD: dict[str, threading.Event] = {}
+"""HoldingSequenceCheckBolt's gates: set once one of its PEs holds a tuple."""
+
+
+class HoldingSequenceCheckBolt(SequenceCheckBolt):
+    """SequenceCheckBolt whose process() holds its tuple until GATES[gate] is set (after setting HELD[gate]):
+    its SPU answers nothing meanwhile, so an operation that needs it waits at its first step."""
+
+    def __init__(self, gate: str) -> None:
+        self.gate = gate
+
+    def process(self, tup: Any) -> None:
+        HELD[self.gate].set()
+        GATES[self.gate].wait(60)
+        super().process(tup)
+
+
 class SequenceCheckBoltV2(SequenceCheckBolt):
     """The same check, a new version (for assign_logic): it reports in_order as 1/0, so a test sees which
     code processed each tuple, and it reads the old version's state (`last`, `violations`)."""

@@ -155,6 +155,9 @@ def test_a_worker_killed_at_each_step_of_a_split_or_merge_aborts_it_cleanly_and_
         if action in ("split", "assign", "move", "logic"):
             receiver = next(iter(wait_until(lambda: set().union(*cluster.registry.spus_on.values()) - before, 30,
                                             message="the receiver launched")))
+        if step == "prepare":  # the unit runs it, held at its first step: a death before that would fail the
+            # command itself (its SPU is gone after the rollback), not abort the operation
+            wait_until(lambda: job.reconfiguring("count"), 30, message="the unit running the operation")
         if step == "handoff":
             wait_until(lambda: Path(str(gates[0]) + ".reached").exists(), 30,
                        message="the receiver installing the giver's state")
