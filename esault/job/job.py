@@ -17,6 +17,7 @@ from esault.reliability.dead_letters import DeadLetterWriter
 from esault.job import gc_policy
 from esault.datapath.acker import AckServerActor
 from esault.datapath.context import JobContext, job_actor
+from esault.job.completion import confirmed_by_two_waves
 from esault.job.coordinator import ReconfigurationCoordinator, ScaleRequest
 from esault.control.controller import Controller
 from esault.control.events import Change, ControlEvents
@@ -44,6 +45,10 @@ from esault.errors import ConfigError, EsaultError, ScalingError
 from esault.dsl.topology import DECLARED_VERSION
 
 log = logging.getLogger("esault")
+
+COUNT_WAVE_TIMEOUT = 5.0
+"""How long one wave of fresh counts (every worker asked for its counts now) may take before wait() polls on;
+a worker answers in a round trip unless its transport is full or it is dying (its death then ends the wave)."""
 
 LOSS_SETTLE_SECONDS = 2.0
 """Guarantee "none" after a worker died: how long totals must stand still (nothing queued) before the
@@ -676,7 +681,7 @@ class Job:
         states = self._spout_states()
         if not states or not all(p is not None and p.finished for p in states):
             return False
-        if self.config.acking and not any(p.untracked for p in states) and not self._untracked_units:
+        if self._done_by_trees(states):
             # Every tuple is in a tracked tree, so spouts with none in flight are done: known at once,
             # from the spouts' own word, without waiting for the workers' counts (heartbeats).
             return all(p.drained for p in states)
@@ -690,6 +695,24 @@ class Job:
         if not self.config.acking and self.lost_spus and self._every_spu_reported():
             return self._settled_with_loss(emitted, processed)
         return False
+
+    def _done_by_trees(self, states: list[Any]) -> bool:
+        """Completion is the spouts' word (every tuple in a tracked tree), not the SPUs' counts."""
+        return (self.config.acking and not any(p is None or p.untracked for p in states)
+                and not self._untracked_units)
+
+    def _complete_confirmed(self) -> bool:
+        """A completion read from the workers' counts holds in two waves of fresh counts (job/completion.py):
+        heartbeat counts of different moments can balance while tuples still move between workers."""
+        if self.fresh_reports is None or self._done_by_trees(self._spout_states()):
+            return True
+
+        def wave() -> tuple[int, int, int] | None:
+            if not self.fresh_reports(COUNT_WAVE_TIMEOUT) or not self.is_complete():
+                return None
+            return self._counted_totals()
+
+        return confirmed_by_two_waves(wave)
 
     def _settled_with_loss(self, emitted: int, processed: int) -> bool:
         """Guarantee "none" after a worker died: nothing tracks what it held, so once nothing is queued
@@ -741,8 +764,10 @@ class Job:
                 return False
             if self.is_complete():
                 totals = self._counted_totals()
-                if seen_complete == totals:  # stable across two polls: nothing in flight
-                    return True
+                if seen_complete == totals:  # stable across two polls: now two waves of fresh counts
+                    if self._complete_confirmed():
+                        return True
+                    totals = None
                 seen_complete = totals
             else:
                 seen_complete = None
