@@ -6,7 +6,7 @@ work (in flight, queued). Workers report their counts with heartbeats, each
 at its own moment, so the sums mix counts of different moments: a tuple sent
 after one worker reported and another received before the next one did can
 cancel one still in transit, and the sums balance while tuples still move
-(a join benchmark's job ended with 83.5% of its pairs that way). Mattern's
+(most likely how a join benchmark's job once ended with 83.5% of its pairs: its chain SPUs track no trees). Mattern's
 four-counter method closes that: take a wave of counts every worker made
 after the wave began, then a second one; if both say complete and their sums
 are equal, nothing moved between them, so at the moment between the waves
