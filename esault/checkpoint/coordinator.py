@@ -327,6 +327,15 @@ class CheckpointCoordinator:
         self.checkpoint()
         return self.config.checkpoint_interval
 
+    def _start(self, epoch: int, unit: str, spu: int, mailbox: Any, message: Any) -> None:
+        """One SPU's part of starting checkpoint `epoch`. An SPU whose worker is gone (declared dead between
+        the list of SPUs and this send) aborts the checkpoint, as its death's rollback would: the rollback
+        follows, and the checkpoint fails as aborted instead of with the transport's error."""
+        try:
+            mailbox.tell(message)
+        except (LookupError, ConnectionError) as exc:
+            self.collector.abort(f"{unit} SPU {spu} cannot be reached, its worker is gone ({exc})")
+
     def checkpoint(self, kind: str = "checkpoint", final: bool = False) -> int | None:
         """Take one checkpoint; its epoch once complete, None if it failed (the next one retries, unless
         the job lost a state it had to keep: then none is taken any more, see AckCollector.fatal)."""
@@ -356,12 +365,13 @@ class CheckpointCoordinator:
             if spec.name not in spus or spec.is_spout:
                 continue
             upstream = frozenset(s for i in spec.inputs for s in spus[self.topology.host_of(i.source)])
-            for mailbox in spus[spec.name].values():
-                mailbox.tell(CheckpointStart(epoch, upstream, final))
+            for spu, mailbox in spus[spec.name].items():
+                self._start(epoch, spec.name, spu, mailbox, CheckpointStart(epoch, upstream, final))
         for spec in self.topology.units:
             if spec.is_spout:
-                for mailbox in spus[spec.name].values():
-                    mailbox.tell(TriggerCheckpoint(epoch, final, may_finish=final and not self.input_ended))
+                for spu, mailbox in spus[spec.name].items():
+                    self._start(epoch, spec.name, spu, mailbox,
+                                TriggerCheckpoint(epoch, final, may_finish=final and not self.input_ended))
         failure = self.collector.wait(self.config.checkpoint_timeout)
         acks = self.collector.finish()
         if failure is not None:

@@ -63,6 +63,10 @@ class ReconfigurationCoordinator:
         self._queue.put((priority, next(self._seq), task, future))
         return future
 
+    def queued(self) -> int:
+        """Tasks and requests waiting for the control thread (not the one it runs now)."""
+        return self._queue.qsize()
+
     def submit(self, request: ScaleRequest) -> "Future[ScaleResult]":
         future: Future = Future()
         problem = self._refusal(request)

@@ -393,16 +393,58 @@ def test_a_stop_queued_behind_a_checkpoint_a_dead_worker_holds_lets_the_rolled_b
     the spouts resume mid-stream, so the final checkpoint must wait for the job to complete again (it used
     to end the spouts at once, and the counts were those of the restored checkpoint)."""
     total = 400
-    # heartbeat_timeout: the death is noticed after stop() queued its final checkpoint, even on a loaded machine
-    with LocalCluster(workers=2, heartbeat_timeout=2.0) as cluster:
+    # The worker is first stopped (SIGSTOP: silent, not dead; heartbeat_timeout outlasts the test), so the
+    # checkpoint starts and waits for its acks and stop() queues behind it; only then is it killed, and a
+    # local worker's death is seen at once.
+    with LocalCluster(workers=2, heartbeat_timeout=120.0) as cluster:
         job = complete_after_a_mid_stream_checkpoint(cluster, "eo-stopqueued", total, tmp_path)
-        kill_worker_of(cluster, job.spus("count")[0])
-        held = threading.Thread(target=job.checkpoint, daemon=True)  # waits for the dead worker's acks
-        held.start()
-        wait_until(lambda: job.checkpoints.collector.epoch is not None, 10, message="a checkpoint in flight")
-        job.stop()
+        worker = next(w for w, spus in cluster.registry.spus_on.items() if job.spus("count")[0] in spus)
+        pid = cluster.registry.pids[worker]
+        os.kill(pid, signal.SIGSTOP)
+        try:
+            held = threading.Thread(target=job.checkpoint, daemon=True)  # waits for the stopped worker's acks
+            held.start()
+            wait_until(lambda: job.checkpoints.collector.epoch is not None, 30, message="a checkpoint in flight")
+            stopping = threading.Thread(target=job.stop, daemon=True)
+            stopping.start()
+            wait_until(lambda: job.coordinator.queued(), 30, message="stop()'s final checkpoint queued")
+        finally:
+            os.kill(pid, signal.SIGKILL)
+        stopping.join(120)
+        assert not stopping.is_alive(), "stop() returned"
         held.join(30)
         assert job.checkpoints.stats.recoveries, "the death was noticed during the stop"
+        assert_exact(job, total)
+
+
+def test_a_checkpoint_started_after_a_worker_was_declared_dead_is_aborted_not_raised(tmp_path):
+    """The control thread lists the SPUs, a worker's death is declared, then the checkpoint's first messages
+    go out: the send to the dead worker's SPU fails (its connection is gone). The checkpoint fails as aborted
+    (the death's rollback follows) instead of raising the transport's LookupError out of checkpoint(), which
+    failed a spout rescale that checkpoints on its own (test_kafka_spout_rescale, step "relaunched")."""
+    total = 1500
+    topology = eo_parts.build("eo-deadsend", total, rate=1500, count_parallelism=2)
+    with LocalCluster(workers=2, heartbeat_timeout=120.0) as cluster:
+        job = cluster.submit(topology, eo_config(tmp_path))
+        wait_until(lambda: completed_checkpoints(job) >= 1, 60, message="a first checkpoint")
+        entered, gate = threading.Event(), threading.Event()
+
+        def held_checkpoint():
+            entered.set()
+            assert gate.wait(60)
+            return job.checkpoints.checkpoint()
+
+        taken = job.coordinator.run_task(held_checkpoint)  # the control thread: the rollback queues behind it
+        assert entered.wait(30)
+        failed = job.checkpoints.stats.failed
+        victim = kill_worker_of(cluster, job.spus("count")[0])
+        wait_until(lambda: victim not in cluster.registry.workers, 30, message="the worker declared dead")
+        gate.set()
+        assert taken.result(60) is None, "the checkpoint did not complete"
+        assert job.checkpoints.stats.failed == failed + 1
+        wait_until(lambda: job.checkpoints.stats.recoveries, 60, message="the death's rollback")
+        assert job.wait(120), job.status()
+        job.stop()
         assert_exact(job, total)
 
 
