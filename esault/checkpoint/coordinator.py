@@ -35,6 +35,7 @@ from esault.metrics import registry as metrics
 from esault.messages.acking import FailPending
 from esault.messages.checkpoints import CheckpointAck, CheckpointComplete, CheckpointStart, TriggerCheckpoint
 from esault.messages.control import GetRoutes, GetSpus, ScaleResult
+from esault.transport.endpoint import PEER_GONE
 
 log = logging.getLogger("esault.checkpoint")
 
@@ -333,7 +334,7 @@ class CheckpointCoordinator:
         follows, and the checkpoint fails as aborted instead of with the transport's error."""
         try:
             mailbox.tell(message)
-        except (LookupError, ConnectionError) as exc:
+        except PEER_GONE as exc:
             self.collector.abort(f"{unit} SPU {spu} cannot be reached, its worker is gone ({exc})")
 
     def checkpoint(self, kind: str = "checkpoint", final: bool = False) -> int | None:

@@ -544,7 +544,7 @@ class Job:
                       for k in ("emitted", "processed", "acked", "failed", "replayed", "user_errors", "dead_letters", "shed")}
             totals.update({k: sum(s.get(k, 0) for s in spus.values()) for k in ("pes", "inflight")})
             units[spec.name] = {"kind": "spout" if spec.is_spout else "bolt", "spus": spus, **totals,
-                                "reconfiguring": self.units[self.topology.host_of(spec.name)].ask(GetOperation())}
+                                "reconfiguring": self.reconfiguring(spec.name)}
             if self.topology.chained(spec.name):
                 units[spec.name]["chained_into"] = self.topology.host_of(spec.name)
         for unit, spu_id, what, since in spouts_waiting(self.name):  # a source stalled outside esault

@@ -29,6 +29,7 @@ from esault.migration.reconfiguration import (
     StopSpus, SwitchRoutes,
 )
 from esault.routing.interval_table import IntervalTable
+from esault.transport.endpoint import PEER_GONE
 from esault.checkpoint.coordinator import AbandonSpus, RelaunchSpus
 from esault.datapath.context import JobContext, log
 from esault.messages.chains import ChainMembers
@@ -649,7 +650,7 @@ class UnitActor(pykka.ThreadingActor):
         try:
             self.spus[spu].tell(message)
             return True
-        except (LookupError, ConnectionError) as exc:
+        except PEER_GONE as exc:
             self._apply(op, op.machine.abort(f"SPU {spu}'s worker is gone ({exc})"))
             return False
 

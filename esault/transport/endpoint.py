@@ -53,7 +53,7 @@ from esault.transport.frames import DATA_FRAME_PREFIX, EncodedFrame
 from esault.transport.trust import Identity, KeyRing
 from esault.transport.wire import FRAME_ERROR_REASONS, WireCodec, frame_error_reason
 
-__all__ = ["ENDPOINT_DROP_REASONS", "Endpoint", "RemoteMailbox"]
+__all__ = ["ENDPOINT_DROP_REASONS", "PEER_GONE", "Endpoint", "RemoteMailbox"]
 
 log = logging.getLogger(__name__)
 
@@ -81,6 +81,11 @@ _HANDSHAKE_FAILURES = {
 }
 _WAKE_IDS = itertools.count()
 _TRANSPORTS = ("tcp://", "ipc://", "inproc://")
+
+
+PEER_GONE: tuple[type[Exception], ...] = (LookupError, ConnectionError)
+"""What a send to a process that is gone raises: LookupError once it was disconnected (declared dead),
+ConnectionError for a send that waited on it then. A sender that can go on without it catches these."""
 
 
 class RemoteMailbox:

@@ -36,9 +36,14 @@ def eo_config(tmp_path: Path, **changes) -> JobConfig:
                      message_timeout=300.0, **changes)
 
 
+def worker_of(cluster: LocalCluster, spu: int) -> str:
+    """The worker process hosting SPU `spu`."""
+    return next(w for w, spus in cluster.registry.spus_on.items() if spu in spus)
+
+
 def kill_worker_of(cluster: LocalCluster, spu: int) -> str:
     """kill -9 the worker process hosting SPU `spu`; returns its name."""
-    worker = next(w for w, spus in cluster.registry.spus_on.items() if spu in spus)
+    worker = worker_of(cluster, spu)
     os.kill(cluster.registry.pids[worker], signal.SIGKILL)
     return worker
 
@@ -398,8 +403,7 @@ def test_a_stop_queued_behind_a_checkpoint_a_dead_worker_holds_lets_the_rolled_b
     # local worker's death is seen at once.
     with LocalCluster(workers=2, heartbeat_timeout=120.0) as cluster:
         job = complete_after_a_mid_stream_checkpoint(cluster, "eo-stopqueued", total, tmp_path)
-        worker = next(w for w, spus in cluster.registry.spus_on.items() if job.spus("count")[0] in spus)
-        pid = cluster.registry.pids[worker]
+        pid = cluster.registry.pids[worker_of(cluster, job.spus("count")[0])]
         os.kill(pid, signal.SIGSTOP)
         try:
             held = threading.Thread(target=job.checkpoint, daemon=True)  # waits for the stopped worker's acks
