@@ -83,9 +83,13 @@ def build_emit_many(router: OutputRouter | None, emit: Callable[[Any, Any], None
                     check: Callable[[Any, Any], None]) -> Callable[[list, list], None]:
     """emit_many(keys, values): like emit() per pair, with the common cases done in C.
 
-    One non-key route: the pairs join its buffer in one list operation; a key
-    route still looks each key up (it picks the SPU); otherwise (or with no
-    router: `emit` feeds a chained stage) emit() per pair.
+    One non-key route: the pairs join its buffer in one list operation. One key
+    route: the keys' buffers are looked up in one C-level pass over the route's
+    key -> buffer cache (the misses then one by one), and each pair is appended
+    to its buffer, in order: a spout batch (a Kafka source's, say) feeding a
+    key-grouped bolt costs ~15% less per pair than the batch's type check then
+    emit() per pair, which checked every pair's types again (bench/emit_many.py).
+    Otherwise (or with no router: `emit` feeds a chained stage) emit() per pair.
     """
     routes = router.routes if router is not None else []
     simple = _SIMPLE
@@ -106,6 +110,27 @@ def build_emit_many(router: OutputRouter | None, emit: Callable[[Any, Any], None
             extend(flat)
 
         return emit_many_flat
+
+    if router is not None and len(routes) == 1 and routes[0].keyed:
+        route = routes[0]
+        cache_get = route._cache.get  # the same dict for the route's life (Route.update clears it in place)
+        miss = route.buffer_for
+
+        def emit_many_keyed(keys: list, values: list) -> None:
+            checked(keys, values)
+            try:
+                buffers = list(map(cache_get, keys))
+            except TypeError:  # an unhashable key: emit() per pair raises what emit() would, where it would
+                for key, value in zip(keys, values):
+                    emit(key, value)
+                return
+            if None in buffers:  # keys not cached yet (a buffer is a list, never None)
+                buffers = [buf if buf is not None else miss(key) for buf, key in zip(buffers, keys)]
+            for buf, key, value in zip(buffers, keys, values):
+                buf.append(key)
+                buf.append(value)
+
+        return emit_many_keyed
 
     def emit_many(keys: list, values: list) -> None:
         checked(keys, values)
