@@ -9,12 +9,23 @@ loop used for every key before). Both encode the same PEs (state {"count": n},
 and a state with a list of 5 words) into the same rows; the rows must be equal.
 Rounds interleave the two; the best round of each is taken. Single-threaded,
 in this process: the figure is the SPU's own time, not the job's.
+
+Then where a key's time goes in the loop, as a live count SPU meets its PEs:
+100k PEs made in a random order, 45k of them changed, listed in a random
+order, encoded in slices of 1024. Steps are added one at a time, each a copy
+of the loop with less in it, taking turns a round at a time: walking the list
+(the stamp check and clear, the key and bucket, an append to the bucket's
+list), then reading the state too, then the whole entry (the loop as it runs);
+beside them the loop on PEs whose buckets are ints of their own, as they were
+before each bucket number became one shared int (datapath/pe_class.py).
 """
 
 from __future__ import annotations
 
 import argparse
 import platform
+import random
+import statistics
 import sys
 import time
 from pathlib import Path
@@ -27,7 +38,9 @@ sys.path[:0] = [str(ROOT), str(ROOT / "bench")]
 from _report import publish  # noqa: E402
 from esault import Bolt  # noqa: E402
 from esault.datapath.keyed import KeyedProcessing  # noqa: E402
+from esault.checkpoint.store import bucket_of  # noqa: E402
 from esault.datapath.pe_class import bucket_of_key, pe_class  # noqa: E402
+from esault.keyhash import key_hash  # noqa: E402
 from esault.datapath.pe_manager import PeManager  # noqa: E402
 from esault.datapath.pending_snapshot import PendingSnapshot  # noqa: E402
 from esault.transport.codec import encoder, raw_encoder  # noqa: E402
@@ -44,13 +57,14 @@ class Recent(Bolt):
         self.recent: list[str] = []
 
 
-def encoding_part(cls: type, keys: list[str]) -> KeyedProcessing:
-    """The encoding half of a KeyedProcessing over `keys`' PEs (made, so stamped dirty)."""
+def encoding_part(cls: type, keys: list[str], bucket: Callable[[Any], int] = bucket_of_key) -> KeyedProcessing:
+    """The encoding half of a KeyedProcessing over `keys`' PEs (made, so stamped dirty); `bucket` gives each PE's
+    bucket as the SPU does (bucket_of_key: one shared int per bucket)."""
     klass = pe_class(cls, print, print, None, None)
 
     def make(key: str) -> Any:
         pe = klass()
-        pe.key, pe._esault_bucket = key, bucket_of_key(key)
+        pe.key, pe._esault_bucket = key, bucket(key)
         pe.open(None)
         pe.count = len(key)
         if cls is Recent:
@@ -85,6 +99,72 @@ def timed(encode: Callable[[PendingSnapshot, list], None], pes: PeManager) -> tu
     return time.perf_counter() - started, pending.rows()
 
 
+def walk_only(pending: PendingSnapshot, pes: list) -> None:
+    """The loop's walk: what every changed key costs before its state is read."""
+    stamp, entries = pending.stamp, pending.entries
+    rows = entries.get
+    for pe in pes:
+        if pe._esault_mark is not stamp:
+            continue
+        pe._esault_mark = None
+        key = pe.key
+        row = rows(pe._esault_bucket)
+        if row is None:
+            entries[pe._esault_bucket] = [key]
+        else:
+            row.append(key)
+
+
+def walk_and_read(read: Callable[[Any], Any]) -> Callable[[PendingSnapshot, list], None]:
+    """The walk, and each state read as the loop reads it (not packed)."""
+    def encode(pending: PendingSnapshot, pes: list) -> None:
+        stamp, entries = pending.stamp, pending.entries
+        rows = entries.get
+        for pe in pes:
+            if pe._esault_mark is not stamp:
+                continue
+            pe._esault_mark = None
+            state = read(pe)
+            row = rows(pe._esault_bucket)
+            if row is None:
+                entries[pe._esault_bucket] = [pe.key, state]
+            else:
+                row.append(pe.key)
+                row.append(state)
+    return encode
+
+
+def key_steps(rounds: int) -> list[str]:
+    """Table rows: per key, each step of the loop added, on PEs met in a random order (module docstring)."""
+    rng = random.Random(3)
+    words = [f"word{i}" for i in range(100_000)]
+    rng.shuffle(words)  # the PE table is filled in first-seen order, the heap in allocation order
+    part = encoding_part(Count, words)
+    own_ints = encoding_part(Count, words, bucket=lambda key: bucket_of(key_hash(key)))
+    every = list(part.pes.active.values())
+    every_own = list(own_ints.pes.active.values())
+    steps = {"walk: stamp, key, bucket, list append": walk_only,
+             "+ read the state (object.__getstate__)": walk_and_read(part.spu.read_state),
+             "+ pack key and state, one entry (the loop)": part._encode_pes,
+             "the loop, each PE's bucket an int of its own (before 2026-11-27)": own_ints._encode_pes}
+    per_key: dict[str, list[float]] = {name: [] for name in steps}
+    for round_ in range(rounds):
+        chosen = rng.sample(range(len(every)), 45_000)
+        for name in (list(steps) if round_ % 2 == 0 else list(steps)[::-1]):
+            dirty = [(every_own if name.startswith("the loop, each") else every)[i] for i in chosen]
+            stamp = object()
+            for pe in dirty:
+                pe._esault_mark = stamp
+            pending = PendingSnapshot(None, dirty, 1024, stamp)  # type: ignore[arg-type]
+            started = time.perf_counter()
+            while pending.left:
+                steps[name](pending, pending.take_slice())
+            per_key[name].append((time.perf_counter() - started) / len(dirty))
+    loop = per_key[list(steps)[2]]  # ratios within a round: this VM's speed drifts between rounds
+    return [f"| {name} | {statistics.median(times) * 1e9:.0f} ns | "
+            f"{statistics.median(t / w for t, w in zip(times, loop)):.2f} |" for name, times in per_key.items()]
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--keys", type=int, default=45_000)
@@ -106,9 +186,13 @@ def main() -> None:
         careful, loop = (best[n] / len(keys) * 1e9 for n in ("careful", "loop"))
         lines.append(f"| `{label}` | {careful:.0f} ns | {loop:.0f} ns | {loop / careful:.2f} | "
                      f"{loop * 45_000 / 1e6:.1f} ms |")
+    steps = key_steps(args.rounds)
     text = (f"### A keyed snapshot's encoding per changed key\n\n`python bench/snapshot_encode.py` on "
             f"{time.strftime('%Y-%m-%d')}: {args.keys:,} PEs, best of {args.rounds} interleaved rounds, one thread, "
-            f"Python {platform.python_version()}.\n\n" + "\n".join(lines))
+            f"Python {platform.python_version()}.\n\n" + "\n".join(lines)
+            + "\n\nWhere a key's time goes in the loop, on PEs met as a live SPU meets them (100k PEs made in a random "
+            f"order, 45k changed, in a random order; median of {args.rounds} rounds, the steps taking turns):\n\n"
+            "| the loop with | per key (median round) | of the loop's (median of the rounds' ratios) |\n| --- | ---: | ---: |\n" + "\n".join(steps))
     publish("snapshot-encode", text, write=not args.no_write)
 
 
