@@ -99,24 +99,9 @@ def timed(encode: Callable[[PendingSnapshot, list], None], pes: PeManager) -> tu
     return time.perf_counter() - started, pending.rows()
 
 
-def walk_only(pending: PendingSnapshot, pes: list) -> None:
-    """The loop's walk: what every changed key costs before its state is read."""
-    stamp, entries = pending.stamp, pending.entries
-    rows = entries.get
-    for pe in pes:
-        if pe._esault_mark is not stamp:
-            continue
-        pe._esault_mark = None
-        key = pe.key
-        row = rows(pe._esault_bucket)
-        if row is None:
-            entries[pe._esault_bucket] = [key]
-        else:
-            row.append(key)
-
-
-def walk_and_read(read: Callable[[Any], Any]) -> Callable[[PendingSnapshot, list], None]:
-    """The walk, and each state read as the loop reads it (not packed)."""
+def walk(read: Callable[[Any], Any] | None = None) -> Callable[[PendingSnapshot, list], None]:
+    """The loop without its packing: each changed PE's stamp, key and bucket, and its state read by `read` (or
+    the key again, when None: the walk alone), appended to its bucket's list."""
     def encode(pending: PendingSnapshot, pes: list) -> None:
         stamp, entries = pending.stamp, pending.entries
         rows = entries.get
@@ -124,13 +109,14 @@ def walk_and_read(read: Callable[[Any], Any]) -> Callable[[PendingSnapshot, list
             if pe._esault_mark is not stamp:
                 continue
             pe._esault_mark = None
-            state = read(pe)
+            key = pe.key
+            item = key if read is None else read(pe)
             row = rows(pe._esault_bucket)
             if row is None:
-                entries[pe._esault_bucket] = [pe.key, state]
+                entries[pe._esault_bucket] = [key, item]
             else:
-                row.append(pe.key)
-                row.append(state)
+                row.append(key)
+                row.append(item)
     return encode
 
 
@@ -143,8 +129,8 @@ def key_steps(rounds: int) -> list[str]:
     own_ints = encoding_part(Count, words, bucket=lambda key: bucket_of(key_hash(key)))
     every = list(part.pes.active.values())
     every_own = list(own_ints.pes.active.values())
-    steps = {"walk: stamp, key, bucket, list append": walk_only,
-             "+ read the state (object.__getstate__)": walk_and_read(part.spu.read_state),
+    steps = {"walk: stamp, key, bucket, list append": walk(),
+             "+ read the state (object.__getstate__)": walk(part.spu.read_state),
              "+ pack key and state, one entry (the loop)": part._encode_pes,
              "the loop, each PE's bucket an int of its own (before 2026-11-27)": own_ints._encode_pes}
     per_key: dict[str, list[float]] = {name: [] for name in steps}
