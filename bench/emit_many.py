@@ -46,7 +46,8 @@ def router_over(spus: int) -> OutputRouter:
     for _ in range(spus.bit_length() - 1):  # each SPU's interval in halves: 2, 4, 8 ... equal intervals
         for spu in list(table.spus()):
             table.split(spu, len(table))
-    return OutputRouter(1, "source", [RouteSpec("count", "key", table.to_wire(), {s: object() for s in range(spus)}, 1)])
+    mailboxes = {spu: object() for spu in range(spus)}
+    return OutputRouter(1, "source", [RouteSpec("count", "key", table.to_wire(), mailboxes, 1)])
 
 
 def refuse(key: Any, value: Any) -> None:

@@ -178,7 +178,8 @@ def main() -> None:
             f"Python {platform.python_version()}.\n\n" + "\n".join(lines)
             + "\n\nWhere a key's time goes in the loop, on PEs met as a live SPU meets them (100k PEs made in a random "
             f"order, 45k changed, in a random order; median of {args.rounds} rounds, the steps taking turns):\n\n"
-            "| the loop with | per key (median round) | of the loop's (median of the rounds' ratios) |\n| --- | ---: | ---: |\n" + "\n".join(steps))
+            "| the loop with | per key (median round) | of the loop's (median of the rounds' ratios) |\n"
+            "| --- | ---: | ---: |\n" + "\n".join(steps))
     publish("snapshot-encode", text, write=not args.no_write)
 
 
