@@ -57,7 +57,7 @@ def state_is_instance_dict(cls: type) -> bool:
 _BUCKETS = tuple(range(1 << BUCKET_BITS))
 """Every bucket number as one shared int object. Why: a snapshot's loop reads each changed PE's bucket, and
 100k PEs with an int object of their own each (numbers above 256 are not shared) scatter them over the heap:
-one more cache miss per key: with them the loop took 1.14-1.15x the time on PEs met in a random order
+one more cache miss per key: with them the loop took 1.03-1.15x the time on PEs met in a random order
 (bench/snapshot_encode.py), and 28 bytes more per PE. These 4096 stay in cache."""
 
 
