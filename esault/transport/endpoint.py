@@ -50,6 +50,7 @@ from esault.metrics.registry import (count_auth_rejected, count_dropped_frame, i
                                      init_frame_drop_series)
 from esault.transport.address import MAX_PROCESS_NAME_BYTES, Address
 from esault.transport.frames import DATA_FRAME_PREFIX, EncodedFrame
+from esault.transport.gil_io import nonblocking_io
 from esault.transport.trust import Identity, KeyRing
 from esault.transport.wire import FRAME_ERROR_REASONS, WireCodec, frame_error_reason
 
@@ -208,6 +209,7 @@ class Endpoint:
         self._logged: set[str] = set()
 
         self._ctx = zmq.Context()
+        self._io = nonblocking_io()  # the I/O thread's reads and writes: they keep the GIL where they can
         self._auth: ThreadAuthenticator | None = None
         try:
             # ZAP first: a CURVE server with no handler on its context would admit any client key.
@@ -467,11 +469,7 @@ class Endpoint:
             self._shutdown(dealers, pending)
 
     def _drain_wake(self) -> None:
-        while True:
-            try:
-                self._wake_in.recv(zmq.NOBLOCK)
-            except zmq.Again:
-                return
+        self._io.drain(self._wake_in)
 
     def _requeue(self, items: list, dealers: dict[tuple[_Peer, int], zmq.Socket],
                  pending: dict[tuple[_Peer, int], deque]) -> None:
@@ -607,10 +605,9 @@ class Endpoint:
             if sock is None:  # refused, dialled again soon: its frames wait
                 continue
             n = size = 0
+            send = self._io.send_multipart
             while queue:
-                try:
-                    sock.send_multipart(queue[0], zmq.NOBLOCK, copy=False)
-                except zmq.Again:
+                if not send(sock, queue[0]):
                     break
                 size += len(queue.popleft()[1])
                 n += 1
@@ -638,17 +635,13 @@ class Endpoint:
         arrives while a data lane stays busy is read next-but-one, not after up
         to a whole batch of data frames.
         """
-        router = self._router
+        router, recv = self._router, self._io.recv_multipart
         for _ in range(_RECV_BATCH):
-            try:
-                frames = router.recv_multipart(zmq.NOBLOCK, copy=False)
-            except zmq.Again:
+            received = recv(router)
+            if received is None:
                 return
-            try:  # the key the connection authenticated with (ZAP's User-Id): the only source of authority
-                user = frames[-1].get("User-Id")
-            except zmq.ZMQError:
-                user = ""
-            self._handle([f.bytes for f in frames], user)
+            # the key the connection authenticated with (ZAP's User-Id): the only source of authority
+            self._handle(*received)
             if not router.getsockopt(zmq.EVENTS) & zmq.POLLIN:
                 return
 
