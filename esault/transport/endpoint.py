@@ -6,7 +6,9 @@ thread may call `send`, `connect`, `disconnect`, `mailbox`, `queued` and
 message fails right there, with SerializationError), appends the frame to an
 outbox and wakes the I/O thread through an inproc PAIR socket: at most one
 wake-up byte is outstanding however many frames wait. The I/O thread blocks in
-`zmq.Poller.poll` with no timeout: no busy loop, no sleeps.
+`zmq.Poller.poll` with no timeout: no busy loop, no sleeps. Its non-blocking
+reads and writes keep the GIL (`gil_io`): pyzmq's give it up for each part,
+and beside a busy SPU thread each give-up waited a switch interval.
 
 Frames. A peer's DEALER sends the multipart message ``[actor, frame]``
 (actor: the destination actor's name in UTF-8; frame: `WireCodec.encode`);
