@@ -4,6 +4,7 @@ reads and writes exactly what pyzmq's own calls do; their speed is bench/io_thre
 from __future__ import annotations
 
 import itertools
+import socket
 import sys
 
 import pytest
@@ -104,10 +105,10 @@ def test_a_socket_that_would_block_takes_nothing_and_says_so(kind):
     """No peer yet (IMMEDIATE): the send would block, returns False, and no part of it is queued."""
     io = make_io(kind)
     ctx = zmq.Context.instance()
+    with socket.socket() as probe:  # a port nobody listens on, for now
+        probe.bind(("127.0.0.1", 0))
+        address = f"tcp://127.0.0.1:{probe.getsockname()[1]}"
     router = ctx.socket(zmq.ROUTER)
-    port = router.bind_to_random_port("tcp://127.0.0.1")
-    router.unbind(f"tcp://127.0.0.1:{port}")  # a port nobody listens on, for now
-    address = f"tcp://127.0.0.1:{port}"
     dealer = ctx.socket(zmq.DEALER)
     dealer.setsockopt(zmq.IMMEDIATE, 1)
     dealer.connect(address)
