@@ -3,6 +3,7 @@ reads and writes exactly what pyzmq's own calls do; their speed is bench/io_thre
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import socket
 import sys
@@ -26,6 +27,18 @@ def make_io(kind: str):
     if library is None:
         pytest.skip("pyzmq's libzmq is not a library of its own here")
     return ZmqIO(library)
+
+
+@contextlib.contextmanager
+def router_and_dealer():
+    """A ROUTER and a DEALER of the shared context, closed at the end; the test binds and connects them."""
+    ctx = zmq.Context.instance()
+    router, dealer = ctx.socket(zmq.ROUTER), ctx.socket(zmq.DEALER)
+    try:
+        yield router, dealer
+    finally:
+        router.close(linger=0)
+        dealer.close(linger=0)
 
 
 @pytest.fixture
@@ -82,10 +95,8 @@ def test_the_libzmq_calls_read_and_write_what_pyzmqs_do(messages):
     library = loaded_libzmq()
     if library is None:
         pytest.skip("pyzmq's libzmq is not a library of its own here")
-    ctx = zmq.Context.instance()
     address = f"inproc://gil-io-{next(_IDS)}"
-    router, dealer = ctx.socket(zmq.ROUTER), ctx.socket(zmq.DEALER)
-    try:
+    with router_and_dealer() as (router, dealer):
         router.bind(address)
         dealer.connect(address)
         fast, plain = ZmqIO(library), PyzmqIO()
@@ -95,33 +106,24 @@ def test_the_libzmq_calls_read_and_write_what_pyzmqs_do(messages):
         assert [parts[1:] for parts, _ in got] == messages
         assert {user for _, user in got} == {""}  # no Curve: no User-Id
         assert fast.recv_multipart(router) is None and plain.recv_multipart(router) is None
-    finally:
-        router.close(linger=0)
-        dealer.close(linger=0)
 
 
 @pytest.mark.parametrize("kind", IOS)
 def test_a_socket_that_would_block_takes_nothing_and_says_so(kind):
     """No peer yet (IMMEDIATE): the send would block, returns False, and no part of it is queued."""
     io = make_io(kind)
-    ctx = zmq.Context.instance()
     with socket.socket() as probe:  # a port nobody listens on, for now
         probe.bind(("127.0.0.1", 0))
         address = f"tcp://127.0.0.1:{probe.getsockname()[1]}"
-    router = ctx.socket(zmq.ROUTER)
-    dealer = ctx.socket(zmq.DEALER)
-    dealer.setsockopt(zmq.IMMEDIATE, 1)
-    dealer.connect(address)
-    try:
+    with router_and_dealer() as (router, dealer):
+        dealer.setsockopt(zmq.IMMEDIATE, 1)
+        dealer.connect(address)
         assert not io.send_multipart(dealer, [b"refused", b"1"])
         router.bind(address)
         wait_until(lambda: io.send_multipart(dealer, [b"taken", b"2"]), 10.0, message="the peer to connect")
         parts, _ = received_all(io, router, 1)[0]
         assert parts[1:] == [b"taken", b"2"]
         assert io.recv_multipart(router) is None  # nothing of the refused message arrived
-    finally:
-        router.close(linger=0)
-        dealer.close(linger=0)
 
 
 @pytest.mark.parametrize("kind", IOS)
