@@ -84,7 +84,7 @@ class ZmqIO:
     """The same calls into pyzmq's libzmq through ctypes.PyDLL: the GIL is kept, and none of them waits."""
 
     def __init__(self, library: str) -> None:
-        z = ctypes.PyDLL(library)
+        z = ctypes.PyDLL(library, use_errno=True)  # errno as the failing call left it, saved by ctypes
         msg_p = ctypes.POINTER(_Msg)
         for name, args, result in (
             ("zmq_msg_init", [msg_p], ctypes.c_int),
@@ -95,7 +95,6 @@ class ZmqIO:
             ("zmq_msg_gets", [msg_p, ctypes.c_char_p], ctypes.c_char_p),
             ("zmq_msg_close", [msg_p], ctypes.c_int),
             ("zmq_send", [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_size_t, ctypes.c_int], ctypes.c_int),
-            ("zmq_errno", [], ctypes.c_int),
         ):
             fn = getattr(z, name)
             fn.argtypes, fn.restype = args, result
@@ -111,7 +110,7 @@ class ZmqIO:
             while True:
                 if z.zmq_msg_recv(msg, handle, _DONTWAIT) >= 0:
                     break
-                errno = z.zmq_errno()
+                errno = ctypes.get_errno()
                 if errno == _EINTR:
                     continue
                 z.zmq_msg_close(msg)
@@ -134,7 +133,7 @@ class ZmqIO:
             data = part if type(part) is bytes else bytes(part)
             flags = _DONTWAIT if i == last else _DONTWAIT | _SNDMORE
             while z.zmq_send(handle, data, len(data), flags) < 0:
-                errno = z.zmq_errno()
+                errno = ctypes.get_errno()
                 if errno == _EINTR:
                     continue
                 if errno == _EAGAIN and i == 0:
