@@ -35,7 +35,9 @@ from esault.messages.handoff import (
     StateHandoff,
 )
 from esault.transport.address import Address
+from esault.transport import endpoint as endpoint_module
 from esault.transport.endpoint import Endpoint, RemoteMailbox
+from esault.transport.gil_io import PyzmqIO
 from esault.testing import wait_until
 from esault.transport.frames import EncodedFrame
 from esault.transport.keys import KeyPair
@@ -115,10 +117,14 @@ CONTROL_AND_DATA = [
 ]
 
 
-def test_two_endpoints_exchange_data_and_control_messages_in_order(endpoint):
+@pytest.mark.parametrize("io", ["as found", "pyzmq's calls"])
+def test_two_endpoints_exchange_data_and_control_messages_in_order(endpoint, io, monkeypatch):
+    if io == "pyzmq's calls":  # the I/O thread's fallback where pyzmq's libzmq cannot be called directly
+        monkeypatch.setattr(endpoint_module, "nonblocking_io", PyzmqIO)
     a_inbox, b_inbox = Inbox(), Inbox()
     a = endpoint("a", a_inbox)
     b = endpoint("b", b_inbox)
+    assert (type(b._io) is PyzmqIO) == (io == "pyzmq's calls")
     assert a.address.startswith("tcp://127.0.0.1:") and not a.address.endswith(":0")
     a.connect("b", b.address)
     for msg in CONTROL_AND_DATA:
