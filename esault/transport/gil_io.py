@@ -20,6 +20,7 @@ as pyzmq does for anything but "would block".
 from __future__ import annotations
 
 import ctypes
+import errno
 import logging
 from pathlib import Path
 from typing import Protocol
@@ -31,7 +32,7 @@ log = logging.getLogger(__name__)
 _DONTWAIT = zmq.DONTWAIT
 _SNDMORE = zmq.SNDMORE
 _EAGAIN = zmq.EAGAIN
-_EINTR = 4  # POSIX EINTR: libzmq's calls can be interrupted by a signal; asked again
+_EINTR = errno.EINTR  # a libzmq call interrupted by a signal: asked again
 
 
 class _Msg(ctypes.Structure):
@@ -110,13 +111,13 @@ class ZmqIO:
             while True:
                 if z.zmq_msg_recv(msg, handle, _DONTWAIT) >= 0:
                     break
-                errno = ctypes.get_errno()
-                if errno == _EINTR:
+                error = ctypes.get_errno()
+                if error == _EINTR:
                     continue
                 z.zmq_msg_close(msg)
-                if errno == _EAGAIN and not parts:
+                if error == _EAGAIN and not parts:
                     return None
-                raise zmq.ZMQError(errno)  # EAGAIN within a message cannot happen: zmq delivers whole messages
+                raise zmq.ZMQError(error)  # EAGAIN within a message cannot happen: zmq delivers whole messages
             parts.append(ctypes.string_at(z.zmq_msg_data(msg), z.zmq_msg_size(msg)))
             more = z.zmq_msg_more(msg)
             if not more:
@@ -133,12 +134,12 @@ class ZmqIO:
             data = part if type(part) is bytes else bytes(part)
             flags = _DONTWAIT if i == last else _DONTWAIT | _SNDMORE
             while z.zmq_send(handle, data, len(data), flags) < 0:
-                errno = ctypes.get_errno()
-                if errno == _EINTR:
+                error = ctypes.get_errno()
+                if error == _EINTR:
                     continue
-                if errno == _EAGAIN and i == 0:
+                if error == _EAGAIN and i == 0:
                     return False  # nothing of it was taken: it waits for the HWM to clear
-                raise zmq.ZMQError(errno)  # a later part is always taken once the first was (atomic messages)
+                raise zmq.ZMQError(error)  # a later part is always taken once the first was (atomic messages)
         return True
 
     def drain(self, sock: zmq.Socket) -> None:
