@@ -614,7 +614,7 @@ class Job:
     def _some_spout_still_reading(self, spus: list[int]) -> bool:
         """A cheap "not yet" for wait(): one of `spus` (a list up to SPOUT_LIST_MAX_AGE old) has reported that
         it is still reading, or has not reported. Asking the units for their SPUs on each 10 ms poll cost the
-        driver about 3% of a core in a paced join bench (its main thread and the units' threads), taken from
+        driver about 2% of a core in a paced join bench (its main thread and the units' threads), taken from
         the spouts and the sink; a stale list only delays a "done" (one of its SPUs retired while the rest
         finished), and is_complete() decides "done" from a fresh one."""
         progress = self.ctx.spout_progress

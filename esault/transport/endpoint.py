@@ -639,11 +639,10 @@ class Endpoint:
         """
         router, recv = self._router, self._io.recv_multipart
         for _ in range(_RECV_BATCH):
-            received = recv(router)
+            received = recv(router)  # (parts, the key the connection authenticated with: ZAP's User-Id)
             if received is None:
                 return
-            # the key the connection authenticated with (ZAP's User-Id): the only source of authority
-            self._handle(*received)
+            self._handle(*received)  # that key is the only source of authority
             if not router.getsockopt(zmq.EVENTS) & zmq.POLLIN:
                 return
 

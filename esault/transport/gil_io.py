@@ -23,8 +23,6 @@ import ctypes
 import errno
 import logging
 from pathlib import Path
-from typing import Protocol
-
 import zmq
 
 log = logging.getLogger(__name__)
@@ -41,18 +39,25 @@ class _Msg(ctypes.Structure):
     _fields_ = [("_", ctypes.c_uint64 * 8)]
 
 
-class NonBlockingIO(Protocol):
+class NonBlockingIO:
+    """The I/O thread's non-blocking reads and writes of whole messages."""
+
     def recv_multipart(self, sock: zmq.Socket) -> tuple[list[bytes], str] | None:
         """The next whole message's parts and the connection's "User-Id" ("" if none), or None if none waits."""
+        raise NotImplementedError
 
     def send_multipart(self, sock: zmq.Socket, parts: tuple[bytes, ...] | list[bytes]) -> bool:
         """Hands a whole message to zmq; False (nothing sent) when the socket would block (its HWM)."""
+        raise NotImplementedError
 
     def drain(self, sock: zmq.Socket) -> None:
-        """Reads and drops every message waiting on `sock`."""
+        """Reads and drops every message waiting on `sock` (asking EVENTS, which keeps the GIL, between reads)."""
+        while sock.getsockopt(zmq.EVENTS) & zmq.POLLIN:
+            if self.recv_multipart(sock) is None:
+                return
 
 
-class PyzmqIO:
+class PyzmqIO(NonBlockingIO):
     """pyzmq's own calls (each gives the GIL up and takes it back)."""
 
     def recv_multipart(self, sock: zmq.Socket) -> tuple[list[bytes], str] | None:
@@ -73,15 +78,8 @@ class PyzmqIO:
             return False
         return True
 
-    def drain(self, sock: zmq.Socket) -> None:
-        while sock.getsockopt(zmq.EVENTS) & zmq.POLLIN:
-            try:
-                sock.recv(zmq.NOBLOCK)
-            except zmq.Again:
-                return
 
-
-class ZmqIO:
+class ZmqIO(NonBlockingIO):
     """The same calls into pyzmq's libzmq through ctypes.PyDLL: the GIL is kept, and none of them waits."""
 
     def __init__(self, library: str) -> None:
@@ -105,27 +103,29 @@ class ZmqIO:
     def recv_multipart(self, sock: zmq.Socket) -> tuple[list[bytes], str] | None:
         z, msg, handle = self._z, self._msg, _handle(sock)
         parts: list[bytes] = []
-        user = ""
         while True:
             z.zmq_msg_init(msg)
-            while True:
-                if z.zmq_msg_recv(msg, handle, _DONTWAIT) >= 0:
-                    break
-                error = ctypes.get_errno()
-                if error == _EINTR:
-                    continue
+            error = self._recv_part(msg, handle)
+            if error:
                 z.zmq_msg_close(msg)
                 if error == _EAGAIN and not parts:
                     return None
                 raise zmq.ZMQError(error)  # EAGAIN within a message cannot happen: zmq delivers whole messages
             parts.append(ctypes.string_at(z.zmq_msg_data(msg), z.zmq_msg_size(msg)))
-            more = z.zmq_msg_more(msg)
-            if not more:
-                prop = z.zmq_msg_gets(msg, b"User-Id")  # valid until the message is closed
-                user = prop.decode("utf-8", "replace") if prop else ""
+            if z.zmq_msg_more(msg):
+                z.zmq_msg_close(msg)
+                continue
+            user = z.zmq_msg_gets(msg, b"User-Id")  # read before the close: it points into the message
             z.zmq_msg_close(msg)
-            if not more:
-                return parts, user
+            return parts, user.decode("utf-8", "replace") if user else ""
+
+    def _recv_part(self, msg: _Msg, handle: int) -> int:
+        """Reads one part into `msg`: 0, or the errno of the failure (an interrupted read is asked again)."""
+        while self._z.zmq_msg_recv(msg, handle, _DONTWAIT) < 0:
+            error = ctypes.get_errno()
+            if error != _EINTR:
+                return error
+        return 0
 
     def send_multipart(self, sock: zmq.Socket, parts: tuple[bytes, ...] | list[bytes]) -> bool:
         z, handle = self._z, _handle(sock)
@@ -141,11 +141,6 @@ class ZmqIO:
                     return False  # nothing of it was taken: it waits for the HWM to clear
                 raise zmq.ZMQError(error)  # a later part is always taken once the first was (atomic messages)
         return True
-
-    def drain(self, sock: zmq.Socket) -> None:
-        while sock.getsockopt(zmq.EVENTS) & zmq.POLLIN:
-            if self.recv_multipart(sock) is None:
-                return
 
 
 def _handle(sock: zmq.Socket) -> int:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import threading
-import time
 from typing import Any
 
 from esault import JobConfig, LocalCluster, TopologyBuilder
@@ -27,17 +26,22 @@ def topology(name: str, items: list[list[Any]]) -> TopologyBuilder:
     return b
 
 
-def counting_lists(job: Any) -> list[float]:
-    """Spies on the job's asks for its spout SPUs (one ask per spout unit each): when each list was taken."""
-    taken: list[float] = []
-    ask = job._spout_spu_ids
+def spy(job: Any) -> dict[str, int]:
+    """Counts wait()'s polls (each asks whether a spout still reads) and its lists of the spout SPUs (each an
+    ask per spout unit), through the job's own methods."""
+    counts = {"polls": 0, "lists": 0}
+    still_reading, list_spouts = job._some_spout_still_reading, job._spout_spu_ids
+
+    def polled(spus: list[int]) -> bool:
+        counts["polls"] += 1
+        return still_reading(spus)
 
     def listed() -> list[int]:
-        taken.append(time.monotonic())
-        return ask()
+        counts["lists"] += 1
+        return list_spouts()
 
-    job._spout_spu_ids = listed
-    return taken
+    job._some_spout_still_reading, job._spout_spu_ids = polled, listed
+    return counts
 
 
 def test_wait_lists_the_spouts_at_most_every_max_age_while_they_read_then_sees_them_finish(tmp_path):
@@ -47,12 +51,11 @@ def test_wait_lists_the_spouts_at_most_every_max_age_while_they_read_then_sees_t
     with LocalCluster() as cluster:
         job = cluster.submit(topology("gated", items).build(), JobConfig(data_dir=tmp_path))
         try:
-            taken = counting_lists(job)
-            started = time.monotonic()
+            counts = spy(job)
             assert not job.wait(1.0)  # the spouts are still reading: not complete
-            waited = time.monotonic() - started
-            # Before: one list per 10 ms poll (~100 here). Now at most one per SPOUT_LIST_MAX_AGE (0.2 s).
-            assert 1 <= len(taken) <= waited / 0.1, (len(taken), waited)
+            # Before: a list on every 10 ms poll. Now one per SPOUT_LIST_MAX_AGE (0.2 s), ~20 polls.
+            assert counts["polls"] >= 20, counts
+            assert 1 <= counts["lists"] <= counts["polls"] // 10, counts
             GatedSpout.gate.set()
             assert job.wait(30.0)
             assert sorted(tup[1] for tup in collected("gated")) == list(range(40))
