@@ -637,13 +637,13 @@ class Endpoint:
         arrives while a data lane stays busy is read next-but-one, not after up
         to a whole batch of data frames.
         """
-        router, recv = self._router, self._io.recv_multipart
+        router, recv, readable = self._router, self._io.recv_multipart, self._io.readable
         for _ in range(_RECV_BATCH):
             received = recv(router)  # (parts, the key the connection authenticated with: ZAP's User-Id)
             if received is None:
                 return
             self._handle(*received)  # that key is the only source of authority
-            if not router.getsockopt(zmq.EVENTS) & zmq.POLLIN:
+            if not readable(router):
                 return
 
     def _count_handshake_failures(self) -> None:
