@@ -1,18 +1,18 @@
 """Benchmark: what a word costs in pieces esault cannot do without, beside the word count's own CPU per word.
 
-    python bench/word_costs.py [--words 2000000] [--rounds 5] [--no-write]
+    python bench/word_costs.py [--words 2000000] [--vocabulary 100000] [--rounds 5] [--no-write]
 
 Issue #31 asks for 3x the best peer; this prints what the pieces of a word's
 path cost on their own, in this process, on the bench's own input (Zipf(1.1)
-words over a 100k vocabulary, bench/wordcount_input.py), each a pass over the
-same lines in chunks of 100 (about a spout round's batch), taking turns a
-round at a time (this VM's speed drifts within seconds; each figure is the
-median round):
+words over a 100k vocabulary, bench/wordcount_input.py; --vocabulary changes
+it), each a pass over the same lines in chunks of 100 (about a spout round's
+batch), taking turns a round at a time (this VM's speed drifts within
+seconds; each figure is the median round):
 
 - the plain dict loop (one core: split and count), the reference;
 - splitting the lines into words: one new str per word (the split bolt);
 - the route's key -> buffer cache looked up for each word, in one C-level
-  `map` (no interpreter per word): the split side's table of ~100k words;
+  `map` (no interpreter per word): the split side's table of every word;
 - the runtime's emit() per word (datapath/emitter.py over a real 2-SPU key
   route: the lookup above, a type check, two appends, a Python call);
 - the frame: msgpack pack and unpack of each batch's keys and values (the
@@ -25,9 +25,10 @@ median round):
 Then the same input through the real job (bench/esault_wordcount.py on
 `LocalCluster(workers=2)`, the default exactly_once), its workers' CPU per
 word from /proc, and what the tables and strings hold in memory beside the
-machine's last-level cache: a word makes two strings and two lookups in
-tables of tens of thousands of entries, so most of its cost is memory, not
-interpretation.
+machine's last-level cache. Each of two inputs (--vocabularies: 5,000 and the
+throughput bench's 100,000 distinct words): a word makes two strings and two
+lookups in tables as large as the key space, so the comparison tells how much
+of the job's cost per word grows with that memory, against the pieces' own.
 """
 
 from __future__ import annotations
@@ -40,6 +41,7 @@ import statistics
 import sys
 import tempfile
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
@@ -161,6 +163,14 @@ def decoded_keys(pieces: Pieces) -> list[list[str]]:
     return [msgpack.unpackb(frame)[0] for frame in pieces.frames]
 
 
+IN_THE_JOB = ("split lines into words (a new str per word)",
+              "emit() per word (the runtime's closure, 2-SPU key route)",
+              "frame: msgpack pack and unpack of keys and values",
+              "PE table lookup per decoded word (C-level map, one SPU's keys)",
+              "process() per word on its PE (a Python call, count += 1)")
+"""The pieces a word passes through in the job (the route cache lookup is inside emit)."""
+
+
 def steps(pieces: Pieces) -> dict[str, Callable[[], tuple[float, int]]]:
     """name -> a timed run (seconds, words); inputs that must be fresh are made outside the timer."""
     def timed(fn: Callable[..., int], make: Callable[[], Any] | None = None) -> Callable[[], tuple[float, int]]:
@@ -177,7 +187,7 @@ def steps(pieces: Pieces) -> dict[str, Callable[[], tuple[float, int]]]:
     return {
         "plain dict loop: split and count (one core)": timed(pieces.dict_loop),
         "split lines into words (a new str per word)": timed(pieces.split),
-        "route cache lookup per word (C-level map over ~100k words)": timed(pieces.route_lookup,
+        "route cache lookup per word (C-level map over the vocabulary)": timed(pieces.route_lookup,
                                                                            lambda: fresh_words(pieces)),
         "emit() per word (the runtime's closure, 2-SPU key route)": timed(pieces.emit_per_word,
                                                                          lambda: fresh_words(pieces)),
@@ -225,45 +235,82 @@ def last_level_cache() -> str:
     return (caches[-1] / "size").read_text().strip() if caches else "unknown"
 
 
+@dataclass
+class Measured:
+    """One vocabulary's figures: each piece's ns per word (median round), the job's, and the tables' memory."""
+
+    vocabulary: int
+    words: int
+    pieces: dict[str, float]
+    floor: float
+    job_rates: list[float]
+    job_ns: list[float]
+    """Each job run's words/s and workers' CPU ns per word."""
+    exact: bool
+    route_mib: float
+    pes_mib: float
+
+
+def measure_pieces(path: Path, vocabulary: int, rounds: int) -> Measured:
+    """The pieces on one input, taking turns a round at a time (the job's figures are filled in later)."""
+    pieces = Pieces(path.read_text().splitlines())
+    runs = steps(pieces)
+    per_word: dict[str, list[float]] = {name: [] for name in runs}
+    for round_ in range(rounds):
+        for name in (list(runs) if round_ % 2 == 0 else list(runs)[::-1]):
+            seconds, n = runs[name]()
+            per_word[name].append(seconds / n * 1e9)
+    medians = {name: statistics.median(times) for name, times in per_word.items()}
+    return Measured(vocabulary, pieces.words, medians, sum(medians[name] for name in IN_THE_JOB), [], [], True,
+                    deep_size(pieces.route._cache, values=False) / 2**20, deep_size(pieces.pes, values=True) / 2**20)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--words", type=int, default=2_000_000)
+    ap.add_argument("--vocabularies", default="5000,100000",
+                    help="distinct words of each input, comma-separated (the throughput bench's: 100000)")
     ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--job-runs", type=int, default=3, help="job runs per input, the inputs taking turns")
     ap.add_argument("--no-write", action="store_true")
     args = ap.parse_args()
+    vocabularies = [int(v) for v in args.vocabularies.split(",")]
     with tempfile.TemporaryDirectory(prefix="esault-word-costs-") as tmp:
-        path = make_input(Path(tmp) / "words.txt", words=args.words)
-        expected = oracle(path)
-        lines = path.read_text().splitlines()
-        pieces = Pieces(lines)
-        runs = steps(pieces)
-        per_word: dict[str, list[float]] = {name: [] for name in runs}
-        for round_ in range(args.rounds):
-            for name in (list(runs) if round_ % 2 == 0 else list(runs)[::-1]):
-                seconds, n = runs[name]()
-                per_word[name].append(seconds / n * 1e9)
-        rate, job_us, exact = job_cpu_per_word(path, expected)
-    reference = list(runs)[0]
-    ratios = {name: statistics.median(t / r for t, r in zip(times, per_word[reference]))
-              for name, times in per_word.items()}
-    rows = [f"| {name} | {statistics.median(times):.0f} | {ratios[name]:.2f} |" for name, times in per_word.items()]
-    path_pieces = [name for name in runs if name != reference and not name.startswith("route cache")]
-    floor = sum(statistics.median(per_word[name]) for name in path_pieces)
-    job_ns = job_us * 1e3
-    route_mb = deep_size(pieces.route._cache, values=False) / 2**20
-    pes_mb = deep_size(pieces.pes, values=True) / 2**20
+        paths = [make_input(Path(tmp) / f"words-{v}.txt", words=args.words, vocabulary=v) for v in vocabularies]
+        results = [measure_pieces(path, v, args.rounds) for path, v in zip(paths, vocabularies)]
+        expected = [oracle(path) for path in paths]
+        for run in range(args.job_runs):  # the job's speed swings more between runs than between inputs
+            order = list(range(len(paths))) if run % 2 == 0 else list(range(len(paths)))[::-1]
+            for i in order:
+                rate, job_us, exact = job_cpu_per_word(paths[i], expected[i])
+                results[i].job_rates.append(rate)
+                results[i].job_ns.append(job_us * 1e3)
+                results[i].exact = results[i].exact and exact
+    names = list(results[0].pieces)
+    head = " | ".join(f"{m.vocabulary:,} words" for m in results)
+    rows = [f"| {name} | " + " | ".join(f"{m.pieces[name]:.0f}" for m in results) + " |" for name in names]
+    rows += [
+        "| **the pieces a word passes through in the job** (split, emit, frame, PE lookup, process) | "
+        + " | ".join(f"**{m.floor:.0f}**" for m in results) + " |",
+        "| the job: workers' CPU per word (2 workers, exactly_once; median run) | "
+        + " | ".join(f"{statistics.median(m.job_ns):.0f}" for m in results) + " |",
+        "| the job / its pieces | "
+        + " | ".join(f"{statistics.median(m.job_ns) / m.floor:.2f}x" for m in results) + " |",
+        "| the job's words/s (median run); counts exact in every run | "
+        + " | ".join(f"{statistics.median(m.job_rates):,.0f}; {m.exact}" for m in results) + " |",
+        "| memory: route cache (dict and key strings) per worker | "
+        + " | ".join(f"{m.route_mib:.1f} MiB" for m in results) + " |",
+        "| memory: one count SPU's PE table (dict, keys, PEs, counts) | "
+        + " | ".join(f"{m.pes_mib:.1f} MiB" for m in results) + " |",
+    ]
     text = (
         f"### What a word's pieces cost on their own\n\n`python bench/word_costs.py` on {time.strftime('%Y-%m-%d')}: "
-        f"{pieces.words:,} Zipf(1.1) words over 100,000, median of {args.rounds} rounds taking turns, one thread, "
-        f"Python {platform.python_version()}, last-level cache {last_level_cache()}.\n\n"
-        "| piece | ns per word | of the dict loop's (median of the rounds' ratios) |\n| --- | ---: | ---: |\n"
-        + "\n".join(rows)
-        + f"\n\nThe pieces a word passes through in the job (split, emit, frame, PE lookup, process; the route "
-        f"lookup is inside emit): {floor:.0f} ns, on one core. The job in the same run (2 workers, exactly_once, "
-        f"counts exact {exact}): {rate:,.0f} words/s, {job_ns:.0f} ns of the workers' CPU per word: "
-        f"{job_ns / floor:.2f}x the pieces. In memory: the split side's route cache (its dict and the ~100k key "
-        f"strings it keeps) {route_mb:.1f} MiB per worker, one count SPU's PE table (dict, keys, PEs, counts) "
-        f"{pes_mb:.1f} MiB; a worker holds one of each, and both workers share the last-level cache.")
+        f"{results[0].words:,} Zipf(1.1) words per input, the pieces in one thread (median of {args.rounds} rounds "
+        f"taking turns, ns per word), then the job on the same input; Python {platform.python_version()}, "
+        f"last-level cache {last_level_cache()} (both workers share it).\n\n"
+        f"| piece | {head} |\n| --- |" + " ---: |" * len(results) + "\n" + "\n".join(rows)
+        + "\n\nEvery job run, CPU ns per word: " + "; ".join(
+            f"{m.vocabulary:,} words " + ", ".join(f"{ns:.0f}" for ns in m.job_ns) for m in results) + ".")
     publish("word-costs", text, write=not args.no_write)
 
 
