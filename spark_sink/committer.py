@@ -18,6 +18,7 @@ from typing import Any, Callable
 
 from esault.clock import Clock, SystemClock
 from esault.errors import ConfigError, SinkError
+from esault.thread_names import os_named
 from spark_sink.batcher import Batch, Batcher
 
 log = logging.getLogger(__name__)
@@ -77,7 +78,7 @@ class AsyncCommitter:
         self.batches_committed = 0
         self.batches_failed = 0
         self.blocked_adds = 0
-        self._thread = threading.Thread(target=self._run, name=name, daemon=True)
+        self._thread = threading.Thread(target=os_named(self._run), name=name, daemon=True)
 
     def start(self) -> None:
         self._thread.start()

@@ -19,6 +19,7 @@ from typing import Any
 
 from esault.checkpoint.store import CheckpointStore
 from esault.messages.checkpoints import CheckpointAck
+from esault.thread_names import os_named
 
 log = logging.getLogger("esault.checkpoint")
 
@@ -51,7 +52,7 @@ class SnapshotWriter:
         self._wait_timeout = wait_timeout
         self._queue: "queue.Queue[Snapshot | None]" = queue.Queue()
         self._discard = threading.Event()
-        self._thread = threading.Thread(target=self._run, name=name, daemon=True)
+        self._thread = threading.Thread(target=os_named(self._run), name=name, daemon=True)
         self._thread.start()
 
     def submit(self, snapshot: Snapshot) -> None:

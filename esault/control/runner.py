@@ -20,6 +20,7 @@ from esault.dsl.topology import Topology
 from esault.metrics.registry import SCALING_REASONS
 from esault.metrics.stats import RETIRED_SPU, SpuStats
 from esault.messages.control import ScaleResult
+from esault.thread_names import os_named
 from esault.user_errors import UserErrorLog, user_frame
 
 log = logging.getLogger("esault.control")
@@ -85,7 +86,8 @@ class ControllerRunner:
         self._wake = threading.Event()
         if getattr(controller, "wake_on_probes", False):
             job.events.on_record(self._wake.set)
-        self._thread = threading.Thread(target=self._run, name=f"esault-controller-{self.name}", daemon=True)
+        self._thread = threading.Thread(target=os_named(self._run), name=f"esault-controller-{self.name}",
+                                        daemon=True)
 
     def start(self) -> "ControllerRunner":
         self._thread.start()

@@ -31,6 +31,7 @@ from esault.messages.acking import (
     TreesDone,
 )
 from esault.messages.data import Tick
+from esault.thread_names import name_os_thread
 
 
 class AckServerActor(pykka.ThreadingActor):
@@ -43,6 +44,9 @@ class AckServerActor(pykka.ThreadingActor):
         self.owners: dict[int, Any] = {}
         self.ranges = RangeLeases()
         metrics.init_unknown_message_series("AckServerActor")
+
+    def on_start(self) -> None:
+        name_os_thread("acker")
 
     def on_receive(self, message: Any) -> Any:
         try:

@@ -46,6 +46,7 @@ from esault.datapath.pe_manager import PeManager
 from esault.datapath.pe_services import PeServices
 from esault.datapath.pe_ticks import PeTicks
 from esault.datapath.sender import SenderActor
+from esault.thread_names import name_os_thread
 from esault.transport.codec import encode
 
 _SAMPLE_EVERY = 16
@@ -110,6 +111,7 @@ class BoltSpuActor(SenderActor):
     # --- lifecycle --------------------------------------------------------
 
     def on_start(self) -> None:
+        name_os_thread(f"spu-{self.spu_id} {self.unit_name}")  # top -H tells the SPUs apart
         self.job.stats.register(self.stats)
         self.job.ticker.subscribe(self.actor_ref)
         step = "open() of a bolt chained into it"

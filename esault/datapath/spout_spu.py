@@ -27,6 +27,7 @@ from esault.messages.acking import (AckInit, DeadLettered, RangeGrant, RangeRequ
 from esault.messages.checkpoints import CheckpointAck, CheckpointComplete, TriggerCheckpoint
 from esault.messages.data import Pump, Tick
 from esault.datapath.sender import SenderActor
+from esault.thread_names import name_os_thread
 from esault.transport.address import Address
 from esault.transport.codec import _SIMPLE
 
@@ -76,6 +77,7 @@ class SpoutSpuActor(SenderActor):
                                TriggerCheckpoint: self._on_trigger, RangeGrant: self._on_range_grant})
 
     def on_start(self) -> None:
+        name_os_thread(f"spu-{self.spu_id} {self.unit_name}")  # top -H tells the SPUs apart
         self.job.stats.register(self.stats)
         # In a worker, named by address: this actor may start before the postman has registered it.
         me = Address(self.job.process, f"spu-{self.spu_id}") if self.job.process else self.actor_ref

@@ -7,6 +7,7 @@ from typing import Any
 
 from esault.clock import Clock
 from esault.messages.data import Tick
+from esault.thread_names import os_named
 
 
 class Ticker:
@@ -18,7 +19,7 @@ class Ticker:
         self._subscribers: list[Any] = []
         self._lock = threading.Lock()
         self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="esault-ticker", daemon=True)
+        self._thread = threading.Thread(target=os_named(self._run), name="esault-ticker", daemon=True)
 
     def subscribe(self, mailbox: Any) -> None:
         with self._lock:

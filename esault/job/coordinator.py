@@ -23,6 +23,7 @@ from esault.datapath.context import log
 from esault.job.group import AtomicGroup
 from esault.messages.control import GetRoutes, GetSpus, ScaleCommand, ScaleResult
 from esault.job.unit import ProposeLogic
+from esault.thread_names import os_named
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,7 +53,7 @@ class ReconfigurationCoordinator:
         self._seq = itertools.count()
         self.between: Callable[[], float | None] = lambda: None
         """Runs when no task is queued; returns seconds until it wants to run again (None: not at all)."""
-        self._thread = threading.Thread(target=self._run, name="esault-control", daemon=True)
+        self._thread = threading.Thread(target=os_named(self._run), name="esault-control", daemon=True)
         self._thread.start()
 
     URGENT, NORMAL, LAST = 0, 1, 2

@@ -50,6 +50,7 @@ from zmq.utils.monitor import parse_monitor_message
 from esault.errors import ConfigError, FrameError, SerializationError
 from esault.metrics.registry import (count_auth_rejected, count_dropped_frame, init_auth_rejected_series,
                                      init_frame_drop_series)
+from esault.thread_names import os_named
 from esault.transport.address import MAX_PROCESS_NAME_BYTES, Address
 from esault.transport.frames import DATA_FRAME_PREFIX, EncodedFrame
 from esault.transport.gil_io import nonblocking_io
@@ -250,7 +251,8 @@ class Endpoint:
             self._ctx.destroy(linger=0)
             raise
         self._peers[process_name] = _Peer(process_name, self.address, self._lock)
-        self._thread = threading.Thread(target=self._run, name=f"esault-endpoint-{process_name}", daemon=True)
+        self._thread = threading.Thread(target=os_named(self._run), name=f"esault-endpoint-{process_name}",
+                                        daemon=True)
         self._io_ident: int | None = None
         self._thread.start()
 
