@@ -286,22 +286,20 @@ def main() -> None:
                 results[i].job_rates.append(rate)
                 results[i].job_ns.append(job_us * 1e3)
                 results[i].exact = results[i].exact and exact
-    names = list(results[0].pieces)
+    def row(label: str, cell: Callable[[Measured], str]) -> str:
+        return f"| {label} | " + " | ".join(cell(m) for m in results) + " |"
+
     head = " | ".join(f"{m.vocabulary:,} words" for m in results)
-    rows = [f"| {name} | " + " | ".join(f"{m.pieces[name]:.0f}" for m in results) + " |" for name in names]
-    rows += [
-        "| **the pieces a word passes through in the job** (split, emit, frame, PE lookup, process) | "
-        + " | ".join(f"**{m.floor:.0f}**" for m in results) + " |",
-        "| the job: workers' CPU per word (2 workers, exactly_once; median run) | "
-        + " | ".join(f"{statistics.median(m.job_ns):.0f}" for m in results) + " |",
-        "| the job / its pieces | "
-        + " | ".join(f"{statistics.median(m.job_ns) / m.floor:.2f}x" for m in results) + " |",
-        "| the job's words/s (median run); counts exact in every run | "
-        + " | ".join(f"{statistics.median(m.job_rates):,.0f}; {m.exact}" for m in results) + " |",
-        "| memory: route cache (dict and key strings) per worker | "
-        + " | ".join(f"{m.route_mib:.1f} MiB" for m in results) + " |",
-        "| memory: one count SPU's PE table (dict, keys, PEs, counts) | "
-        + " | ".join(f"{m.pes_mib:.1f} MiB" for m in results) + " |",
+    rows = [row(name, lambda m, name=name: f"{m.pieces[name]:.0f}") for name in results[0].pieces] + [
+        row("**the pieces a word passes through in the job** (split, emit, frame, PE lookup, process)",
+            lambda m: f"**{m.floor:.0f}**"),
+        row("the job: workers' CPU per word (2 workers, exactly_once; median run)",
+            lambda m: f"{statistics.median(m.job_ns):.0f}"),
+        row("the job / its pieces", lambda m: f"{statistics.median(m.job_ns) / m.floor:.2f}x"),
+        row("the job's words/s (median run); counts exact in every run",
+            lambda m: f"{statistics.median(m.job_rates):,.0f}; {m.exact}"),
+        row("memory: route cache (dict and key strings) per worker", lambda m: f"{m.route_mib:.1f} MiB"),
+        row("memory: one count SPU's PE table (dict, keys, PEs, counts)", lambda m: f"{m.pes_mib:.1f} MiB"),
     ]
     text = (
         f"### What a word's pieces cost on their own\n\n`python bench/word_costs.py` on {time.strftime('%Y-%m-%d')}: "
