@@ -32,6 +32,7 @@ import tempfile
 import threading
 import time
 from pathlib import Path
+from typing import Callable
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT / "bench"), str(ROOT)]
@@ -56,16 +57,57 @@ TARGETS = {"exactly_once, checkpoint every 2 s (default)": 0.03, "exactly_once, 
 final one (Flink's asynchronous, incremental snapshots are the anchor)."""
 
 
+THREAD_GROUPS: tuple[tuple[str, Callable[[str], bool]], ...] = (
+    ("count SPUs", lambda name: name.startswith("spu-") and name.endswith(" count")),
+    ("spout SPUs (the split chained in)", lambda name: name.startswith("spu-") and name.endswith(" lines")),
+    ("snapshot writers", lambda name: name.startswith("snapshots-")),
+    ("I/O threads (endpoints, zmq)", lambda name: name.startswith(("endpoint-", "ZMQbg"))),
+    ("the driver's control thread (coordinator, compaction)", lambda name: name == "control"),
+    ("every other thread", lambda name: True),
+)
+"""How the threads' OS names (esault/thread_names.py) sort their CPU: the first group that matches."""
+
+
+def thread_cpu(pids: list[int]) -> dict[tuple[int, int], tuple[str, float]]:
+    """(pid, tid) -> (the thread's OS name, its CPU seconds so far) for every thread of these processes."""
+    tick = os.sysconf("SC_CLK_TCK")
+    out = {}
+    for pid in pids:
+        for task in Path(f"/proc/{pid}/task").iterdir():
+            try:
+                name = (task / "comm").read_text().strip()
+                fields = (task / "stat").read_text().rsplit(")", 1)[1].split()
+            except OSError:  # a thread that ended meanwhile
+                continue
+            out[(pid, int(task.name))] = (name, (int(fields[11]) + int(fields[12])) / tick)
+    return out
+
+
+def cpu_by_group(before: dict, after: dict, words: int) -> dict[str, float]:
+    """Each THREAD_GROUPS group's CPU over the run, in ns per word (threads new in the run count whole)."""
+    groups = {group: 0.0 for group, _ in THREAD_GROUPS}
+    for key, (name, seconds) in after.items():
+        used = seconds - before.get(key, (name, 0.0))[1]
+        group = next(group for group, matches in THREAD_GROUPS if matches(name))
+        groups[group] += used / words * 1e9
+    return groups
+
+
 def overhead(path: Path, expected, rounds: int) -> dict[str, dict]:
-    results = {name: {"rates": [], "cpu_us_per_word": [], "exact": True, "checkpoints": [], "durations": []}
-               for name in VARIANTS}
+    results = {name: {"rates": [], "cpu_us_per_word": [], "exact": True, "checkpoints": [], "durations": [],
+                      "threads": []} for name in VARIANTS}
+    words = sum(expected.values())
     with LocalCluster(workers=2) as cluster:
+        pids = [os.getpid(), *(p.pid for p in cluster.pool.processes)]
         for i in range(rounds):
             order = list(VARIANTS.items())
             for name, settings in order if i % 2 == 0 else order[::-1]:
                 stats: dict = {}
-                run = run_esault(cluster, name, path, expected, stats=stats, **settings)
+                before, after = thread_cpu(pids), {}
+                run = run_esault(cluster, name, path, expected, stats=stats,
+                                 on_processed=lambda: after.update(thread_cpu(pids)), **settings)
                 r = results[name]
+                r["threads"].append(cpu_by_group(before, after, words))
                 r["rates"].append(run.rate)
                 # CPU of every process per word: steadier than words/s when other tenants take the cores
                 r["cpu_us_per_word"].append(sum((run.cpu or {}).values()) / run.rate * 1e6 if run.rate else None)
@@ -166,6 +208,19 @@ def report(words: int, results: dict, rec: dict, heartbeat_timeout: float) -> st
                   if name in TARGETS else "")
         lines.append(f"| {name} | {med:,.0f} | {ratio:.3f} | {cpu:.2f} us | {cpu_ratio:.3f} | {ck:.0f} | "
                      f"{dur} | {r['exact']} | {target} |")
+    lines += ["", "Where the CPU goes, by thread (the threads' OS names, docs/OBSERVABILITY.md; ns per word, "
+              "median of the rounds; beside each mode, the median of each round's difference to the base):", "",
+              "| threads | " + " | ".join(results) + " |", "| --- |" + " ---: |" * len(results)]
+    for group, _ in THREAD_GROUPS:
+        cells = []
+        for name, r in results.items():
+            mine = [t[group] for t in r["threads"]]
+            cell = f"{statistics.median(mine):.0f}"
+            if name != BASE:
+                diffs = [t[group] - b[group] for t, b in zip(r["threads"], results[BASE]["threads"])]
+                cell += f" ({statistics.median(diffs):+.0f})"
+            cells.append(cell)
+        lines.append(f"| {group} | " + " | ".join(cells) + " |")
     lines += ["", "Every run's words/s: " + "; ".join(
         f"{name}: " + ", ".join(f"{x:,.0f}" for x in r["rates"]) for name, r in results.items()) + "."]
     lines += ["", "Each round's ratio to the base: " + "; ".join(

@@ -116,11 +116,13 @@ def run_dict_loop(path: Path, expected: collections.Counter) -> Run:
 
 def run_esault(cluster: LocalCluster, name: str, path: Path, expected: collections.Counter, *,
                acking: bool = True, spout_placement: str | None = "worker", guarantee: str | None = None,
-               checkpoint_interval: float | None = None, stats: dict | None = None) -> Run:
+               checkpoint_interval: float | None = None, stats: dict | None = None,
+               on_processed: Callable[[], None] | None = None) -> Run:
     """One esault word count; CPU per process of the cluster over submit -> processed.
 
     guarantee and checkpoint_interval None: JobConfig's defaults, what a user gets (exactly_once, 2 s).
-    `stats` gets the job's checkpoint stats."""
+    `stats` gets the job's checkpoint stats; `on_processed` is called once every word is processed, before the
+    job stops (its SPU threads still there: bench/checkpoints.py reads their CPU then)."""
     pids = {"driver": os.getpid()}
     if cluster.pool is not None:
         pids.update({f"w{i + 1}": p.pid for i, p in enumerate(cluster.pool.processes)})
@@ -134,6 +136,8 @@ def run_esault(cluster: LocalCluster, name: str, path: Path, expected: collectio
         finished = job.wait(600)
         processed = time.perf_counter() - started
         after = {k: _cpu_seconds(p) for k, p in pids.items()}
+        if on_processed is not None:
+            on_processed()
     finally:
         job.stop()
     if stats is not None:
