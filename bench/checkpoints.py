@@ -39,7 +39,7 @@ sys.path[:0] = [str(ROOT / "bench"), str(ROOT)]
 
 import esault_wordcount  # noqa: E402
 from _report import write_section  # noqa: E402
-from throughput import run_esault  # noqa: E402
+from throughput import run_esault, stat_cpu_seconds  # noqa: E402
 from wordcount_input import make_input, oracle  # noqa: E402
 
 from esault import JobConfig, LocalCluster  # noqa: E402
@@ -70,16 +70,13 @@ THREAD_GROUPS: tuple[tuple[str, Callable[[str], bool]], ...] = (
 
 def thread_cpu(pids: list[int]) -> dict[tuple[int, int], tuple[str, float]]:
     """(pid, tid) -> (the thread's OS name, its CPU seconds so far) for every thread of these processes."""
-    tick = os.sysconf("SC_CLK_TCK")
     out = {}
     for pid in pids:
         for task in Path(f"/proc/{pid}/task").iterdir():
             try:
-                name = (task / "comm").read_text().strip()
-                fields = (task / "stat").read_text().rsplit(")", 1)[1].split()
+                out[(pid, int(task.name))] = ((task / "comm").read_text().strip(), stat_cpu_seconds(task / "stat"))
             except OSError:  # a thread that ended meanwhile
                 continue
-            out[(pid, int(task.name))] = (name, (int(fields[11]) + int(fields[12])) / tick)
     return out
 
 

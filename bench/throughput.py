@@ -68,10 +68,15 @@ TARGET = 2_000_000  # words/s on 2 worker processes, default guarantee (issue #3
 PEER_RATIO = 3.0  # x the best peer in the same round (issue #31)
 
 
-def _cpu_seconds(pid: int) -> float:
-    """User + system CPU seconds of a process (all its threads), from /proc."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+def stat_cpu_seconds(stat: Path) -> float:
+    """User + system CPU seconds from a /proc stat file: /proc/PID/stat (a process, all its threads) or
+    /proc/PID/task/TID/stat (one thread)."""
+    fields = stat.read_text().rsplit(")", 1)[1].split()
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def _cpu_seconds(pid: int) -> float:
+    return stat_cpu_seconds(Path(f"/proc/{pid}/stat"))
 
 
 def _rss_mib(pid: int) -> float:

@@ -35,7 +35,6 @@ from __future__ import annotations
 
 import argparse
 import collections
-import os
 import platform
 import statistics
 import sys
@@ -52,10 +51,11 @@ import esault_wordcount  # noqa: E402
 import msgpack  # noqa: E402
 from _report import publish  # noqa: E402
 from emit_many import refuse, router_over  # noqa: E402
-from esault import JobConfig, LocalCluster  # noqa: E402
+from esault import LocalCluster  # noqa: E402
 from esault.datapath.emitter import build_emit  # noqa: E402
 from esault.datapath.pe_class import bucket_of_key, pe_class  # noqa: E402
 from esault.dsl.tuple import Tuple  # noqa: E402
+from throughput import run_esault  # noqa: E402
 from wordcount_input import make_input, oracle  # noqa: E402
 
 CHUNK_LINES = 100
@@ -209,25 +209,14 @@ def deep_size(table: dict[str, Any], values: bool) -> int:
 
 
 def job_cpu_per_word(path: Path, expected: collections.Counter) -> tuple[float, float, bool]:
-    """The bench's word count on 2 workers, default guarantee: (words/s, workers' CPU us per word, exact)."""
-    def cpu(pid: int) -> float:
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-    words = sum(expected.values())
+    """The throughput bench's word count on 2 workers, default guarantee (throughput.run_esault): (words/s,
+    the workers' CPU us per word, exact)."""
     with LocalCluster(workers=2) as cluster:
-        pids = [p.pid for p in cluster.pool.processes]
-        data = Path(tempfile.mkdtemp(prefix="esault-word-costs-"))
-        topology = esault_wordcount.build(str(path), count_spus=2, spout_placement="worker")
-        before = sum(map(cpu, pids))
-        started = time.perf_counter()
-        job = cluster.submit(topology, JobConfig(data_dir=data))
-        job.wait(900)
-        seconds = time.perf_counter() - started
-        used = sum(map(cpu, pids)) - before
-        job.stop()
-        exact = esault_wordcount.final_counts(data) == expected
-    return words / seconds, used / words * 1e6, exact
+        run = run_esault(cluster, "esault", path, expected)
+    if run.rate is None:
+        raise RuntimeError(f"the word count did not finish: {run.note}")
+    workers = sum(share for process, share in (run.cpu or {}).items() if process != "driver")  # cores, over the run
+    return run.rate, workers / run.rate * 1e6, bool(run.exact)
 
 
 def last_level_cache() -> str:

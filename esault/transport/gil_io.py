@@ -3,12 +3,13 @@
 pyzmq gives the GIL up around every send and recv, non-blocking ones too. The
 I/O thread shares its process with busy SPU threads, and against a busy thread
 each give-up costs a switch interval's wait (5 ms) to get the GIL back:
-measured on the 2-core VM, a 3-part non-blocking receive took 5-12 ms of
-waiting and 110-330 us of CPU against a busy thread, 7 us alone; so a busy
-worker read ~100-200 frames a second (docs/TRANSPORT.md, "The GIL and the I/O
-thread"). A non-blocking call never waits in libzmq, so it has no reason to
-let go of the GIL. `ZmqIO` makes those calls into the libzmq that pyzmq
-loaded, through `ctypes.PyDLL`, which keeps the GIL: 15 us and no wait.
+measured on the 2-core VM (bench/io_thread_gil.py), a 3-part non-blocking
+read took 4.5-7 ms of wall time and 150-290 us of CPU beside a busy thread,
+10-13 us alone; so a busy worker read a few hundred frames a second
+(docs/TRANSPORT.md, "The GIL and the I/O thread"). A non-blocking call never
+waits in libzmq, so it has no reason to let go of the GIL. `ZmqIO` makes those
+calls into the libzmq that pyzmq loaded, through `ctypes.PyDLL`, which keeps
+the GIL: 0.06x the CPU and 0.004x the wall time of a read beside a busy thread.
 
 Only the same library instance is safe to call with pyzmq's socket handles,
 so it is found in this process's memory map, never by name; where it cannot
