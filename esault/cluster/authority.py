@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from esault.messages.acking import FailPending, TreesDone
+from esault.messages.acking import FailPending, FindOwner, OwnerAt
 from esault.messages.checkpoints import Abandon, CheckpointComplete, CheckpointStart, TriggerCheckpoint
 from esault.messages.cluster import (
     DriverBeat,
@@ -43,7 +43,7 @@ DRIVER_ONLY: frozenset[type] = frozenset({
     SubmitJob, StartSpu, StopSpu, Shutdown, PeerAddresses, DriverBeat, PeerGone,  # a worker's host: placement, lifetime
     ReportNow,  # a worker's counts, asked for
     InstallRoutes, PrepareGive, PrepareReceive, CancelReconfiguration, SpusChanged, Drain,  # reconfiguration
-    TreesDone, FailPending,  # the ack server's verdicts, and the job's order to fail what is in flight
+    OwnerAt, FailPending,  # where a spout SPU is (acks go there), and the job's order to fail what is in flight
     Probe,  # the latency monitor
     TriggerCheckpoint, CheckpointStart, CheckpointComplete, Abandon,  # the checkpoint coordinator
     StatusReply, SavepointReply,
@@ -77,4 +77,6 @@ def refusal(sender: Identity, actor: str, message: Any) -> str | None:
             return f"a worker may not send {kind.__name__} to the cluster actor"
         if kind in (WorkerHello, WorkerHeartbeat) and message.process != sender.name:
             return f"{kind.__name__} names process {message.process!r}, but the key is {sender.name!r}'s"
+    if kind is FindOwner and message.process != sender.name:  # the answer goes to the process it names
+        return f"FindOwner names process {message.process!r}, but the key is {sender.name!r}'s"
     return None

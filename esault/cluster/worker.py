@@ -27,6 +27,7 @@ from esault.metrics.forwarded import SampleSender
 from esault.metrics.stats import STATS
 from esault.datapath.sender import StartCheck
 from esault.datapath.context import JobContext, job_actor
+from esault.messages.acking import OwnerAt
 from esault.dsl.topology import UnitSpec
 from esault.errors import ConfigError, DriverUnreachable
 from esault.datapath.actors import start_spu
@@ -171,6 +172,10 @@ class HostActor(pykka.ThreadingActor):
                 for process, (address, public_key) in message.peers.items():
                     if process not in (self.postman.process, DRIVER):  # the driver's key came with our own
                         self.postman.admit_peer(process, address, public_key)
+            elif kind is OwnerAt:  # the ack server: where a spout SPU of one of our jobs is
+                job = self.jobs.get(message.topology)
+                if job is not None:
+                    job.acks.learn(message.owner, message.mailbox)
             elif kind is Shutdown:
                 for spu_id in list(self.spus):
                     self._stop_spu(StopSpu(spu_id, 0), reply=False)

@@ -1,37 +1,45 @@
-"""AckServerActor: the paper's ack server, Storm's XOR tree tracking (reliability/ack_tracker).
+"""AckServerActor: the job's reliability desk in the driver; trees are tracked by their spout SPUs.
 
-Tells each spout SPU the outcome of the trees it rooted, in batches, writes
-the tuples bolts gave up on to the job's dead-letter file, and leases the
-blocks of a shared source's space (esault.reliability.shared_ranges) to the
-spout SPUs that ask: it already knows every spout SPU's mailbox.
+Each spout SPU tracks the trees it roots (Storm's XOR tracking,
+reliability/ack_tracker) and the SPUs that process its batches ack it
+directly (esault.datapath.ack_router), so no round's start, ack or outcome
+waits on the driver. What stays here: where each spout SPU is (RegisterOwner),
+told to a worker that asks (FindOwner -> OwnerAt) and used to relay the few
+acks sent before the answer came; failing every spout SPU's trees at once
+when a worker dies or the job rolls back (FailPending); the spouts' progress;
+the dead-letter file; and the blocks of a shared source's space
+(esault.reliability.shared_ranges), leased to the spout SPUs that ask.
 """
 
 from __future__ import annotations
 
-from collections import defaultdict
+from collections import deque
 from typing import Any
 
 import pykka
 
 from esault.metrics import registry as metrics
-from esault.reliability.ack_tracker import AckTracker, TreeOutcome
+from esault.reliability.roots import owner_key, owner_of
 from esault.reliability.shared_ranges import STALE, RangeLeases
 from esault.datapath.context import JobContext, log
 from esault.messages.acking import (
     AckFail,
-    AckInit,
     AckUpdate,
     DeadLettered,
     FailPending,
-    GetPending,
+    FindOwner,
+    OwnerAt,
     RangeGrant,
     RangeRequest,
     RegisterOwner,
     SpoutProgress,
-    TreesDone,
 )
 from esault.messages.data import Tick
 from esault.thread_names import name_os_thread
+
+MAX_HELD = 100_000
+"""Relayed acks kept for owners that have not registered yet (a race at a spout's start); more are dropped
+(their trees time out and replay, or the rollback covers them), so a flood cannot grow the driver."""
 
 
 class AckServerActor(pykka.ThreadingActor):
@@ -40,9 +48,18 @@ class AckServerActor(pykka.ThreadingActor):
     def __init__(self, job: JobContext) -> None:
         super().__init__()
         self.job = job
-        self.tracker = AckTracker(job.clock, job.config.message_timeout)
         self.owners: dict[int, Any] = {}
+        """spout SPU id -> its mailbox (range grants, FailPending)."""
+        self.routes: dict[int, Any] = {}
+        """owner key (esault.reliability.roots) -> the mailbox its acks go to; None once it is unreachable."""
         self.ranges = RangeLeases()
+        self._held: dict[int, deque[tuple[float, Any]]] = {}  # owner key -> (deadline, ack) until it registers
+        self._held_count = 0
+        self._asked: dict[int, set[str]] = {}  # owner key -> processes that asked where it is before it registered
+        self.relayed = 0
+        """Acks relayed (an SPU did not know the owner yet): a few per owner and process, at its start."""
+        self.dropped = 0
+        """Relayed acks dropped: their owner was gone, never registered within message_timeout, or MAX_HELD."""
         metrics.init_unknown_message_series("AckServerActor")
 
     def on_start(self) -> None:
@@ -52,20 +69,15 @@ class AckServerActor(pykka.ThreadingActor):
         try:
             kind = type(message)
             if kind is AckUpdate:
-                self._send(self.tracker.update_many(message.deltas.items()))
-            elif kind is AckInit:
-                start = self.tracker.start
-                owner = message.owner
-                out = [o for o in (start(root, owner, xor) for root, xor in message.roots) if o is not None]
-                self._send(out)
+                self._relay_update(message.deltas)
             elif kind is AckFail:
-                outcome = self.tracker.fail(message.root, message.reason)
-                if outcome is not None:
-                    self._send([outcome])
+                self._relay(owner_of(message.root), message)
+            elif kind is FindOwner:
+                self._find(message)
             elif kind is Tick:
-                self._send(self.tracker.expire())
+                self._expire_held()
             elif kind is FailPending:
-                self._send(self.tracker.fail_all(message.reason))
+                self._fail_pending(message)
             elif kind is DeadLettered:
                 self._dead_letter(message)
             elif kind is SpoutProgress:
@@ -73,14 +85,98 @@ class AckServerActor(pykka.ThreadingActor):
             elif kind is RangeRequest:
                 self._lease(message)
             elif kind is RegisterOwner:
-                self.owners[message.owner] = message.mailbox
-            elif kind is GetPending:
-                return self.tracker.pending
+                self._register(message)
             else:
                 metrics.count_unknown_message("AckServerActor")
         except Exception:
             log.exception("ack server failed handling %s", type(message).__name__)
         return None
+
+    # --- where spout SPUs are --------------------------------------------------
+
+    def _register(self, msg: RegisterOwner) -> None:
+        key = owner_key(msg.owner)
+        self.owners[msg.owner] = msg.mailbox
+        self.routes[key] = msg.mailbox
+        if self.job.process is None:  # the driver's own SPUs ack it directly too
+            self.job.acks.learn(key, msg.mailbox)
+        for process in self._asked.pop(key, ()):
+            self._answer(key, process)
+        held = self._held.pop(key, None)
+        if held:
+            self._held_count -= len(held)
+            for _, ack in held:
+                self._relay(key, ack)
+
+    def _find(self, msg: FindOwner) -> None:
+        key = msg.owner
+        if key in self.routes:
+            self._answer(key, msg.process)
+        else:
+            self._asked.setdefault(key, set()).add(msg.process)
+
+    def _answer(self, key: int, process: str) -> None:
+        mailbox = self.routes.get(key)
+        if mailbox is None:
+            return  # gone: the worker keeps relaying, and the acks are dropped here
+        host = self.job.worker_host
+        if host is None:
+            return
+        try:
+            host(process).tell(OwnerAt(self.job.name, key, mailbox))
+        except Exception as exc:  # noqa: BLE001 - that worker is gone, or the owner cannot be named to it
+            log.debug("ack server: where spout SPU %d is was not told to %s: %r", key, process, exc)
+
+    # --- relaying ----------------------------------------------------------------
+
+    def _relay_update(self, deltas: dict[int, int]) -> None:
+        parts: dict[int, dict[int, int]] = {}
+        for root, xor in deltas.items():
+            parts.setdefault(owner_of(root), {})[root] = xor
+        for key, part in parts.items():
+            self._relay(key, AckUpdate(part))
+
+    def _relay(self, key: int, ack: Any) -> None:
+        self.relayed += 1
+        if key not in self.routes:
+            if self._held_count >= MAX_HELD:
+                self.dropped += 1
+                return
+            deadline = self.job.clock.now() + self.job.config.message_timeout
+            self._held.setdefault(key, deque()).append((deadline, ack))
+            self._held_count += 1
+            return
+        mailbox = self.routes[key]
+        if mailbox is None:
+            self.dropped += 1
+            return
+        try:
+            mailbox.tell(ack)
+        except (pykka.ActorDeadError, LookupError, ConnectionError):  # stopped, or its worker died
+            self.routes[key] = None
+            self.dropped += 1
+
+    def _expire_held(self) -> None:
+        if not self._held:
+            return
+        now = self.job.clock.now()
+        for key in list(self._held):
+            held = self._held[key]
+            while held and held[0][0] <= now:
+                held.popleft()
+                self._held_count -= 1
+                self.dropped += 1
+            if not held:
+                del self._held[key]
+
+    def _fail_pending(self, msg: FailPending) -> None:
+        """Every spout SPU fails the trees it has in flight (a worker died, or the job rolled back)."""
+        for spu_id, mailbox in list(self.owners.items()):
+            try:
+                mailbox.tell(msg)
+            except (pykka.ActorDeadError, LookupError, ConnectionError):  # stopped, or on the dead worker
+                self.owners.pop(spu_id, None)
+                self.routes[owner_key(spu_id)] = None
 
     def _lease(self, msg: RangeRequest) -> None:
         """The next block of the unit's shared space to the SPU that asked, or why not."""
@@ -111,21 +207,3 @@ class AckServerActor(pykka.ThreadingActor):
         if self.job.dead_letters is not None:
             self.job.dead_letters.write(topology=self.job.name, unit=msg.unit, msg_id=msg.msg_id, key=msg.key,
                                         value=msg.value, error=msg.error, attempts=msg.attempts)
-
-    def _send(self, outcomes: list[TreeOutcome]) -> None:
-        if not outcomes:
-            return
-        by_owner: dict[int, list] = defaultdict(list)
-        for o in outcomes:
-            by_owner[o.owner].append((o.root, o.ok, o.reason, o.latency))
-        for owner, batch in by_owner.items():
-            mailbox = self.owners.get(owner)
-            if mailbox is not None:
-                try:
-                    mailbox.tell(TreesDone(batch))
-                except pykka.ActorDeadError:  # the job is stopping: its spouts went first
-                    self.owners.pop(owner, None)
-                except LookupError:  # its worker died: nobody waits for these trees; the other owners still do
-                    self.owners.pop(owner, None)
-                    log.warning("ack server: spout SPU %d is unreachable (its worker died); %d tree outcome(s) "
-                                "for it dropped", owner, len(batch))

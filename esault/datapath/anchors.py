@@ -10,7 +10,6 @@ from __future__ import annotations
 import threading
 from typing import Any
 
-from esault.messages.acking import AckFail, AckUpdate
 
 
 class BatchHold:
@@ -21,10 +20,10 @@ class BatchHold:
     otherwise the acks leave once the batch is sealed and every anchor acked.
     """
 
-    __slots__ = ("_acker", "_roots", "_lock", "_open", "_deltas", "_done")
+    __slots__ = ("_acks", "_roots", "_lock", "_open", "_deltas", "_done")
 
-    def __init__(self, acker: Any, roots: list[int]) -> None:
-        self._acker = acker
+    def __init__(self, acks: Any, roots: list[int]) -> None:
+        self._acks = acks  # the job's AckRouter, None when nothing is tracked
         self._roots = roots
         self._lock = threading.Lock()
         self._open = 0
@@ -56,13 +55,13 @@ class BatchHold:
             self._done = True
         if ok:
             self._send_acks()
-        elif self._acker is not None:
+        elif self._acks is not None:
             for root in self._roots:
-                self._acker.tell(AckFail(root, reason or "failed by a deferred anchor"))
+                self._acks.fail(root, reason or "failed by a deferred anchor")
 
     def _send_acks(self) -> None:
-        if self._deltas and self._acker is not None:
-            self._acker.tell(AckUpdate(self._deltas))
+        if self._deltas and self._acks is not None:
+            self._acks.update(self._deltas)
 
 
 class DeferredAnchor:
@@ -88,12 +87,12 @@ class DeferredAnchor:
 
 
 class EdgeAnchor:
-    """An edge of a spout round's tree, XORed into its AckInit; acking it acks that edge, once."""
+    """An edge of a spout round's tree, XORed into the tree's start; acking it acks that edge, once."""
 
-    __slots__ = ("_acker", "_root", "_edge", "_lock", "_settled")
+    __slots__ = ("_acks", "_root", "_edge", "_lock", "_settled")
 
-    def __init__(self, acker: Any, root: int, edge: int) -> None:
-        self._acker = acker
+    def __init__(self, acks: Any, root: int, edge: int) -> None:
+        self._acks = acks  # the job's AckRouter
         self._root = root
         self._edge = edge
         self._lock = threading.Lock()
@@ -101,16 +100,16 @@ class EdgeAnchor:
 
     def ack(self) -> None:
         if self._settle():
-            self._acker.tell(AckUpdate({self._root: self._edge}))
+            self._acks.update({self._root: self._edge})
 
     def fail(self, reason: str) -> None:
         if self._settle():
-            self._acker.tell(AckFail(self._root, reason or "failed by a deferred anchor"))
+            self._acks.fail(self._root, reason or "failed by a deferred anchor")
 
     def _settle(self) -> bool:
         with self._lock:
             first, self._settled = not self._settled, True
-        return first and self._acker is not None
+        return first and self._acks is not None
 
 
 class NoAnchor:

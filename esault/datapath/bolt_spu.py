@@ -28,7 +28,6 @@ from esault.datapath.processing import Processing
 from esault.datapath.context import log
 from esault.user_errors import UserErrorLog
 from esault.checkpoint.saveable import encode_key, key_owner, unsaveable_hook
-from esault.messages.acking import AckUpdate
 from esault.messages.checkpoints import Barrier, CheckpointComplete, CheckpointStart
 from esault.messages.control import Probe, ProbeReturned
 from esault.messages.data import DataBatch, Tick
@@ -250,7 +249,7 @@ class BoltSpuActor(SenderActor):
     def _defer(self) -> DeferredAnchor:
         hold = self._hold
         if hold is None:
-            hold = self._hold = BatchHold(self.acker if self.acking else None, self._roots)
+            hold = self._hold = BatchHold(self.job.acks if self.acking else None, self._roots)
         return hold.anchor()
 
     def _on_data(self, msg: DataBatch) -> None:
@@ -266,7 +265,7 @@ class BoltSpuActor(SenderActor):
 
     def _send_acks(self) -> None:
         if self._acks:
-            self.acker.tell(AckUpdate(self._acks))
+            self.job.acks.update(self._acks)  # to the spout SPUs that own the trees
             self._acks = {}
 
     def flush(self) -> None:

@@ -33,7 +33,6 @@ from esault.migration.handoff import GiverHandoff
 from esault.datapath.context import log
 from esault.datapath.inbox import ControlFirstInbox
 from esault.datapath.processing import Handlers, PartOfSpu
-from esault.messages.acking import AckUpdate
 from esault.messages.chains import ChainLink, ChainMembers
 from esault.messages.checkpoints import Barrier, CheckpointStart
 from esault.messages.data import DataBatch
@@ -68,7 +67,7 @@ class ChainProcessing(PartOfSpu):
         super().__init__(spu)
         self.emit_path = spu.emit_path
         self.acking = spu.acking
-        self.acker = spu.acker
+        self.acks = spu.job.acks
         self.node: ChainNode | None = None
         self.members: list[int] = []
         self.mailboxes: dict[int, Any] = {}
@@ -222,7 +221,7 @@ class ChainProcessing(PartOfSpu):
         self.count_sent(sent)
         self._send_links(sends)
         if msg.roots and self.acking:  # entered: the chain's state (checkpointed) has the input now
-            self.acker.tell(AckUpdate({root: edge ^ x for root, edge, x in zip(msg.roots, msg.edges, xors)}))
+            self.acks.update({root: edge ^ x for root, edge, x in zip(msg.roots, msg.edges, xors)})
         if entered and (node.right if side == "R" else node.left) is not None:
             if not self._owed[side]:
                 self._owed_since[side] = _time.monotonic()

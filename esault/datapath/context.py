@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from esault.clock import Clock
+from esault.datapath.ack_router import AckRouter
 from esault.config import JobConfig
 from esault.dsl.topology import Topology, UnitSpec
 from esault.metrics.stats import STATS, StatsRegistry
@@ -35,9 +36,17 @@ class JobContext:
     stats: StatsRegistry = STATS
     checkpoints: Any = None
     """The driver's checkpoint coordinator mailbox (CheckpointAck goes there)."""
+    worker_host: Any = None
+    """In the driver of a process cluster: process name -> that worker's host mailbox (the ack server tells it
+    where a spout SPU is); None elsewhere."""
     _ids: Any = field(default_factory=lambda: itertools.count(1))
     """Where SPU and reconfiguration ids come from: a cluster gives all its jobs one source, so no two of
     its jobs' SPUs share an id (their names, "spu-<id>", are process-wide on the driver and the workers)."""
+    acks: AckRouter = field(init=False, repr=False)
+    """Where this process's SPUs send acks: to the spout SPU that owns each tree (esault.datapath.ack_router)."""
+
+    def __post_init__(self) -> None:
+        self.acks = AckRouter(self)
 
     @property
     def name(self) -> str:

@@ -6,6 +6,9 @@ has nothing), its tuples leave as one batch per destination SPU, and the
 round's tracked tuples form one tuple tree (one root for the whole batch, not
 one per tuple). Each round ends with a self-sent Pump, so acks and control
 messages interleave with emitting. An idle spout waits for the next Tick.
+The SPU tracks its own trees (an AckTracker): the SPUs that process its
+batches send their acks here (esault.datapath.ack_router), so neither a
+round's start nor its outcome crosses to the driver.
 A tree that fails or times out replays each of its msg_ids (spout.fail).
 """
 
@@ -14,7 +17,7 @@ from __future__ import annotations
 import time
 from collections import deque
 from random import getrandbits
-from typing import Any
+from typing import Any, Iterable
 
 from esault.metrics import registry as metrics
 from esault.datapath.anchors import EdgeAnchor, NoAnchor
@@ -22,17 +25,28 @@ from esault.datapath.context import log
 from esault.user_errors import UserErrorLog, user_frame
 from esault.datapath.emitter import build_emit_many
 from esault.checkpoint.saveable import POSITION_FIX
-from esault.messages.acking import (AckInit, DeadLettered, RangeGrant, RangeRequest, RegisterOwner, SpoutProgress,
-                                    TreesDone)
+from esault.messages.acking import (AckFail, AckUpdate, DeadLettered, FailPending, RangeGrant, RangeRequest,
+                                    RegisterOwner, SpoutProgress)
 from esault.messages.checkpoints import CheckpointAck, CheckpointComplete, TriggerCheckpoint
 from esault.messages.data import Pump, Tick
 from esault.datapath.sender import SenderActor
+from esault.reliability.ack_tracker import AckTracker, TreeOutcome
+from esault.reliability.roots import new_root, owner_key
 from esault.thread_names import name_os_thread
 from esault.transport.address import Address
 from esault.transport.codec import _SIMPLE
 
+class _Settle:
+    """spout SPU -> itself: trees decided at their start (nothing to ack) settle after the current handler."""
+
+    __slots__ = ()
+
+
+_SETTLE = _Settle()
+
+
 class SpoutSpuActor(SenderActor):
-    """One spout SPU; it owns the trees it roots and hears their outcomes from the ack server."""
+    """One spout SPU; it owns the trees it roots, and tracks them: their acks come to it."""
 
     def __init__(self, cfg, spec, job) -> None:
         super().__init__(cfg, spec, job)
@@ -41,6 +55,9 @@ class SpoutSpuActor(SenderActor):
         self.batch_size = conf.batch_size
         self.batch_delay = conf.batch_delay
         self.max_retries = conf.max_retries
+        self.owner = owner_key(cfg.spu_id)  # what the roots of its trees carry (esault.reliability.roots)
+        self.tracker = AckTracker(job.clock, conf.message_timeout)
+        self._decided: list[TreeOutcome] = []  # trees decided at their start, settled by the next _Settle
         # root -> (the batch's tracked (msg_id, key, value, tuples), time its round started); an
         # emit_batch() entry holds lists of keys and values and counts len(keys) tuples
         self.pending: dict[int, tuple[list[tuple[Any, Any, Any, int]], float]] = {}
@@ -73,7 +90,8 @@ class SpoutSpuActor(SenderActor):
         self._barrier_due: TriggerCheckpoint | None = None  # injected at the next round boundary
         self._positions: dict[int, Any] = {}  # epoch -> the position its barrier recorded, until it completes
         self._replaces = cfg.replaces  # the lost SPUs this one replaced: named in its first range request
-        self._handlers.update({Pump: self._on_pump, Tick: self._on_tick, TreesDone: self._on_trees_done,
+        self._handlers.update({Pump: self._on_pump, Tick: self._on_tick, AckUpdate: self._on_ack_update,
+                               AckFail: self._on_ack_fail, FailPending: self._on_fail_pending, _Settle: self._on_settle,
                                TriggerCheckpoint: self._on_trigger, RangeGrant: self._on_range_grant})
 
     def on_start(self) -> None:
@@ -81,7 +99,8 @@ class SpoutSpuActor(SenderActor):
         self.job.stats.register(self.stats)
         # In a worker, named by address: this actor may start before the postman has registered it.
         me = Address(self.job.process, f"spu-{self.spu_id}") if self.job.process else self.actor_ref
-        self.acker.tell(RegisterOwner(self.spu_id, me))
+        self.job.acks.register(self.owner, self.actor_ref)  # this process's SPUs ack it directly
+        self.acker.tell(RegisterOwner(self.spu_id, me))  # others, through the ack server, which says where it is
         self.job.ticker.subscribe(self.actor_ref)
         step = "open() of a bolt chained into it"
         try:
@@ -123,6 +142,7 @@ class SpoutSpuActor(SenderActor):
 
     def on_stop(self) -> None:
         self.job.ticker.unsubscribe(self.actor_ref)
+        self.job.acks.forget(self.owner, self.actor_ref)
         if self._waiting_for is not None:
             metrics.clear_spout_waiting(self.job.name, self.unit_name, self.spu_id)
         self._error_log.close(f"topology {self.job.name!r}: spout {self.unit_name!r} next_tuple()")
@@ -181,10 +201,10 @@ class SpoutSpuActor(SenderActor):
         if not self.acking:
             return NoAnchor()
         if not self._root:
-            self._root = getrandbits(64) | 1
+            self._root = new_root(self.owner)
         edge = getrandbits(64) | 1
         self._extra_xor ^= edge
-        return EdgeAnchor(self.acker, self._root, edge)
+        return EdgeAnchor(self.job.acks, self._root, edge)
 
     def _emit_batch(self, keys: list, values: list, msg_id: Any = None) -> None:
         """Route many tuples; with a msg_id they are one tracked entry of the round's batch."""
@@ -211,11 +231,11 @@ class SpoutSpuActor(SenderActor):
             self.stats.replayed += n
 
     def flush(self) -> None:
-        """The round's buffers leave; its tracked tuples become one tree, registered with the ack server."""
+        """The round's buffers leave; its tracked tuples become one tree, tracked here from now on."""
         entries = self._batch
         if entries or self._root:
             self._batch = []
-            root = self._root or getrandbits(64) | 1
+            root = self._root or new_root(self.owner)
             sent, xors = self.router.flush([root])
             # End-to-end latency counts from the spout's emit: for tuples max_pending held back, the
             # emit call, not the round that released them (one sample per batch, from its oldest).
@@ -223,12 +243,19 @@ class SpoutSpuActor(SenderActor):
             self._batch_since = None
             self.pending_count += self._batch_count
             self._batch_count = 0
-            self.acker.tell(AckInit(self.spu_id, [(root, xors[0] ^ self._extra_xor)]))
+            # Started after its batches left and before this actor reads its mailbox again, so every ack
+            # for it finds it started.
+            decided = self.tracker.start(root, self.owner, xors[0] ^ self._extra_xor)
             self._root = self._extra_xor = 0
+            if decided is not None:  # no edge to ack (its tuples went nowhere): it completes now
+                if not self._decided:
+                    self.actor_ref.tell(_SETTLE)
+                self._decided.append(decided)
         else:
             sent = self.router.flush()[0]
         self.count_sent(sent)
         self.stats.inflight = self.pending_count
+        self.stats.trees = self.tracker.pending
         self.stats.queue_depth = len(self._overflow)  # emitted by the spout, held back by max_pending
         if self.finished:
             self._report_progress()
@@ -280,6 +307,9 @@ class SpoutSpuActor(SenderActor):
             self.actor_ref.tell(Pump())
 
     def _on_tick(self, msg: Tick) -> None:
+        expired = self.tracker.expire()  # message_timeout
+        if expired:
+            self._settle(expired)
         self.load_feed.on_tick(msg.now)
         self._read_backlog()
         self._read_waiting()
@@ -354,12 +384,34 @@ class SpoutSpuActor(SenderActor):
 
     # --- outcomes ---------------------------------------------------------
 
-    def _on_trees_done(self, msg: TreesDone) -> None:
+    def _on_ack_update(self, msg: AckUpdate) -> None:
+        done = self.tracker.update_many(msg.deltas.items())
+        if done:
+            self._settle(done)
+
+    def _on_ack_fail(self, msg: AckFail) -> None:
+        outcome = self.tracker.fail(msg.root, msg.reason)
+        if outcome is not None:
+            self._settle([outcome])
+
+    def _on_fail_pending(self, msg: FailPending) -> None:
+        """A worker died or the job rolled back: every tree in flight fails now, not at message_timeout."""
+        failed = self.tracker.fail_all(msg.reason)
+        if failed:
+            self._settle(failed)
+
+    def _on_settle(self, msg: _Settle) -> None:
+        decided, self._decided = self._decided, []
+        self._settle(decided)
+
+    def _settle(self, outcomes: Iterable[TreeOutcome]) -> None:
+        """Decided trees: ack, replay (fail) or drop their msg_ids, then go on emitting."""
         now = self._now = self.job.clock.now()
         stats = self.stats
         spout = self.spout
         observe = self._latency.observe
-        for root, ok, reason, _ in msg.outcomes:
+        for outcome in outcomes:
+            root, ok, reason = outcome.root, outcome.ok, outcome.reason
             entry = self.pending.pop(root, None)
             if entry is None:
                 continue

@@ -26,7 +26,7 @@ from esault.control.latency import LatencyController
 from esault.control.runner import ControllerRunner
 from esault.dsl.topology import Grouping
 from esault.job.unit import AbortReconfiguration
-from esault.messages.acking import FailPending, GetPending
+from esault.messages.acking import FailPending
 from esault.messages.control import GetLayout, GetRoutes, GetSpus, ScaleResult, SpusChanged
 from esault.messages.data import Drain
 from esault.job.prober import LatencyProberActor
@@ -90,6 +90,8 @@ class Job:
         gc_policy.enter(config.gc_gen0_threshold)
         self.ctx.ticker = Ticker(self.clock, config.tick_interval)
         self.postman = postman
+        if postman is not None:
+            self.ctx.worker_host = lambda process: postman.remote(process, "host")
         self.launcher = launcher
         self.remote_stats = remote_stats
         self.fresh_reports = fresh_reports
@@ -547,7 +549,7 @@ class Job:
             mine = [s.as_dict() for s in all_stats if s.unit == spec.name]
             totals = {k: sum(s.get(k, 0) for s in mine)
                       for k in ("emitted", "processed", "acked", "failed", "replayed", "user_errors", "dead_letters", "shed")}
-            totals.update({k: sum(s.get(k, 0) for s in spus.values()) for k in ("pes", "inflight")})
+            totals.update({k: sum(s.get(k, 0) for s in spus.values()) for k in ("pes", "inflight", "trees")})
             units[spec.name] = {"kind": "spout" if spec.is_spout else "bolt", "spus": spus, **totals,
                                 "reconfiguring": self.reconfiguring(spec.name)}
             if self.topology.chained(spec.name):
@@ -560,7 +562,7 @@ class Job:
         return {
             "topology": self.name,
             "units": units,
-            "pending_trees": self.ctx.acker.ask(GetPending()),
+            "pending_trees": self._pending_trees(units),
             "spouts_finished": self._spouts_finished(),
             "scaling_events": len(self.coordinator.history),
             "spout_errors": self.spout_errors(),
@@ -575,6 +577,18 @@ class Job:
                             "last_epoch": self.checkpoints.stats.last_epoch,
                             "recoveries": len(self.checkpoints.stats.recoveries)},
         }
+
+    def _pending_trees(self, units: dict[str, Any]) -> int:
+        """Trees in flight, as each spout SPU tracking them last said (a worker's in its heartbeat); none for
+        one that reported itself finished and drained."""
+        total = 0
+        for spec in self.topology.units:
+            if spec.is_spout:
+                for spu_id, row in units[spec.name]["spus"].items():
+                    progress = self.ctx.spout_progress.get(spu_id)
+                    if progress is None or not progress.drained:
+                        total += row.get("trees", 0)
+        return total
 
     def spu_counters(self) -> list[SpuStats]:
         """Every SPU's counters now, wherever it runs (worker rows are their last heartbeat's), plus each

@@ -11,46 +11,47 @@ from typing import Any
 
 
 @dataclass(frozen=True, slots=True)
-class AckInit:
-    """spout SPU -> ack server: new trees, (root, xor of root edges) each, owned by `owner`."""
-
-    owner: int
-    roots: list[tuple[int, int]]
-
-
-@dataclass(frozen=True, slots=True)
 class AckUpdate:
-    """SPU -> ack server: XOR deltas per root (input edge ^ child edges) of processed tuples."""
+    """SPU -> the spout SPU that owns these roots (or the ack server, which relays it there): XOR deltas per
+    root (input edge ^ child edges) of processed tuples."""
 
     deltas: dict[int, int]
 
 
 @dataclass(frozen=True, slots=True)
 class AckFail:
-    """SPU -> ack server: processing a tuple of `root` failed for `reason`."""
+    """SPU -> the spout SPU that owns `root` (or the ack server, which relays it): processing a tuple of
+    `root` failed for `reason`."""
 
     root: int
     reason: str
 
 
 @dataclass(frozen=True, slots=True)
-class TreesDone:
-    """ack server -> spout SPU: outcomes of its trees: (root, ok, reason, latency)."""
-
-    outcomes: list[tuple[int, bool, str | None, float]]
-
-
-@dataclass(frozen=True, slots=True)
 class RegisterOwner:
-    """spout SPU -> ack server: send the outcomes of trees owned by `owner` to `mailbox`."""
+    """spout SPU -> ack server: acks for trees owned by `owner` (an owner key, esault.reliability.roots) go
+    to `mailbox`; the ack server relays those it gets and says where it is to a worker that asks."""
 
     owner: int
     mailbox: Any
 
 
 @dataclass(frozen=True, slots=True)
-class GetPending:
-    """driver -> ack server (ask): how many started trees are incomplete."""
+class FindOwner:
+    """SPU in a worker -> ack server: where is the spout SPU with owner key `owner`? The answer (OwnerAt) goes
+    to `process`'s host, which must be the sender's own process (esault.cluster.authority checks it)."""
+
+    owner: int
+    process: str
+
+
+@dataclass(frozen=True, slots=True)
+class OwnerAt:
+    """ack server -> a worker's host: acks of job `topology` for owner key `owner` go to `mailbox` directly."""
+
+    topology: str
+    owner: int
+    mailbox: Any
 
 
 @dataclass(frozen=True, slots=True)
@@ -83,8 +84,8 @@ class SpoutProgress:
 
 @dataclass(frozen=True, slots=True)
 class FailPending:
-    """job -> ack server: fail every tree in flight now (a worker died and its SPUs were replaced), so
-    spouts replay at once instead of after message_timeout."""
+    """job -> ack server -> every spout SPU: fail every tree in flight now (a worker died and its SPUs were
+    replaced, or the job rolled back), so spouts replay at once instead of after message_timeout."""
 
     reason: str
 

@@ -85,6 +85,8 @@ SPU_GAUGES: Final = (
               "has ready but not emitted (Spout.backlog(), e.g. Kafka lag)."),
     SpuMetric("esault_inflight_tuples", "inflight",
               "Spout tuples emitted and not yet acked or failed (spout SPUs)."),
+    SpuMetric("esault_inflight_trees", "trees",
+              "Tuple trees (one per spout round) the spout SPU started and that are not yet complete or failed."),
 )
 """Gauges, labelled topology/unit/spu, reported for live SPUs only."""
 

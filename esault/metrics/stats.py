@@ -24,7 +24,7 @@ COUNTERS: Final = (
 )
 """SpuStats attributes that only grow: a retired SPU's are added to its unit's retired total."""
 
-GAUGES: Final = ("pes", "queue_depth", "inflight", "backlog")
+GAUGES: Final = ("pes", "queue_depth", "inflight", "trees", "backlog")
 """SpuStats attributes that describe the present: 0 once an SPU is retired."""
 
 RETIRED_REPORT_SECONDS: Final = 30.0
@@ -59,6 +59,7 @@ class SpuStats:
         self.pes = 0
         self.queue_depth = 0
         self.inflight = 0
+        self.trees = 0  # spouts: tuple trees (one per round) started and not yet decided
         self.backlog = 0  # bolts: messages waiting in the SPU's mailbox; spouts: tuples their source has ready
 
     def as_dict(self) -> dict[str, int]:
@@ -120,6 +121,7 @@ class StatsRegistry:
         stats.pes = 0
         stats.queue_depth = 0
         stats.inflight = 0
+        stats.trees = 0
         stats.backlog = 0
         key = (stats.topology, stats.unit, stats.spu)
         with self._lock:

@@ -100,6 +100,7 @@ FIELD_TYPES: Mapping[tuple[str, str], str] = types.MappingProxyType({
     ("StatusRequest", "reply_to"): "Mailbox",
     ("SavepointRequest", "reply_to"): "Mailbox",
     ("RegisterOwner", "mailbox"): "Mailbox",
+    ("OwnerAt", "mailbox"): "Mailbox",
     ("SpuConfig", "extra"): "dict[str, _MailboxOrValue]",
     ("Probe", "reply_to"): "Mailbox",
     ("SpusChanged", "spus"): "dict[int, Mailbox]",
@@ -120,10 +121,10 @@ list, so a new ``Any`` field forces a decision here.
 
 
 WIRE_TAGS: Mapping[str, int] = types.MappingProxyType({
-    "DataBatch": 1, "Tick": 2, "Pump": 3, "AckInit": 4, "AckUpdate": 5, "AckFail": 6, "TreesDone": 7,
+    "DataBatch": 1, "Tick": 2, "Pump": 3, "AckUpdate": 5, "AckFail": 6,
     "RouteSpec": 8, "InstallRoutes": 9, "EpochMarker": 10, "PrepareGive": 11, "PrepareReceive": 12,
     "Prepared": 13, "StateHandoff": 14, "HandoffFinished": 15, "ScaleCommand": 16, "ScaleResult": 17,
-    "GetRoutes": 18, "GetSpus": 19, "GetLayout": 20, "RegisterOwner": 21, "GetPending": 22, "Drain": 23,
+    "GetRoutes": 18, "GetSpus": 19, "GetLayout": 20, "RegisterOwner": 21, "Drain": 23,
     "SpuConfig": 24, "Probe": 25, "ProbeReturned": 26, "SpusChanged": 27, "WorkerHello": 28,
     "PeerAddresses": 29, "StartSpu": 30, "StopSpu": 31, "SpuStopped": 32, "WorkerHeartbeat": 33,
     "Shutdown": 34, "StatusRequest": 35, "StatusReply": 36, "DeadLettered": 37, "SpoutProgress": 38,
@@ -131,9 +132,14 @@ WIRE_TAGS: Mapping[str, int] = types.MappingProxyType({
     "TriggerCheckpoint": 44, "CheckpointStart": 45, "Barrier": 46, "CheckpointAck": 47,
     "CheckpointComplete": 48, "Abandon": 49, "SavepointRequest": 50, "SavepointReply": 51,
     "ForwardMarker": 52, "MarkerSeen": 53, "CancelReconfiguration": 54, "ChainLink": 55, "ChainMembers": 56,
-    "RangeRequest": 57, "RangeGrant": 58, "ReportNow": 59,
+    "RangeRequest": 57, "RangeGrant": 58, "ReportNow": 59, "FindOwner": 60, "OwnerAt": 61,
 })
-"""Message class name -> wire tag. Never renumber or reuse a tag: a new message takes the next free one."""
+"""Message class name -> wire tag. Never renumber or reuse a tag: a new message takes the next free one.
+
+Retired tags (RETIRED_TAGS) are never reused."""
+
+RETIRED_TAGS: tuple[int, ...] = (4, 7, 22)
+"""AckInit, TreesDone and GetPending: the ack server tracked every tree until spout SPUs tracked their own."""
 
 
 def _message_classes() -> dict[str, type]:
@@ -157,6 +163,10 @@ def _tagged(classes: dict[str, type]) -> list[type]:
                           f"restore the class or move it into esault.messages (never reuse its tag)")
     if len(set(WIRE_TAGS.values())) != len(WIRE_TAGS):
         raise ImportError("two messages share a wire tag in esault.transport.wire.WIRE_TAGS; give each its own")
+    reused = sorted(set(WIRE_TAGS.values()) & set(RETIRED_TAGS))
+    if reused:
+        raise ImportError(f"WIRE_TAGS reuses retired tag(s) {reused}: an old frame would decode as the new message; "
+                          f"take the next free tag ({max(WIRE_TAGS.values()) + 1})")
     return sorted(classes.values(), key=lambda cls: WIRE_TAGS[cls.__name__])
 
 
@@ -585,7 +595,8 @@ class WireCodec:
             cls = MESSAGE_TYPES.get(tag)
             if cls is not None:
                 raise _frame_error("local_only", f"tag {tag} ({cls.__name__}) never crosses processes")
-            raise _frame_error("unknown_tag", f"unknown message tag {tag} (known: 1..{len(_CLASSES)})")
+            raise _frame_error("unknown_tag", f"unknown message tag {tag} (known: 1..{max(MESSAGE_TYPES)}, "
+                                              f"retired: {', '.join(map(str, RETIRED_TAGS))})")
         name = MESSAGE_TYPES[tag].__name__
         try:
             return decoder(raw)

@@ -21,7 +21,7 @@ import zmq
 
 from esault.errors import ConfigError, SerializationError
 from esault.metrics.registry import REGISTRY
-from esault.messages.acking import AckUpdate, RegisterOwner, TreesDone
+from esault.messages.acking import AckUpdate, RegisterOwner
 from esault.messages.cluster import StopSpu
 from esault.messages.control import GetSpus, Probe, ScaleCommand, SpuConfig
 from esault.messages.data import DataBatch, Drain, Pump
@@ -175,8 +175,8 @@ def test_mailboxes_map_to_local_refs_and_remote_mailboxes_across_processes(endpo
     a.send(Address("b", "acker"), RegisterOwner(5, spout))
     actor, register = acker_inbox.get(timeout=WAIT)
     assert actor == "acker" and register.mailbox == RemoteMailbox(b, Address("a", "spout-5"))
-    register.mailbox.tell(TreesDone([(9, True, None, 0.5)]))  # the ack server answers the spout
-    assert a_inbox.wait_for(1) == [("spout-5", TreesDone([(9, True, None, 0.5)]))]
+    register.mailbox.tell(AckUpdate({9: 5}))  # the ack server relays an ack to the spout
+    assert a_inbox.wait_for(1) == [("spout-5", AckUpdate({9: 5}))]
 
 
 def test_ten_thousand_messages_arrive_in_fifo_order_per_sender(endpoint):

@@ -18,16 +18,15 @@ from esault.dsl.tuple import Tuple
 from esault.errors import FrameError, SerializationError
 from esault.messages.acking import (
     AckFail,
-    AckInit,
     AckUpdate,
     DeadLettered,
     FailPending,
-    GetPending,
+    FindOwner,
+    OwnerAt,
     RangeGrant,
     RangeRequest,
     RegisterOwner,
     SpoutProgress,
-    TreesDone,
 )
 from esault.messages.chains import ChainLink, ChainMembers
 from esault.messages.checkpoints import (
@@ -101,10 +100,8 @@ PINNED_SCHEMA = {
                       "edges: list[int]")),
     2: ("Tick", ("now: float",)),
     3: ("Pump", ()),
-    4: ("AckInit", ("owner: int", "roots: list[tuple[int, int]]")),
     5: ("AckUpdate", ("deltas: dict[int, int]",)),
     6: ("AckFail", ("root: int", "reason: str")),
-    7: ("TreesDone", ("outcomes: list[tuple[int, bool, str | None, float]]",)),
     8: ("RouteSpec", ("unit: str", "grouping: str", "table: list[value] | None", "spus: dict[int, Mailbox]",
                       "version: int")),
     9: ("InstallRoutes", ("reconfig_id: int", "route: RouteSpec", "notify: dict[int, Mailbox]")),
@@ -128,7 +125,6 @@ PINNED_SCHEMA = {
     19: ("GetSpus", ()),
     20: ("GetLayout", ()),
     21: ("RegisterOwner", ("owner: int", "mailbox: Mailbox")),
-    22: ("GetPending", ()),
     23: ("Drain", ()),
     24: ("SpuConfig", ("topology: str", "unit: str", "spu_id: int", "intervals: tuple[tuple[int, int], ...] | None",
                        "downstream: tuple[RouteSpec, ...]", "receive: PrepareReceive | None",
@@ -177,6 +173,8 @@ PINNED_SCHEMA = {
                           "block: int", "replaces: tuple[int, ...]")),
     58: ("RangeGrant", ("generation: int", "start: int | None", "end: int | None", "error: str")),
     59: ("ReportNow", ()),
+    60: ("FindOwner", ("owner: int", "process: str")),
+    61: ("OwnerAt", ("topology: str", "owner: int", "mailbox: Mailbox")),
 }
 
 
@@ -196,7 +194,7 @@ def test_tags_follow_the_class_name_and_a_message_without_a_tag_is_refused_by_na
     classes = dict(reversed([(cls.__name__, cls) for cls in wire.TAGS]))  # definition order does not matter
     assert [wire.TAGS[cls] for cls in wire._tagged(classes)] == sorted(wire.WIRE_TAGS.values())
     with pytest.raises(ImportError, match=r"without a wire tag: Fresh; add each to esault.transport.wire.WIRE_TAGS "
-                                          r"with the next free tag \(60\)"):
+                                          r"with the next free tag \(62\)"):
         wire._tagged({**classes, "Fresh": Fresh})
     del classes["Abandon"]
     with pytest.raises(ImportError, match=r"WIRE_TAGS names Abandon, which no module of esault.messages defines"):
@@ -250,10 +248,8 @@ ROUTE = RouteSpec("count", "key", [3, [[0, 11], [2**30, 12]]], {11: Address("w1"
 RESULT = ScaleResult("split", "count", 11, 13, 0, 2**29, 42, 0.01, 0.2, "overload", ((0, 2**29, 11, 13),), (13,), ())
 EXAMPLES: dict[type, Any] = {
     DataBatch: DataBatch(7, "split", ["apple", ("k", 2)], [1, {"n": [1.5, None]}], [2**63], [12345]),
-    AckInit: AckInit(3, [(1, 2), (2**64 - 1, 0)]),
     AckUpdate: AckUpdate({1: 5, 2**63: 0}),
     AckFail: AckFail(99, "ValueError: bad word"),
-    TreesDone: TreesDone([(1, True, None, 0.25), (2, False, "timed out", 30.0)]),
     RouteSpec: ROUTE,
     InstallRoutes: InstallRoutes(4, ROUTE, {11: Address("w1", "spu-11")}),
     EpochMarker: EpochMarker(4, 8),
@@ -275,7 +271,6 @@ EXAMPLES: dict[type, Any] = {
     RegisterOwner: RegisterOwner(5, Address("w1", "spout-5")),
     RangeRequest: RangeRequest(5, "lines", 2, 88_000_000, [(0, 1 << 20), (3 << 20, 4 << 20)], 1 << 20, (3, 4)),
     RangeGrant: RangeGrant(2, 1 << 20, 2 << 20),
-    GetPending: GetPending(),
     Drain: Drain(),
     SpuConfig: SpuConfig("wordcount", "count", 13, ((0, 2**30),), (ROUTE,), PrepareReceive(4, ((0, 9, 11),)),
                              {"unit_ref": Address("driver", "unit-count"), "n": (1, frozenset({2}))}),
@@ -302,6 +297,8 @@ EXAMPLES: dict[type, Any] = {
     DriverBeat: DriverBeat([("wc", "count", 5, 1200, 40, 3)]),
     PeerGone: PeerGone("w2"),
     ReportNow: ReportNow(),
+    FindOwner: FindOwner(5, "w2"),
+    OwnerAt: OwnerAt("wordcount", 5, Address("w1", "spu-5")),
     FailPending: FailPending("a worker died"),
     TriggerCheckpoint: TriggerCheckpoint(7, True),
     CheckpointStart: CheckpointStart(7, frozenset({3, 4}), True),
@@ -342,8 +339,8 @@ def test_every_message_survives_a_round_trip_with_its_field_types(message):
 
 
 def test_decode_builds_the_declared_containers_from_lists_the_runtime_passes():
-    decoded = decode_frame(encode_frame(AckInit(1, [[1, 2]])))  # the annotation says tuple[int, int]
-    assert decoded.roots == [(1, 2)] and type(decoded.roots[0]) is tuple
+    decoded = decode_frame(encode_frame(RangeRequest(1, "u", 0, 9, [[1, 2]], 5)))  # list[tuple[int, int]]
+    assert decoded.done == [(1, 2)] and type(decoded.done[0]) is tuple
     spu = decode_frame(encode_frame(SpuConfig("t", "u", 1, [[0, 5]], [], None)))
     assert spu.intervals == ((0, 5),) and type(spu.intervals[0]) is tuple and spu.downstream == () and spu.extra == {}
     assert decode_frame(encode_frame(Probe(1, 5, Address("d", "m")))).sent_at == 5.0
@@ -497,7 +494,7 @@ def test_a_future_never_crosses_processes():
      r"DataBatch\.values\[1\]: cannot encode type object; user keys, values and state must be"),
     (AckUpdate({1: 2**64}), r"AckUpdate\.deltas: cannot encode an int outside the 64-bit range"),
     (InstallRoutes(1, "not a route", {}), r"InstallRoutes\.route: expected a RouteSpec, got str"),
-    (TreesDone([(1, "yes", None, 0.0)]), r"TreesDone\.outcomes\[0\]\[1\]: expected bool, got str 'yes'"),
+    (RangeRequest(1, "u", 0, 9, [(1, "x")], 5), r"RangeRequest\.done\[0\]\[1\]: expected int, got str 'x'"),
 ])
 def test_a_field_of_the_wrong_type_is_refused_naming_its_path(message, error):
     with pytest.raises(SerializationError, match=error):
@@ -523,7 +520,7 @@ GOOD_FRAMES = [encode_frame(msg) for msg in EXAMPLES.values()]
     (msgpack.packb({"tag": 1}), "not_a_frame", r"expected \[tag, fields\.\.\.\], got dict"),
     (msgpack.packb([]), "not_a_frame", r"got list \[\]"),
     (msgpack.packb(["DataBatch", 1, []]), "not_a_frame", r"not a message frame"),
-    (msgpack.packb([99, 1]), "unknown_tag", r"unknown message tag 99 \(known: 1\.\.59\)"),
+    (msgpack.packb([99, 1]), "unknown_tag", r"unknown message tag 99 \(known: 1\.\.61, retired: 4, 7, 22\)"),
     (msgpack.packb([10, 1]), "field_count", r"EpochMarker: expected 2 fields \(reconfig_id, sender\), got 1"),
     (msgpack.packb([25, 1, "soon", ["d", "m"], True]), "field_type", r"Probe\.sent_at: expected float, got str 'soon'"),
     (msgpack.packb([10, True, 1]), "field_type", r"EpochMarker\.reconfig_id: expected int, got bool True"),

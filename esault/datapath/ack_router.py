@@ -1,0 +1,99 @@
+"""AckRouter: every ack goes to the spout SPU that owns its tree, not through the driver.
+
+A spout SPU tracks the trees it roots (esault.datapath.spout_spu), and a root
+names its owner (esault.reliability.roots). The spout SPUs of this process
+register their mailbox here; one elsewhere is found once: the first ack for
+it goes to the ack server, which relays it, and a FindOwner asks where that
+owner is (the answer, OwnerAt, reaches this process's host, which calls
+learn()). From then on its acks travel in one frame to its worker.
+
+One per job per process, used by that job's SPU threads and by anchors settled
+on other threads (a sink's commit thread): dict reads and writes are atomic
+under the GIL, and a FindOwner sent twice is harmless.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pykka
+
+from esault.messages.acking import AckFail, AckUpdate, FindOwner
+from esault.reliability.roots import OWNER_MASK
+
+
+class _Gone:
+    """The mailbox of an owner that stopped or whose worker died: its trees went with it."""
+
+    __slots__ = ()
+
+    def tell(self, message: Any) -> None:
+        pass
+
+
+GONE = _Gone()
+
+
+class AckRouter:
+    """Sends AckUpdate and AckFail to the owners of their roots: directly when known, else via the ack server."""
+
+    __slots__ = ("_job", "owners", "_asked", "relayed")
+
+    def __init__(self, job: Any) -> None:
+        self._job = job  # read at send time: the ack server's mailbox and this process's name are set after
+        self.owners: dict[int, Any] = {}
+        """owner key -> the spout SPU's mailbox (GONE once unreachable)."""
+        self._asked: set[int] = set()
+        self.relayed = 0
+        """Acks this process sent through the ack server (an owner not known yet): tests and docs read it."""
+
+    def register(self, owner: int, mailbox: Any) -> None:
+        """A spout SPU of this process: its acks are tells to its own mailbox."""
+        self.owners[owner] = mailbox
+
+    def forget(self, owner: int, mailbox: Any) -> None:
+        """A spout SPU of this process stopped: acks still on their way for its trees are dropped."""
+        if self.owners.get(owner) is mailbox:
+            self.owners[owner] = GONE
+
+    def learn(self, owner: int, mailbox: Any) -> None:
+        """The ack server said where an owner is (OwnerAt); a registration here, or its loss, stays."""
+        self.owners.setdefault(owner, mailbox)
+
+    def update(self, deltas: dict[int, int]) -> None:
+        """Send each root's XOR delta to its owner: one AckUpdate per owner."""
+        if len(deltas) == 1:
+            for root in deltas:
+                self._tell(root & OWNER_MASK, AckUpdate(deltas))
+            return
+        parts: dict[int, dict[int, int]] = {}
+        for root, xor in deltas.items():
+            owner = root & OWNER_MASK
+            part = parts.get(owner)
+            if part is None:
+                parts[owner] = {root: xor}
+            else:
+                part[root] = xor
+        for owner, part in parts.items():
+            self._tell(owner, AckUpdate(part))
+
+    def fail(self, root: int, reason: str) -> None:
+        self._tell(root & OWNER_MASK, AckFail(root, reason))
+
+    def _tell(self, owner: int, message: Any) -> None:
+        mailbox = self.owners.get(owner)
+        if mailbox is not None:
+            try:
+                mailbox.tell(message)
+            except (pykka.ActorDeadError, LookupError, ConnectionError):
+                self.owners[owner] = GONE  # stopped, or its worker died: a rollback or replay covers its trees
+            return
+        relay = self._job.acker
+        if relay is None:
+            return
+        self.relayed += 1
+        relay.tell(message)
+        process = self._job.process
+        if process and owner not in self._asked:
+            self._asked.add(owner)
+            relay.tell(FindOwner(owner, process))
