@@ -3,20 +3,18 @@ must name the asking worker's own process (the answer goes there). A real worker
 
 from __future__ import annotations
 
-import threading
 from types import SimpleNamespace
 
 import pytest
 
 from esault.cluster.authority import refusal
-from esault.cluster.postman import Postman
-from esault.cluster.worker import HostActor
 from esault.datapath.ack_router import AckRouter
 from esault.messages.acking import FindOwner, OwnerAt
 from esault.testing import wait_until
 from esault.transport.address import Address
 from esault.transport.keys import KeyPair
-from esault.transport.trust import Identity, KeyRing, Role
+from esault.transport.trust import Identity, Role
+from worker_host import worker_host
 
 
 def identity(role: Role, name: str) -> Identity:
@@ -38,14 +36,8 @@ def test_owner_at_is_a_driver_command():
 
 @pytest.fixture
 def host():
-    driver = KeyPair.generate()
-    keys = KeyRing(KeyPair.generate(), "w1", Role.WORKER)
-    keys.admit(driver.public, Role.DRIVER, "driver")
-    postman = Postman("w1", keys=keys)
-    ref = postman.start_and_register("host", lambda: HostActor.start(postman, threading.Event()))
-    yield postman, ref, Identity(driver.public.decode(), Role.DRIVER, "driver")
-    ref.stop()
-    postman.close()
+    with worker_host() as running:
+        yield running
 
 
 def test_the_host_hands_the_drivers_answer_to_the_jobs_ack_router_and_refuses_a_workers(host):

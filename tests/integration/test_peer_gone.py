@@ -8,27 +8,19 @@ import threading
 import pytest
 
 from esault.cluster.postman import Postman
-from esault.cluster.worker import DriverLiveness, HostActor, WorkerControl
 from esault.messages.cluster import PeerGone, ReportNow
 from esault.messages.handoff import EpochMarker
 from esault.testing import wait_until
 from esault.transport.address import Address
 from esault.transport.keys import KeyPair
-from esault.transport.trust import Identity, KeyRing, Role
+from esault.transport.trust import Identity, Role
+from worker_host import worker_host
 
 
 @pytest.fixture
 def host():
-    driver = KeyPair.generate()
-    keys = KeyRing(KeyPair.generate(), "w1", Role.WORKER)
-    keys.admit(driver.public, Role.DRIVER, "driver")
-    postman = Postman("w1", keys=keys)
-    done = threading.Event()
-    ref = postman.start_and_register("host", lambda: HostActor.start(postman, done))
-    postman.register("control", WorkerControl(postman, DriverLiveness()))
-    yield postman, Identity(driver.public.decode(), Role.DRIVER, "driver")
-    ref.stop()
-    postman.close()
+    with worker_host(control=True) as (postman, _, driver):
+        yield postman, driver
 
 
 def fill_until_blocked(postman: Postman, to: Address) -> queue.Queue:
