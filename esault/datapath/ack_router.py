@@ -19,7 +19,7 @@ from typing import Any
 import pykka
 
 from esault.messages.acking import AckFail, AckUpdate, FindOwner
-from esault.reliability.roots import OWNER_MASK
+from esault.reliability.roots import OWNER_MASK, by_owner
 
 
 class _Gone:
@@ -66,15 +66,7 @@ class AckRouter:
             for root in deltas:
                 self._tell(root & OWNER_MASK, AckUpdate(deltas))
             return
-        parts: dict[int, dict[int, int]] = {}
-        for root, xor in deltas.items():
-            owner = root & OWNER_MASK
-            part = parts.get(owner)
-            if part is None:
-                parts[owner] = {root: xor}
-            else:
-                part[root] = xor
-        for owner, part in parts.items():
+        for owner, part in by_owner(deltas).items():
             self._tell(owner, AckUpdate(part))
 
     def fail(self, root: int, reason: str) -> None:

@@ -19,7 +19,7 @@ from typing import Any
 import pykka
 
 from esault.metrics import registry as metrics
-from esault.reliability.roots import owner_key, owner_of
+from esault.reliability.roots import by_owner, owner_key, owner_of
 from esault.reliability.shared_ranges import STALE, RangeLeases
 from esault.datapath.context import JobContext, log
 from esault.messages.acking import (
@@ -69,7 +69,8 @@ class AckServerActor(pykka.ThreadingActor):
         try:
             kind = type(message)
             if kind is AckUpdate:
-                self._relay_update(message.deltas)
+                for key, part in by_owner(message.deltas).items():
+                    self._relay(key, AckUpdate(part))
             elif kind is AckFail:
                 self._relay(owner_of(message.root), message)
             elif kind is FindOwner:
@@ -128,13 +129,6 @@ class AckServerActor(pykka.ThreadingActor):
             log.debug("ack server: where spout SPU %d is was not told to %s: %r", key, process, exc)
 
     # --- relaying ----------------------------------------------------------------
-
-    def _relay_update(self, deltas: dict[int, int]) -> None:
-        parts: dict[int, dict[int, int]] = {}
-        for root, xor in deltas.items():
-            parts.setdefault(owner_of(root), {})[root] = xor
-        for key, part in parts.items():
-            self._relay(key, AckUpdate(part))
 
     def _relay(self, key: int, ack: Any) -> None:
         self.relayed += 1

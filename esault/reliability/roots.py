@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from random import getrandbits
 
-__all__ = ["OWNER_BITS", "OWNER_MASK", "new_root", "owner_key", "owner_of"]
+__all__ = ["OWNER_BITS", "OWNER_MASK", "by_owner", "new_root", "owner_key", "owner_of"]
 
 OWNER_BITS = 24
 OWNER_MASK = (1 << OWNER_BITS) - 1
@@ -36,3 +36,16 @@ def new_root(owner: int) -> int:
 def owner_of(root: int) -> int:
     """The owner key a root carries."""
     return root & OWNER_MASK
+
+
+def by_owner(deltas: dict[int, int]) -> dict[int, dict[int, int]]:
+    """An ack's {root: xor} split into one such dict per owner key."""
+    parts: dict[int, dict[int, int]] = {}
+    for root, xor in deltas.items():
+        owner = root & OWNER_MASK
+        part = parts.get(owner)
+        if part is None:
+            parts[owner] = {root: xor}
+        else:
+            part[root] = xor
+    return parts

@@ -9,7 +9,7 @@ from hypothesis import given, strategies as st
 
 from esault.datapath.ack_router import GONE, AckRouter
 from esault.messages.acking import AckFail, AckUpdate, FindOwner
-from esault.reliability.roots import OWNER_BITS, OWNER_MASK, new_root, owner_key, owner_of
+from esault.reliability.roots import OWNER_BITS, OWNER_MASK, by_owner, new_root, owner_key, owner_of
 
 
 class Box:
@@ -44,6 +44,14 @@ def test_an_owner_key_is_the_spu_id_masked(spu_id):
 def test_roots_of_one_owner_differ():
     roots = {new_root(3) for _ in range(10_000)}
     assert len(roots) == 10_000
+
+
+@given(st.dictionaries(st.integers(0, 2**64 - 1), st.integers(0, 2**64 - 1), max_size=40))
+def test_by_owner_partitions_the_roots_by_the_owner_they_carry(deltas):
+    parts = by_owner(deltas)
+    assert all(owner_of(root) == owner for owner, part in parts.items() for root in part)
+    assert {root: xor for part in parts.values() for root, xor in part.items()} == deltas
+    assert sum(map(len, parts.values())) == len(deltas)
 
 
 def test_a_registered_owner_is_told_directly_and_nothing_goes_to_the_ack_server():
