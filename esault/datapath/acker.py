@@ -106,6 +106,8 @@ class AckServerActor(pykka.ThreadingActor):
         held = self._held.pop(key, None)
         if held:
             self._held_count -= len(held)
+            if not self._held_count:
+                self._ticking(False)
             for _, ack in held:
                 self._relay(key, ack)
 
@@ -137,6 +139,8 @@ class AckServerActor(pykka.ThreadingActor):
                 self.dropped += 1
                 return
             deadline = self.job.clock.now() + self.job.config.message_timeout
+            if not self._held_count:  # ticks only while something waits: an idle ack server wakes for nothing
+                self._ticking(True)
             self._held.setdefault(key, deque()).append((deadline, ack))
             self._held_count += 1
             return
@@ -162,6 +166,13 @@ class AckServerActor(pykka.ThreadingActor):
                 self.dropped += 1
             if not held:
                 del self._held[key]
+        if not self._held_count:
+            self._ticking(False)
+
+    def _ticking(self, on: bool) -> None:
+        ticker = self.job.ticker
+        if ticker is not None:
+            (ticker.subscribe if on else ticker.unsubscribe)(self.actor_ref)
 
     def _fail_pending(self, msg: FailPending) -> None:
         """Every spout SPU fails the trees it has in flight (a worker died, or the job rolled back)."""

@@ -122,7 +122,6 @@ class Job:
         self.final_status: dict[str, Any] | None = None
         self._final_failure: str | None = None
         self.ctx.acker = self._start_named("acker", lambda: AckServerActor.start(self.ctx))
-        self.ctx.ticker.subscribe(self.ctx.acker)
         collector = AckCollector()
         self.ctx.checkpoints = self._start_named("checkpoints", lambda: CheckpointAcksActor.start(collector))
         try:

@@ -49,9 +49,23 @@ class Hosts:
         return self.boxes.setdefault(process, QueueMailbox())
 
 
+class Ticker:
+    """Records who is subscribed (the job's Ticker would tell them Tick every tick_interval)."""
+
+    def __init__(self) -> None:
+        self.subscribers: list = []
+
+    def subscribe(self, mailbox) -> None:
+        self.subscribers.append(mailbox)
+
+    def unsubscribe(self, mailbox) -> None:
+        if mailbox in self.subscribers:
+            self.subscribers.remove(mailbox)
+
+
 def make_job(clock=None, timeout: float = 300.0, process=None):
     job = SimpleNamespace(name="wc", clock=clock or ManualClock(), config=SimpleNamespace(message_timeout=timeout),
-                          process=process, worker_host=Hosts(), spout_progress={}, acker=None)
+                          process=process, worker_host=Hosts(), spout_progress={}, acker=None, ticker=Ticker())
     job.acks = AckRouter(job)
     return job
 
@@ -128,6 +142,27 @@ def test_held_acks_are_dropped_after_message_timeout_and_never_delivered(server)
     acker.ask(Tick(30.0))
     assert spout.got.empty()
     assert acker.proxy().dropped.get() == 1
+
+
+def test_the_ack_server_ticks_only_while_it_holds_acks(server):
+    clock = ManualClock()
+    job = make_job(clock, timeout=30.0)
+    acker = server(job)
+    one, two = QueueMailbox(), QueueMailbox()
+    acker.tell(RegisterOwner(1, one))
+    acker.tell(AckUpdate({new_root(1): 1}))  # delivered: nothing held
+    acker.ask(Tick(0.0))
+    assert job.ticker.subscribers == []
+    acker.tell(AckUpdate({new_root(2): 1}))
+    acker.tell(AckUpdate({new_root(3): 1}))
+    acker.ask(Tick(0.0))
+    assert job.ticker.subscribers == [acker]  # once, however many it holds
+    acker.tell(RegisterOwner(2, two))
+    acker.ask(Tick(0.0))
+    assert job.ticker.subscribers == [acker]  # owner 3's ack still waits
+    clock.advance(30.0)
+    acker.ask(Tick(30.0))
+    assert job.ticker.subscribers == []
 
 
 def test_held_acks_are_bounded(server, monkeypatch):
