@@ -59,8 +59,8 @@ class FinalCounts(Bolt):
 class TimedLines(TextFileSpout):
     """TextFileSpout at a fixed rate (lines per second), each line as [emit time, line]."""
 
-    def __init__(self, path: str, rate: float, chunk_lines: int = 16) -> None:
-        super().__init__(path, chunk_lines)
+    def __init__(self, path: str, rate: float, chunk_lines: int = 16, block_bytes: int = 1 << 20) -> None:
+        super().__init__(path, chunk_lines, block_bytes=block_bytes)
         self.rate = rate
         self.sent = 0
         self.started: float | None = None

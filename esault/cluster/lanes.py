@@ -13,6 +13,7 @@ probes) stays on the data lane, in order with the data.
 from __future__ import annotations
 
 from esault.datapath.inbox import JUMPS_QUEUE
+from esault.messages.acking import AckFail, AckUpdate
 from esault.messages.cluster import PeerAddresses, PeerGone, SpuStarted, StartSpu, SubmitJob
 from esault.messages.handoff import HandoffFinished, Prepared
 
@@ -24,10 +25,14 @@ CONTROL_LANE: frozenset[type] = JUMPS_QUEUE | frozenset({
     # a peer's death goes on the lane of its addresses: a worker that comes back under its name is announced
     # by a PeerAddresses after the PeerGone of its old incarnation, and must not be overtaken by it
     PeerGone,
+    # acks, SPU -> the spout SPU that owns the tree: XOR deltas commute and mark no position in any channel,
+    # and a spout's flow control (max_spout_pending) waits on them: never behind the batches queued to its worker
+    AckUpdate, AckFail,
 })
 """Why each is safe off the data lane: JUMPS_QUEUE as in inbox.py. Prepared and HandoffFinished go to the
 unit actor, which receives no data. StartSpu and SpuStarted concern an SPU that has no data yet; SubmitJob
 and PeerAddresses go with them because a StartSpu must not overtake them; PeerGone because a PeerAddresses
 that re-admits a restarted worker must not overtake the PeerGone of its old incarnation (on the data lane it
-did, and the survivor then dropped the new connection). StopSpu
+did, and the survivor then dropped the new connection). AckUpdate and AckFail because a tree's value is
+the XOR of its acks in any order, and its spout SPU starts it before any ack can arrive. StopSpu
 stays on the data lane: at a job's end it must arrive after the last frames for the SPU it stops."""

@@ -52,8 +52,9 @@ def build_forwarding(path: str, rate_lines: float, name: str):
     """Lines read in the workers -> split (chained) -> per word (word, 1) after 1 ms of work -> a collector in
     the driver. The input comes faster than the count SPUs' 2,000 words/s, so trees are always in flight."""
     builder = TopologyBuilder(name)
-    builder.set_spout("lines", esault_wordcount.TimedLines, 2, params={"path": path, "rate": rate_lines / 2},
-                      max_pending=1_000, placement="worker")
+    builder.set_spout("lines", esault_wordcount.TimedLines, 2,  # 4 KiB blocks: both instances read the small file
+                      params={"path": path, "rate": rate_lines / 2, "block_bytes": 4096}, max_pending=1_000,
+                      placement="worker")
     builder.set_bolt("split", esault_wordcount.SplitTimed, 2, elastic=False).shuffle_grouping("lines")
     builder.set_bolt("count", SlowIncrementBolt, 2, params={"seconds": 0.001}, elastic=False).key_grouping("split")
     builder.set_bolt("out", DriverCollectorBolt, params={"name": name}).global_grouping("count")
@@ -88,6 +89,7 @@ def test_at_least_once_kill9_of_a_worker_holding_a_spout_loses_no_word_and_ends_
         oracle = wordcount_input.oracle(path)
         assert all(counts[w] >= n for w, n in oracle.items()), "a word lost a count"
         assert job.status()["units"]["lines"]["failed"] >= 1, "trees in flight at the kill failed and replayed"
+        assert all(spu["emitted"] for spu in job.status()["units"]["lines"]["spus"].values()), "both spouts read"
         job.stop()
 
 
