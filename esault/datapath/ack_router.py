@@ -33,6 +33,25 @@ class _Gone:
 
 GONE = _Gone()
 
+UNREACHABLE = (pykka.ActorDeadError, LookupError, ConnectionError)
+"""What telling a stopped actor, or one on a dead worker, raises."""
+
+
+def tell_owner(owners: dict[int, Any], owner: int, message: Any) -> bool | None:
+    """Tell the owner's mailbox in `owners`: True if told, False if it is gone (marked GONE on the first failed
+    tell: its trees went with it, so its acks are dropped), None if `owners` does not know it."""
+    mailbox = owners.get(owner)
+    if mailbox is None:
+        return None
+    if mailbox is GONE:
+        return False
+    try:
+        mailbox.tell(message)
+    except UNREACHABLE:
+        owners[owner] = GONE
+        return False
+    return True
+
 
 class AckRouter:
     """Sends AckUpdate and AckFail to the owners of their roots: directly when known, else via the ack server."""
@@ -73,12 +92,7 @@ class AckRouter:
         self._tell(root & OWNER_MASK, AckFail(root, reason))
 
     def _tell(self, owner: int, message: Any) -> None:
-        mailbox = self.owners.get(owner)
-        if mailbox is not None:
-            try:
-                mailbox.tell(message)
-            except (pykka.ActorDeadError, LookupError, ConnectionError):
-                self.owners[owner] = GONE  # stopped, or its worker died: a rollback or replay covers its trees
+        if tell_owner(self.owners, owner, message) is not None:
             return
         relay = self._job.acker
         if relay is None:

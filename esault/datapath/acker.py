@@ -21,6 +21,7 @@ import pykka
 from esault.metrics import registry as metrics
 from esault.reliability.roots import by_owner, owner_key, owner_of
 from esault.reliability.shared_ranges import STALE, RangeLeases
+from esault.datapath.ack_router import GONE, UNREACHABLE, tell_owner
 from esault.datapath.context import JobContext, log
 from esault.messages.acking import (
     AckFail,
@@ -51,13 +52,13 @@ class AckServerActor(pykka.ThreadingActor):
         self.owners: dict[int, Any] = {}
         """spout SPU id -> its mailbox (range grants, FailPending)."""
         self.routes: dict[int, Any] = {}
-        """owner key (esault.reliability.roots) -> the mailbox its acks go to; None once it is unreachable."""
+        """owner key (esault.reliability.roots) -> the mailbox its acks go to; GONE once it is unreachable."""
         self.ranges = RangeLeases()
         self._held: dict[int, deque[tuple[float, Any]]] = {}  # owner key -> (deadline, ack) until it registers
-        self._held_count = 0
         self._asked: dict[int, set[str]] = {}  # owner key -> processes that asked where it is before it registered
         self.relayed = 0
-        """Acks relayed (an SPU did not know the owner yet): a few per owner and process, at its start."""
+        """Acks (one per owner they name) relayed because an SPU did not know the owner yet: a few per owner and
+        process, at its start. Counted once when received, however long one waits for its owner."""
         self.dropped = 0
         """Relayed acks dropped: their owner was gone, never registered within message_timeout, or MAX_HELD."""
         metrics.init_unknown_message_series("AckServerActor")
@@ -70,8 +71,10 @@ class AckServerActor(pykka.ThreadingActor):
             kind = type(message)
             if kind is AckUpdate:
                 for key, part in by_owner(message.deltas).items():
+                    self.relayed += 1
                     self._relay(key, AckUpdate(part))
             elif kind is AckFail:
+                self.relayed += 1
                 self._relay(owner_of(message.root), message)
             elif kind is FindOwner:
                 self._find(message)
@@ -105,8 +108,7 @@ class AckServerActor(pykka.ThreadingActor):
             self._answer(key, process)
         held = self._held.pop(key, None)
         if held:
-            self._held_count -= len(held)
-            if not self._held_count:
+            if not self._held:
                 self._ticking(False)
             for _, ack in held:
                 self._relay(key, ack)
@@ -120,7 +122,7 @@ class AckServerActor(pykka.ThreadingActor):
 
     def _answer(self, key: int, process: str) -> None:
         mailbox = self.routes.get(key)
-        if mailbox is None:
+        if mailbox is None or mailbox is GONE:
             return  # gone: the worker keeps relaying, and the acks are dropped here
         host = self.job.worker_host
         if host is None:
@@ -133,26 +135,18 @@ class AckServerActor(pykka.ThreadingActor):
     # --- relaying ----------------------------------------------------------------
 
     def _relay(self, key: int, ack: Any) -> None:
-        self.relayed += 1
-        if key not in self.routes:
-            if self._held_count >= MAX_HELD:
+        told = tell_owner(self.routes, key, ack)
+        if told is False:
+            self.dropped += 1
+        elif told is None:  # not registered yet: held until it does, or message_timeout
+            held = sum(map(len, self._held.values()))  # a few, at a spout's start
+            if held >= MAX_HELD:
                 self.dropped += 1
                 return
-            deadline = self.job.clock.now() + self.job.config.message_timeout
-            if not self._held_count:  # ticks only while something waits: an idle ack server wakes for nothing
+            if not held:  # ticks only while something waits: an idle ack server wakes for nothing
                 self._ticking(True)
+            deadline = self.job.clock.now() + self.job.config.message_timeout
             self._held.setdefault(key, deque()).append((deadline, ack))
-            self._held_count += 1
-            return
-        mailbox = self.routes[key]
-        if mailbox is None:
-            self.dropped += 1
-            return
-        try:
-            mailbox.tell(ack)
-        except (pykka.ActorDeadError, LookupError, ConnectionError):  # stopped, or its worker died
-            self.routes[key] = None
-            self.dropped += 1
 
     def _expire_held(self) -> None:
         if not self._held:
@@ -162,11 +156,10 @@ class AckServerActor(pykka.ThreadingActor):
             held = self._held[key]
             while held and held[0][0] <= now:
                 held.popleft()
-                self._held_count -= 1
                 self.dropped += 1
             if not held:
                 del self._held[key]
-        if not self._held_count:
+        if not self._held:
             self._ticking(False)
 
     def _ticking(self, on: bool) -> None:
@@ -179,9 +172,9 @@ class AckServerActor(pykka.ThreadingActor):
         for spu_id, mailbox in list(self.owners.items()):
             try:
                 mailbox.tell(msg)
-            except (pykka.ActorDeadError, LookupError, ConnectionError):  # stopped, or on the dead worker
+            except UNREACHABLE:  # stopped, or on the dead worker
                 self.owners.pop(spu_id, None)
-                self.routes[owner_key(spu_id)] = None
+                self.routes[owner_key(spu_id)] = GONE
 
     def _lease(self, msg: RangeRequest) -> None:
         """The next block of the unit's shared space to the SPU that asked, or why not."""
@@ -204,7 +197,7 @@ class AckServerActor(pykka.ThreadingActor):
             reply = RangeGrant(msg.generation, start, end)
         try:
             mailbox.tell(reply)
-        except (pykka.ActorDeadError, LookupError):  # stopping, or its worker died: a rollback re-leases it
+        except UNREACHABLE:  # stopping, or its worker died: a rollback re-leases it
             self.owners.pop(msg.owner, None)
 
     def _dead_letter(self, msg: DeadLettered) -> None:

@@ -58,7 +58,8 @@ def test_wait_lists_the_spouts_at_most_every_max_age_while_they_read_then_sees_t
             # Before: a list on every 10 ms poll (~100). Now one per SPOUT_LIST_MAX_AGE (0.2 s), whatever the
             # machine's speed: the bound is by time, not by the polls a slow machine makes fewer of.
             assert counts["polls"] >= 20, counts
-            assert 1 <= counts["lists"] <= waited / SPOUT_LIST_MAX_AGE + 2 < counts["polls"], counts
+            assert counts["lists"] >= 1, counts
+            assert counts["lists"] <= waited / SPOUT_LIST_MAX_AGE + 2, counts
             GatedSpout.gate.set()
             assert job.wait(30.0)
             assert sorted(tup[1] for tup in collected("gated")) == list(range(40))

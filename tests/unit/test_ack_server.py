@@ -10,7 +10,7 @@ import pytest
 
 from esault.clock import ManualClock
 from esault.datapath import acker as acker_module
-from esault.datapath.ack_router import AckRouter
+from esault.datapath.ack_router import GONE, AckRouter
 from esault.datapath.acker import AckServerActor
 from esault.messages.acking import AckFail, AckUpdate, FailPending, FindOwner, OwnerAt, RegisterOwner
 from esault.messages.data import Tick
@@ -95,7 +95,7 @@ def test_fail_pending_reaches_live_spouts_when_one_spouts_worker_is_gone(server)
     acker.ask(Tick(0.0))  # a barrier: the FailPending was handled
     assert dead1.tells == dead3.tells == 1
     state = acker.proxy().routes.get()
-    assert state[1] is None and state[3] is None and state[2] is live  # the dead are known as gone
+    assert state[1] is GONE and state[3] is GONE and state[2] is live  # the dead are known as gone
 
 
 def test_an_ack_is_relayed_to_the_owner_of_each_root_split_per_owner(server):
@@ -123,6 +123,7 @@ def test_acks_for_a_spout_not_registered_yet_wait_for_it_and_a_worker_that_asked
     spout = QueueMailbox()
     acker.tell(RegisterOwner(9, spout))
     assert spout.next() == AckUpdate({root: 3})
+    assert acker.proxy().relayed.get() == 1  # once, though it waited for its owner
     told = job.worker_host.boxes["w2"].next()
     assert told == OwnerAt("wc", 9, spout)
     acker.tell(FindOwner(9, "w3"))  # known now: answered at once
