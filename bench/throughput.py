@@ -126,7 +126,7 @@ def run_esault(cluster: LocalCluster, name: str, path: Path, expected: collectio
     """One esault word count; CPU per process of the cluster over submit -> processed.
 
     guarantee and checkpoint_interval None: JobConfig's defaults, what a user gets (exactly_once, 2 s).
-    `stats` gets the job's checkpoint stats; `on_processed` is called once every word is processed, before the
+    `stats` gets the job's checkpoint stats and its SPUs' snapshot encoding time; `on_processed` is called once every word is processed, before the
     job stops (its SPU threads still there: bench/checkpoints.py reads their CPU then)."""
     pids = {"driver": os.getpid()}
     if cluster.pool is not None:
@@ -147,6 +147,7 @@ def run_esault(cluster: LocalCluster, name: str, path: Path, expected: collectio
         job.stop()
     if stats is not None:
         stats["checkpoints"] = job.checkpoints.stats
+        stats["snapshot_us"] = sum(unit.get("snapshot_us", 0) for unit in job.status()["units"].values())
     written = time.perf_counter() - started
     if not finished:
         return Run(name, sum(expected.values()), None, note=f"did not finish: {job.final_status}")

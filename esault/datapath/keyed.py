@@ -16,7 +16,8 @@ this part uses them.
 from __future__ import annotations
 
 from random import getrandbits
-from typing import Any
+from time import perf_counter, thread_time
+from typing import Any, Callable
 
 from esault.checkpoint.saveable import key_owner
 from esault.checkpoint.snapshots import Snapshot
@@ -80,6 +81,7 @@ class KeyedProcessing(PartOfSpu):
         self._calls_batch_end = not spec.per_key and getattr(spec.cls, "on_batch_end", None) is not Bolt.on_batch_end
         self._last_expiry_scan = self.job.clock.now()
         self._pending: PendingSnapshot | None = None  # a snapshot still being encoded in slices
+        self._snapshot_seconds = 0.0  # this thread's time encoding snapshots (stats.snapshot_us, in microseconds)
         self._input_ended = False
         self._slice_keys = self.job.config.snapshot_slice_keys
         self._packer = encoder()  # one Packer for every entry this SPU's snapshots encode
@@ -133,13 +135,29 @@ class KeyedProcessing(PartOfSpu):
             log.error("topology %r: bolt %r finish() raised %r (key %r)", self.job.name, self.unit_name, exc, key)
             self.stats.close_errors += 1
 
+    def _timed(self, encode: Callable[..., None], *args: Any) -> None:
+        """Run one step of snapshot encoding and count the thread's CPU it took (stats.snapshot_us: the part of
+        a checkpoint the processing thread pays; the SnapshotWriter's thread writes)."""
+        started = thread_time()
+        try:
+            encode(*args)
+        finally:
+            self._count_snapshot(thread_time() - started)
+
+    def _count_snapshot(self, seconds: float) -> None:
+        self._snapshot_seconds += seconds
+        self.stats.snapshot_us = int(self._snapshot_seconds * 1e6)
+
     def snapshot(self, snapshot: Snapshot) -> None:
         """The instance's state, or the changed PEs' states (and the ones parked since the last snapshot) in
         bucket rows, encoded in slices: the parked ones and a first slice now, the rest a slice per tick after
         the barrier left (datapath/pending_snapshot.py). Only exactly_once snapshots, and it marks changed keys
         (PeManager's touched mode)."""
+        self._timed(self._take_snapshot, snapshot)
+
+    def _take_snapshot(self, snapshot: Snapshot) -> None:
         epoch = snapshot.ack.epoch
-        self.finish_pending()  # the previous epoch's first: the writer acks in order
+        self._finish_pending()  # the previous epoch's first: the writer acks in order
         if not self.spec.per_key:
             self.spu.snapshot_instance(self.unit_name, self.pes.single(), snapshot)
             return
@@ -155,7 +173,7 @@ class KeyedProcessing(PartOfSpu):
                 self._encode_entry(pending, bucket, key, state)
         self._pending = pending
         if self._input_ended:
-            self.finish_pending()
+            self._finish_pending()
             return
         self._encode_slice(pending)
         if self._pending is pending:  # more than a slice: the rest a slice per tick (on_tick)
@@ -163,6 +181,10 @@ class KeyedProcessing(PartOfSpu):
 
     def finish_pending(self) -> None:
         """Encode what is left of the pending snapshot now and submit it (a gate every key may pass)."""
+        if self._pending is not None:
+            self._timed(self._finish_pending)
+
+    def _finish_pending(self) -> None:
         pending = self._pending
         if pending is not None:
             self._encode_pes(pending, pending.take_rest())
@@ -171,7 +193,7 @@ class KeyedProcessing(PartOfSpu):
     def _encode_slice(self, pending: PendingSnapshot) -> None:
         """The next `pending.slice` keys; the snapshot goes to the writer after its last one."""
         if pending.left <= pending.slice:
-            self.finish_pending()
+            self._finish_pending()
             return
         self._encode_pes(pending, pending.take_slice())
 
@@ -232,7 +254,9 @@ class KeyedProcessing(PartOfSpu):
 
     def _encode_now(self, pending: PendingSnapshot, key: Any, pe: Any) -> None:
         """A pending key whose PE is about to run: its state at the barrier, packed now (the batch loop's gate;
-        _encode_keys's loop for one key)."""
+        _encode_keys's loop for one key). Timed by the wall clock: a couple of microseconds, where reading the
+        thread's CPU clock would cost as much again."""
+        started = perf_counter()
         pe._esault_mark = None
         bucket = pe._esault_bucket
         state = self._packed_state(pe) if bucket != NO_BUCKET else None
@@ -240,6 +264,7 @@ class KeyedProcessing(PartOfSpu):
             self._encode_pe(pending, key, pe)
         else:
             pending.add(bucket, self._pack(key) + state)
+        self._count_snapshot(perf_counter() - started)
 
     def _encode_pe(self, pending: PendingSnapshot, key: Any, pe: Any) -> None:
         """The careful way for one pending PE (its stamp cleared: encoded once)."""
@@ -411,28 +436,26 @@ class KeyedProcessing(PartOfSpu):
         work, a window firing, judges them); every min(idle timeout / 4, 1 s) the expiry scan."""
         pending = self._pending
         if pending is not None:  # one slice per tick: the encoding takes a bounded share of the SPU's time
-            self._encode_slice(pending)
+            self._timed(self._encode_slice, pending)
         if self.pes.arrived and self._receiving is None:  # moved-in keys' PEs, a slice per tick
             self.pes.settle(SETTLE_SLICE_KEYS)
         if self.services.ticking and self._receiving is None:
             if self._pending is not None:  # a tick may change the ticking PEs: their states at the barrier first
-                self._encode_keys(self._pending, list(self.services.ticking))
+                self._timed(self._encode_keys, self._pending, list(self.services.ticking))
             self.ticks.tick(now)
         timeout = self.pes.idle_timeout
         if timeout is None or now - self._last_expiry_scan < min(timeout / 4, 1.0):
             return
         self._last_expiry_scan = now
         if self._pending is not None and self.services.ticking:  # keep_ticking stamps them: barrier states first
-            self._encode_keys(self._pending, list(self.services.ticking))
+            self._timed(self._encode_keys, self._pending, list(self.services.ticking))
         self.ticks.keep_ticking(now)
         expired = self.pes.idle(now)
         if not expired:
             return
         pending = self._pending
         if pending is not None:  # their states at the barrier, before they are parked
-            for key, pe in expired:
-                if pe._esault_mark is pending.stamp:
-                    self._encode_pe(pending, key, pe)
+            self._timed(self._encode_expired, pending, expired)
         for key, pe in expired:
             try:
                 pe.on_expire()
@@ -442,6 +465,11 @@ class KeyedProcessing(PartOfSpu):
         self.parked.park(expired)
         self.stats.pes = len(self.pes)
         self.flush()
+
+    def _encode_expired(self, pending: PendingSnapshot, expired: list[tuple[Any, Any]]) -> None:
+        for key, pe in expired:
+            if pe._esault_mark is pending.stamp:
+                self._encode_pe(pending, key, pe)
 
     # --- key hand-off (docs/PROTOCOLS.md) ----------------------------------
 

@@ -547,7 +547,8 @@ class Job:
             # Counts include SPUs merged away (retired totals, or a worker's last report); gauges only live ones.
             mine = [s.as_dict() for s in all_stats if s.unit == spec.name]
             totals = {k: sum(s.get(k, 0) for s in mine)
-                      for k in ("emitted", "processed", "acked", "failed", "replayed", "user_errors", "dead_letters", "shed")}
+                      for k in ("emitted", "processed", "acked", "failed", "replayed", "user_errors", "dead_letters", "shed",
+                                "snapshot_us")}
             totals.update({k: sum(s.get(k, 0) for s in spus.values()) for k in ("pes", "inflight", "trees")})
             units[spec.name] = {"kind": "spout" if spec.is_spout else "bolt", "spus": spus, **totals,
                                 "reconfiguring": self.reconfiguring(spec.name)}

@@ -74,6 +74,9 @@ SPU_COUNTERS: Final = (
               1e-6),
     SpuMetric("esault_tuples_shed_total", "shed",
               "Tuples a bolt dropped on purpose under overload (a stream join's load shedding): never silent."),
+    SpuMetric("esault_snapshot_seconds_total", "snapshot_us",
+              "Seconds the bolt SPU's own thread spent encoding checkpoint snapshots (the part of a checkpoint "
+              "that takes the processing thread's time; writing is on another thread).", 1e-6),
 )
 """Counters, labelled topology/unit/spu, for live SPUs only: a retired SPU's series end when it
 stops (its counts live on in its unit's retired total, esault.metrics.stats.StatsRegistry.totals)."""

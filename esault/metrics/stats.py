@@ -20,7 +20,7 @@ RETIRED_SPU: Final = -1
 
 COUNTERS: Final = (
     "emitted", "processed", "acked", "failed", "replayed", "user_errors", "dead_letters", "untracked", "busy_us",
-    "shed", "close_errors",
+    "shed", "close_errors", "snapshot_us",
 )
 """SpuStats attributes that only grow: a retired SPU's are added to its unit's retired total."""
 
@@ -56,6 +56,7 @@ class SpuStats:
         self.untracked = 0  # spouts: tuples emitted outside any tracked tree (no msg_id, or acking off)
         self.shed = 0  # tuples a bolt dropped on purpose under overload (a join's load shedding)
         self.busy_us = 0  # bolts: microseconds spent processing batches (DS2's "useful time")
+        self.snapshot_us = 0  # keyed bolts: microseconds the SPU's thread spent encoding checkpoint snapshots
         self.pes = 0
         self.queue_depth = 0
         self.inflight = 0

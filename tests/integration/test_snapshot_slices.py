@@ -105,6 +105,33 @@ def test_every_checkpoint_holds_each_key_as_at_its_barrier_while_slices_interlea
     assert len(mid_run) >= 5, f"only checkpoints {sorted(checked)} were checked: too few mid-run ones"
 
 
+@pytest.mark.parametrize("guarantee", ["exactly_once", "at_least_once"])
+def test_the_time_an_spu_spends_encoding_snapshots_is_counted_under_exactly_once_only(cluster, config, guarantee):
+    """stats.snapshot_us (esault_snapshot_seconds_total): what checkpoints cost the processing thread. Under
+    exactly_once every keyed SPU that changed keys encoded some; no snapshot, nothing counted; it never
+    exceeds the run's wall time."""
+    items = [(f"k{i % KEYS}", i) for i in range(6000)]
+    builder = TopologyBuilder("timed")
+    builder.set_spout("src", PacedListSpout, params={"items": items, "rate": 12000.0})
+    builder.set_bolt("hist", HistoryBolt, 2).key_grouping("src")
+    started = time.monotonic()
+    job = cluster.submit(builder.build(), config.replace(guarantee=guarantee, checkpoint_interval=0.05,
+                                                        snapshot_slice_keys=4))
+    assert job.wait(60), job.status()
+    ran = time.monotonic() - started
+    job.stop()
+    status = job.status()
+    hist, src = status["units"]["hist"], status["units"]["src"]
+    assert hist["processed"] == len(items)
+    per_spu = [spu["snapshot_us"] for spu in hist["spus"].values()]
+    if guarantee == "exactly_once":
+        assert len(per_spu) == 2 and min(per_spu) > 0, per_spu
+        assert hist["snapshot_us"] == sum(per_spu) and max(per_spu) < ran * 1e6, (per_spu, ran)
+    else:
+        assert per_spu and hist["snapshot_us"] == 0, per_spu
+    assert src["snapshot_us"] == 0
+
+
 ints = st.integers(-2**63, 2**64 - 1)
 entries = st.lists(st.tuples(st.integers(0, 7), st.text(max_size=5), ints | st.lists(ints, max_size=3)),
                    max_size=60)

@@ -83,7 +83,7 @@ def make_stats(topology: str, unit: str, spu: int, **counts: int) -> SpuStats:
 def test_every_spu_counter_is_exposed_with_topology_unit_and_spu_labels(stats, server):
     spu = make_stats(
         "wordcount", "count", 3, emitted=11, processed=12, acked=13, failed=14,
-        replayed=15, user_errors=16, dead_letters=17, busy_us=2_500_000, shed=18,
+        replayed=15, user_errors=16, dead_letters=17, busy_us=2_500_000, shed=18, snapshot_us=125_000,
     )
     stats.register(spu)
 
@@ -99,6 +99,7 @@ def test_every_spu_counter_is_exposed_with_topology_unit_and_spu_labels(stats, s
         "esault_dead_letters_total": 17,
         "esault_busy_seconds_total": 2.5,  # counted in microseconds, exported in seconds
         "esault_tuples_shed_total": 18,
+        "esault_snapshot_seconds_total": 0.125,
     }
     assert {m.name for m in SPU_COUNTERS} == set(expected)
     for name, value in expected.items():
