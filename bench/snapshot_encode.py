@@ -80,7 +80,7 @@ def encoding_part(cls: type, keys: list[str], bucket: Callable[[Any], int] = buc
     part.pes, part.spu = pes, SimpleNamespace(state_is_dict=True, read_state=klass._esault_read_state)
     part._state_of = lambda key, pe: pe.snapshot_state()  # the careful path of a PE with state slots
     part._packer, part._pack = encoder(), raw_encoder()
-    part.stats, part._snapshot_seconds = SimpleNamespace(snapshot_us=0), 0.0
+    part.stats, part._snapshot_seconds, part._gate_calls = SimpleNamespace(snapshot_us=0), 0.0, 0
     return part
 
 
