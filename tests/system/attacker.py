@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import sys
+import time
 
 import zmq
 
@@ -27,6 +28,7 @@ def dealer(ctx: zmq.Context, plan: dict, address: str, server_key: str, name: st
     sock.setsockopt(zmq.LINGER, plan.get("linger_ms", 2000))  # a flood needs longer: a slow target reads it late
     sock.setsockopt(zmq.ROUTING_ID, name.encode())
     sock.setsockopt(zmq.SNDHWM, 100_000)
+    sock.setsockopt(zmq.SNDTIMEO, 10_000)  # a send no connection takes gives up (counted) instead of hanging the run
     if plan["auth"] != "none":
         if plan["auth"] == "wrong":
             public, secret = zmq.curve_keypair()
@@ -72,27 +74,36 @@ def main() -> None:
         inbox.curve_publickey, inbox.curve_secretkey = public, secret
     port = inbox.bind_to_random_port("tcp://127.0.0.1")
     reply_address = f"tcp://127.0.0.1:{port}"
-    sent = 0
+    sent = unsent = 0
+
+    def send(sock: zmq.Socket, parts: list[bytes]) -> None:
+        nonlocal sent, unsent
+        sent += 1
+        try:
+            sock.send_multipart(parts)
+        except zmq.Again:  # no connection took it within SNDTIMEO: it reached nobody
+            unsent += 1
+
     plans = attacks(plan, reply_address)
     for target in plan["targets"]:
         sock = dealer(ctx, plan, target["address"], target["key"], plan["name"])
         for actor, message in plans[target["kind"]]:
-            sock.send_multipart([actor.encode(), encode_frame(message)])
-            sent += 1
+            send(sock, [actor.encode(), encode_frame(message)])
         for i in range(plan.get("flood", 0)):  # valid-looking frames to actors that do not exist
             batch = DataBatch(0, "x", [f"k{i}"], ["v" * plan.get("flood_bytes", 1024)], [], [])
-            sock.send_multipart([f"spu-{10**6 + i}".encode(), encode_frame(batch)])
-            sent += 1
+            send(sock, [f"spu-{10**6 + i}".encode(), encode_frame(batch)])
         sock.close()  # linger: what was accepted goes out
     replies = 0
     poller = zmq.Poller()
     poller.register(inbox, zmq.POLLIN)
-    while poller.poll(int(plan.get("listen_ms", 1500))):  # a negative check: nothing may arrive in the window
+    listen = int(plan.get("listen_ms", 1500))
+    give_up = time.monotonic() + 10 * listen / 1000  # a reply stream that never pauses fails the check anyway
+    while time.monotonic() < give_up and poller.poll(listen):  # a negative check: nothing may arrive in the window
         inbox.recv_multipart()
         replies += 1
     inbox.close(0)
     ctx.term()
-    print(json.dumps({"sent": sent, "replies": replies}))
+    print(json.dumps({"sent": sent, "unsent": unsent, "replies": replies}))
 
 
 if __name__ == "__main__":
