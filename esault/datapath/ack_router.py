@@ -5,7 +5,10 @@ names its owner (esault.reliability.roots). The spout SPUs of this process
 register their mailbox here; one elsewhere is found once: the first ack for
 it goes to the ack server, which relays it, and a FindOwner asks where that
 owner is (the answer, OwnerAt, reaches this process's host, which calls
-learn()). From then on its acks travel in one frame to its worker.
+learn()). From then on its acks travel in one frame to its worker. An answer
+that was lost (the driver's send to this worker failed) is asked for again
+while acks for that owner still need the relay, at most every ASK_AGAIN
+seconds, so a worker does not relay an owner's acks for the rest of the job.
 
 One per job per process, used by that job's SPU threads and by anchors settled
 on other threads (a sink's commit thread): dict reads and writes are atomic
@@ -20,6 +23,9 @@ import pykka
 
 from esault.messages.acking import AckFail, AckUpdate, FindOwner
 from esault.reliability.roots import OWNER_MASK, by_owner
+
+ASK_AGAIN = 5.0
+"""Seconds before an owner still unknown here is asked for again (its OwnerAt was lost, or it is gone)."""
 
 
 class _Gone:
@@ -62,7 +68,7 @@ class AckRouter:
         self._job = job  # read at send time: the ack server's mailbox and this process's name are set after
         self.owners: dict[int, Any] = {}
         """owner key -> the spout SPU's mailbox (GONE once unreachable)."""
-        self._asked: set[int] = set()
+        self._asked: dict[int, float] = {}  # owner key -> when FindOwner last asked for it
         self.relayed = 0
         """Acks this process sent through the ack server (an owner not known yet): tests and docs read it."""
 
@@ -100,6 +106,10 @@ class AckRouter:
         self.relayed += 1
         relay.tell(message)
         process = self._job.process
-        if process and owner not in self._asked:
-            self._asked.add(owner)
+        if not process:  # the driver's own SPUs: the ack server registers its owners here itself
+            return
+        now = self._job.clock.now()
+        asked = self._asked.get(owner)
+        if asked is None or now - asked >= ASK_AGAIN:
+            self._asked[owner] = now
             relay.tell(FindOwner(owner, process))

@@ -7,7 +7,8 @@ from types import SimpleNamespace
 import pykka
 from hypothesis import given, strategies as st
 
-from esault.datapath.ack_router import GONE, AckRouter
+from esault.clock import ManualClock
+from esault.datapath.ack_router import ASK_AGAIN, GONE, AckRouter
 from esault.messages.acking import AckFail, AckUpdate, FindOwner
 from esault.reliability.roots import OWNER_BITS, OWNER_MASK, by_owner, new_root, owner_key, owner_of
 
@@ -23,9 +24,9 @@ class Box:
         self.got.append(message)
 
 
-def router(process: str | None = "w1") -> tuple[AckRouter, Box]:
+def router(process: str | None = "w1", clock: ManualClock | None = None) -> tuple[AckRouter, Box]:
     relay = Box()
-    return AckRouter(SimpleNamespace(acker=relay, process=process)), relay
+    return AckRouter(SimpleNamespace(acker=relay, process=process, clock=clock or ManualClock())), relay
 
 
 @given(st.integers(min_value=0, max_value=OWNER_MASK))
@@ -93,6 +94,24 @@ def test_an_unknown_owner_goes_through_the_ack_server_which_is_asked_where_it_is
     acks.learn(8, spout)  # the OwnerAt arrived
     acks.update({a: 3})
     assert spout.got == [AckUpdate({a: 3})] and len(relay.got) == 3
+
+
+def test_an_owner_whose_answer_was_lost_is_asked_for_again_after_ask_again_seconds_not_before():
+    clock = ManualClock()
+    acks, relay = router(process="w2", clock=clock)
+    root = new_root(5)
+    acks.update({root: 1})
+    clock.advance(ASK_AGAIN / 2)
+    acks.update({root: 2})
+    assert relay.got.count(FindOwner(5, "w2")) == 1
+    clock.advance(ASK_AGAIN / 2)  # no OwnerAt came: the next relayed ack asks again
+    acks.fail(root, "x")
+    assert relay.got.count(FindOwner(5, "w2")) == 2
+    assert relay.got[-2:] == [AckFail(root, "x"), FindOwner(5, "w2")]
+    acks.learn(5, Box())
+    clock.advance(10 * ASK_AGAIN)  # known now: told directly, never asked for again
+    acks.update({root: 3})
+    assert relay.got.count(FindOwner(5, "w2")) == 2 and acks.relayed == 3
 
 
 def test_in_the_driver_an_unknown_owner_is_relayed_without_asking():
