@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from esault.messages.acking import FailPending, FindOwner, OwnerAt
+from esault.messages.acking import FailPending, FindOwner, OwnerAt, OwnerGone
 from esault.messages.checkpoints import Abandon, CheckpointComplete, CheckpointStart, TriggerCheckpoint
 from esault.messages.cluster import (
     DriverBeat,
@@ -79,4 +79,8 @@ def refusal(sender: Identity, actor: str, message: Any) -> str | None:
             return f"{kind.__name__} names process {message.process!r}, but the key is {sender.name!r}'s"
     if kind is FindOwner and message.process != sender.name:  # the answer goes to the process it names
         return f"FindOwner names process {message.process!r}, but the key is {sender.name!r}'s"
+    if kind is OwnerGone:  # a worker may say only that a spout SPU of its own stopped
+        process = getattr(getattr(message.mailbox, "address", message.mailbox), "process", None)
+        if process != sender.name:
+            return f"OwnerGone names a mailbox in process {process!r}, but the key is {sender.name!r}'s"
     return None

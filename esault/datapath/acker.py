@@ -30,6 +30,7 @@ from esault.messages.acking import (
     FailPending,
     FindOwner,
     OwnerAt,
+    OwnerGone,
     RangeGrant,
     RangeRequest,
     RegisterOwner,
@@ -90,6 +91,8 @@ class AckServerActor(pykka.ThreadingActor):
                 self._lease(message)
             elif kind is RegisterOwner:
                 self._register(message)
+            elif kind is OwnerGone:
+                self._gone(message)
             else:
                 metrics.count_unknown_message("AckServerActor")
         except Exception:
@@ -112,6 +115,22 @@ class AckServerActor(pykka.ThreadingActor):
                 self._ticking(False)
             for _, ack in held:
                 self._relay(key, ack)
+
+    def _gone(self, msg: OwnerGone) -> None:
+        """A spout SPU stopped (it says so as it stops): forget it, so a rollback's FailPending and the acks
+        still on their way for its trees are not sent to a mailbox nothing reads. A mailbox other than the one
+        registered (a later SPU's, or none) leaves the registration as it is."""
+        if msg.owner not in self.owners or self.owners[msg.owner] != msg.mailbox:
+            return
+        del self.owners[msg.owner]
+        key = owner_key(msg.owner)
+        self.routes[key] = GONE
+        self._asked.pop(key, None)
+        held = self._held.pop(key, None)
+        if held:
+            self.dropped += len(held)
+            if not self._held:
+                self._ticking(False)
 
     def _find(self, msg: FindOwner) -> None:
         key = msg.owner

@@ -20,13 +20,14 @@ from random import getrandbits
 from typing import Any, Iterable
 
 from esault.metrics import registry as metrics
+from esault.datapath.ack_router import UNREACHABLE
 from esault.datapath.anchors import EdgeAnchor, NoAnchor
 from esault.datapath.context import log
 from esault.user_errors import UserErrorLog, user_frame
 from esault.datapath.emitter import build_emit_many
 from esault.checkpoint.saveable import POSITION_FIX
-from esault.messages.acking import (AckFail, AckUpdate, DeadLettered, FailPending, RangeGrant, RangeRequest,
-                                    RegisterOwner, SpoutProgress)
+from esault.messages.acking import (AckFail, AckUpdate, DeadLettered, FailPending, OwnerGone, RangeGrant,
+                                    RangeRequest, RegisterOwner, SpoutProgress)
 from esault.messages.checkpoints import CheckpointAck, CheckpointComplete, TriggerCheckpoint
 from esault.messages.data import Pump, Tick
 from esault.datapath.sender import SenderActor
@@ -56,6 +57,7 @@ class SpoutSpuActor(SenderActor):
         self.batch_delay = conf.batch_delay
         self.max_retries = conf.max_retries
         self.owner = owner_key(cfg.spu_id)  # what the roots of its trees carry (esault.reliability.roots)
+        self._me: Any = None  # how the ack server knows this SPU (RegisterOwner); OwnerGone names it again
         self.tracker = AckTracker(job.clock, conf.message_timeout)
         self._decided: list[TreeOutcome] = []  # trees decided at their start, settled by the next _Settle
         # root -> (the batch's tracked (msg_id, key, value, tuples), time its round started); an
@@ -98,7 +100,7 @@ class SpoutSpuActor(SenderActor):
         name_os_thread(f"spu-{self.spu_id} {self.unit_name}")  # top -H tells the SPUs apart
         self.job.stats.register(self.stats)
         # In a worker, named by address: this actor may start before the postman has registered it.
-        me = Address(self.job.process, f"spu-{self.spu_id}") if self.job.process else self.actor_ref
+        me = self._me = Address(self.job.process, f"spu-{self.spu_id}") if self.job.process else self.actor_ref
         self.job.acks.register(self.owner, self.actor_ref)  # this process's SPUs ack it directly
         self.acker.tell(RegisterOwner(self.spu_id, me))  # others, through the ack server, which says where it is
         self.job.ticker.subscribe(self.actor_ref)
@@ -143,6 +145,11 @@ class SpoutSpuActor(SenderActor):
     def on_stop(self) -> None:
         self.job.ticker.unsubscribe(self.actor_ref)
         self.job.acks.forget(self.owner, self.actor_ref)
+        if self._me is not None:  # the ack server forgets it too (no FailPending after a rollback, no relay to it)
+            try:
+                self.acker.tell(OwnerGone(self.spu_id, self._me))
+            except UNREACHABLE:  # the driver is gone, or the job's ack server stopped first
+                pass
         if self._waiting_for is not None:
             metrics.clear_spout_waiting(self.job.name, self.unit_name, self.spu_id)
         self._error_log.close(f"topology {self.job.name!r}: spout {self.unit_name!r} next_tuple()")

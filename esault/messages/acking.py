@@ -37,6 +37,16 @@ class RegisterOwner:
 
 
 @dataclass(frozen=True, slots=True)
+class OwnerGone:
+    """spout SPU -> ack server: it stopped; the ack server forgets it (its later acks are dropped, FailPending
+    no longer goes to it). Only if `mailbox` is the one registered for `owner`, which must be in the sender's
+    own process (esault.cluster.authority checks it)."""
+
+    owner: int
+    mailbox: Any
+
+
+@dataclass(frozen=True, slots=True)
 class FindOwner:
     """SPU in a worker -> ack server: where is the spout SPU with owner key `owner`? The answer (OwnerAt) goes
     to `process`'s host, which must be the sender's own process (esault.cluster.authority checks it)."""

@@ -9,7 +9,7 @@ import pytest
 
 from esault.cluster.authority import refusal
 from esault.datapath.ack_router import AckRouter
-from esault.messages.acking import FindOwner, OwnerAt
+from esault.messages.acking import FindOwner, OwnerAt, OwnerGone
 from esault.testing import wait_until
 from esault.transport.address import Address
 from esault.transport.keys import KeyPair
@@ -26,6 +26,14 @@ def test_a_find_owner_naming_another_process_is_refused_and_one_naming_the_sende
     assert refusal(w1, "acker@wc", FindOwner(3, "w1")) is None
     why = refusal(w1, "acker@wc", FindOwner(3, "w2"))
     assert why is not None and "names process 'w2'" in why and "'w1'" in why
+
+
+def test_an_owner_gone_may_name_only_a_spout_mailbox_in_the_senders_own_process():
+    w1 = identity(Role.WORKER, "w1")
+    assert refusal(w1, "acker@wc", OwnerGone(3, Address("w1", "spu-3"))) is None
+    why = refusal(w1, "acker@wc", OwnerGone(3, Address("w2", "spu-3")))
+    assert why is not None and "process 'w2'" in why and "'w1'" in why
+    assert refusal(w1, "acker@wc", OwnerGone(3, None)) is not None
 
 
 def test_owner_at_is_a_driver_command():

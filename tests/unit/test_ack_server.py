@@ -12,7 +12,7 @@ from esault.clock import ManualClock
 from esault.datapath import acker as acker_module
 from esault.datapath.ack_router import GONE, AckRouter
 from esault.datapath.acker import AckServerActor
-from esault.messages.acking import AckFail, AckUpdate, FailPending, FindOwner, OwnerAt, RegisterOwner
+from esault.messages.acking import AckFail, AckUpdate, FailPending, FindOwner, OwnerAt, OwnerGone, RegisterOwner
 from esault.messages.data import Tick
 from esault.reliability.roots import new_root
 
@@ -96,6 +96,25 @@ def test_fail_pending_reaches_live_spouts_when_one_spouts_worker_is_gone(server)
     assert dead1.tells == dead3.tells == 1
     state = acker.proxy().routes.get()
     assert state[1] is GONE and state[3] is GONE and state[2] is live  # the dead are known as gone
+
+
+def test_a_spout_that_stopped_is_forgotten_and_gets_no_fail_pending_but_only_with_its_own_mailbox(server):
+    acker = server(make_job())
+    old, new, stays = QueueMailbox(), QueueMailbox(), QueueMailbox()
+    acker.tell(RegisterOwner(1, old))
+    acker.tell(RegisterOwner(2, stays))
+    acker.tell(OwnerGone(2, QueueMailbox()))  # not the mailbox registered for 2: nothing changes
+    acker.tell(OwnerGone(1, old))  # the generation before a rollback stopped
+    acker.tell(AckUpdate({new_root(1): 4}))  # an ack still on its way to it: dropped here
+    acker.tell(FailPending("rolled back"))
+    assert stays.next() == FailPending("rolled back")
+    acker.ask(Tick(0.0))  # a barrier: everything above was handled
+    assert old.got.empty()
+    assert acker.proxy().owners.get() == {2: stays}
+    assert acker.proxy().dropped.get() == 1
+    acker.tell(RegisterOwner(1, new))  # an SPU registering under that id later is reached again
+    acker.tell(FailPending("again"))
+    assert new.next() == FailPending("again") and stays.next() == FailPending("again")
 
 
 def test_an_ack_is_relayed_to_the_owner_of_each_root_split_per_owner(server):
