@@ -107,5 +107,9 @@ def test_exactly_once_kill9_of_a_worker_holding_a_spout_keeps_every_count_exact(
         cluster.pool.processes[int(victim[1:]) - 1].kill()
         wait_until(lambda: job.checkpoints.stats.recoveries, 60, message="the rollback after the kill")
         assert job.wait(120), job.status()
+        # The spout SPUs the rollback replaced said so as they stopped (OwnerGone, over the wire from the
+        # survivor): the ack server sends FailPending and relayed acks to the live ones only.
+        wait_until(lambda: set(job.ctx.acker.proxy().owners.get(timeout=10)) == set(job.spus("lines")), 30,
+                   message="the ack server knowing only the live spout SPUs")
         job.stop()
     assert esault_wordcount.final_counts(tmp_path / "data") == dict(wordcount_input.oracle(path))
