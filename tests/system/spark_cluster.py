@@ -96,7 +96,7 @@ class StandaloneCluster:
 def _alive_workers(cluster: StandaloneCluster) -> int:
     try:
         return sum(1 for w in cluster.state().get("workers", []) if w.get("state") == "ALIVE")
-    except OSError:
+    except (OSError, ValueError):  # not listening yet, or its web UI answered before it had a page (empty body)
         return 0
 
 
