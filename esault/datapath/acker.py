@@ -119,18 +119,16 @@ class AckServerActor(pykka.ThreadingActor):
     def _gone(self, msg: OwnerGone) -> None:
         """A spout SPU stopped (it says so as it stops): forget it, so a rollback's FailPending and the acks
         still on their way for its trees are not sent to a mailbox nothing reads. A mailbox other than the one
-        registered (a later SPU's, or none) leaves the registration as it is."""
-        if msg.owner not in self.owners or self.owners[msg.owner] != msg.mailbox:
-            return
-        del self.owners[msg.owner]
-        key = owner_key(msg.owner)
-        self.routes[key] = GONE
-        self._asked.pop(key, None)
-        held = self._held.pop(key, None)
-        if held:
-            self.dropped += len(held)
-            if not self._held:
-                self._ticking(False)
+        registered (a later SPU's, or none) leaves the registration as it is. (A registered owner has no held
+        acks and no open question: registering answered both.)"""
+        if msg.owner in self.owners and self.owners[msg.owner] == msg.mailbox:
+            self._forget(msg.owner)
+
+    def _forget(self, spu_id: int) -> None:
+        """A spout SPU that stopped or cannot be reached: no FailPending or grant goes to it, its acks are
+        dropped."""
+        self.owners.pop(spu_id, None)
+        self.routes[owner_key(spu_id)] = GONE
 
     def _find(self, msg: FindOwner) -> None:
         key = msg.owner
@@ -192,8 +190,7 @@ class AckServerActor(pykka.ThreadingActor):
             try:
                 mailbox.tell(msg)
             except UNREACHABLE:  # stopped, or on the dead worker
-                self.owners.pop(spu_id, None)
-                self.routes[owner_key(spu_id)] = GONE
+                self._forget(spu_id)
 
     def _lease(self, msg: RangeRequest) -> None:
         """The next block of the unit's shared space to the SPU that asked, or why not."""

@@ -259,35 +259,23 @@ class KeyedProcessing(PartOfSpu):
 
     def _encode_now(self, pending: PendingSnapshot, key: Any, pe: Any) -> None:
         """A pending key whose PE is about to run: its state at the barrier, packed now (the batch loop's gate;
-        _encode_pes's loop for one key, with no loop to set up: a word count meets ~10k of its ~45k changed
-        keys here per checkpoint).
+        _encode_keys's loop for one key).
 
         Its time (stats.snapshot_us, published with the next slice's) is sampled: one call in GATE_SAMPLE by
-        the thread's CPU clock, counted GATE_SAMPLE times. A call takes ~2 us; the wall clock would also count
-        the other threads' turns with the GIL (measured: twice the CPU), and reading the CPU clock on every
-        call would add a third to it."""
+        the thread's CPU clock, counted GATE_SAMPLE times. A call takes ~2 us (a word count meets ~10k of its
+        ~45k changed keys here per checkpoint); the wall clock would also count the other threads' turns with
+        the GIL (measured: twice the CPU), and reading the CPU clock on every call would add a third to it."""
         calls = self._gate_calls = self._gate_calls + 1
         timed = not calls % GATE_SAMPLE
         if timed:
             started = thread_time()
-        spu = self.spu
+        pe._esault_mark = None
         bucket = pe._esault_bucket
-        entry = None
-        if spu.state_is_dict and bucket != NO_BUCKET:
-            read = spu.read_state  # None: the state is the PE's __dict__
-            try:
-                entry = self._pack(key) + self._pack(pe.__dict__ if read is None else read(pe))
-            except Exception:  # what msgpack refuses is reported the careful way
-                entry = None
-        if entry is None:
+        state = self._packed_state(pe) if bucket != NO_BUCKET else None
+        if state is None:
             self._encode_pe(pending, key, pe)
         else:
-            pe._esault_mark = None
-            row = pending.entries.get(bucket)
-            if row is None:
-                pending.entries[bucket] = [entry]
-            else:
-                row.append(entry)
+            pending.add(bucket, self._pack(key) + state)
         if timed:
             self._snapshot_seconds += (thread_time() - started) * GATE_SAMPLE
 
