@@ -67,8 +67,8 @@ class Postman:
         self._held_bytes = 0
         self._held_cap = held_bytes
         self.refused: dict[str, int] = {}
-        """Messages dropped here, by reason ('not_permitted', 'held_full')."""
-        init_frame_drop_series(("held_full",))
+        """Messages dropped here, by reason ('not_permitted', 'held_full', 'actor_stopped')."""
+        init_frame_drop_series(("held_full", "actor_stopped"))
         init_auth_rejected_series(("not_permitted",))
         codec = WireCodec(to_address=self.address_of, from_address=self.mailbox_for, max_frame_bytes=max_frame_bytes)
         self.endpoint = Endpoint(process, self._deliver, bind=bind, keys=self.keys, codec=codec,
@@ -183,8 +183,20 @@ class Postman:
                 return
         try:
             ref.tell(message)
-        except Exception as exc:  # the actor stopped meanwhile
-            log.warning("process %r: %s for %r not delivered: %r", self.process, type(message).__name__, actor, exc)
+        except Exception as exc:  # the actor stopped meanwhile: normal around a stop or a rollback
+            self._dropped_for_stopped(actor, message, exc)
+
+    def _dropped_for_stopped(self, actor: str, message: Any, exc: Exception) -> None:
+        """Count a message whose actor stopped before it was handed over (its sender learns it on its next
+        send, or never needs to: a lease answer to a spout SPU a rollback replaced). Logged once per process at
+        info, then at debug: a rollback stops many actors while answers to them are still on their way."""
+        with self._lock:
+            self.refused["actor_stopped"] = self.refused.get("actor_stopped", 0) + 1
+            first = self.refused["actor_stopped"] == 1
+        count_dropped_frame("actor_stopped")
+        (log.info if first else log.debug)("process %r: %s for %r not delivered, the actor had stopped: %r "
+                                           "(counted in esault_frames_dropped_total{reason=\"actor_stopped\"})",
+                                           self.process, type(message).__name__, actor, exc)
 
     def _hold(self, actor: str, message: Any, size: int) -> None:
         """Keep `message` until `actor` registers, within the byte cap (lock held)."""
