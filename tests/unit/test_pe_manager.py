@@ -5,15 +5,20 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from esault.datapath.pe_class import bucket_of_key
 from esault.datapath.pe_manager import PeManager
+from esault.keyhash import KEY_SPACE_MAX, key_hash
 from pe_parts import touched_keys
 
 TIMEOUT = 8.0
 
 
 class Pe:
+    """Carries what the SPU's PE class gives every per-key PE it makes: the key and its checkpoint bucket."""
+
     def __init__(self, key):
         self.key = key
+        self._esault_bucket = bucket_of_key(key)
 
 
 def manager(now: float = 0.0, timeout: float | None = TIMEOUT) -> PeManager:
@@ -109,6 +114,30 @@ def test_keys_that_moved_away_are_not_dirty_here_any_more():
     moved = pes.take_range(key_hash("x"), key_hash("x"))
     assert [k for k, _ in moved] == ["x"]
     assert touched_keys(pes) == {"y"}, "the receiver checkpoints x now; two SPUs writing it would race"
+
+
+@settings(max_examples=300, deadline=None)
+@given(keys=st.sets(st.one_of(st.text(max_size=6), st.integers(-10**9, 10**9)), max_size=60),
+       picks=st.lists(st.integers(0, 59), min_size=2, max_size=2),
+       widen=st.tuples(st.integers(-3, 3), st.integers(-3, 3)),
+       whole=st.booleans())
+def test_take_range_moves_exactly_the_keys_hashing_into_the_range(keys, picks, widen, whole):
+    """Bucket shortcut or not, a range takes every key whose hash lies in [lo, hi] and nothing else: ranges
+    with ends at, next to and between the keys' own hashes (so bucket edges cut through them), and the whole
+    space, over PEs in several generations."""
+    keys = sorted(keys, key=repr)
+    pes = manager()
+    for i, key in enumerate(keys):
+        use(pes, key, float(i % 3) * 3)
+        pes.idle(float(i % 3) * 3)  # spread over generations
+    hashes = sorted(key_hash(k) for k in keys) or [0]
+    lo, hi = sorted(hashes[p % len(hashes)] for p in picks)
+    lo, hi = (0, KEY_SPACE_MAX) if whole else (max(0, lo + widen[0]), min(KEY_SPACE_MAX, hi + widen[1]))
+    if lo > hi:
+        lo, hi = hi, lo
+    taken = {k for k, _ in pes.take_range(lo, hi)}
+    assert taken == {k for k in keys if lo <= key_hash(k) <= hi}
+    assert {k for k, _ in pes.items()} == set(keys) - taken
 
 
 def test_take_range_finds_pes_in_every_generation():
