@@ -40,7 +40,7 @@ from esault.messages.handoff import (
     PrepareGive,
     PrepareReceive,
 )
-from esault.datapath.pe_class import bucket_of_key, pe_class, state_is_instance_dict
+from esault.datapath.pe_class import pe_class, state_is_instance_dict
 from esault.datapath.pe_manager import PeManager
 from esault.datapath.pe_services import PeServices
 from esault.datapath.pe_ticks import PeTicks
@@ -184,8 +184,7 @@ class BoltSpuActor(SenderActor):
     def _make_pe(self, key: Any) -> Any:
         if self.spec.per_key:  # the runtime's attributes are on the SPU's PE class (datapath/pe_class.py)
             pe = self._pe_class(**self.spec.params)
-            pe.key = key
-            pe._esault_bucket = bucket_of_key(key)
+            pe.key = key  # its `_esault_bucket` is the PeManager's to set
         else:
             pe = self.spec.instantiate()
             pe.key = key

@@ -5,7 +5,6 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from esault.datapath.pe_class import bucket_of_key
 from esault.datapath.pe_manager import PeManager
 from esault.keyhash import KEY_SPACE_MAX, key_hash
 from pe_parts import touched_keys
@@ -14,11 +13,8 @@ TIMEOUT = 8.0
 
 
 class Pe:
-    """Carries what the SPU's PE class gives every per-key PE it makes: the key and its checkpoint bucket."""
-
     def __init__(self, key):
         self.key = key
-        self._esault_bucket = bucket_of_key(key)
 
 
 def manager(now: float = 0.0, timeout: float | None = TIMEOUT) -> PeManager:
@@ -138,6 +134,36 @@ def test_take_range_moves_exactly_the_keys_hashing_into_the_range(keys, picks, w
     taken = {k for k, _ in pes.take_range(lo, hi)}
     assert taken == {k for k in keys if lo <= key_hash(k) <= hi}
     assert {k for k, _ in pes.items()} == set(keys) - taken
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.one_of(
+    st.tuples(st.just("use"), st.sampled_from(["a", "b", "c", "d", "e", 1, 2, 3])),
+    st.tuples(st.just("wait"), st.floats(0.5, 6.0)),
+    st.tuples(st.just("move"), st.integers(0, KEY_SPACE_MAX), st.integers(0, KEY_SPACE_MAX))), max_size=60))
+def test_a_move_takes_every_pe_in_its_range_whatever_expired_and_came_back_before(steps):
+    """Uses, idle expiry (keys made again after they expired) and moves in any order: a move takes exactly
+    the keys with a PE here that hash into its range, each PE once, and the table keeps the rest."""
+    pes = manager()
+    now = 0.0
+    here: set = set()  # the model: keys with a PE
+    for step in steps:
+        if step[0] == "use":
+            use(pes, step[1], now)
+            here.add(step[1])
+        elif step[0] == "wait":
+            now += step[1]
+            here -= {k for k, _ in pes.idle(now)}
+        else:
+            lo, hi = sorted(step[1:])
+            taken = [k for k, _ in pes.take_range(lo, hi)]
+            assert len(taken) == len(set(taken))
+            assert set(taken) == {k for k in here if lo <= key_hash(k) <= hi}
+            here -= set(taken)
+        assert {k for k, _ in pes.items()} == here
+        indexed = [k for keys in pes._in_bucket.values() for k in keys]
+        assert sorted(indexed, key=repr) == sorted(here, key=repr), "the bucket index holds exactly the keys here"
+    assert {k for k, _ in pes.take_range(0, KEY_SPACE_MAX)} == here and len(pes) == 0
 
 
 def test_take_range_finds_pes_in_every_generation():
