@@ -214,7 +214,7 @@ class AckServerActor(pykka.ThreadingActor):
         try:
             mailbox.tell(reply)
         except UNREACHABLE:  # stopping, or its worker died: a rollback re-leases it
-            self.owners.pop(msg.owner, None)
+            self._forget(msg.owner)
 
     def _dead_letter(self, msg: DeadLettered) -> None:
         """A bolt gave a tuple up: the job's dead-letter file (in the driver) records it."""

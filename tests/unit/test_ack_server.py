@@ -12,7 +12,8 @@ from esault.clock import ManualClock
 from esault.datapath import acker as acker_module
 from esault.datapath.ack_router import GONE, AckRouter
 from esault.datapath.acker import AckServerActor
-from esault.messages.acking import AckFail, AckUpdate, FailPending, FindOwner, OwnerAt, OwnerGone, RegisterOwner
+from esault.messages.acking import (AckFail, AckUpdate, FailPending, FindOwner, OwnerAt, OwnerGone, RangeRequest,
+                                   RegisterOwner)
 from esault.messages.data import Tick
 from esault.reliability.roots import new_root
 
@@ -206,6 +207,24 @@ def test_acks_for_a_spout_whose_worker_died_are_dropped_not_held(server):
     acker.ask(Tick(0.0))
     assert dead.tells == 1  # the first found it gone; the others were dropped without trying
     assert acker.proxy().dropped.get() == 3
+
+
+def test_a_spout_a_lease_answer_cannot_reach_is_forgotten_as_a_stopped_one_is(server):
+    job = make_job()
+    job.topology = SimpleNamespace(units=[SimpleNamespace(name="src", is_spout=True)])
+    acker = server(job)
+    dead, live = DeadWorkerMailbox(), QueueMailbox()
+    acker.tell(RegisterOwner(5, dead))
+    acker.tell(RegisterOwner(6, live))
+    acker.tell(RangeRequest(5, "src", 0, 1 << 20, [], 1 << 16))  # the grant finds it gone
+    acker.tell(AckUpdate({new_root(5): 1}))
+    acker.tell(FailPending("rolled back"))
+    assert live.next() == FailPending("rolled back")
+    acker.ask(Tick(0.0))  # a barrier: everything above was handled
+    assert dead.tells == 1, "neither the ack nor the FailPending was sent to it after the grant failed"
+    assert acker.proxy().owners.get() == {6: live}
+    assert acker.proxy().routes.get()[5] is GONE
+    assert acker.proxy().dropped.get() == 1
 
 
 def test_in_the_driver_a_registered_worker_spout_is_acked_directly_by_the_drivers_own_spus(server):
