@@ -68,6 +68,10 @@ class ElasticityConfig:
     min_spus: int = 1
     max_spus: int = 8
     cooldown: float = 5.0
+    min_split_gain: float = 0.1
+    """Another split of the bolt needs the last one to have raised its processing rate by this fraction of what
+    the split SPU carried (0: never hold). A split whose SPUs only share busy cores adds nothing, and the
+    backlog its pause leaves keeps the probes timing out (docs/ELASTICITY.md, "Splits that add nothing")."""
 
     def __post_init__(self) -> None:
         o = "ElasticityConfig"
@@ -94,6 +98,10 @@ class ElasticityConfig:
         if (not isinstance(self.cooldown, (int, float)) or isinstance(self.cooldown, bool)
                 or not 0 <= self.cooldown < math.inf):
             raise ConfigError(f"{o}.cooldown must be a number >= 0 seconds, got {self.cooldown!r}")
+        if (not isinstance(self.min_split_gain, (int, float)) or isinstance(self.min_split_gain, bool)
+                or not 0 <= self.min_split_gain <= 10):
+            raise ConfigError(f"{o}.min_split_gain must be a fraction of the rate between 0 and 10 (0.1: the rate "
+                              f"must have risen 10%; 0: never hold a split), got {self.min_split_gain!r}")
 
 
 GUARANTEES = ("exactly_once", "at_least_once", "none")

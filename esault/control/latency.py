@@ -4,9 +4,11 @@ The driver probes each SPU of an elastic bolt (job/prober.py); every
 probe's round trip reaches this controller in the snapshot's `probes`, in
 order. Per SPU a pure LoadDetector turns them into verdicts; this class adds
 the policy: min_spus/max_spus, one change at a time, a cool-down after each, a
-load-aware split point (the median of the sampled key hashes), and the
-less-loaded neighbour as merge target. It returns Split and Merge operations,
-applied like any controller's, and logs every decision with its evidence.
+load-aware split point (the median of the sampled key hashes), the
+less-loaded neighbour as merge target, and no split after one that did not
+raise the bolt's processing rate (SplitGain). It returns Split and Merge
+operations, applied like any controller's, and logs every decision with its
+evidence.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from esault.control.controller import Controller
 from esault.control.events import Change, ProbeRecord
 from esault.control.operations import Merge, Operation, Split
 from esault.control.snapshot import MetricsSnapshot
+from esault.control.split_gain import SplitGain
 from esault.elasticity.detector import Load, LoadDetector, Verdict
 from esault.elasticity.planner import choose_merge_target, choose_split_point
 from esault.routing.interval_table import IntervalTable
@@ -42,7 +45,8 @@ class LatencyController(Controller):
         self.hashes: dict[int, tuple[int, ...]] = {}  # newest key-hash sample of each SPU (split points)
         self.changing = False
         self.cooldown_until = float("-inf")
-        self.decisions: list[tuple[str, int, str]] = []  # (action, spu, evidence)
+        self.decisions: list[tuple[str, int, str]] = []  # (action: split, merge or hold; spu; evidence)
+        self.gain = SplitGain(cfg.min_split_gain, cfg.overload_reaction_time * cfg.probe_period)
         self._now = 0.0
 
     def decide(self, snapshot: MetricsSnapshot) -> Iterable[Operation]:
@@ -51,6 +55,7 @@ class LatencyController(Controller):
         if unit is None:
             return []
         fresh_since = self._follow(unit.spus, snapshot.changes)
+        self.gain.observe(snapshot.time, snapshot.period, unit.spus, snapshot.workers)
         for record in snapshot.probes:
             if record.unit != self.unit or record.spu not in self.detectors:
                 continue  # another unit's, or an SPU that is gone
@@ -81,6 +86,7 @@ class LatencyController(Controller):
             if result.unit != self.unit:
                 continue
             self.cooldown_until = max(self.cooldown_until, change.finished_at + self.cfg.cooldown)
+            self.gain.changed(result.action, result.giver, change.finished_at - result.seconds, change.finished_at)
             for spu in _touched(result):
                 self.detectors.pop(spu, None)
                 fresh_since[spu] = change.finished_at
@@ -114,6 +120,13 @@ class LatencyController(Controller):
         owned = self.layout.get(spu)
         if verdict.kind is Load.OVERLOAD:
             if count >= self.cfg.max_spus:
+                return None
+            held = self.gain.holds(self._now)
+            if held is not None:
+                if self.gain.tell_once():
+                    log.info("no split of %r SPU %d (%d SPUs) although %s: %s", self.unit, spu, count,
+                             verdict.evidence, held)
+                    self.decisions.append(("hold", spu, held))
                 return None
             at = None
             if owned:

@@ -37,6 +37,9 @@ def test_elasticity_defaults_are_valid_and_frozen() -> None:
         ("underload_reaction_factor", "high", r"ElasticityConfig\.underload_reaction_factor must be a fraction"),
         ("peak_reset_factor", 0.9, r"ElasticityConfig\.peak_reset_factor must be >= 1, got 0\.9"),
         ("cooldown", -1, r"ElasticityConfig\.cooldown must be a number >= 0 seconds, got -1"),
+        ("min_split_gain", -0.1, r"ElasticityConfig\.min_split_gain must be a fraction of the rate between 0 and 10 "
+                                 r"\(0\.1: the rate must have risen 10%; 0: never hold a split\), got -0\.1"),
+        ("min_split_gain", True, r"ElasticityConfig\.min_split_gain must be a fraction .*got True"),
     ],
 )
 def test_elasticity_config_rejects_bad_values(field: str, value: object, message: str) -> None:
@@ -47,7 +50,7 @@ def test_elasticity_config_rejects_bad_values(field: str, value: object, message
 def test_elasticity_boundaries_are_accepted() -> None:
     cfg = ElasticityConfig(
         overload_reaction_factor=0, low_watermark=1, underload_reaction_factor=1.0,
-        peak_reset_factor=1, cooldown=0, min_spus=3, max_spus=3,
+        peak_reset_factor=1, cooldown=0, min_spus=3, max_spus=3, min_split_gain=0,
     )
     assert cfg.min_spus == cfg.max_spus == 3
 
