@@ -238,8 +238,10 @@ class PeManager:
         index = self._in_bucket
         generations = [self.active] + [g.pes for g in self._retired]
         out = []
-        for bucket in range(first, last + 1) if len(index) > last - first else sorted(
-                b for b in index if first <= b <= last):
+        # Walk the range's buckets, or only the listed ones when they are fewer (a small table, a wide range).
+        buckets = (range(first, last + 1) if len(index) > last - first
+                   else sorted(b for b in index if first <= b <= last))
+        for bucket in buckets:
             keys = index.get(bucket)
             if not keys:
                 continue
@@ -261,6 +263,18 @@ class PeManager:
                         out.append((key, pe))  # its state moves with it: the receiver checkpoints it
         self._leave(out)
         return out
+
+    def check_invariants(self) -> None:
+        """AssertionError unless every PE carries its key's bucket and the bucket index lists exactly the keys
+        that have a PE here. O(PEs): for tests."""
+        keys = set(self.active).union(*(g.pes for g in self._retired))
+        for pes in [self.active] + [g.pes for g in self._retired]:
+            for key, pe in pes.items():
+                assert pe._esault_bucket == bucket_of_key(key), f"PE of {key!r} carries a wrong bucket"
+        indexed = [(bucket, key) for bucket, listed in self._in_bucket.items() for key in listed]
+        assert len(indexed) == len({key for _, key in indexed}), "a key listed twice in the bucket index"
+        assert {key for _, key in indexed} == keys, "the bucket index and the PE table disagree"
+        assert all(bucket == bucket_of_key(key) for bucket, key in indexed), "a key listed under another bucket"
 
     def take_arrived(self, lo: int, hi: int) -> list[tuple[Any, Any]]:
         """Remove and return the (key, encoded state) of arrived keys whose hash lies in [lo, hi]: they move on

@@ -161,8 +161,7 @@ def test_a_move_takes_every_pe_in_its_range_whatever_expired_and_came_back_befor
             assert set(taken) == {k for k in here if lo <= key_hash(k) <= hi}
             here -= set(taken)
         assert {k for k, _ in pes.items()} == here
-        indexed = [k for keys in pes._in_bucket.values() for k in keys]
-        assert sorted(indexed, key=repr) == sorted(here, key=repr), "the bucket index holds exactly the keys here"
+        pes.check_invariants()
     assert {k for k, _ in pes.take_range(0, KEY_SPACE_MAX)} == here and len(pes) == 0
 
 
