@@ -14,6 +14,7 @@ evidence.
 from __future__ import annotations
 
 import logging
+from collections import deque
 from typing import Iterable
 
 from esault.config import ElasticityConfig
@@ -28,6 +29,8 @@ from esault.routing.interval_table import IntervalTable
 from esault.messages.control import ScaleResult
 
 log = logging.getLogger("esault.elasticity")
+
+DECISIONS_KEPT = 1000
 
 
 class LatencyController(Controller):
@@ -45,7 +48,8 @@ class LatencyController(Controller):
         self.hashes: dict[int, tuple[int, ...]] = {}  # newest key-hash sample of each SPU (split points)
         self.changing = False
         self.cooldown_until = float("-inf")
-        self.decisions: list[tuple[str, int, str]] = []  # (action: split, merge or hold; spu; evidence)
+        self.decisions: deque[tuple[str, int, str]] = deque(maxlen=DECISIONS_KEPT)
+        """(action: split, merge or hold; spu; evidence), the newest DECISIONS_KEPT: a job runs for weeks."""
         self.gain = SplitGain(cfg.min_split_gain, cfg.overload_reaction_time * cfg.probe_period)
         self._now = 0.0
 
