@@ -190,9 +190,7 @@ class Postman:
         """Count a message whose actor stopped before it was handed over (its sender learns it on its next
         send, or never needs to: a lease answer to a spout SPU a rollback replaced). Logged once per process at
         info, then at debug: a rollback stops many actors while answers to them are still on their way."""
-        with self._lock:
-            self.refused["actor_stopped"] = self.refused.get("actor_stopped", 0) + 1
-            first = self.refused["actor_stopped"] == 1
+        first = self._count("actor_stopped")
         count_dropped_frame("actor_stopped")
         (log.info if first else log.debug)("process %r: %s for %r not delivered, the actor had stopped: %r "
                                            "(counted in esault_frames_dropped_total{reason=\"actor_stopped\"})",
@@ -227,11 +225,15 @@ class Postman:
                 count_dropped_frame("held_full")
 
     def _refuse(self, reason: str, detail: str) -> None:
-        with self._lock:
-            self.refused[reason] = self.refused.get(reason, 0) + 1
-            first = self.refused[reason] == 1
+        first = self._count(reason)
         count_auth_rejected(reason)
         (log.warning if first else log.debug)("process %r refused %s", self.process, detail)
+
+    def _count(self, reason: str) -> bool:
+        """One more message dropped for `reason`; True for the first (the one logged loudly)."""
+        with self._lock:
+            self.refused[reason] = self.refused.get(reason, 0) + 1
+            return self.refused[reason] == 1
 
     def close(self) -> None:
         self.endpoint.close()

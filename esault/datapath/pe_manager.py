@@ -236,7 +236,7 @@ class PeManager:
         for this: reading every PE to hash its key took a 10% range of 100k PEs 22 ms (~200 ns a PE)."""
         first, last = bucket_of(max(lo, 0)), bucket_of(min(hi, KEY_SPACE_MAX))
         index = self._in_bucket
-        generations = [self.active] + [g.pes for g in self._retired]
+        generations = self._generations()
         out = []
         # Walk the range's buckets, or only the listed ones when they are fewer (a small table, a wide range).
         buckets = (range(first, last + 1) if len(index) > last - first
@@ -264,11 +264,16 @@ class PeManager:
         self._leave(out)
         return out
 
+    def _generations(self) -> list[dict[Any, Any]]:
+        """The PE tables, newest (`active`) first."""
+        return [self.active] + [g.pes for g in reversed(self._retired)]
+
     def check_invariants(self) -> None:
         """AssertionError unless every PE carries its key's bucket and the bucket index lists exactly the keys
         that have a PE here. O(PEs): for tests."""
-        keys = set(self.active).union(*(g.pes for g in self._retired))
-        for pes in [self.active] + [g.pes for g in self._retired]:
+        generations = self._generations()
+        keys = set().union(*generations)
+        for pes in generations:
             for key, pe in pes.items():
                 assert pe._esault_bucket == bucket_of_key(key), f"PE of {key!r} carries a wrong bucket"
         indexed = [(bucket, key) for bucket, listed in self._in_bucket.items() for key in listed]
