@@ -78,6 +78,7 @@ class BoltSpuActor(SenderActor):
         self._early = EarlyMessages()
         self.giver = GiverSide(self, self._early, self.unit_ref, cfg.spu_id)
         self._retiring = False
+        self._closed = False  # close_pes() ran
         self._error_log = UserErrorLog(now=job.clock.now)
         self.ticks = PeTicks(spec, self.pes, self.services, self._error_log, self.flush, job.name)
         self.processed_since_probe = 0
@@ -140,17 +141,35 @@ class BoltSpuActor(SenderActor):
             self.job.stats.retire(self.stats)
             return
         if self._abandoned:  # a rollback: no close(), nothing published; a restored SPU takes over
-            for _, pe in self.pes.items():
-                if not self.spec.per_key:
-                    try:
-                        pe.abandon()
-                    except Exception as exc:
-                        log.error("bolt %r abandon() raised %r", self.unit_name, exc)
-            self.abandon_stages()
+            if not self._closed:  # (a retiring SPU may have closed already: nothing is left to abandon)
+                for _, pe in self.pes.items():
+                    if not self.spec.per_key:
+                        try:
+                            pe.abandon()
+                        except Exception as exc:
+                            log.error("bolt %r abandon() raised %r", self.unit_name, exc)
+                self.abandon_stages()
             self.close_checkpointing()
             self.job.stats.retire(self.stats)
             self.parked.close()
             return
+        self.close_pes()
+        if self._retiring:
+            for stage in self.stages:
+                self.job.stats.retire(stage.stats)
+            self.job.stats.retire(self.stats)
+        self.parked.close()
+        self.close_checkpointing()
+
+    def close_pes(self) -> None:
+        """The end of this SPU: without checkpoints its input ends here (finish()); then every PE's close() and
+        the chained stages', their output flushed. Once: at the stop, or before it when a non-keyed SPU retires
+        under exactly_once (its close() output must leave ahead of its retire marker: migration/retirement.py);
+        no PE ticks after it."""
+        if self._closed:
+            return
+        self._closed = True
+        self.job.ticker.unsubscribe(self.actor_ref)
         if not self.job.exactly_once:  # no final checkpoint to finish at: the stop is the end of the input
             self.processing.finish_input()
             self.finish_stages()
@@ -162,13 +181,7 @@ class BoltSpuActor(SenderActor):
                 log.error("bolt %r close() raised %r (key %r)", self.unit_name, exc, key)
                 self.stats.close_errors += 1
         self.close_stages(retire=False)
-        self.flush()  # may still count what close() emitted: retire the counts after it
-        if self._retiring:
-            for stage in self.stages:
-                self.job.stats.retire(stage.stats)
-            self.job.stats.retire(self.stats)
-        self.parked.close()
-        self.close_checkpointing()
+        self.flush()  # may still count what close() emitted: retire the counts after it (on_stop)
 
     def wake_parked(self, why: str) -> int:
         """Make the PE of every parked key again (its state back in it), to `why` it; how many could not be."""
@@ -274,6 +287,8 @@ class BoltSpuActor(SenderActor):
     # --- timers -----------------------------------------------------------
 
     def _on_tick(self, msg: Tick) -> None:
+        if self._closed:  # a tick queued before close_pes(): a closed PE does nothing more
+            return
         self.load_feed.on_tick(msg.now)
         self.processing.on_tick(msg.now)
 

@@ -41,6 +41,7 @@ from esault.messages.handoff import (
 )
 from esault.migration import handoff
 from esault.migration.handoff import GiverHandoff, HeldBatch, ReceiverHandoff, chunk_states
+from esault.migration.retirement import RetireWait
 from esault.transport.codec import decode, encode, encoder, raw_encoder
 from esault.transport.state_chunks import pack_states, unpack_states
 
@@ -79,6 +80,7 @@ class KeyedProcessing(PartOfSpu):
         self._early = spu._early  # shared with the giver's steps
         self._view = Tuple()
         self._receiving: ReceiverHandoff | None = None
+        self._retire_wait: RetireWait | None = None  # a non-keyed SPU retiring under exactly_once
         # on_batch_end() is called only for bolts that are not key grouped and define it (a combiner)
         spec = self.spec
         self._calls_batch_end = not spec.per_key and getattr(spec.cls, "on_batch_end", None) is not Bolt.on_batch_end
@@ -487,6 +489,9 @@ class KeyedProcessing(PartOfSpu):
     # --- key hand-off (docs/PROTOCOLS.md) ----------------------------------
 
     def routes_installed(self) -> None:
+        if self._retire_wait is not None:
+            self._retire_wait.downstream_changed(self.router.downstream_spus())
+            self._retired_if_all_saw()
         if self._receiving is not None:  # a downstream unit's SPUs changed while this receives keys
             self._receiving.downstream_changed(self.router.downstream_spus())
             self._release_ready()
@@ -498,6 +503,9 @@ class KeyedProcessing(PartOfSpu):
 
     def give(self, giving: GiverHandoff, mailboxes: dict[int, Any]) -> None:
         """Gives: every upstream SPU switched: the moved keys' state is final; each receiver gets its ranges'."""
+        if giving.retire and not self.spec.per_key and self.job.exactly_once:
+            self._retire(giving.reconfig_id)
+            return
         self.finish_pending()  # the moved keys' states at the barrier are this SPU's to checkpoint
         self.flush()
         receivers = {r: mailboxes[r] for r in giving.by_receiver() if r in mailboxes}
@@ -518,6 +526,21 @@ class KeyedProcessing(PartOfSpu):
         self.stats.pes = len(self.pes)
         self.sampler.clear()
         self.unit_ref.tell(HandoffFinished(giving.reconfig_id, self.spu_id, "giver", moved, 0.0))
+
+    def _retire(self, reconfig_id: int) -> None:
+        """A non-keyed SPU retires (migration/retirement.py): close() now, its output flushed, then a marker
+        naming this SPU behind it on every channel; done once every downstream SPU has answered."""
+        self.finish_pending()
+        self.spu.close_pes()
+        self._retire_wait = RetireWait(reconfig_id, self.router.downstream_spus())
+        self.router.broadcast(ForwardMarker(reconfig_id, self.spu_id, {self.spu_id: self.spu.reachable_self()}))
+        self._retired_if_all_saw()
+
+    def _retired_if_all_saw(self) -> None:
+        wait = self._retire_wait
+        if wait is not None and wait.done:
+            self._retire_wait = None
+            self.unit_ref.tell(HandoffFinished(wait.reconfig_id, self.spu_id, "giver", 0, 0.0))
 
     def _encode_moving(self, pes: list[tuple[Any, Any]], out: list[tuple[Any, bytes]]) -> None:
         """Each moving PE's (key, encoded state) into `out`, the fast way where it can (a hand-off's time is the
@@ -593,6 +616,11 @@ class KeyedProcessing(PartOfSpu):
         return pe
 
     def _on_marker_seen(self, msg: MarkerSeen) -> None:
+        if msg.giver == self.spu_id:  # an answer to this SPU's own retire marker
+            if self._retire_wait is not None:
+                self._retire_wait.seen(msg.reconfig_id, msg.sender)
+                self._retired_if_all_saw()
+            return
         receiving = self._receiving
         if receiving is None or receiving.reconfig_id != msg.reconfig_id:
             self._early.seen.setdefault(msg.reconfig_id, []).append((msg.giver, msg.sender))

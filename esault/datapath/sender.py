@@ -28,6 +28,7 @@ from esault.messages.checkpoints import Abandon, Barrier, CheckpointAck, Checkpo
 from esault.messages.control import SpuConfig
 from esault.messages.data import Drain
 from esault.messages.handoff import EpochMarker, InstallRoutes
+from esault.transport.address import Address
 from esault.transport.codec import check_serialisable
 from esault.transport.frames import EncodedFrame
 
@@ -85,6 +86,11 @@ class SenderActor(pykka.ThreadingActor):
             CheckpointComplete: self._on_checkpoint_complete,
             Abandon: self._on_abandon,
         }
+
+    def reachable_self(self) -> Any:
+        """How other processes reach this SPU in a message it sends: its address in a worker process, its
+        actor ref when the whole job runs in one process."""
+        return Address(self.job.process, f"spu-{self.spu_id}") if self.job.process else self.actor_ref
 
     def _build_emit_path(self) -> Any:
         emit = build_emit(self.router, self.check_emit)

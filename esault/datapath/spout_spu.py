@@ -34,7 +34,6 @@ from esault.datapath.sender import SenderActor
 from esault.reliability.ack_tracker import AckTracker, TreeOutcome
 from esault.reliability.roots import new_root, owner_key
 from esault.thread_names import name_os_thread
-from esault.transport.address import Address
 from esault.transport.codec import _SIMPLE
 
 class _Settle:
@@ -100,7 +99,7 @@ class SpoutSpuActor(SenderActor):
         name_os_thread(f"spu-{self.spu_id} {self.unit_name}")  # top -H tells the SPUs apart
         self.job.stats.register(self.stats)
         # In a worker, named by address: this actor may start before the postman has registered it.
-        me = self._me = Address(self.job.process, f"spu-{self.spu_id}") if self.job.process else self.actor_ref
+        me = self._me = self.reachable_self()
         self.job.acks.register(self.owner, self.actor_ref)  # this process's SPUs ack it directly
         self.acker.tell(RegisterOwner(self.spu_id, me))  # others, through the ack server, which says where it is
         self.job.ticker.subscribe(self.actor_ref)

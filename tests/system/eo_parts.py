@@ -205,6 +205,16 @@ class TallyBolt(Bolt):
         self.emit("seen", self.seen)
 
 
+class OnesTallyBolt(TallyBolt):
+    """TallyBolt that hands its tally on as that many 1s: a close() whose output takes a while to cross
+    between processes, so a checkpoint right after a merge or rescale would overtake it were the operation
+    to end before every downstream SPU has it (docs/PROTOCOLS.md, "Non-keyed bolts")."""
+
+    def close(self) -> None:
+        for _ in range(self.seen):
+            self.emit("seen", 1)
+
+
 class TallySum(Bolt):
     """In the driver: the sum of every tally, written to <data_dir>/tally.json when the job ends."""
 
@@ -221,14 +231,22 @@ class TallySum(Bolt):
         Path(self.path).write_text(str(self.total))
 
 
-def build_tally(name: str, total: int, rate: float, tally_parallelism: int = 2):
-    """sentences -> split (chained) -> tally (shuffle grouped, stateful, on its own SPUs) -> sum."""
+class WorkerTallySum(TallySum):
+    """TallySum on a worker: what reaches it from a tally SPU crosses between two workers."""
+
+    esault_placement = "worker"
+
+
+def build_tally(name: str, total: int, rate: float, tally_parallelism: int = 2, ones: bool = False):
+    """sentences -> split (chained) -> tally (shuffle grouped, stateful, on its own SPUs) -> sum.
+    ones: the tally hands its count on as that many 1s (OnesTallyBolt), to a sum on a worker."""
     builder = TopologyBuilder(name)
     builder.set_spout("sentences", GatedSentenceSpout, 1, params={"total": total, "seed": 5, "rate": rate},
                       max_pending=4000)
     builder.set_bolt("split", wordcount.SplitBolt, 1, elastic=False).shuffle_grouping("sentences")
-    builder.set_bolt("tally", TallyBolt, tally_parallelism, elastic=False).shuffle_grouping("split")
-    builder.set_bolt("sum", TallySum, elastic=False).global_grouping("tally")
+    builder.set_bolt("tally", OnesTallyBolt if ones else TallyBolt, tally_parallelism,
+                     elastic=False).shuffle_grouping("split")
+    builder.set_bolt("sum", WorkerTallySum if ones else TallySum, elastic=False).global_grouping("tally")
     return builder.build()
 
 

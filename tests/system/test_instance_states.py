@@ -15,6 +15,9 @@ from __future__ import annotations
 import os
 import signal
 import sys
+from concurrent import futures
+from contextlib import suppress
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -42,6 +45,10 @@ def config(tmp_path: Path, **changes) -> JobConfig:
 
 def processed_by(job, spu: int) -> int:
     return sum(s.processed for s in job.spu_counters() if s.unit == "tally" and s.spu == spu)
+
+
+def emitted_by(job, spu: int) -> int:
+    return sum(s.emitted for s in job.spu_counters() if s.unit == "tally" and s.spu == spu)
 
 
 def kill_worker_of(cluster: LocalCluster, spu: int) -> None:
@@ -87,6 +94,82 @@ def test_a_kill9_after_a_reconfiguration_of_a_stateful_non_keyed_bolt_restores_e
         wait_until(lambda: len(job.checkpoints.stats.recoveries) >= 1, 60, message="the rollback")
         assert job.checkpoints.stats.recoveries[0].restored_epoch == restore_to
         assert len(job.spus("tally")) == len(instances), "the checkpoint's instances came back, no more"
+        assert job.wait(120), job.status()
+        job.stop()
+    assert eo_parts.tally_total(job.data_dir) == eo_parts.words_in(TOTAL)
+
+
+@pytest.mark.parametrize("change", ["merge", "rescale down"])
+def test_a_non_keyed_bolt_retires_an_instance_only_once_every_downstream_spu_has_what_it_closed_with(
+        tmp_path, change):
+    """The retired instance's close() hands its tally on (as thousands of 1s) from its worker to the sum's; its
+    own state is in no later checkpoint, so a checkpoint after the operation must find all of that ahead of
+    its barrier. With the sum's worker stopped (SIGSTOP) the operation must not end; once it runs again it
+    does, and a checkpoint taken then, rolled back to by a kill -9, gives the exact total."""
+    with LocalCluster(workers=3, heartbeat_timeout=60.0) as cluster:
+        job = cluster.submit(eo_parts.build_tally("tally-retire", TOTAL, rate=3000, ones=True), config(tmp_path))
+        wait_until(lambda: all(processed_by(job, s) > 3000 for s in job.spus("tally")), 60,
+                   message="both tally SPUs counting thousands")
+        first, second = job.spus("tally")
+        (summer,) = job.spus("sum")
+        host = {s: w for w, spus in cluster.registry.spus_on.items() for s in spus}
+        assert host[summer] != host[second], f"the sum and the retiring tally share a worker: {host}"
+        stopped = cluster.registry.pids[host[summer]]
+        os.kill(stopped, signal.SIGSTOP)
+        try:
+            with ThreadPoolExecutor(1) as pool:
+                operation = pool.submit(reconfigure, job, change)  # retires `second`
+                wait_until(lambda: job.spus("tally") == [first], 30, message="the routes switched")
+                finished, _ = futures.wait([operation], timeout=3.0)
+                assert not finished, "the operation ended before the sum's SPU had what the retired one closed with"
+                os.kill(stopped, signal.SIGCONT)
+                operation.result(timeout=60)
+        finally:
+            os.kill(stopped, signal.SIGCONT)
+        restore_to = job.checkpoint(timeout=60)
+        assert CheckpointStore(job.ctx.checkpoint_path).get(restore_to).instances["tally"] == [0]
+        kill_worker_of(cluster, first)
+        cluster.pool.spawn("fresh")
+        wait_until(lambda: len(job.checkpoints.stats.recoveries) >= 1, 60, message="the rollback")
+        assert job.checkpoints.stats.recoveries[0].restored_epoch == restore_to
+        assert job.wait(120), job.status()
+        job.stop()
+    assert eo_parts.tally_total(job.data_dir) == eo_parts.words_in(TOTAL)
+
+
+@pytest.mark.parametrize("victim", ["retiring", "downstream"])
+def test_a_kill9_while_a_retiring_non_keyed_instance_waits_for_its_downstream_rolls_back_exactly(tmp_path, victim):
+    """The retiring tally SPU has closed and waits for the sum's SPU (its worker stopped) to answer its marker;
+    either worker is killed -9 then. The operation fails, the job rolls back to the checkpoint before it,
+    and the total is exact: what the retiring one closed with is neither lost nor counted twice."""
+    with LocalCluster(workers=3, heartbeat_timeout=60.0) as cluster:
+        job = cluster.submit(eo_parts.build_tally("tally-retire-kill", TOTAL, rate=3000, ones=True),
+                             config(tmp_path))
+        wait_until(lambda: all(processed_by(job, s) > 3000 for s in job.spus("tally")), 60,
+                   message="both tally SPUs counting thousands")
+        restore_to = job.checkpoint(timeout=60)
+        first, second = job.spus("tally")
+        (summer,) = job.spus("sum")
+        host = {s: w for w, spus in cluster.registry.spus_on.items() for s in spus}
+        assert host[summer] != host[second], f"the sum and the retiring tally share a worker: {host}"
+        stopped = cluster.registry.pids[host[summer]]
+        os.kill(stopped, signal.SIGSTOP)
+        try:
+            with ThreadPoolExecutor(1) as pool:
+                operation = pool.submit(job.rescale, "tally", 1)  # retires `second`
+                wait_until(lambda: job.spus("tally") == [first], 30, message="the routes switched")
+                wait_until(lambda: emitted_by(job, second) > 0, 30,  # a tally emits only in close()
+                           message="the retiring tally SPU closed")
+                os.kill(cluster.registry.pids[host[second] if victim == "retiring" else host[summer]],
+                        signal.SIGKILL)
+                with pytest.raises(ScalingError, match="aborted"):
+                    operation.result(timeout=60)
+        finally:
+            with suppress(ProcessLookupError):  # (killed: nothing to continue)
+                os.kill(stopped, signal.SIGCONT)
+        cluster.pool.spawn("fresh")
+        wait_until(lambda: len(job.checkpoints.stats.recoveries) >= 1, 60, message="the rollback")
+        assert job.checkpoints.stats.recoveries[0].restored_epoch == restore_to
         assert job.wait(120), job.status()
         job.stop()
     assert eo_parts.tally_total(job.data_dir) == eo_parts.words_in(TOTAL)
