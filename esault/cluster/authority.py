@@ -34,7 +34,7 @@ from esault.messages.cluster import (
 )
 from esault.messages.control import Probe, SpusChanged
 from esault.messages.data import Drain
-from esault.messages.handoff import CancelReconfiguration, InstallRoutes, PrepareGive, PrepareReceive
+from esault.messages.handoff import CancelReconfiguration, InstallRoutes, PeersLost, PrepareGive, PrepareReceive
 from esault.transport.trust import Identity, Role
 
 __all__ = ["DRIVER_ONLY", "refusal"]
@@ -42,7 +42,7 @@ __all__ = ["DRIVER_ONLY", "refusal"]
 DRIVER_ONLY: frozenset[type] = frozenset({
     SubmitJob, StartSpu, StopSpu, Shutdown, PeerAddresses, DriverBeat, PeerGone,  # a worker's host: placement, lifetime
     ReportNow,  # a worker's counts, asked for
-    InstallRoutes, PrepareGive, PrepareReceive, CancelReconfiguration, SpusChanged, Drain,  # reconfiguration
+    InstallRoutes, PrepareGive, PrepareReceive, CancelReconfiguration, PeersLost, SpusChanged, Drain,  # reconfiguration
     OwnerAt, FailPending,  # where a spout SPU is (acks go there), and the job's order to fail what is in flight
     Probe,  # the latency monitor
     TriggerCheckpoint, CheckpointStart, CheckpointComplete, Abandon,  # the checkpoint coordinator

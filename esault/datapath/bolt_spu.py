@@ -37,6 +37,7 @@ from esault.messages.handoff import (
     ForwardMarker,
     InstallRoutes,
     MarkerSeen,
+    PeersLost,
     PrepareGive,
     PrepareReceive,
 )
@@ -93,6 +94,7 @@ class BoltSpuActor(SenderActor):
             PrepareGive: self.giver.on_prepare_give,
             PrepareReceive: self._on_prepare_receive,
             CancelReconfiguration: self._on_cancel,
+            PeersLost: self._on_peers_lost,
             EpochMarker: self.giver.on_marker,
             ForwardMarker: self._on_forward_marker,
             Probe: self._on_probe,
@@ -312,6 +314,11 @@ class BoltSpuActor(SenderActor):
         self.giver.cancel(msg.reconfig_id)
         self.processing.cancel(msg.reconfig_id)
         self._early.forget(msg.reconfig_id)
+
+    def _on_peers_lost(self, msg: PeersLost) -> None:
+        """SPUs of this reconfiguration died with their worker (no exactly_once): neither side waits for them."""
+        self.giver.peers_lost(msg)
+        self.processing.peers_lost(msg)
 
     def give(self, giving: GiverHandoff, receivers: dict[int, Any]) -> None:
         """Gives: every upstream SPU switched: the processing part hands the moved ranges off (a retiring

@@ -36,7 +36,7 @@ from esault.datapath.processing import Handlers, PartOfSpu
 from esault.messages.chains import ChainLink, ChainMembers
 from esault.messages.checkpoints import Barrier, CheckpointStart
 from esault.messages.data import DataBatch
-from esault.messages.handoff import HandoffFinished, PrepareReceive, Prepared
+from esault.messages.handoff import HandoffFinished, PeersLost, PrepareReceive, Prepared
 
 
 class ChainInbox(ControlFirstInbox):
@@ -472,6 +472,10 @@ class ChainProcessing(PartOfSpu):
             self._waiting = self._absorb_held + self._waiting
             self._absorb_held = []
             self._replay()
+
+    def peers_lost(self, msg: PeersLost) -> None:
+        """Nothing waits here: a chain's hand-off goes over its neighbours' links, and a lost member is relinked
+        through ChainMembers (_relink_lost); the giver's markers are the shared GiverSide's."""
 
     def routes_installed(self) -> None:
         """A chain's links do not follow the output routes."""

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any, Protocol
 
-from esault.messages.handoff import EpochMarker, PrepareGive, Prepared
+from esault.messages.handoff import EpochMarker, PeersLost, PrepareGive, Prepared
 from esault.migration.handoff import EarlyMessages, GiverHandoff
 
 
@@ -49,6 +49,15 @@ class GiverSide:
             self._early.markers.setdefault(msg.reconfig_id, set()).add(msg.sender)
             return
         giving.marker(msg.sender)
+        if giving.ready:
+            self._give()
+
+    def peers_lost(self, msg: PeersLost) -> None:
+        """Upstream SPUs died with their worker (no exactly_once): no marker of theirs is waited for."""
+        giving = self.giving
+        if giving is None or giving.reconfig_id != msg.reconfig_id:
+            return
+        giving.peers_lost(msg.spus)
         if giving.ready:
             self._give()
 

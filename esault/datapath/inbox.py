@@ -1,7 +1,7 @@
 """An SPU's mailbox: data in arrival order, reconfiguration commands ahead of queued data.
 
 A reconfiguration's setup and answers (PrepareGive, PrepareReceive, InstallRoutes, StateHandoff,
-MarkerSeen, CancelReconfiguration) carry no position in the data stream, so an SPU may act on them before the batches
+MarkerSeen, CancelReconfiguration, PeersLost) carry no position in the data stream, so an SPU may act on them before the batches
 queued in front; at load that backlog is most of an operation's time (docs/CONTROL_PLANE.md,
 "Where the time goes"). Everything that marks a position in a channel stays in band: batches,
 EpochMarker, ForwardMarker, checkpoint barriers, latency probes (they measure the queue).
@@ -27,6 +27,7 @@ from esault.messages.handoff import (
     ForwardMarker,
     InstallRoutes,
     MarkerSeen,
+    PeersLost,
     PrepareGive,
     PrepareReceive,
     StateHandoff,
@@ -35,7 +36,7 @@ from esault.messages.handoff import (
 log = logging.getLogger("esault.spu")
 
 JUMPS_QUEUE: frozenset[type] = frozenset({PrepareGive, PrepareReceive, InstallRoutes, StateHandoff, MarkerSeen,
-                                          CancelReconfiguration})
+                                          CancelReconfiguration, PeersLost})
 
 
 class ControlFirstInbox(queue.Queue):

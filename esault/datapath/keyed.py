@@ -35,6 +35,7 @@ from esault.messages.handoff import (
     ForwardMarker,
     HandoffFinished,
     MarkerSeen,
+    PeersLost,
     PrepareReceive,
     Prepared,
     StateHandoff,
@@ -496,6 +497,14 @@ class KeyedProcessing(PartOfSpu):
             self._receiving.downstream_changed(self.router.downstream_spus())
             self._release_ready()
 
+    def peers_lost(self, msg: PeersLost) -> None:
+        """SPUs died with their worker mid hand-off (no exactly_once): a lost giver's keys and every giver
+        whose marker only a lost downstream SPU still owed go live now (migration/handoff.py)."""
+        receiving = self._receiving
+        if receiving is not None and receiving.reconfig_id == msg.reconfig_id:
+            receiving.peers_lost(msg.spus)
+            self._release_ready()
+
     def cancel(self, reconfig_id: int) -> None:
         """Called off before the switch: no marker came and no moved key was held, so forgetting is all."""
         if self._receiving is not None and self._receiving.reconfig_id == reconfig_id:
@@ -582,6 +591,10 @@ class KeyedProcessing(PartOfSpu):
         receiving = self._receiving
         if receiving is None or receiving.reconfig_id != msg.reconfig_id:
             self._early.handoffs.setdefault(msg.reconfig_id, []).append(msg)
+            return
+        if msg.giver_id not in receiving.pending_givers:  # a lost giver's chunk after its keys went live
+            log.warning("topology %r: bolt %r SPU %d dropped a late hand-off chunk of lost SPU %d: its keys "
+                        "went on without it", self.job.name, self.unit_name, self.spu_id, msg.giver_id)
             return
         try:
             states = unpack_states(msg.states)

@@ -24,7 +24,7 @@ from typing import Any, Callable, Protocol
 
 from esault.checkpoint.snapshots import Snapshot
 from esault.messages.data import DataBatch
-from esault.messages.handoff import PrepareReceive
+from esault.messages.handoff import PeersLost, PrepareReceive
 from esault.migration.handoff import GiverHandoff
 
 Handlers = dict[type, Callable[[Any], Any]]
@@ -80,6 +80,9 @@ class Processing(Protocol):
 
     def routes_installed(self) -> None:
         """This SPU's output routes changed (a downstream unit's SPUs changed)."""
+
+    def peers_lost(self, msg: PeersLost) -> None:
+        """SPUs died with their worker in reconfiguration `msg.reconfig_id` (no exactly_once): wait for none."""
 
 
 class PartOfSpu:

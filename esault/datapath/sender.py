@@ -205,8 +205,12 @@ class SenderActor(pykka.ThreadingActor):
         # Everything routed by the old table leaves before the marker (channels are FIFO).
         self.flush()
         self.router.install(msg.route)
-        for mailbox in msg.notify.values():
-            mailbox.tell(EpochMarker(msg.reconfig_id, self.spu_id))
+        for giver, mailbox in msg.notify.items():
+            try:
+                mailbox.tell(EpochMarker(msg.reconfig_id, self.spu_id))
+            except Exception as exc:  # noqa: BLE001 - its process died; the other givers still get theirs
+                log.warning("topology %r: giver SPU %d of %r unreachable for its marker: %r", self.job.name, giver,
+                            msg.route.unit, exc)
 
     def _on_drain(self, msg: Drain) -> bool:
         self.flush()

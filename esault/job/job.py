@@ -25,7 +25,7 @@ from esault.control.events import Change, ControlEvents
 from esault.control.latency import LatencyController
 from esault.control.runner import ControllerRunner
 from esault.dsl.topology import Grouping
-from esault.job.unit import AbortReconfiguration
+from esault.job.unit import AbortReconfiguration, SpusLost
 from esault.messages.acking import FailPending
 from esault.messages.control import GetLayout, GetRoutes, GetSpus, ScaleResult, SpusChanged
 from esault.messages.data import Drain
@@ -479,8 +479,10 @@ class Job:
         if self.ctx.exactly_once:
             return [self._recover(set(lost_spus), "a worker died")] if lost_spus else []
         self.lost_spus |= set(lost_spus)
-        for unit in self.units.values():  # an operation still preparing waits for the dead in vain: call it off
+        for unit in self.units.values():  # an operation still preparing waits for the dead in vain: call it off;
+            # one past its switch goes on without them (its replacements queue behind it)
             unit.tell(AbortReconfiguration(f"a worker died holding SPUs {sorted(lost_spus)}", before_switch=True))
+            unit.tell(SpusLost(frozenset(lost_spus)))
         futures = []
         for spec in self.topology.units:
             for spu in sorted(set(self.units[spec.name].ask(GetSpus())) & set(lost_spus)):

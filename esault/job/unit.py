@@ -39,6 +39,7 @@ from esault.messages.handoff import (
     CancelReconfiguration,
     HandoffFinished,
     InstallRoutes,
+    PeersLost,
     PrepareGive,
     PrepareReceive,
     Prepared,
@@ -81,6 +82,15 @@ class AbortReconfiguration:
     def __init__(self, reason: str, before_switch: bool = False) -> None:
         self.reason = reason
         self.before_switch = before_switch
+
+
+class SpusLost:
+    """job -> unit (tell), in this process only, without exactly_once: these SPUs died with their worker. An
+    operation past its switch goes on without them (PeersLost to its live participants); their replacements
+    follow it, queued behind it by the job's coordinator."""
+
+    def __init__(self, spus: frozenset[int]) -> None:
+        self.spus = spus
 
 
 class GetOperation:
@@ -338,6 +348,8 @@ class UnitActor(pykka.ThreadingActor):
                         Phase.PREPARING, Phase.PREPARED)):
                     self._apply(op, op.machine.abort(message.reason))
                 return None
+            if kind is SpusLost:
+                return self._on_spus_lost(message)
             if kind is AbandonSpus:
                 return self._abandon(message)
             if kind is ResizeSpout:
@@ -629,7 +641,10 @@ class UnitActor(pykka.ThreadingActor):
                 for spu in effect.spus:
                     mailbox = op.retiring.get(spu)
                     if mailbox is not None:
-                        self.launcher.stop_spu(mailbox, block=block)
+                        try:
+                            self.launcher.stop_spu(mailbox, block=block)
+                        except Exception as exc:  # noqa: BLE001 - lost with its worker (SpusLost)
+                            log.warning("unit %r: retired SPU %d not stopped: %r", self.spec.name, spu, exc)
             elif kind is Completed:
                 self._complete(op, effect)
             elif kind is ReadyToSwitch:
@@ -725,6 +740,25 @@ class UnitActor(pykka.ThreadingActor):
         log.warning("topology %r: SPU %d of %r was lost with its worker; SPU %d took over its keys",
                     self.job.name, lost, self.spec.name, new)
         cmd.reply.set_result(result)
+
+    def _on_spus_lost(self, msg: SpusLost) -> None:
+        """Without exactly_once a worker died while an operation had switched: its live participants stop
+        waiting for the lost SPUs (markers, states, a downstream's answers), and the machine for their
+        HandoffFinished, so the operation ends and the lost SPUs' replacements, queued behind it, can run.
+        (Before the switch the job calls the operation off: AbortReconfiguration(before_switch=True).)"""
+        op = self._op
+        if op is None or op.machine.phase is not Phase.SWITCHED:
+            return
+        lost = frozenset(msg.spus)
+        notice = PeersLost(op.machine.reconfig_id, lost)
+        for spu in sorted({s for s, _ in op.machine.participants} - lost):
+            try:
+                self._mailbox(op, spu).tell(notice)
+            except Exception as exc:  # noqa: BLE001 - its worker died too: its own SpusLost follows
+                log.warning("unit %r: SPU %d not told of the lost SPUs: %r", self.spec.name, spu, exc)
+        log.warning("topology %r: %s goes on without SPUs %s, lost with their worker", self.job.name,
+                    self._describe(op), sorted(lost))
+        self._apply(op, op.machine.lost(lost))
 
     def _on_prepared(self, msg: Prepared) -> None:
         op = self._op

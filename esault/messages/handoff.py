@@ -114,6 +114,16 @@ class MarkerSeen:
 
 
 @dataclass(frozen=True, slots=True)
+class PeersLost:
+    """unit -> each live participant of its reconfiguration, past the switch, without exactly_once (which rolls
+    back instead): these SPUs died with their worker. None of them sends a marker, a state or an answer any
+    more, and what was sent to them is lost with them (acking replays it): no step waits for them."""
+
+    reconfig_id: int
+    spus: frozenset[int]
+
+
+@dataclass(frozen=True, slots=True)
 class CancelReconfiguration:
     """unit -> SPU: a reconfiguration held after prepare was called off (another operation of its
     atomic group failed) before any switch: forget its ranges; nothing moved."""

@@ -36,6 +36,10 @@ class GiverHandoff:
     def marker(self, sender: int) -> None:
         self._waiting.discard(sender)
 
+    def peers_lost(self, spus: Iterable[int]) -> None:
+        """Upstream SPUs that died with their worker send nothing more: as good as their marker."""
+        self._waiting.difference_update(spus)
+
     @property
     def ready(self) -> bool:
         """True once no upstream SPU can still send a tuple of a moved key."""
@@ -85,6 +89,7 @@ class ReceiverHandoff:
         self.pending_givers = {giver for _, _, giver in self.ranges}
         self.downstream = frozenset(downstream)  # SPUs whose MarkerSeen each giver's release waits for
         self._state_in: set[int] = set()  # givers whose last state chunk arrived
+        self._lost: set[int] = set()  # givers that died with their worker (PeersLost)
         self._seen: dict[int, set[int]] = {}  # giver -> downstream SPUs that saw its ForwardMarker
         self._pending = RangeSet((lo, hi) for lo, hi, _ in self.ranges)
         self.buffered: list[HeldBatch] = []
@@ -118,10 +123,19 @@ class ReceiverHandoff:
         are the ones the givers' ForwardMarkers reach, since givers and receivers both read from it."""
         self.downstream = frozenset(spus)
 
+    def peers_lost(self, spus: Iterable[int]) -> None:
+        """SPUs that died with their worker, without exactly_once (no rollback follows). A lost giver sends no
+        more state: its keys go on from what arrived (the rest of their state died with it), and no marker of
+        its may ever come; a lost downstream SPU answers no marker: what was sent to it is lost with it
+        (acking replays it), so there is no order there to keep."""
+        lost = set(spus)
+        self._lost |= lost & self.pending_givers
+        self.downstream = self.downstream - lost
+
     def ready_givers(self) -> list[int]:
-        """Pending givers whose state is in and whose ForwardMarker every downstream SPU has seen."""
-        return sorted(g for g in self.pending_givers
-                      if g in self._state_in and self.downstream <= self._seen.get(g, set()))
+        """Pending givers whose state is in and whose ForwardMarker every downstream SPU has seen (or lost)."""
+        return sorted(g for g in self.pending_givers if g in self._lost or (
+            g in self._state_in and self.downstream <= self._seen.get(g, set())))
 
     def release(self, giver: int, now: float, hash_of: Callable[[Any], int], new_edge: Callable[[], int]
                 ) -> list[HeldBatch]:

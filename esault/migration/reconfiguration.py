@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass
+from typing import Iterable
 
 from esault.migration.plan import WorkloadPlan
 
@@ -147,6 +148,16 @@ class Reconfiguration:
             return []
         self.phase = Phase.FAILED
         return [Failed(reason)]
+
+    def lost(self, spus: Iterable[int]) -> list[Effect]:
+        """Participants died with their worker past the switch, without exactly_once (no rollback follows):
+        they never say HandoffFinished; the survivors were told (PeersLost) not to wait for them either.
+        Before the switch a death calls the operation off instead (abort)."""
+        if self.phase is not Phase.SWITCHED:
+            return []
+        gone = set(spus)
+        self.awaiting_finished = {(spu, role) for spu, role in self.awaiting_finished if spu not in gone}
+        return self._maybe_complete()
 
     def commit(self) -> list[Effect]:
         """A held operation may switch now (its group decided). Before ReadyToSwitch it is a mistake: ignored."""

@@ -149,6 +149,9 @@ class OutputRouter:
         self.sender = sender
         self.source = source
         self.routes: list[Route] = [Route(s, seed=sender) for s in specs]
+        self.dropped_to: dict[int, int] = {}
+        """Tuples lost per downstream SPU that could not be reached (its process died): the first loss to each
+        is a warning, later ones (every flush until its replacement is installed) only debug lines."""
 
     def install(self, spec: RouteSpec) -> None:
         """Switch the route to spec.unit in place; call flush() first so old-table tuples leave first."""
@@ -180,9 +183,18 @@ class OutputRouter:
                     route.mailbox(spu).tell(DataBatch(self.sender, self.source, flat[0::2], flat[1::2], roots, edges))
                     sent += len(flat) // 2
                 except Exception as exc:  # the SPU's process is gone: its replacement gets the replays
-                    log.warning("unit %r SPU %d unreachable, %d tuples dropped (acking replays them): %r",
-                                route.unit, spu, len(flat) // 2, exc)
+                    self._dropped(route.unit, spu, len(flat) // 2, exc)
         return sent, xors
+
+    def _dropped(self, unit: str, spu: int, tuples: int, exc: BaseException) -> None:
+        before = self.dropped_to.get(spu, 0)
+        self.dropped_to[spu] = before + tuples
+        if not before:
+            log.warning("unit %r SPU %d unreachable, %d tuples dropped (acking replays them; more dropped to it "
+                        "until its replacement is routed to are logged at debug): %r", unit, spu, tuples, exc)
+        else:
+            log.debug("unit %r SPU %d unreachable, %d more tuples dropped (%d in all)", unit, spu, tuples,
+                      before + tuples)
 
     def broadcast(self, message: Any) -> None:
         """Tell `message` to every downstream SPU, behind the data already sent (call flush() first).

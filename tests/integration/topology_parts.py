@@ -211,6 +211,13 @@ class DriverCollectorBolt(CollectorBolt):
     esault_placement = "driver"
 
 
+class Relay(Bolt):
+    """Passes each tuple on unchanged: a stateless hop whose SPU can die without taking any state along."""
+
+    def process(self, tup: Any) -> None:
+        self.emit(tup.key, tup.value)
+
+
 class SlowIncrementBolt(Bolt):
     """Per key: emits (key, 1) per tuple after `seconds` of simulated work: stateless counting."""
 

@@ -8,7 +8,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from esault.datapath.giver import GiverSide
-from esault.messages.handoff import EpochMarker, PrepareGive, Prepared
+from esault.messages.handoff import EpochMarker, PeersLost, PrepareGive, Prepared
 from esault.migration.handoff import EarlyMessages, GiverHandoff
 
 
@@ -86,3 +86,16 @@ def test_whatever_the_order_of_the_prepare_and_the_markers_the_ranges_are_handed
             giver.on_marker(EpochMarker(7, step))
     [(giving, _)] = spu.gave
     assert giving.retire and spu.told == [Prepared(7, 3, "giver")]
+
+
+def test_an_upstream_spu_lost_with_its_worker_counts_as_its_marker_only_for_its_own_reconfiguration():
+    spu = FakeSpu()
+    giver = side(spu)
+    giver.on_prepare_give(prepare())
+    giver.peers_lost(PeersLost(6, frozenset({1, 2})))  # another reconfiguration's notice: nothing
+    giver.on_marker(EpochMarker(7, 1))
+    assert spu.gave == []
+    giver.peers_lost(PeersLost(7, frozenset({2, 9})))
+    assert [g.reconfig_id for g, _ in spu.gave] == [7]
+    giver.peers_lost(PeersLost(7, frozenset({2})))  # after the hand-off: nothing more
+    assert len(spu.gave) == 1

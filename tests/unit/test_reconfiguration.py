@@ -102,7 +102,8 @@ class Simulation:
                 for spu in effect.spus:
                     self.spus[spu].stopped = True
             elif isinstance(effect, Completed):
-                pending = [s.spu for s in self.spus.values() if s.giving is not None or s.receiving is not None]
+                pending = [s.spu for s in self.spus.values()
+                           if (s.giving is not None or s.receiving is not None) and s.spu not in self.dead]
                 assert not pending, f"completed while SPUs {pending} still hand off"
                 self.completed += 1
             elif isinstance(effect, Failed):
@@ -154,6 +155,8 @@ class Simulation:
 
     def on_spu(self, s: int, message: tuple) -> None:
         spu = self.spus[s]
+        if spu.stopped and message[0] == "PeersLost":  # the operation ended as the unit gave the lost up: a
+            return  # notice to an SPU that stopped since is dropped (the postman counts it), as it must be
         assert not spu.stopped, f"SPU {s} got {message[0]} after it stopped"
         kind = message[0]
         if kind == "Data":
@@ -183,6 +186,14 @@ class Simulation:
             early, spu.early_states = spu.early_states, []
             for state in early:
                 self.on_spu(s, state)
+        elif kind == "PeersLost":
+            lost = message[1]
+            if spu.giving is not None:
+                spu.giving.peers_lost(lost)
+                self.maybe_hand_off(spu)
+            if spu.receiving is not None:
+                spu.receiving.peers_lost(lost)
+                self.release_ready(spu)
         elif kind == "Seen":
             if spu.receiving is None:
                 spu.early_states.append(message)
@@ -334,6 +345,54 @@ def test_a_lost_message_or_a_dead_spu_never_completes_and_the_abort_fails_it_onc
     # Late answers after the abort change nothing.
     for s, role in sim.machine.participants:
         assert sim.machine.prepared(s, role) == [] and sim.machine.finished(s, role, 1, 0.0) == []
+
+
+@SETTINGS
+@given(tables(), st.data())
+def test_without_a_rollback_an_operation_past_its_switch_ends_once_the_lost_are_given_up(pair, data):
+    """No exactly_once: a participant, the downstream SPU or an upstream sender dies after the switch. The unit
+    tells the live participants (PeersLost, in any order with the rest) and its machine gives the lost up:
+    the operation completes exactly once, no live SPU is left handing off, a stopped SPU gets nothing more."""
+    old, new = pair
+    sim = Simulation(old, new, 1)
+    if sim.plan.empty:
+        return
+    sim.start()
+    schedule = random.Random(data.draw(st.integers(0, 2**32 - 1), label="delivery order seed"))
+    kill_after = data.draw(st.integers(0, 40), label="steps after the switch")
+    victims = sorted({s for s, _ in sim.machine.participants}) + [DOWN, *SENDERS]
+    victim = data.draw(st.sampled_from(victims), label="victim")
+    since_switch = None
+    for _ in range(5000):
+        if sim.machine.phase is Phase.SWITCHED and since_switch is None:
+            since_switch = 0
+        if since_switch is not None and since_switch == kill_after and victim not in sim.dead:
+            sim.dead.add(victim)
+            for pair_ in list(sim.channels):
+                if victim in pair_:
+                    sim.channels[pair_].clear()
+            if victim in SENDERS:
+                sim.todo[victim].clear()
+            for spu in sorted({s for s, _ in sim.machine.participants} - {victim}):
+                sim.send(UNIT, spu, ("PeersLost", {victim}))
+            sim.effects(sim.machine.lost({victim}))
+        acts = sim.enabled()
+        if not acts:
+            break
+        sim.step(schedule.choice(acts))
+        if since_switch is not None:
+            since_switch += 1
+    assert sim.completed == 1 and sim.failed == 0 and sim.machine.phase is Phase.DONE
+    for spu in sim.spus.values():
+        if spu.spu not in sim.dead:
+            assert spu.receiving is None and spu.giving is None, f"SPU {spu.spu} still hands off"
+    assert sim.machine.lost({victim}) == [], "giving up after the end changes nothing"
+
+
+def test_a_death_before_the_switch_is_not_given_up_but_called_off():
+    machine = Reconfiguration(5, held_plan())
+    machine.begin()
+    assert machine.lost({1}) == [] and machine.phase is Phase.PREPARING
 
 
 # --- held operations: one unit's part of an atomic group -------------------------------------

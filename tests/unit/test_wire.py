@@ -75,6 +75,7 @@ from esault.messages.handoff import (
     HandoffFinished,
     InstallRoutes,
     MarkerSeen,
+    PeersLost,
     PrepareGive,
     PrepareReceive,
     Prepared,
@@ -177,6 +178,7 @@ PINNED_SCHEMA = {
     60: ("FindOwner", ("owner: int", "process: str")),
     61: ("OwnerAt", ("topology: str", "owner: int", "mailbox: Mailbox")),
     62: ("OwnerGone", ("owner: int", "mailbox: Mailbox")),
+    63: ("PeersLost", ("reconfig_id: int", "spus: frozenset[int]")),
 }
 
 
@@ -196,7 +198,7 @@ def test_tags_follow_the_class_name_and_a_message_without_a_tag_is_refused_by_na
     classes = dict(reversed([(cls.__name__, cls) for cls in wire.TAGS]))  # definition order does not matter
     assert [wire.TAGS[cls] for cls in wire._tagged(classes)] == sorted(wire.WIRE_TAGS.values())
     with pytest.raises(ImportError, match=r"without a wire tag: Fresh; add each to esault.transport.wire.WIRE_TAGS "
-                                          r"with the next free tag \(63\)"):
+                                          r"with the next free tag \(64\)"):
         wire._tagged({**classes, "Fresh": Fresh})
     del classes["Abandon"]
     with pytest.raises(ImportError, match=r"WIRE_TAGS names Abandon, which no module of esault.messages defines"):
@@ -302,6 +304,7 @@ EXAMPLES: dict[type, Any] = {
     FindOwner: FindOwner(5, "w2"),
     OwnerAt: OwnerAt("wordcount", 5, Address("w1", "spu-5")),
     OwnerGone: OwnerGone(5, Address("w1", "spu-5")),
+    PeersLost: PeersLost(9, frozenset({4, 7})),
     FailPending: FailPending("a worker died"),
     TriggerCheckpoint: TriggerCheckpoint(7, True),
     CheckpointStart: CheckpointStart(7, frozenset({3, 4}), True),
@@ -523,7 +526,7 @@ GOOD_FRAMES = [encode_frame(msg) for msg in EXAMPLES.values()]
     (msgpack.packb({"tag": 1}), "not_a_frame", r"expected \[tag, fields\.\.\.\], got dict"),
     (msgpack.packb([]), "not_a_frame", r"got list \[\]"),
     (msgpack.packb(["DataBatch", 1, []]), "not_a_frame", r"not a message frame"),
-    (msgpack.packb([99, 1]), "unknown_tag", r"unknown message tag 99 \(known: 1\.\.62, retired: 4, 7, 22\)"),
+    (msgpack.packb([99, 1]), "unknown_tag", r"unknown message tag 99 \(known: 1\.\.63, retired: 4, 7, 22\)"),
     (msgpack.packb([10, 1]), "field_count", r"EpochMarker: expected 2 fields \(reconfig_id, sender\), got 1"),
     (msgpack.packb([25, 1, "soon", ["d", "m"], True]), "field_type", r"Probe\.sent_at: expected float, got str 'soon'"),
     (msgpack.packb([10, True, 1]), "field_type", r"EpochMarker\.reconfig_id: expected int, got bool True"),
