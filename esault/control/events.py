@@ -36,6 +36,10 @@ class Change:
     result: Any  # the ScaleResult
 
 
+PRUNE_SAMPLED_AT = 256
+"""ControlEvents forgets the samples of SPUs whose records left the log once it tracks more than this many."""
+
+
 class ControlEvents:
     """A bounded, thread-safe log of ProbeRecords and Changes with per-reader cursors.
 
@@ -55,6 +59,7 @@ class ControlEvents:
         self._lock = threading.Lock()
         self._listeners: list[Callable[[], None]] = []
         self._sampled: dict[tuple[str, int], int] = {}  # (unit, spu) -> seq of its record that keeps hashes
+        self._prune_at = PRUNE_SAMPLED_AT
 
     def record(self, event: ProbeRecord | Change) -> None:
         with self._lock:
@@ -62,6 +67,8 @@ class ControlEvents:
             if type(event) is ProbeRecord and event.hashes:
                 self._shed_older_sample((event.unit, event.spu))
                 self._sampled[(event.unit, event.spu)] = self._last
+                if len(self._sampled) > self._prune_at:
+                    self._forget_gone_samples()
             self._events.append((self._last, event))
             listeners = list(self._listeners)
         for wake in listeners:
@@ -76,6 +83,13 @@ class ControlEvents:
         if 0 <= index < len(self._events):
             old = self._events[index][1]
             self._events[index] = (seq, replace(old, hashes=()))
+
+    def _forget_gone_samples(self) -> None:
+        """Drop the entries of samples whose record left the log (SPUs gone long ago, in a job that splits
+        and merges for weeks); amortised O(1) a record, since the next pass waits for twice the survivors."""
+        oldest = self._events[0][0] if self._events else self._last
+        self._sampled = {key: seq for key, seq in self._sampled.items() if seq >= oldest}
+        self._prune_at = max(PRUNE_SAMPLED_AT, 2 * len(self._sampled))
 
     def cursor(self) -> int:
         """A cursor that reads only events recorded from now on."""

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import pytest
 from hypothesis import given, settings, strategies as st
 
+from esault.control import events as events_module
 from esault.control.events import Change, ControlEvents, ProbeRecord
 from esault.elasticity.detector import ProbeSample
 
@@ -64,3 +66,25 @@ def test_readers_see_every_event_in_order_and_the_newest_sample_of_each_spu(step
     for e in got:
         assert e.hashes == (newest[e.spu].hashes if newest.get(e.spu) is not None
                             and e.sample == newest[e.spu].sample else ())
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 40), st.booleans()), max_size=150), st.integers(1, 12))
+def test_samples_of_spus_long_gone_are_forgotten_and_the_live_ones_kept(steps, capacity):
+    """Many SPUs come and go (a job that splits and merges for weeks): the sample bookkeeping keeps no more
+    than about twice the SPUs with a record in the log, and each newest sample still in the log holds."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(events_module, "PRUNE_SAMPLED_AT", 4)
+        events = ControlEvents(capacity=capacity)
+    start = events.cursor()
+    newest: dict[int, ProbeRecord] = {}
+    for i, (spu, sampled) in enumerate(steps):
+        record = probe(spu, float(i), (i, spu) if sampled else ())
+        events.record(record)
+        if sampled:
+            newest[spu] = record
+        assert len(events._sampled) <= max(4, 2 * capacity) + 1
+    got, _, _ = events.since(start)
+    for e in got:
+        keeps = newest.get(e.spu) is not None and e.sample == newest[e.spu].sample
+        assert e.hashes == (newest[e.spu].hashes if keeps else ())
