@@ -165,12 +165,15 @@ class OutputRouter:
         return any(route.has_data() for route in self.routes)
 
     def flush(self, roots: list[int] = NO_ROOTS, rand: Callable[[int], int] = getrandbits) -> tuple[int, list[int]]:
-        """Send each buffer as one DataBatch in the trees `roots`; (tuples sent, XOR of new edges per root).
+        """Send each buffer as one DataBatch in the trees `roots`; (tuples emitted, XOR of new edges per root).
 
         Each batch gets a fresh edge id per root; the caller XORs the returned
         values into its acks so the trees stay open until the batches are acked.
         A destination that cannot be reached (its process died) loses its
         batch: the edges stay unacked, the trees time out and are replayed.
+        Its tuples still count as emitted, so the job's totals show them as
+        never processed: without acking (guarantee "none") that is how the
+        loss is reported (Job.status()["unaccounted"]), not hidden.
         """
         sent = 0
         xors = [0] * len(roots)
@@ -181,17 +184,18 @@ class OutputRouter:
                     xors[i] ^= edge
                 try:
                     route.mailbox(spu).tell(DataBatch(self.sender, self.source, flat[0::2], flat[1::2], roots, edges))
-                    sent += len(flat) // 2
                 except Exception as exc:  # the SPU's process is gone: its replacement gets the replays
                     self._dropped(route.unit, spu, len(flat) // 2, exc)
+                sent += len(flat) // 2
         return sent, xors
 
     def _dropped(self, unit: str, spu: int, tuples: int, exc: BaseException) -> None:
         before = self.dropped_to.get(spu, 0)
         self.dropped_to[spu] = before + tuples
         if not before:
-            log.warning("unit %r SPU %d unreachable, %d tuples dropped (acking replays them; more dropped to it "
-                        "until its replacement is routed to are logged at debug): %r", unit, spu, tuples, exc)
+            log.warning("unit %r SPU %d unreachable, %d tuples dropped (acking replays them; without acking they "
+                        "count as lost; more dropped to it until its replacement is routed to are logged at debug): "
+                        "%r", unit, spu, tuples, exc)
         else:
             log.debug("unit %r SPU %d unreachable, %d more tuples dropped (%d in all)", unit, spu, tuples,
                       before + tuples)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import threading
 from typing import Any
 
@@ -226,6 +227,21 @@ class SlowIncrementBolt(Bolt):
 
     def process(self, tup: Any) -> None:
         _WORK.wait(self.seconds)
+        self.emit(tup.key, 1)
+
+
+class GatedIncrementBolt(Bolt):
+    """Per key: emits (key, 1) per tuple, but holds each tuple while the file `gate` exists (at most a minute):
+    a gate across processes, so what reaches the SPU meanwhile waits in its inbox."""
+
+    def __init__(self, gate: str) -> None:
+        self.gate = gate
+
+    def process(self, tup: Any) -> None:
+        for _ in range(12_000):
+            if not os.path.exists(self.gate):
+                break
+            _WORK.wait(0.005)
         self.emit(tup.key, 1)
 
 
