@@ -28,18 +28,23 @@ class AnsweringSpu(pykka.ThreadingActor):
     def __init__(self, spu_id: int) -> None:
         super().__init__()
         self.spu_id = spu_id
+        self.answered = 0
 
     def on_receive(self, message):
         if isinstance(message, Probe):
             base = message.probe_id * SAMPLE
             message.reply_to.tell(ProbeReturned(self.spu_id, message.probe_id, message.sent_at, 100,
                                                 tuple(range(base, base + SAMPLE))))
+            self.answered += 1
+        return self.answered  # to an ask: how many probes it answered so far
 
 
 def test_after_many_probes_the_event_log_holds_one_key_sample_per_spu_the_newest(tmp_path):
     b = TopologyBuilder("sampled")
     b.set_spout("src", ListSpout, params={"items": []})
-    b.set_bolt("out", CollectorBolt, probe_period=1.0, max_latency=5.0).shuffle_grouping("src")
+    # max_latency beyond the beats' span: on a loaded machine an answer may come after several beats, and a
+    # probe timed out is not recorded when its answer comes (not what this test is about)
+    b.set_bolt("out", CollectorBolt, probe_period=1.0, max_latency=1000.0).shuffle_grouping("src")
     topology = b.build()
     job = JobContext(topology, JobConfig(data_dir=tmp_path), ManualClock(), tmp_path)
     spus = {1: AnsweringSpu.start(1), 2: AnsweringSpu.start(2)}
@@ -49,11 +54,10 @@ def test_after_many_probes_the_event_log_holds_one_key_sample_per_spu_the_newest
     try:
         for beat in range(60):
             prober.ask(Tick(10.0 + beat))  # a probe to each SPU per beat; answers come on their own
-        for spu in spus.values():
-            spu.ask(Tick(0.0))  # each SPU's mailbox barrier: its answers were sent
-        prober.ask(Tick(100.0))  # the prober's: the answers were recorded (and the next probes sent)
+        answered = sum(spu.ask(Tick(0.0)) for spu in spus.values())  # each SPU's mailbox barrier: answers sent
+        prober.ask(Tick(0.0))  # the prober's barrier: the answers were recorded (a time before its next beat: no probe)
         records = [e for e in events.since(reader)[0] if isinstance(e, ProbeRecord) and e.sample.latency is not None]
-        assert len(records) >= 120, "every answer is in the log"
+        assert len(records) == answered == 120, "every answer is in the log"
         sampled = [r for r in records if r.hashes]
         assert sorted(r.spu for r in sampled) == [1, 2], "one record per SPU keeps its sample"
         for record in sampled:
