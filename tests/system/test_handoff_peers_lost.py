@@ -16,7 +16,6 @@ import os
 import signal
 import sys
 from concurrent.futures import ThreadPoolExecutor
-from contextlib import suppress
 from pathlib import Path
 
 import pytest
@@ -28,7 +27,9 @@ from esault.testing import collected, reset_collected, wait_until
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "examples"))
 sys.path.insert(0, str(ROOT / "tests" / "integration"))
+sys.path.insert(0, str(ROOT / "tests" / "system"))
 import wordcount  # noqa: E402
+from process_pause import paused  # noqa: E402
 from topology_parts import DriverCollectorBolt, Relay  # noqa: E402
 
 pytestmark = pytest.mark.system
@@ -76,17 +77,12 @@ def test_a_merge_goes_on_without_an_spu_lost_with_its_worker_past_the_switch(tmp
         spu_of = {"relay": job.spus("relay")[0], "split": job.spus("split")[0], "receiver": receiver, "giver": giver}
         counters = {host[receiver], host[giver]}
         assert host[spu_of[stop_unit]] not in counters, f"the {stop_unit} shares a worker with a counter: {host}"
-        stopped = cluster.registry.pids[host[spu_of[stop_unit]]]
-        os.kill(stopped, signal.SIGSTOP)  # the participant now waits on it
-        try:
-            with ThreadPoolExecutor(1) as pool:
-                merge = pool.submit(job.merge, "count", giver, receiver)
-                wait_until(lambda: job.spus("count") == [receiver], 30, message="the merge switched routes")
-                os.kill(cluster.registry.pids[host[spu_of[kill]]], signal.SIGKILL)
-                merge.result(timeout=60)
-        finally:
-            with suppress(ProcessLookupError):
-                os.kill(stopped, signal.SIGCONT)
+        # the participant waits on the stopped worker
+        with ThreadPoolExecutor(1) as pool, paused(cluster.registry.pids[host[spu_of[stop_unit]]]):
+            merge = pool.submit(job.merge, "count", giver, receiver)
+            wait_until(lambda: job.spus("count") == [receiver], 30, message="the merge switched routes")
+            os.kill(cluster.registry.pids[host[spu_of[kill]]], signal.SIGKILL)
+            merge.result(timeout=60)
         assert job.wait(120), job.status()
         job.stop()
     check_counts(exact=victim in ("downstream", "upstream"))  # those lost no count state
@@ -118,20 +114,14 @@ def test_an_assignment_from_two_givers_goes_on_when_one_dies_before_the_upstream
         first, second, keeper = job.spus("count")
         (split,) = job.spus("split")
         assert len({host[first], host[second], host[keeper], host[split]}) == 4, f"workers shared: {host}"
-        stopped = cluster.registry.pids[host[split]]
-        os.kill(stopped, signal.SIGSTOP)
-        try:
-            with ThreadPoolExecutor(1) as pool:
+        with ThreadPoolExecutor(1) as pool:
+            with paused(cluster.registry.pids[host[split]]):
                 assignment = pool.submit(job.assign_workload, "count", {keeper: [(0, KEY_SPACE_MAX)]})
                 wait_until(lambda: job.spus("count") == [keeper], 30, message="the assignment switched routes")
                 os.kill(cluster.registry.pids[host[first]], signal.SIGKILL)
                 wait_until(lambda: host[first] not in cluster.registry.workers, 30,
                            message="the giver's worker declared dead (the split's worker is told so)")
-                os.kill(stopped, signal.SIGCONT)
-                assignment.result(timeout=60)
-        finally:
-            with suppress(ProcessLookupError):
-                os.kill(stopped, signal.SIGCONT)
+            assignment.result(timeout=60)
         assert job.wait(120), job.status()
         job.stop()
     check_counts(exact=False)

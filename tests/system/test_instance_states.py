@@ -16,7 +16,6 @@ import os
 import signal
 import sys
 from concurrent import futures
-from contextlib import suppress
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -31,6 +30,7 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "examples"))
 sys.path.insert(0, str(ROOT / "tests" / "system"))
 import eo_parts  # noqa: E402
+from process_pause import paused  # noqa: E402
 
 pytestmark = pytest.mark.system
 
@@ -54,6 +54,14 @@ def emitted_by(job, spu: int) -> int:
 def kill_worker_of(cluster: LocalCluster, spu: int) -> None:
     worker = next(w for w, spus in cluster.registry.spus_on.items() if spu in spus)
     os.kill(cluster.registry.pids[worker], signal.SIGKILL)
+
+
+def kill_and_roll_back(cluster: LocalCluster, job, spu: int, restore_to: int) -> None:
+    """kill -9 the worker of `spu`, give the pool a fresh one, and wait for the job's rollback to `restore_to`."""
+    kill_worker_of(cluster, spu)
+    cluster.pool.spawn("fresh")
+    wait_until(lambda: len(job.checkpoints.stats.recoveries) >= 1, 60, message="the rollback")
+    assert job.checkpoints.stats.recoveries[0].restored_epoch == restore_to
 
 
 def reconfigure(job, change: str) -> None:
@@ -89,10 +97,7 @@ def test_a_kill9_after_a_reconfiguration_of_a_stateful_non_keyed_bolt_restores_e
             restore_to = job.checkpoint(timeout=60)
         instances = CheckpointStore(job.ctx.checkpoint_path).get(restore_to).instances["tally"]
         assert len(instances) == len(set(instances)) == (len(after) if checkpoint_after else 2)
-        kill_worker_of(cluster, newest)
-        cluster.pool.spawn("fresh")
-        wait_until(lambda: len(job.checkpoints.stats.recoveries) >= 1, 60, message="the rollback")
-        assert job.checkpoints.stats.recoveries[0].restored_epoch == restore_to
+        kill_and_roll_back(cluster, job, newest, restore_to)
         assert len(job.spus("tally")) == len(instances), "the checkpoint's instances came back, no more"
         assert job.wait(120), job.status()
         job.stop()
@@ -114,24 +119,16 @@ def test_a_non_keyed_bolt_retires_an_instance_only_once_every_downstream_spu_has
         (summer,) = job.spus("sum")
         host = {s: w for w, spus in cluster.registry.spus_on.items() for s in spus}
         assert host[summer] != host[second], f"the sum and the retiring tally share a worker: {host}"
-        stopped = cluster.registry.pids[host[summer]]
-        os.kill(stopped, signal.SIGSTOP)
-        try:
-            with ThreadPoolExecutor(1) as pool:
+        with ThreadPoolExecutor(1) as pool:
+            with paused(cluster.registry.pids[host[summer]]):
                 operation = pool.submit(reconfigure, job, change)  # retires `second`
                 wait_until(lambda: job.spus("tally") == [first], 30, message="the routes switched")
                 finished, _ = futures.wait([operation], timeout=3.0)
                 assert not finished, "the operation ended before the sum's SPU had what the retired one closed with"
-                os.kill(stopped, signal.SIGCONT)
-                operation.result(timeout=60)
-        finally:
-            os.kill(stopped, signal.SIGCONT)
+            operation.result(timeout=60)
         restore_to = job.checkpoint(timeout=60)
         assert CheckpointStore(job.ctx.checkpoint_path).get(restore_to).instances["tally"] == [0]
-        kill_worker_of(cluster, first)
-        cluster.pool.spawn("fresh")
-        wait_until(lambda: len(job.checkpoints.stats.recoveries) >= 1, 60, message="the rollback")
-        assert job.checkpoints.stats.recoveries[0].restored_epoch == restore_to
+        kill_and_roll_back(cluster, job, first, restore_to)
         assert job.wait(120), job.status()
         job.stop()
     assert eo_parts.tally_total(job.data_dir) == eo_parts.words_in(TOTAL)
@@ -152,21 +149,14 @@ def test_a_kill9_while_a_retiring_non_keyed_instance_waits_for_its_downstream_ro
         (summer,) = job.spus("sum")
         host = {s: w for w, spus in cluster.registry.spus_on.items() for s in spus}
         assert host[summer] != host[second], f"the sum and the retiring tally share a worker: {host}"
-        stopped = cluster.registry.pids[host[summer]]
-        os.kill(stopped, signal.SIGSTOP)
-        try:
-            with ThreadPoolExecutor(1) as pool:
-                operation = pool.submit(job.rescale, "tally", 1)  # retires `second`
-                wait_until(lambda: job.spus("tally") == [first], 30, message="the routes switched")
-                wait_until(lambda: emitted_by(job, second) > 0, 30,  # a tally emits only in close()
-                           message="the retiring tally SPU closed")
-                os.kill(cluster.registry.pids[host[second] if victim == "retiring" else host[summer]],
-                        signal.SIGKILL)
-                with pytest.raises(ScalingError, match="aborted"):
-                    operation.result(timeout=60)
-        finally:
-            with suppress(ProcessLookupError):  # (killed: nothing to continue)
-                os.kill(stopped, signal.SIGCONT)
+        with ThreadPoolExecutor(1) as pool, paused(cluster.registry.pids[host[summer]]):
+            operation = pool.submit(job.rescale, "tally", 1)  # retires `second`
+            wait_until(lambda: job.spus("tally") == [first], 30, message="the routes switched")
+            wait_until(lambda: emitted_by(job, second) > 0, 30,  # a tally emits only in close()
+                       message="the retiring tally SPU closed")
+            os.kill(cluster.registry.pids[host[second] if victim == "retiring" else host[summer]], signal.SIGKILL)
+            with pytest.raises(ScalingError, match="aborted"):
+                operation.result(timeout=60)
         cluster.pool.spawn("fresh")
         wait_until(lambda: len(job.checkpoints.stats.recoveries) >= 1, 60, message="the rollback")
         assert job.checkpoints.stats.recoveries[0].restored_epoch == restore_to
@@ -240,10 +230,7 @@ def test_a_stateful_bolt_behind_a_key_grouped_unit_stays_exact_when_that_unit_me
         counted = sum(s.processed for s in job.spu_counters() if s.unit == "count" and s.spu == newest)
         wait_until(lambda: sum(s.processed for s in job.spu_counters()
                                if s.unit == "count" and s.spu == newest) > counted, 60, message="count going on")
-        kill_worker_of(cluster, newest)
-        cluster.pool.spawn("fresh")
-        wait_until(lambda: len(job.checkpoints.stats.recoveries) >= 1, 60, message="the rollback")
-        assert job.checkpoints.stats.recoveries[0].restored_epoch == restore_to
+        kill_and_roll_back(cluster, job, newest, restore_to)
         assert job.wait(120), job.status()
         job.stop()
     assert eo_parts.tally_total(job.data_dir) == eo_parts.words_in(TOTAL)
