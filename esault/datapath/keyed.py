@@ -590,7 +590,9 @@ class KeyedProcessing(PartOfSpu):
     def _on_state(self, msg: StateHandoff) -> None:
         receiving = self._receiving
         if receiving is None or receiving.reconfig_id != msg.reconfig_id:
-            self._early.handoffs.setdefault(msg.reconfig_id, []).append(msg)
+            if not self._early.keep_handoff(msg):
+                log.warning("topology %r: bolt %r SPU %d dropped a late hand-off chunk of SPU %d: its part of that "
+                            "reconfiguration is over", self.job.name, self.unit_name, self.spu_id, msg.giver_id)
             return
         if msg.giver_id not in receiving.pending_givers:  # a lost giver's chunk after its keys went live
             log.warning("topology %r: bolt %r SPU %d dropped a late hand-off chunk of lost SPU %d: its keys "
@@ -636,7 +638,7 @@ class KeyedProcessing(PartOfSpu):
             return
         receiving = self._receiving
         if receiving is None or receiving.reconfig_id != msg.reconfig_id:
-            self._early.seen.setdefault(msg.reconfig_id, []).append((msg.giver, msg.sender))
+            self._early.keep_seen(msg.reconfig_id, msg.giver, msg.sender)
             return
         receiving.marker_seen(msg.giver, msg.sender)
         self._release_ready()
@@ -655,6 +657,7 @@ class KeyedProcessing(PartOfSpu):
         if not receiving.done:
             return
         self._receiving = None
+        self._early.forget(receiving.reconfig_id)  # what comes for it from now on is late
         self.unit_ref.tell(
             HandoffFinished(receiving.reconfig_id, self.spu_id, "receiver", receiving.moved, receiving.paused)
         )

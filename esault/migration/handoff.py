@@ -20,6 +20,7 @@ ranges never pause. An SPU may give and receive in one reconfiguration
 from __future__ import annotations
 
 from bisect import bisect_right
+from collections import deque
 from typing import Any, Callable, Iterable, NamedTuple
 
 
@@ -208,18 +209,42 @@ def chunk_states(states: list[tuple[Any, bytes]], budget: int = HANDOFF_CHUNK_BY
 
 
 class EarlyMessages:
-    """Markers, hand-offs and MarkerSeen answers that overtook their reconfiguration's setup message."""
+    """Markers, hand-offs and MarkerSeen answers that overtook their reconfiguration's setup message.
+
+    One that comes after this SPU finished its side of the reconfiguration (a lost giver's chunk, an answer
+    from a downstream SPU no longer waited for) is late, not early: it is dropped, not kept for good."""
+
+    FINISHED_KEPT = 64
+    """How many finished reconfigurations' ids are remembered to tell late messages from early ones."""
 
     def __init__(self) -> None:
         self.markers: dict[int, set[int]] = {}
         self.handoffs: dict[int, list[Any]] = {}  # reconfig id -> StateHandoff chunks, in arrival order
         self.seen: dict[int, list[tuple[int, int]]] = {}  # reconfig id -> (giver, downstream SPU)
+        self._finished: deque[int] = deque(maxlen=self.FINISHED_KEPT)
 
     def forget(self, reconfig_id: int) -> None:
-        """The reconfiguration was called off: drop whatever came early for it."""
+        """The reconfiguration was called off, or this SPU's side of it is done: drop whatever came early for
+        it, and keep nothing that comes for it later."""
         self.markers.pop(reconfig_id, None)
         self.handoffs.pop(reconfig_id, None)
         self.seen.pop(reconfig_id, None)
+        if reconfig_id not in self._finished:
+            self._finished.append(reconfig_id)
+
+    def keep_handoff(self, msg: Any) -> bool:
+        """Keep a StateHandoff chunk that came before its PrepareReceive (False: late, not kept)."""
+        if msg.reconfig_id in self._finished:
+            return False
+        self.handoffs.setdefault(msg.reconfig_id, []).append(msg)
+        return True
+
+    def keep_seen(self, reconfig_id: int, giver: int, sender: int) -> bool:
+        """Keep a MarkerSeen that came before its PrepareReceive (False: late, not kept)."""
+        if reconfig_id in self._finished:
+            return False
+        self.seen.setdefault(reconfig_id, []).append((giver, sender))
+        return True
 
     def take_markers(self, reconfig_id: int) -> set[int]:
         return self.markers.pop(reconfig_id, set())

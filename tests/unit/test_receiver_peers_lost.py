@@ -1,8 +1,9 @@
-"""ReceiverHandoff.peers_lost: without exactly_once, a receiver stops waiting for SPUs lost with their worker."""
+"""ReceiverHandoff.peers_lost: without exactly_once, a receiver stops waiting for SPUs lost with their worker;
+and what a lost giver sends after the receiver is done is dropped as late (EarlyMessages)."""
 
 from __future__ import annotations
 
-from esault.migration.handoff import HeldBatch, ReceiverHandoff
+from esault.migration.handoff import EarlyMessages, HeldBatch, ReceiverHandoff
 
 
 def hash_of(key: int) -> int:
@@ -45,3 +46,21 @@ def test_lost_spus_that_take_no_part_change_nothing():
     assert r.ready_givers() == [] and r.downstream == {8, 9}
     r.marker_seen(1, 9)
     assert r.ready_givers() == [1]
+
+
+class Chunk:
+    def __init__(self, reconfig_id: int) -> None:
+        self.reconfig_id = reconfig_id
+
+
+def test_messages_for_a_finished_reconfiguration_are_late_and_not_kept_while_early_ones_are():
+    early = EarlyMessages()
+    assert early.keep_handoff(Chunk(3)) and early.keep_seen(3, 1, 8)  # before their PrepareReceive: kept
+    early.forget(3)  # this SPU's side of reconfiguration 3 is over (or it was called off)
+    assert early.handoffs == {} and early.seen == {}
+    assert not early.keep_handoff(Chunk(3)) and not early.keep_seen(3, 1, 8)  # a lost giver's, late
+    assert early.handoffs == {} and early.seen == {}
+    assert early.keep_handoff(Chunk(4))  # another reconfiguration's, early
+    for rid in range(100, 100 + EarlyMessages.FINISHED_KEPT):
+        early.forget(rid)
+    assert early.keep_handoff(Chunk(3)), "only the newest finished ids are remembered"
