@@ -479,9 +479,7 @@ class Job:
         if self.ctx.exactly_once:
             return [self._recover(set(lost_spus), "a worker died")] if lost_spus else []
         self.lost_spus |= set(lost_spus)
-        for unit in self.units.values():  # an operation still preparing waits for the dead in vain: call it off;
-            # one past its switch goes on without them (its replacements queue behind it)
-            unit.tell(AbortReconfiguration(f"a worker died holding SPUs {sorted(lost_spus)}", before_switch=True))
+        for unit in self.units.values():  # its operation is called off, or goes on without them (unit.py)
             unit.tell(SpusLost(frozenset(lost_spus)))
         futures = []
         for spec in self.topology.units:

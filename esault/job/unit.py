@@ -76,18 +76,17 @@ class ResizeSpout:
 
 class AbortReconfiguration:
     """job -> unit (tell), in this process only: fail the split or merge in flight now (a worker died); the
-    rollback that follows discards its SPUs. Frees the control thread, which waits for that result.
-    `before_switch`: only an operation that has not switched (without a rollback, one that has must finish)."""
+    rollback that follows discards its SPUs. Frees the control thread, which waits for that result."""
 
-    def __init__(self, reason: str, before_switch: bool = False) -> None:
+    def __init__(self, reason: str) -> None:
         self.reason = reason
-        self.before_switch = before_switch
 
 
 class SpusLost:
-    """job -> unit (tell), in this process only, without exactly_once: these SPUs died with their worker. An
-    operation past its switch goes on without them (PeersLost to its live participants); their replacements
-    follow it, queued behind it by the job's coordinator."""
+    """job -> unit (tell), in this process only, without exactly_once (no rollback): these SPUs died with their
+    worker. An operation still preparing waits for the dead in vain: it is called off (nothing moved). One past
+    its switch must finish: it goes on without them (PeersLost to its live participants). Either way their
+    replacements follow it, queued behind it by the job's coordinator."""
 
     def __init__(self, spus: frozenset[int]) -> None:
         self.spus = spus
@@ -344,8 +343,7 @@ class UnitActor(pykka.ThreadingActor):
                     return exc
             if kind is AbortReconfiguration:
                 op = self._op
-                if op is not None and not (message.before_switch and op.machine.phase not in (
-                        Phase.PREPARING, Phase.PREPARED)):
+                if op is not None:
                     self._apply(op, op.machine.abort(message.reason))
                 return None
             if kind is SpusLost:
@@ -742,14 +740,19 @@ class UnitActor(pykka.ThreadingActor):
         cmd.reply.set_result(result)
 
     def _on_spus_lost(self, msg: SpusLost) -> None:
-        """Without exactly_once a worker died while an operation had switched: its live participants stop
-        waiting for the lost SPUs (markers, states, a downstream's answers), and the machine for their
-        HandoffFinished, so the operation ends and the lost SPUs' replacements, queued behind it, can run.
-        (Before the switch the job calls the operation off: AbortReconfiguration(before_switch=True).)"""
+        """Without exactly_once a worker died. Before the switch the operation is called off (`abort` cancels
+        it). Past the switch its live participants stop waiting for the lost SPUs (markers, states, a
+        downstream's answers), and the machine for their HandoffFinished, so the operation ends and the lost
+        SPUs' replacements, queued behind it, can run."""
         op = self._op
-        if op is None or op.machine.phase is not Phase.SWITCHED:
+        if op is None:
             return
         lost = frozenset(msg.spus)
+        if op.machine.phase in (Phase.PREPARING, Phase.PREPARED):
+            self._apply(op, op.machine.abort(f"a worker died holding SPUs {sorted(lost)}"))
+            return
+        if op.machine.phase is not Phase.SWITCHED:
+            return
         notice = PeersLost(op.machine.reconfig_id, lost)
         for spu in sorted({s for s, _ in op.machine.participants} - lost):
             try:
