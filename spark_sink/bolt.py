@@ -208,8 +208,7 @@ class SparkSink(Bolt):
             if exactly_once:
                 self._rejects = RejectedRows(self.rejected_path, self.table)
                 self._metrics = SinkMetrics(self.topology, self.table)
-                self._epochs = EpochCommitter(self, context.restored_epoch,
-                                              self._setup if self.engine == "spark" else None)
+                self._epochs = EpochCommitter(self, context.restored_epoch, self._set_up_engine())
             else:
                 self._start_committer()
         except BaseException:
@@ -228,7 +227,7 @@ class SparkSink(Bolt):
             commit_retries=self.commit_retries,
             retry_backoff=self.retry_backoff,
             clock=self._clock,
-            setup=self._setup if self.engine == "spark" else None,
+            setup=self._set_up_engine(),
             on_commit_error=lambda batch, exc: self._metrics.commit_failures.inc(),
             on_stop=self._release,
             name=f"spark-sink-{self.writer_id}",
@@ -435,6 +434,11 @@ class SparkSink(Bolt):
         return meta
 
     # -- committer thread -----------------------------------------------------------
+
+    def _set_up_engine(self) -> Callable[[], None] | None:
+        """What the committer thread runs before its first step: Spark's start (a JVM, executors), or
+        nothing for an engine without a session."""
+        return self._setup if self.engine == "spark" else None
 
     def _setup(self) -> None:
         self._spark = get_session(self.master, self.table_dir.parent)

@@ -378,8 +378,10 @@ class CheckpointCoordinator:
         if failure is not None:
             self._failed(f"checkpoint {epoch} failed", failure, counted=not failure.startswith("aborted"))
             if failure.startswith("timed out") and not self.job._stopped and self.failure is None and self.collector.fatal is None:
-                # Some SPU may hold channels for a barrier that never comes: only a rollback frees them.
-                self.recover(frozenset(), f"checkpoint {epoch} {failure}")
+                # Some SPU may hold channels for a barrier that never comes: only a rollback frees them. Through
+                # the job, like every rollback: the job is not complete while it runs, and its probers, counts
+                # and completion follow the relaunched SPUs.
+                self.job.roll_back_now(frozenset(), f"checkpoint {epoch} {failure}")
             return None
         positions: dict[str, dict[int, Any]] = {}
         instances: dict[str, set[int]] = {}

@@ -106,6 +106,9 @@ class Job:
         self._stopped = False
         self._recovering = 0  # rollbacks queued or running: the job is not complete meanwhile
         self._complete_at_rollback = False
+        self._completion_claimed = False
+        """wait() returned True: the run reads as complete, so under exactly_once its final checkpoint must cover
+        the end of every spout's input (stop() waits for a rollback's replay to get there again)."""
         self._counted_from: tuple[int, dict[str, tuple[int, int]]] | None = None
         """After a rollback: (the first SPU id it could launch, each local unit's retired (emitted, processed)
         once the rollback discarded its SPUs). Completion by counts (_counted_totals) leaves out what the
@@ -238,9 +241,21 @@ class Job:
 
         return self.coordinator.run_task(recover, self.coordinator.URGENT)
 
+    def roll_back_now(self, lost: frozenset[int], reason: str, abandoned: Callable[[], None] | None = None) -> Any:
+        """A rollback started on the control thread itself (a checkpoint timed out, a spout rescale): the job is
+        not complete while it runs, as for a queued one (_recover). Every rollback goes through _roll_back."""
+        with self._recovery_lock:
+            self._recovering += 1
+        try:
+            return self._roll_back(lost, reason, abandoned)
+        finally:
+            with self._recovery_lock:
+                self._recovering -= 1
+
     def _roll_back(self, lost: frozenset[int], reason: str, abandoned: Callable[[], None] | None = None) -> Any:
-        """The rollback itself (control thread), with the job's bookkeeping around it."""
-        if not self.checkpoints.ended and self._input_done():  # (a final barrier ends spouts early)
+        """The rollback itself (control thread), with the job's bookkeeping around it: whether the job had
+        completed (then stop() lets it complete again), which SPUs completion counts from, what the probers probe."""
+        if self._completion_claimed or (not self.checkpoints.ended and self._input_done()):
             self._complete_at_rollback = True
         first_new = self.ctx.next_id()  # every SPU the rollback relaunches has a larger id
         recovered = self.checkpoints.recover(lost, reason, abandoned)
@@ -807,6 +822,7 @@ class Job:
                 totals = self._counted_totals()
                 if seen_complete == totals:  # stable across two polls: now two waves of fresh counts
                     if self._complete_confirmed():
+                        self._completion_claimed = True
                         return True
                     totals = None
                 seen_complete = totals
@@ -885,43 +901,56 @@ class Job:
         if errors:
             self.final_status["close_errors"] = errors
 
+    FINAL_ATTEMPTS = 5
+    """Final checkpoints stop() tries while rollbacks (workers dying) cut them short."""
+
     def _final_checkpoint(self) -> None:
-        """End the spouts at a last checkpoint. A rollback during it (a worker died) aborts it: then the
-        rollback runs, a job that was complete is let complete again, and the final checkpoint is retried."""
+        """End the spouts at a last checkpoint.
+
+        A job that completed (wait() returned True, or a rollback found it complete) must end with its input:
+        its final checkpoint is taken only while the job is complete, checked on the control thread just before
+        the barriers leave, so a rollback that restarted the spouts (a worker died, a checkpoint timed out) is
+        first replayed to the end; a final checkpoint that still does not record the end of the input fails the
+        run (exit 2), never passes for a success. A job stopped while it runs ends wherever its spouts are.
+        A rollback during the checkpoint aborts it: the attempt is repeated."""
         timeout = self.config.checkpoint_timeout + 10
         why = "see the log above"
         poll = threading.Event()
-        for _ in range(3):
+        again = object()  # an attempt that found the job not complete (any more): wait, then try again
+        for _ in range(self.FINAL_ATTEMPTS):
             deadline = time.monotonic() + timeout
             while self._recovering and time.monotonic() < deadline:  # a queued rollback first: did it find
                 poll.wait(0.05)                                        # the job complete?
-            if self._complete_at_rollback:  # a worker died after the job completed: let it complete again
-                self.wait(timeout * 4)
-            was_complete = self.is_complete()
+            must_end = self._completion_claimed or self._complete_at_rollback
+            if must_end and not self.wait(timeout * 4):
+                why = "it did not complete again after a rollback" if not self.failures else "the job failed"
+                break
             recoveries = len(self.checkpoints.stats.recoveries)
 
-            def final(recoveries: int = recoveries) -> int | None:
+            def final(recoveries: int = recoveries, must_end: bool = must_end) -> Any:
                 # A rollback can run first (it is urgent; this task may queue behind a checkpoint that a dead
                 # worker holds): the spouts then resume from the restored checkpoint, and ending them at once
-                # would cut that replay short. Fail this attempt instead: the loop lets the job complete again.
+                # would cut that replay short. So can a checkpoint's timeout, on this thread. Try again instead.
                 if len(self.checkpoints.stats.recoveries) != recoveries:
-                    return None
+                    return again
+                if must_end and (self._recovering or not self._input_done()):
+                    return again
                 return self.checkpoints.checkpoint("final", final=True)
 
             try:
                 epoch = self.coordinator.run_task(final).result(timeout)
             except Exception as exc:  # noqa: BLE001 - reported below
                 epoch, why = None, repr(exc)
-            if epoch is not None:
+            if epoch is not None and epoch is not again:
+                if must_end and not self.checkpoints.input_ended:
+                    self._final_failure = self._input_not_covered(epoch)
                 return
             deadline = time.monotonic() + timeout
             while self._recovering and time.monotonic() < deadline:
                 poll.wait(0.05)
-            if len(self.checkpoints.stats.recoveries) == recoveries:
+            if epoch is None and len(self.checkpoints.stats.recoveries) == recoveries:
                 break  # it failed for another reason: retrying would fail the same way
             self.checkpoints.ended = False
-            if was_complete:
-                self.wait(timeout * 4)
         if self.failure is not None:  # the final checkpoint found the state the job cannot keep: its verdict
             return
         last = self.checkpoints.stats.last_epoch
@@ -932,6 +961,16 @@ class Job:
         self._final_failure = self.checkpoints.explain(f"the job stopped without its final checkpoint ({why})")
         log.error("topology %r stopped without its final checkpoint (%s); a restart resumes from checkpoint %s "
                   "and produces what came after it again", self.name, why, last)
+
+    def _input_not_covered(self, epoch: int) -> str:
+        """The verdict on a completed job whose final checkpoint does not record the end of its input."""
+        point = self.checkpoints.store.get(epoch)
+        at = ", ".join(f"{unit}[{i}] at {p!r}" for unit, by in sorted((point.positions if point else {}).items())
+                       for i, p in sorted(by.items())) or "no position"
+        reason = (f"exactly_once: the job read its input to the end, but its final checkpoint {epoch} ended the spouts "
+                  f"before the end ({at}): the output of what they read after those positions is missing")
+        log.error("topology %r: %s", self.name, reason)
+        return self.checkpoints.explain(reason)
 
     def _stop_actors(self) -> None:
         for spec in self.topology.units:

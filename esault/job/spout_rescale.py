@@ -88,14 +88,8 @@ class SpoutRescale:
                 raise ScalingError(f"rescale of {stranded_refusal(unit, self.spus, stranded, point.epoch)}; "
                                    "nothing changed")
         actor.ask(ResizeSpout(self.spus))
-        with job._recovery_lock:
-            job._recovering += 1
-        try:
-            job._roll_back(frozenset(), f"rescale of spout {unit!r} to {self.spus} instances",
-                           lambda: self.step(unit, "abandoned"))
-        finally:
-            with job._recovery_lock:
-                job._recovering -= 1
+        job.roll_back_now(frozenset(), f"rescale of spout {unit!r} to {self.spus} instances",
+                          lambda: self.step(unit, "abandoned"))
         after = tuple(sorted(actor.ask(GetSpus())))
         self.step(unit, "relaunched")
         job.checkpoints.checkpoint()  # the first with n instances (a failure: the next periodic one)

@@ -154,3 +154,39 @@ def test_a_job_restored_from_an_older_savepoint_never_reads_the_later_checkpoint
     job.stop()
     assert counts("last") == {**{k: 4 for k in keys[:5]}, **{k: 6 for k in keys[5:]}}, \
         "every key reads its state on the restored timeline"
+
+
+def test_a_completed_job_whose_final_checkpoint_misses_the_end_of_its_input_fails_with_the_positions(cluster, config):
+    """The end-of-run check: a job that read its input to the end (wait() returned True) must end with a final
+    checkpoint that records the end of that input. Here a rollback to the start restarts the spout, its replay
+    is held half way, and the job's completion check is made to lie (as any bug that reads a job complete too
+    early would): the final checkpoint then ends the spout half way, and the run fails (exit 2) naming the
+    checkpoint and where the spout stood, instead of passing with half its output."""
+    import threading
+
+    from esault.job.outcome import ExitCode, judge_run
+    from esault.testing import collected
+    from topology_parts import GATES, GatedListSpout
+
+    items = [(f"k{i % 7}", i) for i in range(700)]
+    GATES["net"] = threading.Event()
+    GATES["net"].set()
+    builder = TopologyBuilder("net")
+    builder.set_spout("src", GatedListSpout, params={"items": items, "gate": "net", "hold_at": 350})
+    builder.set_bolt("out", CollectorBolt, params={"name": "net"}).global_grouping("src")
+    job = cluster.submit(builder.build(), config.replace(checkpoint_interval=3600.0))
+    assert job.wait(30)
+    GATES["net"].clear()  # the replay stops half way
+    job.coordinator.run_task(lambda: job.roll_back_now(frozenset(), "a test's rollback")).result(30)
+    assert job.checkpoints.stats.recoveries[-1].restored_epoch is None
+    wait_until(lambda: len(collected("net")) >= 700 + 350, 30, message="the replay half way")
+    job.wait = job._input_done = lambda *_: True  # a completion check that lies
+    job.stop()
+    assert not job.checkpoints.input_ended
+    [failure] = job.failures
+    epoch = job.checkpoints.stats.last_epoch
+    assert f"the job read its input to the end, but its final checkpoint {epoch} ended the spouts before the " \
+           "end (src[0] at 350)" in failure, failure
+    assert "run the same command again: it resumes from checkpoint" in failure
+    outcome = judge_run(job.final_status, True, timeout=None, duration=None, dead_letter_path="dead.jsonl")
+    assert outcome.exit_code is ExitCode.NOT_STARTED and failure in outcome.problems

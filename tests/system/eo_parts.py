@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from esault import Bolt, Spout, TopologyBuilder
+from spark_sink import SparkSink
 
 import wordcount  # examples/, on sys.path in the tests and their workers
 
@@ -89,13 +90,34 @@ class GatedSentenceSpout(wordcount.SentenceSpout):
         super().next_tuple()
 
 
+class SlowStartSink(SparkSink):
+    """SparkSink whose engine set-up (Spark's start; for pyarrow, nothing) first holds while the file `start_gate`
+    exists, as a JVM that starts slowly on a busy host does: the sink's first snapshot waits for it."""
+
+    def __init__(self, start_gate: str = "", **params: Any) -> None:
+        super().__init__(**params)
+        self.start_gate = start_gate
+
+    def _set_up_engine(self) -> Any:
+        engine = super()._set_up_engine()
+
+        def set_up() -> None:
+            hold_while(self.start_gate)
+            if engine is not None:
+                engine()
+
+        return set_up
+
+
 def build(name: str, total: int, rate: float, gate: str = "", sink: str | None = None,
           count_parallelism: int = 2, table: str = "eo_counts", spouts: int = 1, spout_gate: str = "",
-          max_pending: int = 4000, handoff_gate: str = "", split_unit: bool = False, plain_count: bool = False):
+          max_pending: int = 4000, handoff_gate: str = "", split_unit: bool = False, plain_count: bool = False,
+          sink_start_gate: str = ""):
     """sentences (rate-limited, rewindable) -> split (chained) -> count -> latest [-> Spark table].
 
     Each of the `spouts` instances emits the same `total` sentences, so every count SPU aligns barriers
-    from `spouts` channels (the oracle multiplies)."""
+    from `spouts` channels (the oracle multiplies). `sink_start_gate`: the sink's engine starts only once
+    that file is gone (slow_start_sink)."""
     builder = TopologyBuilder(name)
     builder.set_spout("sentences", GatedSentenceSpout, spouts,
                       params={"total": total, "seed": 5, "rate": rate, "gate": spout_gate}, max_pending=max_pending)
@@ -108,11 +130,10 @@ def build(name: str, total: int, rate: float, gate: str = "", sink: str | None =
                      pe_idle_timeout=None).key_grouping("split")
     builder.set_bolt("latest", wordcount.LatestCountsBolt, elastic=False).global_grouping("count")
     if sink is not None:
-        from spark_sink import SparkSink
-
-        builder.set_bolt("sink", SparkSink, elastic=False, params={
+        gated = {"start_gate": sink_start_gate} if sink_start_gate else {}
+        builder.set_bolt("sink", SlowStartSink if gated else SparkSink, elastic=False, params={
             "table": table, "schema": "word STRING, count BIGINT", "key_column": "word",
-            "value_column": "count", "batch_rows": 2000, "batch_seconds": 1.0, "engine": sink,
+            "value_column": "count", "batch_rows": 2000, "batch_seconds": 1.0, "engine": sink, **gated,
         }).shuffle_grouping("count")
     return builder.build()
 
@@ -340,7 +361,6 @@ def build_finals(name: str, total: int, rate: float):
     """sentences -> split (chained) -> count (key grouped, 2 SPUs, emitting only from finish()) -> Spark table
     `finals` (pyarrow); split -> tally (not key grouped, 2 SPUs of its own, finish() too) -> sum.
     Needs tests/integration on sys.path (topology_parts)."""
-    from spark_sink import SparkSink
     from topology_parts import CountOnFinish, TallyOnFinish
 
     builder = TopologyBuilder(name)

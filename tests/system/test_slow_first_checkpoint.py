@@ -1,0 +1,78 @@
+"""A job whose first checkpoint cannot complete (its Spark sink still starting), then a worker lost: exact or loud.
+
+The compose run of issue 48 ended exit 0 with 1,250 of 200,000 table rows: its first checkpoint timed out
+waiting for the Spark sink (a JVM slow to start on a busy host), the job rolled back to "checkpoint None"
+(the start), a worker holding count SPUs was killed, and the job stopped with a final checkpoint taken while
+the spouts replayed from the beginning: that checkpoint ended them at its barrier, a few hundred sentences in,
+and was recorded as the job's end. Here the sink's engine start is held by a gate file (SlowStartSink) for both
+engines, with the spout chained in the driver as in examples/wordcount.py.
+"""
+
+from __future__ import annotations
+
+import sys
+import threading
+from pathlib import Path
+
+import pytest
+
+from esault import JobConfig, LocalCluster
+from esault.testing import wait_until
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT / "examples"))
+sys.path.insert(0, str(ROOT / "tests" / "system"))
+import eo_parts  # noqa: E402
+from test_exactly_once import assert_exact, kill_worker_of  # noqa: E402
+
+pytestmark = pytest.mark.system
+
+TOTAL = 1000
+RATE = 250.0
+"""Each pass over the input takes 4 s: a replay is still running when the test acts on it."""
+
+
+def rollbacks_to_the_start(job) -> int:
+    return sum(1 for r in job.checkpoints.stats.recoveries if r.restored_epoch is None)
+
+
+@pytest.fixture(params=["pyarrow", "spark"])
+def engine(request):
+    if request.param == "spark":
+        request.getfixturevalue("spark")  # the JVM is up: the gate alone stands for its slow start
+    return request.param
+
+
+@pytest.mark.parametrize("stop", ["after-the-replay-started", "at-once"])
+def test_a_completed_job_whose_first_checkpoint_timed_out_then_lost_a_worker_ends_with_its_whole_output(
+        tmp_path, engine, stop, table_name):
+    """wait() returned True before any checkpoint completed; the first checkpoint then times out on the sink's
+    start, the job rolls back to the start, and kill -9 of a count worker rolls it back again mid-replay.
+    stop() (called during the replay, or at once as `esault run` does, queued behind the stuck checkpoint)
+    must let the replay reach the end: the counts and the table are exact, the final checkpoint records the
+    end of the input, and nothing is reported failed. On the old code the replay was cut at the final
+    checkpoint's barrier and the job stopped "successfully" with part of its output."""
+    gate = tmp_path / "sink-starting"
+    gate.touch()
+    topology = eo_parts.build("eo-slowstart", TOTAL, RATE, sink=engine, count_parallelism=2, table=table_name,
+                              sink_start_gate=str(gate))
+    config = JobConfig(data_dir=tmp_path / "data", elasticity=False, checkpoint_interval=0.3,
+                       checkpoint_timeout=6.0, message_timeout=300.0)
+    with LocalCluster(workers=2, heartbeat_timeout=1.0) as cluster:
+        job = cluster.submit(topology, config)
+        assert job.wait(60), job.status()
+        assert job.checkpoints.stats.completed == 0, "a checkpoint completed before the input ended"
+        stopping = threading.Thread(target=job.stop, daemon=True)
+        if stop == "at-once":
+            stopping.start()  # its final checkpoint queues behind the one the sink holds
+        wait_until(lambda: rollbacks_to_the_start(job) >= 1, 60, message="the timed-out checkpoint's rollback")
+        gate.unlink()  # the engine is up now: the next checkpoints can complete
+        kill_worker_of(cluster, job.spus("count")[0])  # mid-replay: the replay takes 4 s
+        wait_until(lambda: rollbacks_to_the_start(job) >= 2, 60, message="the lost worker's rollback")
+        if stop == "after-the-replay-started":
+            stopping.start()
+        stopping.join(180)
+        assert not stopping.is_alive(), "stop() returned"
+    assert job.failures == []
+    assert job.checkpoints.input_ended, "the final checkpoint records the end of the input"
+    assert_exact(job, TOTAL, table_name)
