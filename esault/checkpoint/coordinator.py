@@ -383,6 +383,12 @@ class CheckpointCoordinator:
                 # and completion follow the relaunched SPUs.
                 self.job.roll_back_now(frozenset(), f"checkpoint {epoch} {failure}")
             return None
+        missing = self._rows_missing(epoch, acks)
+        if missing is not None:
+            self._failed(f"checkpoint {epoch} failed", missing, counted=True)
+            if self.failure is None:  # no checkpoint of this job can be restored: take none any more
+                self.failure, self.ended = missing, True
+            return None
         positions: dict[str, dict[int, Any]] = {}
         instances: dict[str, set[int]] = {}
         ended: list[bool] = []  # per spout SPU: its source had finished at this (final) barrier
@@ -415,6 +421,27 @@ class CheckpointCoordinator:
         if self.stats.completed % self.COMPACT_EVERY == 0:
             self.compact()
         return epoch
+
+    def _rows_missing(self, epoch: int, acks: list[CheckpointAck]) -> str | None:
+        """Why checkpoint `epoch` cannot complete because state rows an SPU wrote are not in this store, or None.
+
+        An SPU acks only what it made durable; rows it wrote that the driver's store does not hold went into
+        another file at the same path (a worker with a disk of its own: a misconfiguration the start check,
+        store_refusal, refuses first): completing the checkpoint would record states it cannot restore."""
+        written = {a.spu_id: a for a in acks if a.rows}
+        if not written:
+            return None
+        found = self.store.rows_by_writer(epoch)
+        short = [(a, found.get(spu, 0)) for spu, a in sorted(written.items()) if found.get(spu, 0) < a.rows]
+        if not short:
+            return None
+        where = ", ".join(f"{a.unit} SPU {a.spu_id} wrote {a.rows} and {n} are there" for a, n in short[:5])
+        workers = sorted({str(self.job.worker_of(a.spu_id)) for a, _ in short})
+        return (f"state rows of checkpoint {epoch} are missing from the driver's checkpoint store {self.store.path} "
+                f"({where}): worker(s) {', '.join(workers)} wrote them into another file at that path, which the "
+                "driver never reads, and a rollback would restart their keys empty. Under guarantee "
+                "'exactly_once' the driver and every worker must see one data dir (a volume shared by every host, "
+                "or NFS with working locks; docs/CHECKPOINTS.md)")
 
     def _space_short(self) -> str | None:
         """Why a checkpoint should not start for want of disk space where the store is, or None."""

@@ -97,4 +97,4 @@ class SnapshotWriter:
                       ack.epoch, ack.unit, ack.spu_id, exc)
             return CheckpointAck(ack.epoch, ack.spu_id, ack.unit, ack.instance, ack.position,
                                  f"{type(exc).__name__}: {exc}")
-        return ack
+        return replace(ack, rows=sum(len(rows) for rows in snapshot.rows.values()))

@@ -42,6 +42,7 @@ from __future__ import annotations
 
 import bisect
 import itertools
+import secrets
 import sqlite3
 import time
 import zlib
@@ -59,6 +60,8 @@ __all__ = ["BUCKET_BITS", "CheckpointStore", "Completed", "Verified", "bucket_of
 BUCKET_BITS = 12
 """4096 buckets: a full snapshot of 100k keys is ~25 keys per row; a small delta is a row per key, as before."""
 _SHIFT = KEY_SPACE_MAX.bit_length() - BUCKET_BITS
+STORE_ID = "store_id"
+"""The meta row naming the store this job's driver opened (mark_identity)."""
 _MERGED = -1
 """The writer of a row compaction merged from several."""
 
@@ -263,6 +266,18 @@ class CheckpointStore:
                                "UNION ALL SELECT MAX(epoch) FROM buckets)").fetchone()
         return max(row[0] or 0, int(self.get_meta("discarded_upto") or 0)) + 1
 
+    def rows_by_writer(self, epoch: int) -> dict[int, int]:
+        """How many state rows each SPU wrote for `epoch`: the coordinator checks them against the acks."""
+        return dict(self._retrying(lambda: self._db.execute(
+            "SELECT writer, COUNT(*) FROM buckets WHERE epoch = ? GROUP BY writer", (epoch,)).fetchall()))
+
+    def mark_identity(self) -> str:
+        """Give the store a new identity (a job's driver, at its start) and return it: workers that open the file
+        at the same path check that they see it (store_refusal), so none writes into a file the driver never reads."""
+        identity = secrets.token_hex(8)
+        self.set_meta(STORE_ID, identity)
+        return identity
+
     def get_meta(self, name: str) -> str | None:
         row = self._db.execute("SELECT value FROM meta WHERE name = ?", (name,)).fetchone()
         return None if row is None else row[0]
@@ -465,3 +480,28 @@ def _completed(row: tuple) -> Completed:
                      {str(u): {int(i): p for i, p in by.items()} for u, by in positions.items()},
                      None if instances is None else {str(u): [int(i) for i in ids] for u, ids in instances.items()},
                      input_ended)
+
+
+def store_refusal(path: Path, expected: str, process: str) -> str | None:
+    """Why worker `process` cannot take part in the job's checkpoints, or None: the store it sees at `path` must be
+    the one the driver marked (`expected`, from CheckpointStore.mark_identity). A worker with its own disk at that
+    path would write its checkpoint state where the driver never reads it, and a rollback would restart its keys
+    empty (until checkpoints live on an object store, every process of an exactly-once job shares one data dir)."""
+    try:
+        store = CheckpointStore(path)
+        try:
+            seen = store.get_meta(STORE_ID)
+        finally:
+            store.close()
+    except (OSError, sqlite3.Error) as exc:
+        seen, detail = None, f"it cannot be opened ({type(exc).__name__}: {exc})"
+    else:
+        detail = "it holds no store of a driver" if seen is None else "it is another driver's store"
+    if seen == expected:
+        return None
+    return (f"worker {process} does not see the driver's checkpoint store at {path}: {detail}. Under guarantee "
+            "'exactly_once' every worker writes its checkpoint state into that file, so the driver and every worker "
+            "must see the same data dir: point --data-dir (JobConfig.data_dir) of the driver and of every worker at "
+            "one shared directory (a volume mounted on every host, or NFS with working locks; docs/CHECKPOINTS.md), "
+            "or run the job with guarantee='at_least_once'")
+

@@ -503,7 +503,8 @@ class ProcessLauncher:
 
     def _submission(self, spec: UnitSpec, job: JobContext) -> SubmitJob:
         units = self._units_of(spec, job)
-        return SubmitJob(job.name, [unit_to_wire(u) for u in units.values()], config_to_wire(job.config))
+        return SubmitJob(job.name, [unit_to_wire(u) for u in units.values()], config_to_wire(job.config),
+                         job.store_id)
 
     def stop_spu(self, mailbox: Any, block: bool) -> None:
         if not isinstance(mailbox, RemoteMailbox):

@@ -26,6 +26,7 @@ from esault.dsl.topology import Topology
 from esault.metrics.forwarded import SampleSender
 from esault.metrics.stats import STATS
 from esault.datapath.sender import StartCheck
+from esault.checkpoint.store import store_refusal
 from esault.datapath.context import JobContext, job_actor
 from esault.messages.acking import OwnerAt
 from esault.dsl.topology import UnitSpec
@@ -205,9 +206,12 @@ class HostActor(pykka.ThreadingActor):
                 units[name] = unit_from_wire(data)
             except Exception as exc:  # noqa: BLE001 - reported when an SPU of it is to start
                 units[name] = f"{type(exc).__name__}: {exc}"
-        self.submitted[message.topology] = (units, message.config)
+        self.submitted[message.topology] = (units, message.config, message.store_id)
 
-    def _job(self, message: StartSpu, config_data: dict[str, Any]) -> JobContext:
+    def _job(self, message: StartSpu, config_data: dict[str, Any], store_id: str) -> JobContext:
+        """The job's context in this process, made at its first SPU. Under exactly_once an SPU starts here only
+        once this process sees the driver's checkpoint store (store_refusal): checked again for each new
+        identity (a restarted driver marks the store anew)."""
         job = self.jobs.get(message.topology)
         if job is None:
             config = config_from_wire(config_data)
@@ -219,19 +223,24 @@ class HostActor(pykka.ThreadingActor):
                              checkpoints=self.postman.remote(DRIVER, job_actor(message.topology, "checkpoints")),
                              process=self.postman.process)
             self.jobs[message.topology] = job
+        if store_id and job.store_id != store_id:
+            refusal = store_refusal(job.checkpoint_path, store_id, self.postman.process)
+            if refusal is not None:
+                raise _Unbuildable(refusal)
+            job.store_id = store_id
         return job
 
     def _start(self, message: StartSpu) -> None:
         """Start the SPU and tell the driver whether it runs: a unit that cannot start fails the job at once."""
         spu_id = message.spu.spu_id
         try:
-            units, config = self.submitted.get(message.topology, ({}, {}))
+            units, config, store_id = self.submitted.get(message.topology, ({}, {}, ""))
             spec = units.get(message.unit)
             if spec is None:
                 raise LookupError(f"no unit {message.unit!r} of a submitted job {message.topology!r} here")
             if isinstance(spec, str):
                 raise _Unbuildable(spec)
-            job = self._job(message, config)
+            job = self._job(message, config, store_id)
             self.topology_of[spu_id] = message.topology
             self.spus[spu_id] = self.postman.start_and_register(
                 f"spu-{spu_id}",

@@ -17,6 +17,9 @@ from esault.reliability.dead_letters import DeadLetterWriter
 
 log = logging.getLogger("esault")
 
+CHECKPOINT_FILE = "checkpoints.sqlite"
+"""The job's CheckpointStore, in its data dir."""
+
 
 @dataclass
 class JobContext:
@@ -36,6 +39,9 @@ class JobContext:
     stats: StatsRegistry = STATS
     checkpoints: Any = None
     """The driver's checkpoint coordinator mailbox (CheckpointAck goes there)."""
+    store_id: str = ""
+    """exactly_once: the identity the driver gave the job's checkpoint store at its start (the workers check they
+    see that store before any SPU of the job starts there); "" otherwise."""
     worker_host: Any = None
     """In the driver of a process cluster: process name -> that worker's host mailbox (the ack server tells it
     where a spout SPU is); None elsewhere."""
@@ -59,7 +65,7 @@ class JobContext:
     @property
     def checkpoint_path(self) -> Path:
         """The job's CheckpointStore file (data_dir is shared by every local process)."""
-        return self.data_dir / "checkpoints.sqlite"
+        return self.data_dir / CHECKPOINT_FILE
 
     @property
     def exactly_once(self) -> bool:

@@ -132,6 +132,8 @@ class Job:
             if self.ctx.exactly_once:
                 metrics.init_checkpoint_series(self.name)
             self.restored_from = self.checkpoints.restore_point(config.restore_from) if self.ctx.exactly_once else None
+            if self.ctx.exactly_once:  # before any SPU starts: each worker checks it sees this store
+                self.ctx.store_id = self.checkpoints.store.mark_identity()
             if self.restored_from is not None:
                 log.warning("topology %r: resuming from checkpoint %d (%s) in %s", self.name,
                             self.restored_from.epoch, self.restored_from.kind, self.checkpoints.store.path)

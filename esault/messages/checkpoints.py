@@ -58,6 +58,7 @@ class CheckpointAck:
     error: str = ""
     fatal: bool = False
     input_ended: bool = False  # a spout's, at the final epoch: its source had finished (nothing follows)
+    rows: int = 0  # state rows it wrote into the job's checkpoint store for `epoch` (the coordinator counts them)
 
 
 @dataclass(frozen=True, slots=True)

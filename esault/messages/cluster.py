@@ -107,6 +107,7 @@ class SubmitJob:
     topology: str
     units: list[dict[str, Any]]
     config: dict[str, Any]
+    store_id: str = ""  # exactly_once: the identity of the driver's checkpoint store, which the worker must see
 
 
 @dataclass(frozen=True, slots=True)
