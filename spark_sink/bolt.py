@@ -198,7 +198,8 @@ class SparkSink(Bolt):
         self.rejected_path = paths.rejected(self.writer_id)
         self._meta = self._resolve_meta(paths)
         if self.engine == "spark":
-            stager: Stager = SparkStager(lambda: self._spark)
+            # Until the session is up (exactly_once starts it beside the committer), pyarrow writes the layout.
+            stager: Stager = SparkStager(lambda: self._spark, fallback=ArrowStager())
         elif self.engine == "pyarrow":
             stager = ArrowStager()
         else:
@@ -227,7 +228,7 @@ class SparkSink(Bolt):
             commit_retries=self.commit_retries,
             retry_backoff=self.retry_backoff,
             clock=self._clock,
-            setup=self._set_up_engine(),
+            setup=self._setup if self._set_up_engine() is not None else None,
             on_commit_error=lambda batch, exc: self._metrics.commit_failures.inc(),
             on_stop=self._release,
             name=f"spark-sink-{self.writer_id}",
@@ -436,13 +437,20 @@ class SparkSink(Bolt):
     # -- committer thread -----------------------------------------------------------
 
     def _set_up_engine(self) -> Callable[[], None] | None:
-        """What the committer thread runs before its first step: Spark's start (a JVM, executors), or
-        nothing for an engine without a session."""
-        return self._setup if self.engine == "spark" else None
+        """What starts the engine: Spark's session (a JVM, executors on a cluster), or nothing for an engine
+        without one. Under exactly_once it runs on a thread of its own (EpochCommitter), under at_least_once
+        before the committer's first batch (_setup)."""
+        return self._start_session if self.engine == "spark" else None
+
+    def _start_session(self) -> None:
+        self._spark = get_session(self.master, self.table_dir.parent)
 
     def _setup(self) -> None:
-        self._spark = get_session(self.master, self.table_dir.parent)
-        if self._meta is not None:
+        """The at-least-once committer's set-up: the engine, then the table in Spark's catalog."""
+        start = self._set_up_engine()
+        if start is not None:
+            start()
+        if self._meta is not None and self._spark is not None:
             self._ensure_catalog(self._meta)
 
     def _ensure_catalog(self, meta: TableMeta) -> None:

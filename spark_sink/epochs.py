@@ -82,11 +82,13 @@ class EpochCommitter:
         self._carried: list[Row] = []  # the committer thread: rows of an epoch whose staging failed
         self._stop = threading.Event()
         self._closed = False
-        self._setting_up = False  # in `setup` (Spark's start): an abandon need not wait for it
         self._phase = threading.Lock()
         self._futures: list[Future] = []
         self._thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"spark-sink-{sink.writer_id}")
-        self._last: Future = self._submit(self._start, restored_epoch, setup)
+        self._last: Future = self._submit(self._start, restored_epoch)
+        if setup is not None:  # off the committer thread: no checkpoint waits for the engine's start
+            threading.Thread(target=self._start_engine, args=(setup,), name=f"spark-start-{sink.writer_id}",
+                             daemon=True).start()
 
     # -- the SPU's thread ---------------------------------------------------------
 
@@ -142,17 +144,16 @@ class EpochCommitter:
 
     def abandon(self) -> None:
         """A rollback: nothing buffered or queued is staged or published; the commit log is released as
-        soon as the step in progress reaches a batch boundary (one batch's write at most). A set-up still
-        starting Spark (a JVM start, or executors on a cluster: tens of seconds) touches no commit log, so
-        the rollback does not wait for it: it finishes on its own and the next instance finds the session."""
+        soon as the step in progress reaches a batch boundary (one batch's write at most). An engine still
+        starting (a JVM, or executors on a cluster: tens of seconds) runs on a thread of its own and touches
+        no commit log: it finishes on its own and the next instance finds the session."""
         if self._closed:
             return
         self._closed = True
         self._rows = []
         with self._phase:
             self._stop.set()
-            in_setup = self._setting_up
-        self._thread.shutdown(wait=not in_setup, cancel_futures=True)
+        self._thread.shutdown(wait=True, cancel_futures=True)
         self.sink._release()
 
     def _submit(self, fn: Callable[..., None], *args: Any) -> Future:
@@ -182,20 +183,35 @@ class EpochCommitter:
         if self._stop.is_set():
             raise Stopped(f"SparkSink {self.sink.table!r} was stopped")
 
-    def _start(self, restored_epoch: int | None, setup: Callable[[], None] | None) -> None:
-        """Spark set-up, then resolve what earlier instances staged: without this, an epoch left staged
-        could later be published next to its replayed rows, so any failure here is fatal."""
+    def _start_engine(self, setup: Callable[[], None]) -> None:
+        """The engine's start (Spark's session), on a thread of its own. Until it is up, staging writes the same
+        Parquet layout with pyarrow (SparkStager's fallback) and publishing is a rename, so a checkpoint never
+        waits for a JVM; once it is, the table is registered in Spark's catalog on the committer thread. An
+        engine that cannot start is fatal, as a failed stage of the commit protocol would be."""
         try:
-            if setup is not None:
-                with self._phase:
-                    self._check_stop()
-                    self._setting_up = True
-                try:
-                    setup()
-                finally:
-                    with self._phase:
-                        self._setting_up = False
-                self._check_stop()  # abandoned meanwhile: the commit log was released without waiting
+            setup()
+        except BaseException as exc:  # noqa: BLE001 - kept: process() and the next stage raise it
+            log.error("SparkSink %s: its engine did not start: %r; the sink fails its next checkpoint",
+                      self.sink.table, exc)
+            self.fatal = exc
+            return
+        with self._phase:
+            if self._stop.is_set():
+                return
+            try:
+                self._thread.submit(self._engine_ready)
+            except RuntimeError:  # closed meanwhile
+                pass
+
+    def _engine_ready(self) -> None:
+        """Committer thread: the engine came up: register the table (once its schema is known) and refresh."""
+        if self.sink._meta is not None:
+            self._refresh()
+
+    def _start(self, restored_epoch: int | None) -> None:
+        """Resolve what earlier instances staged: without this, an epoch left staged could later be published
+        next to its replayed rows, so any failure here is fatal."""
+        try:
             writer = self.sink._writer
             published = False
             for rec in writer.log.staged():

@@ -5,7 +5,9 @@ SparkStager has Spark's executors write the batch -- the production path, for
 local[*], a standalone cluster (spark://) and Spark Connect (sc://) alike;
 ArrowStager writes with pyarrow in this process -- no JVM, for tests, the
 benchmark baseline and JVM-less workers. Both produce files Spark reads back
-with the same types.
+with the same types, so an exactly-once sink stages with pyarrow while its
+Spark session is still starting (SparkStager's fallback): no checkpoint waits
+for a JVM.
 
 How rows reach the JVM: not as a local collection. spark.createDataFrame(arrow)
 parallelises the Arrow batches from the driver, so each task carries its rows
@@ -67,13 +69,18 @@ class SparkStager:
 
     name = "spark"
 
-    def __init__(self, session: Callable[[], "SparkSession"]) -> None:
+    def __init__(self, session: Callable[[], "SparkSession | None"], fallback: Stager | None = None) -> None:
         self._session = session
+        self._fallback = fallback
 
     def stage(self, table: "pa.Table", directory: Path) -> None:
+        """`fallback` writes the batch while `session()` is None (Spark still starting): the same layout."""
         import pyarrow.parquet as pq
 
         spark = self._session()
+        if spark is None and self._fallback is not None:
+            self._fallback.stage(table, directory)
+            return
         directory = Path(directory)
         transfer = transfer_dir(directory)
         shutil.rmtree(transfer, ignore_errors=True)

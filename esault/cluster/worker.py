@@ -330,6 +330,7 @@ def run_worker(driver: str, keys: WorkerKeys, name: str | None = None, bind_host
     samples = SampleSender()
     gc_enter(JobConfig().gc_gen0_threshold)  # the policy a driver applies while its jobs run (job/gc_policy.py)
     collector = GcFreezer(time.monotonic())
+    code = int(ExitCode.NO_DRIVER)  # what an exception out of the loop (DriverUnreachable) exits with
     try:
         while not done.wait(HEARTBEAT_INTERVAL):
             collector.step(time.monotonic())
@@ -345,13 +346,39 @@ def run_worker(driver: str, keys: WorkerKeys, name: str | None = None, bind_host
             if silent > driver_timeout:
                 log.error("worker %s: no word from the driver for %.1f s (driver timeout %.1f s): exiting",
                           name, silent, driver_timeout)
-                return 3
+                code = int(ExitCode.NO_DRIVER)
+                return code
             try:
                 postman.send(DRIVER, "cluster", WorkerHeartbeat(name, stats_rows(), samples.next_rows()), timeout=5.0)
             except TimeoutError:
                 log.warning("worker %s: driver not reading heartbeats", name)
+        code = 0
     finally:
+        _shut_down(name, code, host, postman)
+    return 0
+
+
+SHUTDOWN_GRACE = 5.0
+"""Seconds a worker's actors get to stop once it leaves (the driver said Shutdown, or went silent); past it the
+process exits anyway: a thread blocked sending to a driver that is gone must not keep it running."""
+
+
+def _shut_down(name: str, code: int, host: Any, postman: Postman) -> None:
+    """Stop this worker's actors and transport within SHUTDOWN_GRACE, else log every thread's stack and exit."""
+
+    def stop() -> None:
         host.stop(block=True)
         pykka.ActorRegistry.stop_all()
         postman.close()
-    return 0
+
+    stopper = threading.Thread(target=stop, name="esault-worker-stop", daemon=True)
+    stopper.start()
+    stopper.join(SHUTDOWN_GRACE)
+    if not stopper.is_alive():
+        return
+    log.error("worker %s: its SPUs did not stop within %g s of leaving (threads blocked on a peer that is gone; "
+              "every thread's stack follows): exiting (code %d) anyway", name, SHUTDOWN_GRACE, code)
+    for handler in logging.getLogger().handlers:
+        handler.flush()
+    faulthandler.dump_traceback(all_threads=True)
+    os._exit(code)

@@ -90,16 +90,33 @@ class GatedSentenceSpout(wordcount.SentenceSpout):
         super().next_tuple()
 
 
-class SlowStartSink(SparkSink):
-    """SparkSink whose engine set-up (Spark's start; for pyarrow, nothing) first holds while the file `start_gate`
-    exists, as a JVM that starts slowly on a busy host does: the sink's first snapshot waits for it."""
+class SlowSink(SparkSink):
+    """SparkSink made slow by gate files, as a busy host makes it. While `snapshot_gate` exists its snapshots
+    (the pre-commit: staging an epoch) wait, as a Spark write does: a checkpoint waits for them; a rollback that
+    abandons the sink ends the wait at that step's boundary, as a real stage's. While `start_gate` exists its
+    engine's start (Spark's session; for pyarrow, nothing) waits, as a JVM slow to start does."""
 
-    def __init__(self, start_gate: str = "", **params: Any) -> None:
+    def __init__(self, snapshot_gate: str = "", start_gate: str = "", **params: Any) -> None:
         super().__init__(**params)
+        self.snapshot_gate = snapshot_gate
         self.start_gate = start_gate
+
+    def on_checkpoint(self, epoch: int) -> Any:
+        epochs = self._epochs
+        if epochs is not None and self.snapshot_gate and os.path.exists(self.snapshot_gate):
+            epochs._submit(self._hold, epochs)
+        return super().on_checkpoint(epoch)
+
+    def _hold(self, epochs: Any) -> None:
+        waited = 0
+        while os.path.exists(self.snapshot_gate) and not epochs._stop.is_set() and waited < 24_000:
+            _PAUSE.wait(0.005)
+            waited += 1
 
     def _set_up_engine(self) -> Any:
         engine = super()._set_up_engine()
+        if not self.start_gate:
+            return engine
 
         def set_up() -> None:
             hold_while(self.start_gate)
@@ -112,12 +129,12 @@ class SlowStartSink(SparkSink):
 def build(name: str, total: int, rate: float, gate: str = "", sink: str | None = None,
           count_parallelism: int = 2, table: str = "eo_counts", spouts: int = 1, spout_gate: str = "",
           max_pending: int = 4000, handoff_gate: str = "", split_unit: bool = False, plain_count: bool = False,
-          sink_start_gate: str = ""):
+          sink_gates: dict[str, str] | None = None):
     """sentences (rate-limited, rewindable) -> split (chained) -> count -> latest [-> Spark table].
 
     Each of the `spouts` instances emits the same `total` sentences, so every count SPU aligns barriers
-    from `spouts` channels (the oracle multiplies). `sink_start_gate`: the sink's engine starts only once
-    that file is gone (slow_start_sink)."""
+    from `spouts` channels (the oracle multiplies). `sink_gates`: {"snapshot_gate" or "start_gate": a file}, the
+    sink is a SlowSink held by them."""
     builder = TopologyBuilder(name)
     builder.set_spout("sentences", GatedSentenceSpout, spouts,
                       params={"total": total, "seed": 5, "rate": rate, "gate": spout_gate}, max_pending=max_pending)
@@ -130,8 +147,8 @@ def build(name: str, total: int, rate: float, gate: str = "", sink: str | None =
                      pe_idle_timeout=None).key_grouping("split")
     builder.set_bolt("latest", wordcount.LatestCountsBolt, elastic=False).global_grouping("count")
     if sink is not None:
-        gated = {"start_gate": sink_start_gate} if sink_start_gate else {}
-        builder.set_bolt("sink", SlowStartSink if gated else SparkSink, elastic=False, params={
+        gated = sink_gates or {}
+        builder.set_bolt("sink", SlowSink if gated else SparkSink, elastic=False, params={
             "table": table, "schema": "word STRING, count BIGINT", "key_column": "word",
             "value_column": "count", "batch_rows": 2000, "batch_seconds": 1.0, "engine": sink, **gated,
         }).shuffle_grouping("count")

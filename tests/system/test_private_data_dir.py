@@ -62,14 +62,25 @@ def unshared(*command: str, tmpfs_over: Path | None = None) -> list[str]:
 
 
 def start_driver(tmp_path: Path, items: int, *extra: str) -> tuple[subprocess.Popen, list[str], Path]:
+    """`esault run` of the keyed count on a static cluster; its stderr lines collect in the list as they come."""
     (tmp_path / "private.py").write_text(TOPOLOGY % {"items": items})
     k = keys(tmp_path / "keys", workers=1)
     driver = esault("run", "private.py", "--cluster", "static", "--listen", "127.0.0.1:0", "--min-workers", "1",
                     "--data-dir", str(tmp_path / "data"), "--secret-key", str(k / "driver.key_secret"),
                     "--worker-keys", str(k), "--client-keys", str(k / "client-1.key"), *extra, cwd=tmp_path)
     lines: list[str] = []
-    threading.Thread(target=lambda: lines.extend(driver.stderr), daemon=True).start()
+    reader = threading.Thread(target=lambda: lines.extend(driver.stderr), daemon=True)
+    reader.start()
+    driver.reader = reader  # type: ignore[attr-defined]
     return driver, lines, k
+
+
+def ended(driver: subprocess.Popen, lines: list[str], timeout: float = 120) -> tuple[int, str]:
+    """The driver's exit code and everything it wrote (stderr, then stdout), once it exited."""
+    code = driver.wait(timeout)
+    out = driver.stdout.read()
+    driver.reader.join(30)  # type: ignore[attr-defined]
+    return code, "".join(lines) + out
 
 
 def driver_address(lines: list[str]) -> str:
@@ -92,9 +103,8 @@ def test_a_worker_that_does_not_see_the_drivers_data_dir_fails_the_job_at_start_
         address = driver_address(lines)
         worker = subprocess.Popen(unshared(*worker_command(address, k), tmpfs_over=tmp_path / "data"),
                                   stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=tmp_path)
-        out, _ = driver.communicate(timeout=120)
-        log = "".join(lines) + out
-        assert driver.returncode == 2, log
+        code, log = ended(driver, lines)
+        assert code == 2, log
         store = tmp_path / "data" / "private" / "checkpoints.sqlite"
         assert f"worker wx does not see the driver's checkpoint store at {store}: it holds no store of a driver" in log
         assert "point --data-dir (JobConfig.data_dir) of the driver and of every worker at one shared directory" in log
@@ -130,9 +140,8 @@ def test_a_store_that_changes_under_a_running_worker_fails_the_next_checkpoint_a
         savepoint = subprocess.run([sys.executable, "-m", "esault.cli", "savepoint", address, "private", *client],
                                    capture_output=True, text=True, timeout=120)
         assert savepoint.returncode == 1, savepoint.stdout
-        out, _ = driver.communicate(timeout=120)
-        log = "".join(lines) + out
-        assert driver.returncode == 2, log
+        code, log = ended(driver, lines)
+        assert code == 2, log
         assert "are missing from the driver's checkpoint store" in log and "worker(s) wx wrote them into another " \
                "file at that path" in log, log
     finally:

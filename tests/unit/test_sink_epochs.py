@@ -391,11 +391,11 @@ def test_each_staged_epoch_is_one_observation_of_the_commit_time_histogram(tmp_p
 
 def test_abandon_while_spark_starts_frees_the_commit_log_at_once_and_the_start_then_touches_nothing(
         tmp_path, monkeypatch):
-    """A rollback must not wait out a JVM start (tens of seconds with a cluster's executors): the start
-    touches no commit log, so abandon() returns at once and the next instance opens the log meanwhile."""
-    from spark_sink.epochs import Stopped
-
+    """A rollback must not wait out a JVM start (tens of seconds with a cluster's executors): the start runs
+    on a thread of its own and touches no commit log, so abandon() returns at once, the next instance opens
+    the log meanwhile, and the start, once through, does nothing for the abandoned instance."""
     starting, gate = threading.Event(), threading.Event()
+    catalog: list[str] = []
 
     def slow_session(*_args, **_kwargs):
         starting.set()
@@ -403,7 +403,7 @@ def test_abandon_while_spark_starts_frees_the_commit_log_at_once_and_the_start_t
         return object()
 
     monkeypatch.setattr("spark_sink.bolt.get_session", slow_session)
-    monkeypatch.setattr(SparkSink, "_ensure_catalog", lambda self, meta: None)
+    monkeypatch.setattr(SparkSink, "_ensure_catalog", lambda self, meta: catalog.append(self.writer_id))
     first = open_sink(tmp_path)
     feed(first, A)
     first.on_checkpoint(1).result(30)
@@ -414,10 +414,42 @@ def test_abandon_while_spark_starts_frees_the_commit_log_at_once_and_the_start_t
     done.start()
     done.join(30)
     assert not done.is_alive(), "abandon() waited for Spark's start"
-    start = sink._epochs._last
     again = open_sink(tmp_path, restored=None, spu_id=2)  # the log is free while the old start still runs
     again.close()
     assert states_by_epoch(tmp_path) == {1: {"aborted"}}
+    engine = next(t for t in threading.enumerate() if t.name == f"spark-start-{sink.writer_id}")
     gate.set()
-    assert isinstance(start.exception(30), Stopped), "the abandoned start went on past its set-up"
+    engine.join(30)
+    assert not engine.is_alive()
+    assert catalog == [], "the abandoned instance registered nothing once Spark was up"
     assert states_by_epoch(tmp_path) == {1: {"aborted"}} and rows_in(table_dir(tmp_path)) == []
+
+
+def test_an_exactly_once_spark_sink_stages_and_publishes_while_its_session_starts_and_registers_the_table_after(
+        tmp_path, monkeypatch):
+    """No checkpoint waits for a JVM: until the session is up the epochs are staged with pyarrow (the same
+    layout) and published by rename; once it is, the table goes into Spark's catalog, on the committer thread."""
+    starting, gate = threading.Event(), threading.Event()
+    catalog: list[str] = []
+
+    def slow_session(*_args, **_kwargs):
+        starting.set()
+        assert gate.wait(30)
+        return object()
+
+    monkeypatch.setattr("spark_sink.bolt.get_session", slow_session)
+    monkeypatch.setattr(SparkSink, "_ensure_catalog",
+                        lambda self, meta: catalog.append(threading.current_thread().name))
+    monkeypatch.setattr("spark_sink.catalog.refresh_table", lambda spark, table: None)
+    sink = open_sink(tmp_path, engine="spark")
+    assert starting.wait(30)
+    feed(sink, A)
+    sink.on_checkpoint(1).result(10)  # while the session is still starting
+    sink.on_checkpoint_complete(1)
+    sink.wait_epochs(10)
+    assert sorted(rows_in(table_dir(tmp_path))) == sorted(A)
+    assert catalog == [] and sink._spark is None
+    gate.set()
+    wait_until(lambda: catalog, 10, message="the table registered once the session is up")
+    assert catalog[0].startswith(f"spark-sink-{sink.writer_id}"), "registered on the committer thread"
+    sink.close()
