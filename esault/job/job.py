@@ -137,7 +137,7 @@ class Job:
             if self.restored_from is not None:
                 log.warning("topology %r: resuming from checkpoint %d (%s) in %s", self.name,
                             self.restored_from.epoch, self.restored_from.kind, self.checkpoints.store.path)
-        except Exception:
+        except BaseException:  # a Ctrl-C during the start too: no actor thread of it may keep the process up
             self._stop_actors()
             gc_policy.leave(config.gc_gen0_threshold)
             raise
@@ -173,7 +173,7 @@ class Job:
             self.latency_controllers: dict[str, LatencyController] = {}
             if config.elasticity:
                 self._start_latency_control()
-        except Exception:
+        except BaseException:  # a Ctrl-C during the start too: no actor thread of it may keep the process up
             self._stop_actors()
             gc_policy.leave(config.gc_gen0_threshold)
             raise
