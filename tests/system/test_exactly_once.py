@@ -8,6 +8,7 @@ enter the snapshot and count twice after a rollback) or with the sink publishing
 
 from __future__ import annotations
 
+import contextlib
 import os
 import random
 import signal
@@ -27,6 +28,7 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "examples"))
 sys.path.insert(0, str(ROOT / "tests" / "system"))
 import eo_parts  # noqa: E402
+from cpu_load import busy_cores  # noqa: E402
 
 pytestmark = pytest.mark.system
 
@@ -60,14 +62,17 @@ def assert_exact(job, total: int, table: str | None = None, spouts: int = 1) -> 
         assert rows == eo_parts.exact_rows(expected), "the table has a missing or duplicate row"
 
 
-@pytest.mark.parametrize("slice_keys", [1024, 1], ids=["default-slices", "snapshots-in-slices-of-one"])
-def test_five_kill9s_of_random_workers_at_random_moments_leave_counts_and_table_exact(tmp_path, slice_keys):
+@pytest.mark.parametrize("slice_keys,busy", [(1024, False), (1, False), (1024, True)],
+                         ids=["default-slices", "snapshots-in-slices-of-one", "default-slices-busy-cores"])
+def test_five_kill9s_of_random_workers_at_random_moments_leave_counts_and_table_exact(tmp_path, slice_keys, busy):
     """slice_keys=1: every keyed snapshot is encoded in slices over ~40% of the interval after its barrier
-    (datapath/pending_snapshot.py), so kills land while snapshots are pending too."""
+    (datapath/pending_snapshot.py), so kills land while snapshots are pending too. busy: every core is kept
+    busy by CPU hogs meanwhile (a load above the core count, as on a loaded host)."""
     rnd = random.Random(int.from_bytes(os.urandom(4), "little"))
     total = 5000
     topology = eo_parts.build("eo-kill5", total, rate=600, sink="pyarrow", count_parallelism=3, spouts=2)
-    with LocalCluster(workers=3, heartbeat_timeout=1.0) as cluster:
+    with (busy_cores(600) if busy else contextlib.nullcontext()), \
+            LocalCluster(workers=3, heartbeat_timeout=2.0 if busy else 1.0) as cluster:
         job = cluster.submit(topology, eo_config(tmp_path, snapshot_slice_keys=slice_keys))
         for kill in range(1, 6):
             # a random moment: after a random number of checkpoints, then a random extra delay

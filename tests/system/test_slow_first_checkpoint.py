@@ -24,6 +24,7 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "examples"))
 sys.path.insert(0, str(ROOT / "tests" / "system"))
 import eo_parts  # noqa: E402
+from cpu_load import busy_cores  # noqa: E402
 from test_exactly_once import assert_exact, kill_worker_of  # noqa: E402
 
 pytestmark = pytest.mark.system
@@ -53,13 +54,22 @@ def test_a_completed_job_whose_first_checkpoint_timed_out_then_lost_a_worker_end
     must let the replay reach the end: the counts and the table are exact, the final checkpoint records the
     end of the input, and nothing is reported failed. On the old code the replay was cut at the final
     checkpoint's barrier and the job stopped "successfully" with part of its output."""
+    run_the_sequence(tmp_path, engine, stop, table_name)
+
+
+def test_the_same_sequence_with_every_core_kept_busy_ends_with_its_whole_output(tmp_path, table_name):
+    with busy_cores(600):
+        run_the_sequence(tmp_path, "pyarrow", "after-the-replay-started", table_name, timeout=10.0)
+
+
+def run_the_sequence(tmp_path: Path, engine: str, stop: str, table: str, timeout: float = 6.0) -> None:
     gate = tmp_path / "sink-slow"
     gate.touch()
-    topology = eo_parts.build("eo-slowstart", TOTAL, RATE, sink=engine, count_parallelism=2, table=table_name,
+    topology = eo_parts.build("eo-slowstart", TOTAL, RATE, sink=engine, count_parallelism=2, table=table,
                               sink_gates={"snapshot_gate": str(gate)})
     config = JobConfig(data_dir=tmp_path / "data", elasticity=False, checkpoint_interval=0.3,
-                       checkpoint_timeout=6.0, message_timeout=300.0)
-    with LocalCluster(workers=2, heartbeat_timeout=1.0) as cluster:
+                       checkpoint_timeout=timeout, message_timeout=300.0)
+    with LocalCluster(workers=2, heartbeat_timeout=2.0) as cluster:
         job = cluster.submit(topology, config)
         assert job.wait(60), job.status()
         assert job.checkpoints.stats.completed == 0, "a checkpoint completed before the input ended"
@@ -76,8 +86,7 @@ def test_a_completed_job_whose_first_checkpoint_timed_out_then_lost_a_worker_end
         assert not stopping.is_alive(), "stop() returned"
     assert job.failures == []
     assert job.checkpoints.input_ended, "the final checkpoint records the end of the input"
-    assert_exact(job, TOTAL, table_name)
-
+    assert_exact(job, TOTAL, table)
 
 def test_checkpoints_complete_while_the_spark_session_is_still_starting_and_the_table_is_registered_once_it_is(
         tmp_path, spark, table_name):
