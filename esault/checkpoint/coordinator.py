@@ -47,14 +47,17 @@ class AckCollector:
         self._cond = threading.Condition()
         self.epoch: int | None = None
         self._expected: set[int] = set()
+        self._units: dict[int, str] = {}
         self.acks: dict[int, CheckpointAck] = {}
         self.aborted: str | None = None
         self.fatal: str | None = None
         """Why the job cannot keep its guarantee (the first fatal ack's error, of any epoch); never cleared."""
 
-    def begin(self, epoch: int, expected: set[int]) -> None:
+    def begin(self, epoch: int, expected: set[int], units: dict[int, str] | None = None) -> None:
+        """`units`: each expected SPU's unit, for a timeout's message."""
         with self._cond:
             self.epoch, self._expected, self.acks, self.aborted = epoch, set(expected), {}, None
+            self._units = units or {}
 
     def add(self, ack: CheckpointAck) -> None:
         with self._cond:
@@ -81,7 +84,10 @@ class AckCollector:
                 return f"aborted: {self.aborted}"
             if not done:
                 missing = sorted(self._expected - set(self.acks))
-                return f"timed out after {timeout}s waiting for SPUs {missing}"
+                named = ", ".join(f"{self._units[s]} SPU {s}" for s in missing[:8] if s in self._units)
+                why = (f" ({named}: an SPU acks once its snapshot is durable, a sink's once its pre-commit is: "
+                       "a slow disk or store, or an SPU behind its input)") if named else ""
+                return f"timed out after {timeout}s waiting for SPUs {missing}{why}"
             errors = [f"{a.unit} SPU {a.spu_id}: {a.error}" for a in self.acks.values() if a.error]
             return "; ".join(errors) if errors else None
 
@@ -359,7 +365,8 @@ class CheckpointCoordinator:
         for spec in self.topology.units:
             if not self.topology.chained(spec.name):
                 spus[spec.name] = units[spec.name].ask(GetSpus(), timeout=self.config.checkpoint_timeout)
-        self.collector.begin(epoch, {s for by in spus.values() for s in by})
+        self.collector.begin(epoch, {s for by in spus.values() for s in by},
+                             {s: unit for unit, by in spus.items() for s in by})
         if self.job._recovering:  # a worker died before begin(): its rollback's abort() came too early for us
             self.collector.abort("a rollback is queued")
         for spec in self.topology.units:

@@ -190,3 +190,40 @@ def test_a_completed_job_whose_final_checkpoint_misses_the_end_of_its_input_fail
     assert "run the same command again: it resumes from checkpoint" in failure
     outcome = judge_run(job.final_status, True, timeout=None, duration=None, dead_letter_path="dead.jsonl")
     assert outcome.exit_code is ExitCode.NOT_STARTED and failure in outcome.problems
+
+
+def test_a_rollback_to_the_start_reopens_every_spout_at_its_beginning_and_every_key_empty(cluster, config):
+    """'checkpoint None' (no checkpoint completed yet) is the job's start again: the spout is opened afresh and
+    reads from its first item, every key's PE starts from open() (a per-key sequence check sees 1, 2, 3 ... again,
+    never a sequence that goes on from before), every SPU is a new one, and the job completes again from there
+    with the whole output of a run that started at that moment."""
+    import threading
+
+    from esault.testing import collected
+    from topology_parts import GATES, GatedListSpout, SequenceCheckBolt
+
+    items = [(f"k{i % 7}", i // 7 + 1) for i in range(700)]  # each key's items are numbered 1, 2, 3 ...
+    GATES["start"] = threading.Event()
+    GATES["start"].set()
+    builder = TopologyBuilder("start")
+    builder.set_spout("src", GatedListSpout, params={"items": items, "gate": "start", "hold_at": 350})
+    builder.set_bolt("check", SequenceCheckBolt, 2).key_grouping("src")
+    builder.set_bolt("out", CollectorBolt, params={"name": "start"}).global_grouping("check")
+    job = cluster.submit(builder.build(), config.replace(checkpoint_interval=3600.0))
+    assert job.wait(30)
+    before = set(job.spus("src")) | set(job.spus("check"))
+    GATES["start"].clear()  # the replay holds half way
+    job.coordinator.run_task(lambda: job.roll_back_now(frozenset(), "a test's rollback")).result(30)
+    assert job.checkpoints.stats.recoveries[-1].restored_epoch is None
+    assert not before & (set(job.spus("src")) | set(job.spus("check"))), "every SPU was relaunched"
+    wait_until(lambda: len(collected("start")) >= 700 + 350, 30, message="the replay of the first half")
+    replay = collected("start")[700:]
+    assert all(in_order for _, (_, in_order) in replay), "a key went on from its state before the rollback"
+    assert sorted(seq for _, (seq, _) in replay) == sorted(n for _, n in items[:350]), "the spout began again"
+    assert not job.is_complete()
+    GATES["start"].set()
+    assert job.wait(30)
+    job.stop()
+    after = collected("start")[700:]
+    assert sorted(after) == sorted((k, [n, True]) for k, n in items)
+    assert job.checkpoints.input_ended and job.failures == []
