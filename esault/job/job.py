@@ -970,9 +970,12 @@ class Job:
         at = ", ".join(f"{unit}[{i}] at {p!r}" for unit, by in sorted((point.positions if point else {}).items())
                        for i, p in sorted(by.items())) or "no position"
         reason = (f"exactly_once: the job read its input to the end, but its final checkpoint {epoch} ended the spouts "
-                  f"before the end ({at}): the output of what they read after those positions is missing")
+                  f"before the end ({at}): the output of what they read after those positions is missing. That "
+                  f"checkpoint is consistent and the sinks published exactly what it covers (store "
+                  f"{self.checkpoints.store.path}): run the same command again: it resumes from checkpoint {epoch} "
+                  "and reads the rest")
         log.error("topology %r: %s", self.name, reason)
-        return self.checkpoints.explain(reason)
+        return reason
 
     def _stop_actors(self) -> None:
         for spec in self.topology.units:

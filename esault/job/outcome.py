@@ -26,8 +26,9 @@ class ExitCode(IntEnum):
     unit that could not start (its open() raised, its params cannot reach a worker, no worker joined, a
     damaged checkpoint store), no worker left to take a lost SPU back, a state exactly_once must
     checkpoint that cannot be saved, or exactly_once checkpoints that cannot be made durable
-    (tolerable_checkpoint_failures spent, a full disk) or a final checkpoint that failed (Job.failures;
-    the message says what is committed and how to resume)."""
+    (tolerable_checkpoint_failures spent, a full disk), a final checkpoint that failed or, after the job had
+    completed, did not record the end of its input, or a worker that does not see the driver's checkpoint
+    store (Job.failures; the message says what is committed and how to resume)."""
     NO_DRIVER = 3
     """`esault worker`: the driver could not be reached within --connect-timeout, or went silent."""
     STUCK_SPU = 4
