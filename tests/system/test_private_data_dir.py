@@ -21,25 +21,11 @@ from pathlib import Path
 import pytest
 
 from esault.testing import wait_until
-from tests.system.test_cli_cluster import esault, keys
+from tests.system.test_cli_cluster import TOPOLOGY as CLI_TOPOLOGY, esault, keys
 
 pytestmark = pytest.mark.system
 
-TOPOLOGY = """
-from esault import Bolt, TopologyBuilder
-from esault.testing import ListSpout
-
-class Paced(ListSpout):
-    '''One word per next_tuple call, at most `rate` per second, so the job runs a while.'''
-    def __init__(self, items, rate):
-        super().__init__(items, per_call=1)
-        import time
-        self.rate, self.t0, self.clock = rate, None, time.monotonic
-    def limit(self):
-        now = self.clock()
-        self.t0 = self.t0 or now
-        return min(len(self.items), int((now - self.t0) * self.rate) + 1)
-
+TOPOLOGY = CLI_TOPOLOGY.split("b = TopologyBuilder")[0] + """
 class Count(Bolt):
     def open(self, context):
         self.n = 0

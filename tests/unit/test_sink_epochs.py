@@ -389,13 +389,9 @@ def test_each_staged_epoch_is_one_observation_of_the_commit_time_histogram(tmp_p
     sink.close()
 
 
-def test_abandon_while_spark_starts_frees_the_commit_log_at_once_and_the_start_then_touches_nothing(
-        tmp_path, monkeypatch):
-    """A rollback must not wait out a JVM start (tens of seconds with a cluster's executors): the start runs
-    on a thread of its own and touches no commit log, so abandon() returns at once, the next instance opens
-    the log meanwhile, and the start, once through, does nothing for the abandoned instance."""
+def slow_spark_session(monkeypatch) -> tuple[threading.Event, threading.Event]:
+    """The sink's Spark session starts only once `gate` is set; `starting` is set as the start begins."""
     starting, gate = threading.Event(), threading.Event()
-    catalog: list[str] = []
 
     def slow_session(*_args, **_kwargs):
         starting.set()
@@ -403,6 +399,16 @@ def test_abandon_while_spark_starts_frees_the_commit_log_at_once_and_the_start_t
         return object()
 
     monkeypatch.setattr("spark_sink.bolt.get_session", slow_session)
+    return starting, gate
+
+
+def test_abandon_while_spark_starts_frees_the_commit_log_at_once_and_the_start_then_touches_nothing(
+        tmp_path, monkeypatch):
+    """A rollback must not wait out a JVM start (tens of seconds with a cluster's executors): the start runs
+    on a thread of its own and touches no commit log, so abandon() returns at once, the next instance opens
+    the log meanwhile, and the start, once through, does nothing for the abandoned instance."""
+    starting, gate = slow_spark_session(monkeypatch)
+    catalog: list[str] = []
     monkeypatch.setattr(SparkSink, "_ensure_catalog", lambda self, meta: catalog.append(self.writer_id))
     first = open_sink(tmp_path)
     feed(first, A)
@@ -429,15 +435,8 @@ def test_an_exactly_once_spark_sink_stages_and_publishes_while_its_session_start
         tmp_path, monkeypatch):
     """No checkpoint waits for a JVM: until the session is up the epochs are staged with pyarrow (the same
     layout) and published by rename; once it is, the table goes into Spark's catalog, on the committer thread."""
-    starting, gate = threading.Event(), threading.Event()
+    starting, gate = slow_spark_session(monkeypatch)
     catalog: list[str] = []
-
-    def slow_session(*_args, **_kwargs):
-        starting.set()
-        assert gate.wait(30)
-        return object()
-
-    monkeypatch.setattr("spark_sink.bolt.get_session", slow_session)
     monkeypatch.setattr(SparkSink, "_ensure_catalog",
                         lambda self, meta: catalog.append(threading.current_thread().name))
     monkeypatch.setattr("spark_sink.catalog.refresh_table", lambda spark, table: None)
