@@ -81,6 +81,15 @@ class SinkError(EsaultError):
                    "ended, or from process() while the input flows; or run with guarantee='at_least_once'")
 
 
+
+class OutputMissing(SinkError):
+    """An exactly-once sink found at the end that its output holds fewer rows than its committed epochs sent it:
+    the run fails (exit 2), never passes for a success."""
+
+    def __init__(self, message: str, rows: int) -> None:
+        super().__init__(message)
+        self.missing_rows = rows
+
 class SchemaError(SinkError):
     """A row does not fit the declared or inferred table schema."""
 

@@ -32,7 +32,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeout
 from typing import Any, Callable, Protocol
 
-from esault.errors import SchemaError, SinkError
+from esault.errors import OutputMissing, SchemaError, SinkError
 from spark_sink.encode import encode
 from spark_sink.layout import PartitionScheme, epoch_batch_id
 from spark_sink.metrics import SinkMetrics
@@ -79,6 +79,12 @@ class EpochCommitter:
         self.epochs_staged = 0
         self.batches_published = 0
         self._rows: list[Row] = []  # the SPU's thread: rows since the last on_checkpoint
+        self.accepted: int | None = 0 if restored_epoch is None else None
+        """Rows the checkpoints up to the last barrier sent this instance, since the job's start (a restored
+        instance learns its share from its checkpointed state, restore_accepted(); None: not known, e.g. a
+        checkpoint of an older esault): the end-of-run audit compares the table with it."""
+        self._barriers: list[tuple[int, int | None]] = []  # (epoch, accepted through it), the newest last
+        self._completed = -1  # the newest epoch whose publish was asked for
         self._carried: list[Row] = []  # the committer thread: rows of an epoch whose staging failed
         self._stop = threading.Event()
         self._closed = False
@@ -100,13 +106,24 @@ class EpochCommitter:
     def add(self, partition: tuple[Any, ...], row: dict[str, Any]) -> None:
         self._rows.append((partition, row))
 
+    def accepted_through_barrier(self) -> int | None:
+        """accepted, with the rows of the epoch whose barrier is being taken now (the state a checkpoint keeps)."""
+        return None if self.accepted is None else self.accepted + len(self._rows)
+
+    def restore_accepted(self, rows: int) -> None:
+        self.accepted = rows
+
     def checkpoint(self, epoch: int) -> Future:
         """Stage the rows received since the previous barrier as epoch `epoch`'s (see the module doc)."""
         rows, self._rows = self._rows, []
+        if self.accepted is not None:
+            self.accepted += len(rows)
+        self._barriers = self._barriers[-63:] + [(epoch, self.accepted)]
         return self._submit(self._stage, epoch, rows)
 
     def complete(self, epoch: int) -> Future:
         """Publish every staged epoch <= `epoch` (idempotent); the Future is for tests and close()."""
+        self._completed = max(self._completed, epoch)
         return self._submit(self._publish_upto, epoch)
 
     def wait_idle(self, timeout: float) -> None:
@@ -129,8 +146,10 @@ class EpochCommitter:
                 raise SinkError.after_final_checkpoint(f"SparkSink {self.sink.table}", dropped, "row", "written")
 
     def _finish(self, timeout: float) -> None:
+        missing: OutputMissing | None = None
         try:
             self._last.result(timeout)
+            missing = self._audit()
         except FutureTimeout:
             log.error("SparkSink %s: publishing did not finish within close_timeout=%ss; the commit log keeps "
                       "the staged epochs and the next start publishes those of completed checkpoints",
@@ -141,6 +160,32 @@ class EpochCommitter:
             log.error("SparkSink %s: the last epoch step failed at stop: %r", self.sink.table, exc)
         self._thread.shutdown(wait=True)
         self.sink._release()
+        if missing is not None:
+            raise missing
+
+    def _audit(self) -> OutputMissing | None:
+        """The end-of-run check (docs/GUARANTEES.md): once every staged epoch was published, the rows this
+        writer has in the table must be the rows the committed checkpoints sent it. Exact only while no row was
+        rejected (a rejected row is in the rejected-rows file instead: then nothing is compared), and only when
+        the baseline is known (a job started afresh, or restored from a checkpoint that recorded it)."""
+        if not self._barriers:
+            return None
+        epoch, accepted = self._barriers[-1]
+        writer = self.sink._writer
+        rejected = self.sink._rejects
+        if accepted is None or writer is None or epoch > self._completed or self.sink.rows_rejected \
+                or (rejected is not None and rejected.path.exists() and rejected.path.stat().st_size > 0):
+            return None  # not every epoch completed (a stop without its final checkpoint), or rows were rejected
+        # Published, plus what is staged for a completed epoch and was not (a publish that never ran: missing too).
+        published = sum(r.rows for r in writer.log.committed())
+        if published == accepted:
+            return None
+        message = (f"SparkSink {self.sink.table!r} (writer {self.sink.writer_id}): the checkpoints up to epoch {epoch} "
+                   f"sent it {accepted} row(s) and the table at {writer.paths.root} holds {published} of them: "
+                   f"{abs(accepted - published)} row(s) {'missing' if published < accepted else 'too many'}; the "
+                   "commit log beside the table lists every batch")
+        log.error("%s", message)
+        return OutputMissing(message, abs(accepted - published))
 
     def abandon(self) -> None:
         """A rollback: nothing buffered or queued is staged or published; the commit log is released as

@@ -181,7 +181,7 @@ class BoltSpuActor(SenderActor):
                 pe.close()
             except Exception as exc:
                 log.error("bolt %r close() raised %r (key %r)", self.unit_name, exc, key)
-                self.stats.close_errors += 1
+                self.stats.close_failed(exc)
         self.close_stages(retire=False)
         self.flush()  # may still count what close() emitted: retire the counts after it (on_stop)
 

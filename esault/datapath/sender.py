@@ -132,7 +132,7 @@ class SenderActor(pykka.ThreadingActor):
                 stage.pe.close()
             except Exception as exc:
                 log.error("bolt %r close() raised %r", stage.spec.name, exc)
-                stage.stats.close_errors += 1
+                stage.stats.close_failed(exc)
             if retire:
                 self.job.stats.retire(stage.stats)
 

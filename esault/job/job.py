@@ -894,14 +894,19 @@ class Job:
             if self.fresh_reports is not None:
                 self.fresh_reports(2.0)  # the workers' rows after their SPUs closed
             errors: dict[str, int] = {}
+            missing: dict[str, int] = {}
             for s in self._all_stats():
                 if s.close_errors:
                     errors[s.unit] = errors.get(s.unit, 0) + s.close_errors
+                if s.output_missing:
+                    missing[s.unit] = missing.get(s.unit, 0) + s.output_missing
         except Exception as exc:  # noqa: BLE001 - best effort at shutdown, like the status itself
             log.warning("could not count the close() errors of %r: %r", self.name, exc)
             return
         if errors:
             self.final_status["close_errors"] = errors
+        if missing:
+            self.final_status["output_missing"] = missing
 
     FINAL_ATTEMPTS = 5
     """Final checkpoints stop() tries while rollbacks (workers dying) cut them short."""

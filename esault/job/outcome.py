@@ -88,6 +88,11 @@ def judge_run(status: dict[str, Any], completed: bool, *, timeout: float | None,
         per_unit = ", ".join(f"{name} {u['dead_letters']}" for name, u in units.items() if u.get("dead_letters"))
         problems.append(f"{dead} tuple(s) dead-lettered ({per_unit or 'by the spouts'}): each failed every retry; "
                         f"they, their errors and file:line are in {dead_letter_path}")
-    if failures:
+    missing = status.get("output_missing") or {}
+    if missing:  # exactly-once sinks that found rows of committed epochs missing from their output
+        where = ", ".join(f"{unit} {n}" for unit, n in sorted(missing.items()))
+        problems.append(f"exactly_once: {sum(missing.values())} row(s) that committed checkpoints sent to sinks are "
+                        f"not in their output ({where}); the log names each sink, its table and its counts")
+    if failures or missing:
         return RunOutcome(tuple(problems), ExitCode.NOT_STARTED)
     return RunOutcome(tuple(problems), ExitCode.INCOMPLETE if problems else ExitCode.OK)

@@ -20,7 +20,7 @@ RETIRED_SPU: Final = -1
 
 COUNTERS: Final = (
     "emitted", "processed", "acked", "failed", "replayed", "user_errors", "dead_letters", "untracked", "busy_us",
-    "shed", "close_errors", "snapshot_us",
+    "shed", "close_errors", "snapshot_us", "output_missing",
 )
 """SpuStats attributes that only grow: a retired SPU's are added to its unit's retired total."""
 
@@ -52,6 +52,7 @@ class SpuStats:
         self.replayed = 0
         self.user_errors = 0
         self.close_errors = 0  # finish() or close() raised: what it emits or writes at the end may be missing
+        self.output_missing = 0  # exactly-once sinks: rows their committed epochs sent them that their output lacks
         self.dead_letters = 0
         self.untracked = 0  # spouts: tuples emitted outside any tracked tree (no msg_id, or acking off)
         self.shed = 0  # tuples a bolt dropped on purpose under overload (a join's load shedding)
@@ -62,6 +63,11 @@ class SpuStats:
         self.inflight = 0
         self.trees = 0  # spouts: tuple trees (one per round) started and not yet decided
         self.backlog = 0  # bolts: messages waiting in the SPU's mailbox; spouts: tuples their source has ready
+
+    def close_failed(self, exc: BaseException) -> None:
+        """finish() or close() raised `exc`; an exactly-once sink's OutputMissing also says how many rows."""
+        self.close_errors += 1
+        self.output_missing += getattr(exc, "missing_rows", 0)
 
     def as_dict(self) -> dict[str, int]:
         return {

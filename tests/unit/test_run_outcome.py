@@ -95,3 +95,21 @@ def test_a_job_that_could_not_go_on_exits_2_with_its_reason_first_and_no_mislead
     outcome = judge_run({**status(emitted=50, processed=20), "failures": [fatal]}, False, timeout=30.0, duration=None,
                         dead_letter_path="x")
     assert outcome.exit_code is ExitCode.NOT_STARTED and outcome.problems == (fatal,)
+
+
+def test_rows_an_exactly_once_sink_found_missing_from_its_output_fail_the_run_with_exit_2():
+    missing = {**status(), "close_errors": {"sink": 1}, "output_missing": {"sink": 1250}}
+    outcome = judge_run(missing, True, timeout=None, duration=None, dead_letter_path="d")
+    assert outcome.exit_code is ExitCode.NOT_STARTED
+    assert ("exactly_once: 1250 row(s) that committed checkpoints sent to sinks are not in their output (sink 1250); "
+            "the log names each sink, its table and its counts") in outcome.problems
+
+
+def test_a_close_that_found_output_missing_counts_its_rows():
+    from esault.errors import OutputMissing
+    from esault.metrics.stats import SpuStats
+
+    stats = SpuStats("t", "sink", 3)
+    stats.close_failed(OutputMissing("SparkSink 't': 7 row(s) missing", 7))
+    stats.close_failed(RuntimeError("a close that failed otherwise"))
+    assert (stats.close_errors, stats.output_missing) == (2, 7)

@@ -138,7 +138,8 @@ def test_a_log_written_before_epochs_existed_reads_as_before(tmp_path):
 
 def test_rows_are_staged_at_the_barrier_and_published_only_when_the_checkpoint_completes(tmp_path):
     sink = open_sink(tmp_path)
-    assert sink.snapshot_state() == {}, "the sink's state is its staged epochs, not PE attributes"
+    assert sink.snapshot_state() == {"rows_accepted": 0}, \
+        "the sink's state is its staged epochs and how many rows the checkpoints sent it, not PE attributes"
     feed(sink, A)
     checkpoint(sink, 1)
     assert rows_in(table_dir(tmp_path)) == []
@@ -452,3 +453,56 @@ def test_an_exactly_once_spark_sink_stages_and_publishes_while_its_session_start
     wait_until(lambda: catalog, 10, message="the table registered once the session is up")
     assert catalog[0].startswith(f"spark-sink-{sink.writer_id}"), "registered on the committer thread"
     sink.close()
+
+
+def test_at_the_end_the_rows_published_are_the_rows_the_committed_checkpoints_sent_the_sink(tmp_path):
+    """The end-of-run audit: after the final checkpoint, the writer's published rows equal the rows its
+    checkpoints sent it, counted in the sink's checkpointed state (restored with it after a restart)."""
+    sink = open_sink(tmp_path)
+    feed(sink, A)
+    checkpoint(sink, 1)
+    state = sink.snapshot_state()
+    sink.on_checkpoint_complete(1)
+    sink.close()  # nothing missing: no error
+    assert state == {"rows_accepted": 2}
+    again = open_sink(tmp_path, restored=1)
+    again.restore_state(state)
+    feed(again, B)
+    checkpoint(again, 2)
+    assert again.snapshot_state() == {"rows_accepted": 2 + len(B)}
+    again.on_checkpoint_complete(2)
+    again.close()  # the first instance's rows and its own: every one there
+
+
+def test_a_published_batch_gone_from_the_table_fails_the_end_of_run_audit_with_the_numbers(tmp_path):
+    from esault.errors import OutputMissing
+
+    sink = open_sink(tmp_path)
+    feed(sink, A + B)
+    checkpoint(sink, 1)
+    sink.on_checkpoint_complete(1)
+    sink.wait_epochs(30)
+    [batch] = [r.batch for r in sink._writer.log.committed()]
+    sink._writer.log.retract(batch)  # as a wrong retraction would: the table no longer holds epoch 1's rows
+    with pytest.raises(OutputMissing, match=r"the checkpoints up to epoch 1 sent it 4 row\(s\) and the table at "
+                                            r".* holds 0 of them: 4 row\(s\) missing") as raised:
+        sink.close()
+    assert raised.value.missing_rows == 4
+
+
+def test_no_audit_without_a_known_baseline_or_after_a_stop_short_of_its_last_checkpoint(tmp_path):
+    older = open_sink(tmp_path)
+    feed(older, A)
+    checkpoint(older, 1)
+    older.on_checkpoint_complete(1)
+    older.close()
+    restored = open_sink(tmp_path, restored=1)  # a checkpoint of an older esault: no rows_accepted in its state
+    feed(restored, B)
+    checkpoint(restored, 2)
+    restored.on_checkpoint_complete(2)
+    restored.close()  # nothing known to compare with: no error
+    short = open_sink(tmp_path, restored=2, table="t")
+    short.restore_state({"rows_accepted": 4})
+    feed(short, C)
+    checkpoint(short, 3)  # epoch 3 never completes: the stop came without its final checkpoint
+    short.close()
