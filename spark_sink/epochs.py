@@ -134,7 +134,8 @@ class EpochCommitter:
         """A normal stop, after the final checkpoint: requested publishes get `timeout` seconds. Rows after
         it are not part of any checkpoint, so they cannot be published exactly once: they are dropped, and
         close() raises SinkError saying so once the rest is done (the run's verdict counts it; it passed for a
-        success while bolts' end-of-job output was missing from the table)."""
+        success while bolts' end-of-job output was missing from the table). Then the published rows are checked
+        against what the checkpoints sent (_audit): OutputMissing if they differ."""
         if self._closed:
             return
         self._closed = True

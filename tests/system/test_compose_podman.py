@@ -23,6 +23,7 @@ The Kafka example (examples/kafka_clicks.py) runs in the compose file's kafka-cl
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -41,6 +42,7 @@ import pytest
 import yaml
 
 from esault.testing import wait_until
+from cpu_load import busy_cores
 from prometheus_server import DASHBOARDS, dashboard_queries, has_data, with_grafana_variables
 
 pytestmark = [pytest.mark.compose, pytest.mark.timeout(1800)]  # not `system`: -m system leaves it out too
@@ -177,8 +179,11 @@ def timings() -> Iterator[dict[str, Any]]:
     print(f"\ncompose test timings: {json.dumps(figures)}")
 
 
-@pytest.fixture(scope="module")
-def stack(env, timings, tmp_path_factory) -> Iterator[tuple[Compose, dict[str, int], Path]]:
+@pytest.fixture(scope="module", params=["quiet", "busy-cores"])
+def stack(env, timings, tmp_path_factory, request) -> Iterator[tuple[Compose, dict[str, int], Path, bool]]:
+    """The cluster, once on a quiet machine and once with every core kept busy by CPU hogs from before `up`
+    to the end (issue 48's false success came from a busy host): there each job must be exact or fail loudly."""
+    busy = request.param == "busy-cores"
     tmp = tmp_path_factory.mktemp("compose")
     keys = tmp / "keys"
     run(sys.executable, "-m", "esault.cli", "keys", "generate", str(keys), "--workers", "2")
@@ -192,10 +197,11 @@ def stack(env, timings, tmp_path_factory) -> Iterator[tuple[Compose, dict[str, i
         build = run(str(REPO / "deploy" / "podman" / "build-images.sh"), timeout=1200, env=env)
         timings["build_s"] = round(time.monotonic() - started, 1)
         timings["build_steps"] = [line for line in build.stderr.splitlines() if line.startswith("build-images:")]
-        started = time.monotonic()
-        compose("up", "-d", "--no-build")
-        timings["up_s"] = round(time.monotonic() - started, 1)
-        yield compose, ports, keys
+        with busy_cores(900) if busy else contextlib.nullcontext():
+            started = time.monotonic()
+            compose("up", "-d", "--no-build")
+            timings[f"up_s{'_busy' if busy else ''}"] = round(time.monotonic() - started, 1)
+            yield compose, ports, keys, busy
     finally:
         compose("--profile", "kafka", "down", "-v", "-t", "10", check=False)
         # Only the base and dependencies images stay cached (each tagged by a hash of what makes it: a
@@ -308,13 +314,13 @@ spark.stop()
 
 
 def test_the_compose_cluster_runs_the_word_count_exactly_and_is_observable(stack, timings):
-    compose, ports, keys = stack
+    compose, ports, keys, busy = stack
     started = time.monotonic()
     try:
         for service in HEALTHCHECKED:
             wait_until(lambda s=service: healthy(compose, s), 240, interval=2,
                        message=f"the {service} container's healthcheck passing")
-        timings["up_to_healthy_s"] = round(time.monotonic() - started, 1)
+        timings["up_to_healthy_s_busy" if busy else "up_to_healthy_s"] = round(time.monotonic() - started, 1)
         # The broker answers by its service name on the compose network (what the Kafka example will use).
         compose.podman("exec", compose.container("worker-2"), "python", "-c",
                        "import socket; socket.create_connection(('broker', 9092), 5)")
@@ -357,8 +363,12 @@ def test_the_compose_cluster_runs_the_word_count_exactly_and_is_observable(stack
         wait_until(lambda: not compose.inspect("driver")["State"]["Running"], 300, interval=2,
                    message="the word count finishing (the driver exiting)")
         job_ended = time.time()
-        timings["job_s"] = round(job_ended - job_started, 1)
+        timings["job_s_busy" if busy else "job_s"] = round(job_ended - job_started, 1)
         state = compose.inspect("driver")["State"]
+        if busy and state["ExitCode"] != 0:  # loud is allowed on a busy host; quiet loss is not
+            assert "esault: error: topology 'wordcount'" in compose.log_of("driver"), \
+                f"the driver exited {state['ExitCode']} without saying why:\n{compose.logs()}"
+            return
         assert state["ExitCode"] == 0, f"the driver exited {state['ExitCode']}:\n{compose.logs()}"
 
         # The Spark table, with Spark SQL on the compose Spark cluster: every running count exactly once.
@@ -453,12 +463,15 @@ def test_the_kafka_example_runs_against_the_compose_broker(stack, timings):
     """examples/kafka_clicks.py in the compose file's kafka-clicks service (profile kafka), reading the topic
     `clicks` this test fills on broker:9092: every click is in exactly one session, in the output topic
     (read_committed) and in the Spark table alike, as test_kafka_example.py checks locally."""
-    compose, _, _ = stack
+    compose, _, _, busy = stack
     wait_until(lambda: healthy(compose, "broker"), 120, interval=2, message="the broker's healthcheck passing")
     assert "FED" in in_network(compose, FEED)
     started = time.monotonic()
     job = compose("--profile", "kafka", "run", "--rm", "--no-deps", "kafka-clicks", timeout=300, check=False)
-    timings["kafka_job_s"] = round(time.monotonic() - started, 1)
+    timings["kafka_job_s_busy" if busy else "kafka_job_s"] = round(time.monotonic() - started, 1)
+    if busy and job.returncode != 0:  # loud is allowed on a busy host; quiet loss is not
+        assert "esault: error: topology 'kafka_clicks'" in job.stderr, (job.stdout[-3000:], job.stderr[-5000:])
+        return
     assert job.returncode == 0 and "topology 'kafka_clicks' ran" in job.stdout, (job.stdout[-3000:],
                                                                                  job.stderr[-5000:])
     out = in_network(compose, READ_TOPIC)
@@ -480,6 +493,6 @@ def test_the_kafka_example_runs_against_the_compose_broker(stack, timings):
 
 
 def test_down_v_leaves_no_container_network_or_volume(stack, env):
-    compose, _, _ = stack
+    compose, _, _, _ = stack
     compose("down", "-v", "-t", "10")
     assert leftovers(env) == {"containers": [], "volumes": [], "networks": []}
