@@ -31,7 +31,7 @@ sys.path.insert(0, str(ROOT / "tests" / "system"))
 import eo_parts  # noqa: E402
 from cpu_load import busy_cores  # noqa: E402
 
-pytestmark = [pytest.mark.system, pytest.mark.timeout(900)]
+pytestmark = [pytest.mark.system, pytest.mark.busy, pytest.mark.timeout(900)]
 
 TOTAL, RATE, TIMEOUT = 1200, 600.0, 2.0
 FAULTS = st.sampled_from(["slow sink", "kill", "split", "merge", "rollback"])

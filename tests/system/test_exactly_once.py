@@ -62,7 +62,7 @@ def assert_exact(job, total: int, table: str | None = None, spouts: int = 1) -> 
         assert rows == eo_parts.exact_rows(expected), "the table has a missing or duplicate row"
 
 
-@pytest.mark.parametrize("slice_keys,busy", [(1024, False), (1, False), (1024, True)],
+@pytest.mark.parametrize("slice_keys,busy", [(1024, False), (1, False), pytest.param(1024, True, marks=pytest.mark.busy)],
                          ids=["default-slices", "snapshots-in-slices-of-one", "default-slices-busy-cores"])
 def test_five_kill9s_of_random_workers_at_random_moments_leave_counts_and_table_exact(tmp_path, slice_keys, busy):
     """slice_keys=1: every keyed snapshot is encoded in slices over ~40% of the interval after its barrier

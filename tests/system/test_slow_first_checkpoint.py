@@ -57,6 +57,7 @@ def test_a_completed_job_whose_first_checkpoint_timed_out_then_lost_a_worker_end
     run_the_sequence(tmp_path, engine, stop, table_name)
 
 
+@pytest.mark.busy
 def test_the_same_sequence_with_every_core_kept_busy_ends_with_its_whole_output(tmp_path, table_name):
     with busy_cores(600):
         run_the_sequence(tmp_path, "pyarrow", "after-the-replay-started", table_name, timeout=10.0)
