@@ -22,6 +22,7 @@ from typing import Any, Callable
 from esault.checkpoint.saveable import key_owner
 from esault.checkpoint.snapshots import Snapshot
 from esault.checkpoint.store import bucket_of
+from esault.datapath.ack_router import UNREACHABLE
 from esault.datapath.context import log
 from esault.datapath.pe_class import NO_BUCKET
 from esault.datapath.pending_snapshot import PendingSnapshot
@@ -565,6 +566,10 @@ class KeyedProcessing(PartOfSpu):
             message = StateHandoff(reconfig_id, self.spu_id, pack_states(chunk), i == len(chunks) - 1)
             try:
                 receiver.tell(message)
+            except UNREACHABLE as exc:  # its worker died: the unit goes on without it (SpusLost) or rolls back
+                log.warning("topology %r: %s SPU %d: the receiver of a hand-off is unreachable (%r); its %d key(s) "
+                            "are not sent", self.job.name, self.unit_name, self.spu_id, exc, len(states))
+                return
             except SerializationError as exc:  # one key's state alone is over the frame cap
                 self.state_lost(UnsaveableState(
                     f"bolt {self.unit_name!r} cannot move the state of key(s) {[k for k, _ in chunk][:5]} ({exc}); "
