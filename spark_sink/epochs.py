@@ -83,7 +83,7 @@ class EpochCommitter:
         """Rows the checkpoints up to the last barrier sent this instance, since the job's start (a restored
         instance learns its share from its checkpointed state, restore_accepted(); None: not known, e.g. a
         checkpoint of an older esault): the end-of-run audit compares the table with it."""
-        self._barriers: list[tuple[int, int | None]] = []  # (epoch, accepted through it), the newest last
+        self._last_barrier: tuple[int, int | None] | None = None  # (epoch, accepted through it) of the newest
         self._completed = -1  # the newest epoch whose publish was asked for
         self._carried: list[Row] = []  # the committer thread: rows of an epoch whose staging failed
         self._stop = threading.Event()
@@ -118,7 +118,7 @@ class EpochCommitter:
         rows, self._rows = self._rows, []
         if self.accepted is not None:
             self.accepted += len(rows)
-        self._barriers = self._barriers[-63:] + [(epoch, self.accepted)]
+        self._last_barrier = (epoch, self.accepted)
         return self._submit(self._stage, epoch, rows)
 
     def complete(self, epoch: int) -> Future:
@@ -169,15 +169,15 @@ class EpochCommitter:
         writer has in the table must be the rows the committed checkpoints sent it. Exact only while no row was
         rejected (a rejected row is in the rejected-rows file instead: then nothing is compared), and only when
         the baseline is known (a job started afresh, or restored from a checkpoint that recorded it)."""
-        if not self._barriers:
+        if self._last_barrier is None:
             return None
-        epoch, accepted = self._barriers[-1]
+        epoch, accepted = self._last_barrier
         writer = self.sink._writer
         rejected = self.sink._rejects
         if accepted is None or writer is None or epoch > self._completed or self.sink.rows_rejected \
                 or (rejected is not None and rejected.path.exists() and rejected.path.stat().st_size > 0):
             return None  # not every epoch completed (a stop without its final checkpoint), or rows were rejected
-        # Published, plus what is staged for a completed epoch and was not (a publish that never ran: missing too).
+        # Only published batches count: rows still staged for a completed epoch (a publish that never ran) are missing.
         published = sum(r.rows for r in writer.log.committed())
         if published == accepted:
             return None
@@ -245,14 +245,9 @@ class EpochCommitter:
             if self._stop.is_set():
                 return
             try:
-                self._thread.submit(self._engine_ready)
+                self._thread.submit(self._refresh)  # registers the table once its schema is known
             except RuntimeError:  # closed meanwhile
                 pass
-
-    def _engine_ready(self) -> None:
-        """Committer thread: the engine came up: register the table (once its schema is known) and refresh."""
-        if self.sink._meta is not None:
-            self._refresh()
 
     def _start(self, restored_epoch: int | None) -> None:
         """Resolve what earlier instances staged: without this, an epoch left staged could later be published

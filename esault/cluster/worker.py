@@ -346,7 +346,6 @@ def run_worker(driver: str, keys: WorkerKeys, name: str | None = None, bind_host
             if silent > driver_timeout:
                 log.error("worker %s: no word from the driver for %.1f s (driver timeout %.1f s): exiting",
                           name, silent, driver_timeout)
-                code = int(ExitCode.NO_DRIVER)
                 return code
             try:
                 postman.send(DRIVER, "cluster", WorkerHeartbeat(name, stats_rows(), samples.next_rows()), timeout=5.0)
