@@ -21,12 +21,13 @@ from typing import Any
 from esault.connectors.codecs import resolve_codec
 from esault.connectors.kafka_source import kafka_client
 from esault.connectors.kafka_transactions import TransactionalPublisher, close_client
+from esault.connectors.output_ledger import OutputLedger
 from esault.connectors.settings import SINK_OWNED, check_bootstrap, check_config, check_positive
 from esault.connectors.staging import EpochStage
 from esault.dsl.bolt import Bolt
 from esault.dsl.context import TopologyContext
 from esault.dsl.tuple import Tuple
-from esault.errors import ConnectorError, SinkError
+from esault.errors import ConnectorError, OutputMissing, SinkError
 
 log = logging.getLogger("esault.connectors.kafka")
 
@@ -77,6 +78,7 @@ class KafkaSink(Bolt):
         self.connect_timeout = check_positive(what, "connect_timeout", connect_timeout)
         self.close_timeout = check_positive(what, "close_timeout", close_timeout)
         self._publisher: TransactionalPublisher | None = None
+        self._ledger: OutputLedger | None = None  # exactly_once: what the checkpoints sent, for the end-of-run audit
         self._producer: Any = None
         self._buffer: list[list[Any]] = []
         self._tracked = False
@@ -113,6 +115,7 @@ class KafkaSink(Bolt):
             self._publisher = TransactionalPublisher(kafka, settings, f"{prefix}.i{context.instance}",
                                                      self.marker_topic, stage, context.restored_epoch,
                                                      self.connect_timeout, failpoint=_failpoint())
+            self._ledger = OutputLedger(context.restored_epoch)
             return
         self._tracked = context.guarantee == "at_least_once"
         self._producer = kafka.Producer({**settings, "enable.idempotence": self._tracked})
@@ -181,18 +184,24 @@ class KafkaSink(Bolt):
         if self._publisher is None:
             return None
         records, self._buffer = self._buffer, []
+        self._ledger.barrier(epoch, len(records))
         return self._publisher.stage_epoch(epoch, records)
 
     def on_checkpoint_complete(self, epoch: int) -> None:
         if self._publisher is not None:
+            self._ledger.complete(epoch, self._publisher.marker)
             self._publisher.publish_through(epoch)
 
     def snapshot_state(self) -> dict[str, Any]:
-        """Nothing: the sink's state is its staged epochs on disk and its marker in Kafka."""
-        return {}
+        """Its records are its staged epochs on disk and its marker in Kafka; the state holds only the counts the
+        end-of-run audit checks the committed transactions against (OutputLedger)."""
+        if self._publisher is None:
+            return {}
+        return self._ledger.state(len(self._buffer), self._publisher.marker)
 
     def restore_state(self, state: dict[str, Any]) -> None:
-        pass
+        if self._ledger is not None:
+            self._ledger.restore(state)
 
     def wait_published(self, timeout: float) -> bool:
         """exactly_once: True once every publish asked for so far has run (for tests)."""
@@ -208,17 +217,40 @@ class KafkaSink(Bolt):
 
     def close(self) -> None:
         """exactly_once: records after the final checkpoint cannot be produced exactly once: they are dropped
-        and close() raises SinkError once the rest is done (the run fails: its output is missing them)."""
+        and close() raises SinkError once the rest is done (the run fails: its output is missing them). Then the
+        audit: the committed transactions must hold every record the completed checkpoints sent this instance,
+        or close() raises OutputMissing with the numbers (the run exits 2, never 0)."""
         if self._publisher is not None:
             dropped, self._buffer = len(self._buffer), []
+            publisher = self._publisher
             try:
-                self._publisher.close(self.close_timeout)
+                publisher.close(self.close_timeout)
             finally:
                 self._publisher = None
+            missing = self._audit(publisher)
             if dropped:
                 raise SinkError.after_final_checkpoint(f"KafkaSink {self._unit!r}", dropped, "record", "produced")
+            if missing is not None:
+                raise missing
             return
         self._stop_producer(self.close_timeout)
+
+    def _audit(self, publisher: TransactionalPublisher) -> OutputMissing | None:
+        missing = self._ledger.missing(publisher.opened_marker, publisher.records_published)
+        if not missing:
+            return None
+        ledger = self._ledger
+        accepted = ledger.accepted
+        through = ledger.last_barrier if ledger.last_barrier is not None else ledger.restored_epoch
+        message = (f"KafkaSink {self._unit!r} (transactional id {publisher.transactional_id!r}): the checkpoints up "
+                   f"to epoch {through} sent it {accepted} record(s) and its committed "
+                   f"transactions hold {accepted - missing}: {abs(missing)} record(s) "
+                   f"{'missing' if missing > 0 else 'too many'}. The log above says why (a publish that failed, "
+                   f"a broker that did not answer within close_timeout={self.close_timeout}s, or staged epochs "
+                   f"lost with the disk under {publisher.stage.directory}); run the same command again: it "
+                   "resumes from the last checkpoint and publishes the staged epochs still there")
+        log.error("%s", message)
+        return OutputMissing(message, abs(missing))
 
     def _stop_producer(self, timeout: float) -> None:
         if self._producer is None:

@@ -62,6 +62,7 @@ class TransactionalPublisher:
         self._lock = threading.Lock()
         self._abandoned = False
         self.published: list[int] = []  # epochs this instance committed to Kafka (for tests and logs)
+        self.records_published = 0  # the records of those epochs' transactions (the end-of-run audit)
         bootstrap = producer_settings.get("bootstrap.servers")
         self._producer_settings = {**producer_settings, "transactional.id": transactional_id}
         self._journal = journal_from_env(transactional_id)  # diagnostics (tests): offsets per transaction
@@ -81,6 +82,9 @@ class TransactionalPublisher:
         if restored_epoch is None and self.marker:
             self._write_marker(0)  # a fresh start numbers epochs from 1 again
             self.marker = 0
+        self.opened_marker = self.marker
+        """The marker as this instance found it: the staged epochs after it, up to the restored one, are its own
+        to publish (OutputLedger)."""
         self._thread = ThreadPoolExecutor(1, thread_name_prefix=f"kafka-sink-{transactional_id}")
         self.stage.delete_leftovers()
         for epoch in self.stage.epochs():
@@ -189,6 +193,7 @@ class TransactionalPublisher:
             raise
         self.marker = epoch
         self.published.append(epoch)
+        self.records_published += len(records)
         if self._journal is not None:
             self._journal.write(state="committed", epoch=epoch)
         self._failpoint("committed", epoch)

@@ -341,3 +341,68 @@ def test_what_a_bolt_emits_at_the_end_reaches_the_topic_from_finish_and_fails_th
     run_to_completion(b, workers="in-process", config=config, timeout=60)
     got = sorted((r["key"].decode(), int(r["value"])) for r in out.read("out"))
     assert got == sorted(collections.Counter(k for k, _ in items).items())
+
+
+def test_a_run_whose_last_epoch_cannot_be_published_fails_with_the_count_missing(out, tmp_path):
+    """The end-of-run audit (docs/GUARANTEES.md): one record is larger than the producer accepts, so its
+    epoch's publish fails for good ("it stays staged and is retried at the next completed checkpoint"), and
+    the final checkpoint has no later one to retry it. The run exited 0 with that epoch's records missing from
+    the topic; it must fail, naming how many."""
+    from esault.errors import RunIncomplete
+
+    items = [[f"k{i}", "x" * (5000 if i == 299 else 1)] for i in range(300)]
+    b = TopologyBuilder("kafka-sink-unpublishable")
+    b.set_spout("s", ListSpout, params={"items": items})
+    b.set_bolt("out", KafkaSink, params={"bootstrap": out.bootstrap, "topic": "out", "key": "utf-8", "value": "json",
+                                         "config": {"message.max.bytes": 2000}}).shuffle_grouping("s")
+    config = JobConfig(data_dir=tmp_path / "data", elasticity=False, checkpoint_interval=60)  # one epoch: the final
+    with pytest.raises(RunIncomplete, match=r"exactly_once: 300 row\(s\) that committed checkpoints sent to sinks are not in their output"):
+        run_to_completion(b, workers="in-process", config=config, timeout=60)
+    assert out.read("out") == []
+
+
+def test_a_restored_sink_whose_staged_epoch_was_lost_with_its_disk_fails_at_the_end(out, tmp_path):
+    """A checkpoint completed, its epoch was staged, and the instance died before publishing it; its successor
+    finds the stage directory empty (a worker on another host, a wiped disk): those records can never reach
+    the topic, and the successor's close() says so with the count."""
+    from esault.dsl.tuple import Tuple
+    from esault.errors import OutputMissing
+
+    sink = _open_sink(out, tmp_path)
+    for i in range(4):
+        sink.process(Tuple(f"k{i}", i))
+    state = sink.snapshot_state()
+    sink.on_checkpoint(1).result(10)
+    sink.abandon()  # died before checkpoint 1's completion reached it
+    for f in (tmp_path / "kafka_sink").rglob("*.msgpack"):
+        f.unlink()
+    again = _open_sink(out, tmp_path, restored=1)
+    again.restore_state(state)
+    again.process(Tuple("k9", 9))
+    again.snapshot_state()
+    again.on_checkpoint(2).result(10)
+    again.on_checkpoint_complete(2)
+    with pytest.raises(OutputMissing, match=r"sent it 5 record\(s\) and its committed transactions hold 1: "
+                                            r"4 record\(s\) missing") as caught:
+        again.close()
+    assert caught.value.missing_rows == 4
+    assert values(out) == ["9"]
+
+
+def test_a_restored_sink_that_publishes_what_it_owes_passes_the_audit(out, tmp_path):
+    from esault.dsl.tuple import Tuple
+
+    sink = _open_sink(out, tmp_path)
+    for i in range(3):
+        sink.process(Tuple(f"k{i}", i))
+    state = sink.snapshot_state()
+    sink.on_checkpoint(1).result(10)
+    sink.abandon()
+    again = _open_sink(out, tmp_path, restored=1)  # publishes staged epoch 1 at open
+    again.restore_state(state)
+    again.process(Tuple("k9", 9))
+    again.snapshot_state()
+    again.on_checkpoint(2).result(10)
+    again.on_checkpoint_complete(2)
+    again.close()
+    assert values(out) == ["0", "1", "2", "9"]
