@@ -31,6 +31,9 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--duration", type=float, default=None, help="stop after S seconds instead of at completion")
     run.add_argument("--config", default=None, help="a TOML file of job settings ([job] table)")
     run.add_argument("--data-dir", default=None, help="where results, dead letters and tables go")
+    run.add_argument("--checkpoint-storage", default=None, metavar="URL",
+                     help="where exactly_once checkpoints live: a local path, or s3://bucket/prefix (endpoint and "
+                          "credentials the usual AWS way); default: the data dir")
     run.add_argument("--metrics-port", type=int, default=None, help="serve Prometheus /metrics on this port")
     run.add_argument("--metrics-host", default=None, help="address for /metrics (default 127.0.0.1)")
     run.add_argument("--cluster", choices=["processes", "threads", "static"], default="processes",
@@ -180,6 +183,8 @@ def _run(args: argparse.Namespace) -> int:
     overrides: dict[str, Any] = {}
     if args.data_dir is not None:
         overrides["data_dir"] = Path(args.data_dir)
+    if args.checkpoint_storage is not None:
+        overrides["checkpoint_storage"] = args.checkpoint_storage
     if args.metrics_port is not None:
         overrides["metrics_port"] = args.metrics_port
     if args.metrics_host is not None:

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from esault.errors import ConfigError
+from esault.storage.location import StorageLocation
 
 
 def _positive(owner: str, name: str, value: float | int | None, allow_none: bool = False) -> None:
@@ -149,6 +150,11 @@ class JobConfig:
     tick_interval: float = 0.01
     pe_idle_timeout: float | None = 60.0
     data_dir: Path = field(default_factory=lambda: Path("esault-data"))
+    checkpoint_storage: str | None = None
+    """Where exactly_once checkpoints live: None, the job's data_dir (one SQLite file, the embedded default); a
+    local path (the same, in that folder); or s3://bucket/prefix on any S3-compatible store, its endpoint,
+    region and credentials taken the usual AWS way (esault.storage.location): then the driver and the workers
+    share nothing but the network (docs/CHECKPOINTS.md, "Where durable state lives")."""
     metrics_host: str = "127.0.0.1"
     metrics_port: int | None = None
     max_workers: int = 2
@@ -203,6 +209,10 @@ class JobConfig:
             raise ConfigError(f"{o}.data_dir must be a path, got {self.data_dir!r}")
         if not isinstance(self.data_dir, Path):
             object.__setattr__(self, "data_dir", Path(self.data_dir))
+        if self.checkpoint_storage is not None:
+            if isinstance(self.checkpoint_storage, os.PathLike):
+                object.__setattr__(self, "checkpoint_storage", os.fspath(self.checkpoint_storage))
+            StorageLocation.parse(self.checkpoint_storage)  # a clear error now, not at the first checkpoint
 
     @classmethod
     def load(

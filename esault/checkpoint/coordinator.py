@@ -29,8 +29,10 @@ from typing import Any, Callable
 import pykka
 
 from esault.checkpoint.instance_states import stranded_refusal, stranded_stage_states
-from esault.checkpoint.store import CheckpointStore, Completed, damaged_store
+from esault.checkpoint.backends import open_checkpoint_store
+from esault.checkpoint.store import Completed, damaged_store
 from esault.errors import ConfigError, StoreDamaged, WorkerLost
+from esault.storage.objects import StorageError
 from esault.metrics import registry as metrics
 from esault.messages.acking import FailPending
 from esault.messages.checkpoints import CheckpointAck, CheckpointComplete, CheckpointStart, TriggerCheckpoint
@@ -228,14 +230,20 @@ class CheckpointCoordinator:
         self.config = job.config
         self.topology = job.topology
         self.collector = collector
-        self.store = CheckpointStore(job.ctx.checkpoint_path)
+        self.store = open_checkpoint_store(job.ctx)
         try:
+            if self.store.local_dir is None:  # an object store: refusing writes fails the job now, naming it
+                self.store.objects.check_writable()
             self.next_epoch = self.store.next_epoch()
         except sqlite3.OperationalError:
             raise
         except sqlite3.DatabaseError as exc:
             self.store.close()
             raise damaged_store(self.store.path, f"SQLite cannot read it ({exc})") from None
+        except StorageError as exc:
+            raise ConfigError(f"the checkpoint storage {self.store.path} cannot be used: {exc}. Check the bucket "
+                              "exists, the endpoint (AWS_ENDPOINT_URL or the URL's endpoint_override) and the "
+                              "credentials (AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY, AWS_PROFILE)") from None
         self.stats = CheckpointStats()
         self._last = time.monotonic()
         self.ended = False  # a final checkpoint ran: the spouts stopped at its barrier, no periodic ones follow
@@ -452,7 +460,9 @@ class CheckpointCoordinator:
 
     def _space_short(self) -> str | None:
         """Why a checkpoint should not start for want of disk space where the store is, or None."""
-        folder = self.store.path.parent
+        folder = self.store.local_dir
+        if folder is None:  # an object store: its space is the provider's
+            return None
         try:
             free = shutil.disk_usage(folder).free
         except OSError as exc:
@@ -481,14 +491,14 @@ class CheckpointCoordinator:
 
     def explain(self, what: str) -> str:
         """`what` went wrong with the checkpoints, then where they are, what is committed and how to go on."""
-        folder = self.store.path.parent
+        folder = self.store.local_dir
         try:
-            free = f"{_size(shutil.disk_usage(folder).free)} free there"
+            free = "an object store" if folder is None else f"{_size(shutil.disk_usage(folder).free)} free there"
         except OSError:
             free = "its free space unreadable"
         try:
             last = self.store.latest()
-        except sqlite3.Error:
+        except (sqlite3.Error, StorageError):
             last = None
         if last is None:
             committed = "nothing is committed (no checkpoint completed): a restart starts from the beginning"

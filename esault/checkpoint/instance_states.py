@@ -8,12 +8,15 @@ rescaled down, or restarted with a smaller parallelism, must refuse while a stat
 
 from __future__ import annotations
 
-from typing import Iterable
+from typing import TYPE_CHECKING, Iterable
 
-from esault.checkpoint.store import CheckpointStore, instance_slot
+from esault.checkpoint.store import instance_slot
+
+if TYPE_CHECKING:
+    from esault.checkpoint.backends import CheckpointStorage
 
 
-def stranded_stage_states(store: CheckpointStore, stages: Iterable[str], epoch: int, instances: Iterable[int],
+def stranded_stage_states(store: "CheckpointStorage", stages: Iterable[str], epoch: int, instances: Iterable[int],
                           keep: int) -> list[str]:
     """'bolt NAME instance I' for each of the bolts chained into a spout (`stages`) whose instance I >= `keep`
     (of the checkpoint's `instances`) holds a non-empty state at `epoch`."""

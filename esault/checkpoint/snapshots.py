@@ -14,10 +14,9 @@ import queue
 import threading
 from concurrent.futures import Future
 from dataclasses import dataclass, field, replace
-from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
-from esault.checkpoint.store import CheckpointStore
+from esault.checkpoint.backends import CheckpointStorage
 from esault.messages.checkpoints import CheckpointAck
 from esault.thread_names import os_named
 
@@ -46,8 +45,9 @@ class Snapshot:
 class SnapshotWriter:
     """Writes Snapshots in order and acks each to `coordinator` (a mailbox); one thread per SPU."""
 
-    def __init__(self, store_path: Path, coordinator: Any, name: str, wait_timeout: float = 60.0) -> None:
-        self._path = store_path
+    def __init__(self, open_store: Callable[[], CheckpointStorage], coordinator: Any, name: str,
+                 wait_timeout: float = 60.0) -> None:
+        self._open_store = open_store
         self._coordinator = coordinator
         self._wait_timeout = wait_timeout
         self._queue: "queue.Queue[Snapshot | None]" = queue.Queue()
@@ -66,7 +66,7 @@ class SnapshotWriter:
         self._thread.join(timeout)
 
     def _run(self) -> None:
-        store: CheckpointStore | None = None
+        store: CheckpointStorage | None = None
         try:
             while True:
                 snapshot = self._queue.get()
@@ -75,7 +75,7 @@ class SnapshotWriter:
                 if self._discard.is_set():
                     continue
                 if store is None:
-                    store = CheckpointStore(self._path)
+                    store = self._open_store()
                 self._coordinator.tell(self._write(store, snapshot))
         except Exception:  # noqa: BLE001 - the coordinator times the checkpoint out and retries
             log.exception("checkpoint writer %s stopped", self._thread.name)
@@ -83,7 +83,7 @@ class SnapshotWriter:
             if store is not None:
                 store.close()
 
-    def _write(self, store: CheckpointStore, snapshot: Snapshot) -> CheckpointAck:
+    def _write(self, store: CheckpointStorage, snapshot: Snapshot) -> CheckpointAck:
         ack = snapshot.ack
         if ack.error:  # refused: its checkpoint fails without a row of it in the store
             return ack

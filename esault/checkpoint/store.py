@@ -148,6 +148,7 @@ class CheckpointStore:
         try:
             self._file = SharedSqlite(path, _SCHEMA, busy_timeout, synchronous="FULL")
             self.path = self._file.path
+            self.local_dir: Path | None = self.path.parent
             self._db = self._file.db
             self._retrying = self._file.retrying
             old = self._db.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'states'").fetchone()

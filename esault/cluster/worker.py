@@ -26,7 +26,7 @@ from esault.dsl.topology import Topology
 from esault.metrics.forwarded import SampleSender
 from esault.metrics.stats import STATS
 from esault.datapath.sender import StartCheck
-from esault.checkpoint.store import store_refusal
+from esault.checkpoint.backends import refusal_of
 from esault.datapath.context import JobContext, job_actor
 from esault.messages.acking import OwnerAt
 from esault.dsl.topology import UnitSpec
@@ -224,7 +224,7 @@ class HostActor(pykka.ThreadingActor):
                              process=self.postman.process)
             self.jobs[message.topology] = job
         if store_id and job.store_id != store_id:
-            refusal = store_refusal(job.checkpoint_path, store_id, self.postman.process)
+            refusal = refusal_of(job, store_id, self.postman.process)
             if refusal is not None:
                 raise _Unbuildable(refusal)
             job.store_id = store_id

@@ -14,6 +14,7 @@ from esault.config import JobConfig
 from esault.dsl.topology import Topology, UnitSpec
 from esault.metrics.stats import STATS, StatsRegistry
 from esault.reliability.dead_letters import DeadLetterWriter
+from esault.storage.location import StorageLocation
 
 log = logging.getLogger("esault")
 
@@ -64,8 +65,22 @@ class JobContext:
 
     @property
     def checkpoint_path(self) -> Path:
-        """The job's CheckpointStore file (data_dir is shared by every local process)."""
+        """The job's SQLite checkpoint file: in its data_dir, or under a local `checkpoint_storage`."""
+        storage = self.config.checkpoint_storage
+        if storage is not None:
+            location = StorageLocation.parse(storage)
+            if location.is_local:
+                return Path(location.root) / self.name / CHECKPOINT_FILE
         return self.data_dir / CHECKPOINT_FILE
+
+    @property
+    def checkpoint_location(self) -> StorageLocation | None:
+        """The job's folder on an object store (checkpoint_storage s3://...), or None: the SQLite file."""
+        storage = self.config.checkpoint_storage
+        if storage is None:
+            return None
+        location = StorageLocation.parse(storage)
+        return None if location.is_local else location.child(self.name)
 
     @property
     def exactly_once(self) -> bool:

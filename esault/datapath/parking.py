@@ -14,7 +14,8 @@ from pathlib import Path
 from typing import Any, Callable
 
 from esault.checkpoint.saveable import key_owner
-from esault.checkpoint.store import CheckpointStore, bucket_of
+from esault.checkpoint.backends import CheckpointStorage
+from esault.checkpoint.store import bucket_of
 from esault.datapath.context import log
 from esault.keyhash import key_hash
 from esault.state.store import StateStore
@@ -31,7 +32,7 @@ class ParkedStates:
         self._encode_state: Callable[[Any, Any], bytes] = spu._encode_state
         self._save_state: Callable[[Any, str], bytes | None] = spu.save_state
         self._save_key: Callable[[Any], bytes | None] = spu._save_key
-        self._checkpoint_store: Callable[[], CheckpointStore] = spu.checkpoint_store
+        self._checkpoint_store: Callable[[], CheckpointStorage] = spu.checkpoint_store
         self._path = path
         self._store: StateStore | None = None
         self._exactly_once = exactly_once

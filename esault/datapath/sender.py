@@ -23,7 +23,8 @@ from esault.datapath.faults import UserFaults
 from esault.user_errors import UserErrorLog, user_frame
 from esault.checkpoint.saveable import PE_FIX, encode_state, unsaveable_hook
 from esault.checkpoint.snapshots import Snapshot, SnapshotWriter
-from esault.checkpoint.store import CheckpointStore, instance_slot
+from esault.checkpoint.backends import CheckpointStorage, open_checkpoint_store
+from esault.checkpoint.store import instance_slot
 from esault.messages.checkpoints import Abandon, Barrier, CheckpointAck, CheckpointComplete
 from esault.messages.control import SpuConfig
 from esault.messages.data import Drain
@@ -72,7 +73,7 @@ class SenderActor(pykka.ThreadingActor):
         """emit(key, value) for this SPU's user code: into the first chained stage, or the router."""
         self.exactly_once = job.exactly_once
         self._writer: SnapshotWriter | None = None
-        self._store: CheckpointStore | None = None
+        self._store: CheckpointStorage | None = None
         self._abandoned = False
         self.lost_state: str | None = None
         """exactly_once: why a state this SPU had to keep could not be saved (None while all could). Every
@@ -218,15 +219,15 @@ class SenderActor(pykka.ThreadingActor):
 
     # --- checkpoints (docs/CHECKPOINTS.md) ------------------------------------------
 
-    def checkpoint_store(self) -> CheckpointStore:
-        """This actor's connection to the job's checkpoint file (restores and parked keys)."""
+    def checkpoint_store(self) -> CheckpointStorage:
+        """This actor's connection to the job's checkpoint store (restores and parked keys)."""
         if self._store is None:
-            self._store = CheckpointStore(self.job.checkpoint_path)
+            self._store = open_checkpoint_store(self.job)
         return self._store
 
     def snapshot_writer(self) -> SnapshotWriter:
         if self._writer is None:
-            self._writer = SnapshotWriter(self.job.checkpoint_path, self.job.checkpoints,
+            self._writer = SnapshotWriter(lambda: open_checkpoint_store(self.job), self.job.checkpoints,
                                           f"esault-snapshots-{self.spu_id}", self.job.config.checkpoint_timeout)
         return self._writer
 

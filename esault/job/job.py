@@ -17,7 +17,8 @@ from esault.dsl.topology import Topology
 from esault.reliability.dead_letters import DeadLetterWriter
 from esault.job import gc_policy
 from esault.datapath.acker import AckServerActor
-from esault.datapath.context import CHECKPOINT_FILE, JobContext, job_actor
+from esault.checkpoint.backends import delete_checkpoints
+from esault.datapath.context import JobContext, job_actor
 from esault.job.completion import confirmed_by_two_waves
 from esault.job.coordinator import ReconfigurationCoordinator, ScaleRequest
 from esault.control.controller import Controller
@@ -100,8 +101,7 @@ class Job:
         """Guarantee "none": tuples emitted but never processed once a dead worker's loss settled."""
         self._settle: tuple[tuple[int, int], float] | None = None
         if config.fresh_start:
-            for suffix in ("", "-wal", "-shm"):
-                (data_dir / f"{CHECKPOINT_FILE}{suffix}").unlink(missing_ok=True)
+            delete_checkpoints(self.ctx)
         self.units: dict[str, Any] = {}
         self._stopped = False
         self._recovering = 0  # rollbacks queued or running: the job is not complete meanwhile

@@ -5,15 +5,29 @@ from __future__ import annotations
 import multiprocessing
 import os
 
-from hypothesis import given, settings
+from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import pytest
 
+from esault.checkpoint.object_store import ObjectCheckpointStore
 from esault.checkpoint.store import BUCKET_BITS, CheckpointStore, bucket_of, instance_slot, pack_entries
+from esault.storage import ObjectStore, StorageLocation
 from esault.errors import ConfigError, StoreDamaged
 from esault.keyhash import KEY_SPACE_MAX, key_hash
 from esault.transport.codec import encode
+
+
+@pytest.fixture(params=["sqlite", "objects"])
+def open_store(request):
+    """The contract of both stores: the SQLite file, and the object store's layout (on a local folder here;
+    tests/integration/test_object_checkpoints.py runs it on a real S3 server). The object store merges parts
+    at every compaction here (compact_parts=1), so the tests reach its merge."""
+    def open_(path):
+        if request.param == "sqlite":
+            return CheckpointStore(path)
+        return ObjectCheckpointStore(ObjectStore(StorageLocation.parse(f"{path}.objects")), compact_parts=1)
+    return open_
 
 
 def rows(states: dict) -> list[tuple[int, bytes]]:
@@ -28,8 +42,8 @@ def restored(store: CheckpointStore, unit: str, epoch: int, lo: int = 0, hi: int
     return store.read_range(unit, epoch, lo, hi)
 
 
-def test_a_restore_reads_each_keys_latest_row_of_a_completed_epoch_only(tmp_path):
-    store = CheckpointStore(tmp_path / "c.sqlite")
+def test_a_restore_reads_each_keys_latest_row_of_a_completed_epoch_only(open_store, tmp_path):
+    store = open_store(tmp_path / "c.sqlite")
     store.write_states("count", 1, 0, rows({"a": 1, "b": 1}))
     store.complete(1, "checkpoint", {"src": {0: 10}})
     store.write_states("count", 2, 0, rows({"a": 2}))  # epoch 2 never completes (a worker died)
@@ -41,14 +55,14 @@ def test_a_restore_reads_each_keys_latest_row_of_a_completed_epoch_only(tmp_path
     assert store.next_epoch() == 4
 
 
-def test_next_epoch_is_above_rows_of_epochs_that_never_completed(tmp_path):
-    store = CheckpointStore(tmp_path / "c.sqlite")
+def test_next_epoch_is_above_rows_of_epochs_that_never_completed(open_store, tmp_path):
+    store = open_store(tmp_path / "c.sqlite")
     store.write_states("count", 7, 0, rows({"a": 1}))
     assert store.next_epoch() == 8
 
 
-def test_instance_rows_are_outside_every_key_range(tmp_path):
-    store = CheckpointStore(tmp_path / "c.sqlite")
+def test_instance_rows_are_outside_every_key_range(open_store, tmp_path):
+    store = open_store(tmp_path / "c.sqlite")
     store.write_states("sink", 1, 5, [(instance_slot(2), encode({"n": 4}))])
     store.complete(1, "checkpoint", {})
     assert store.read_range("sink", 1, 0, KEY_SPACE_MAX) == {}
@@ -56,13 +70,13 @@ def test_instance_rows_are_outside_every_key_range(tmp_path):
     assert store.read_slot("sink", 1, instance_slot(0)) is None
 
 
-def test_a_checkpoint_records_which_instances_of_each_non_keyed_bolt_it_holds(tmp_path):
-    store = CheckpointStore(tmp_path / "c.sqlite")
+def test_a_checkpoint_records_which_instances_of_each_non_keyed_bolt_it_holds(open_store, tmp_path):
+    store = open_store(tmp_path / "c.sqlite")
     store.complete(1, "checkpoint", {"src": {0: 10}}, {"tally": {3, 0}})
     store.complete(2, "savepoint", {"src": {0: 20}})
     assert store.get(1).instances == {"tally": [0, 3]} and store.get(1).positions == {"src": {0: 10}}
     assert store.get(2).instances == {} and store.latest().positions == {"src": {0: 20}}
-    assert CheckpointStore(tmp_path / "c.sqlite").verify().checkpoints[0].instances == {"tally": [0, 3]}
+    assert open_store(tmp_path / "c.sqlite").verify().checkpoints[0].instances == {"tally": [0, 3]}
 
 
 def test_a_manifest_of_an_older_store_reads_as_positions_with_no_instances_recorded(tmp_path):
@@ -95,15 +109,15 @@ BOUNDS = st.one_of(st.integers(0, KEY_SPACE_MAX), st.builds(
 """Interval ends anywhere, and often right at a key (cutting its bucket next to it)."""
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(st.lists(st.tuples(BOUNDS, st.booleans()), max_size=6),
        st.dictionaries(st.sampled_from(KEYS), st.integers(0, 99), max_size=60),
        st.dictionaries(st.sampled_from(KEYS), st.integers(0, 99), max_size=60),
        BOUNDS, BOUNDS)
-def test_any_range_reads_the_latest_state_of_exactly_its_keys_whatever_the_writers_layout(
+def test_any_range_reads_the_latest_state_of_exactly_its_keys_whatever_the_writers_layout(open_store, 
         tmp_path_factory, cuts, first, second, a, b):
     """SPUs own arbitrary hash intervals (a bucket may be cut between two); a restore's range is arbitrary too."""
-    store = CheckpointStore(tmp_path_factory.mktemp("c") / "c.sqlite")
+    store = open_store(tmp_path_factory.mktemp("c") / "c.sqlite")
     bounds = sorted({0, *(c for c, _ in cuts), KEY_SPACE_MAX + 1})
     for epoch, states in ((1, first), (2, second)):
         for writer, (lo, hi) in enumerate(zip(bounds, bounds[1:])):
@@ -115,8 +129,8 @@ def test_any_range_reads_the_latest_state_of_exactly_its_keys_whatever_the_write
     assert store.read_range("u", 1, lo, hi) == {k: v for k, v in first.items() if lo <= key_hash(k) <= hi}
 
 
-def test_a_range_that_cuts_a_bucket_next_to_a_key_excludes_exactly_the_keys_outside_it(tmp_path):
-    store = CheckpointStore(tmp_path / "c.sqlite")
+def test_a_range_that_cuts_a_bucket_next_to_a_key_excludes_exactly_the_keys_outside_it(open_store, tmp_path):
+    store = open_store(tmp_path / "c.sqlite")
     store.write_states("u", 1, 0, rows({k: 1 for k in KEYS}))
     store.complete(1, "checkpoint", {})
     for key in KEYS[::9]:
@@ -127,8 +141,8 @@ def test_a_range_that_cuts_a_bucket_next_to_a_key_excludes_exactly_the_keys_outs
         assert set(store.read_range("u", 1, h + 1, KEY_SPACE_MAX)) == set(KEYS) - below - {key}
 
 
-def test_a_parked_key_reads_its_latest_completed_entry_among_its_buckets_neighbours(tmp_path):
-    store = CheckpointStore(tmp_path / "c.sqlite")
+def test_a_parked_key_reads_its_latest_completed_entry_among_its_buckets_neighbours(open_store, tmp_path):
+    store = open_store(tmp_path / "c.sqlite")
     neighbours = [k for k in KEYS if bucket_of(key_hash(k)) == bucket_of(key_hash(KEYS[0]))]
     store.write_states("count", 1, 0, rows({k: {"n": 1} for k in [KEYS[0], *neighbours, "other"]}))
     store.complete(1, "checkpoint", {})
@@ -162,9 +176,9 @@ def test_a_file_in_the_older_row_per_key_format_is_refused_with_the_way_out(tmp_
         CheckpointStore(path)
 
 
-def filled_store(path, epochs) -> tuple[CheckpointStore, list[int]]:
+def filled_store(open_store, path, epochs) -> tuple[CheckpointStore, list[int]]:
     """A store with one epoch per (states, completes, savepoint) of `epochs`; and the epochs completed."""
-    store = CheckpointStore(path)
+    store = open_store(path)
     done = []
     for epoch, (states, completes, savepoint) in enumerate(epochs, start=1):
         store.write_states("u", epoch, epoch % 3, rows(states))
@@ -176,11 +190,11 @@ def filled_store(path, epochs) -> tuple[CheckpointStore, list[int]]:
     return store, done
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(st.lists(st.tuples(st.dictionaries(st.sampled_from(KEYS), st.integers(0, 99), max_size=30),
                           st.booleans(), st.booleans()), min_size=1, max_size=8))
-def test_compaction_never_changes_what_any_completed_checkpoint_or_savepoint_restores(tmp_path_factory, epochs):
-    store, done = filled_store(tmp_path_factory.mktemp("c") / "c.sqlite", epochs)
+def test_compaction_never_changes_what_any_completed_checkpoint_or_savepoint_restores(open_store, tmp_path_factory, epochs):
+    store, done = filled_store(open_store, tmp_path_factory.mktemp("c") / "c.sqlite", epochs)
     if not done:
         return
     latest = done[-1]
@@ -212,9 +226,9 @@ def test_processes_writing_the_same_file_at_once_lose_no_row(tmp_path):
     assert all(len(restored(store, f"u{i}", 20)) == 20 for i in range(3))
 
 
-def three_checkpoints(path) -> CheckpointStore:
+def three_checkpoints(path, open_store=CheckpointStore) -> CheckpointStore:
     """Epochs 1-3, each changing keys a and b (every checkpoint reads rows of all three epochs at most)."""
-    store = CheckpointStore(path)
+    store = open_store(path)
     for epoch in (1, 2, 3):
         store.write_states("count", epoch, 0, rows({"a": epoch, "b": 10 * epoch}))
         store.write_states("count", epoch, 1, rows({f"k{epoch}": epoch}))
@@ -222,8 +236,8 @@ def three_checkpoints(path) -> CheckpointStore:
     return store
 
 
-def test_every_checkpoint_of_an_undamaged_store_verifies_intact(tmp_path):
-    verified = three_checkpoints(tmp_path / "c.sqlite").verify()
+def test_every_checkpoint_of_an_undamaged_store_verifies_intact(open_store, tmp_path):
+    verified = three_checkpoints(tmp_path / "c.sqlite", open_store).verify()
     assert verified.damage == {} and [c.epoch for c in verified.checkpoints] == [1, 2, 3]
     assert verified.newest_intact().epoch == 3
 
@@ -252,14 +266,14 @@ def test_a_changed_manifest_spoils_its_checkpoint(tmp_path):
     assert verified.newest_intact().epoch == 2 and verified.newest_recorded == 3
 
 
-def test_discarding_damaged_checkpoints_never_reuses_their_epochs(tmp_path):
-    store = three_checkpoints(tmp_path / "c.sqlite")
+def test_discarding_damaged_checkpoints_never_reuses_their_epochs(open_store, tmp_path):
+    store = three_checkpoints(tmp_path / "c.sqlite", open_store)
     store.write_states("count", 4, 0, rows({"a": 4}))  # an epoch that never completed
     store.discard_after(1)
     assert [c.epoch for c in store.completed()] == [1] and store.verify().damage == {}
     assert restored(store, "count", 1) == {"a": 1, "b": 10, "k1": 1}
     store.close()
-    assert CheckpointStore(tmp_path / "c.sqlite").next_epoch() == 5
+    assert open_store(tmp_path / "c.sqlite").next_epoch() == 5
 
 
 @pytest.mark.parametrize("damage", ["truncated", "garbage"])
@@ -276,12 +290,12 @@ def test_a_store_sqlite_cannot_read_is_refused_naming_the_file_and_the_ways_out(
         CheckpointStore(path).verify()
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(st.lists(st.tuples(st.dictionaries(st.sampled_from(KEYS), st.integers(0, 99), max_size=30),
                           st.booleans(), st.booleans()), min_size=1, max_size=8), st.integers(0, 7))
-def test_compaction_at_any_retained_checkpoint_keeps_every_recorded_one_exact_and_verified(
+def test_compaction_at_any_retained_checkpoint_keeps_every_recorded_one_exact_and_verified(open_store, 
         tmp_path_factory, epochs, pick):
-    store, done = filled_store(tmp_path_factory.mktemp("c") / "c.sqlite", epochs)
+    store, done = filled_store(open_store, tmp_path_factory.mktemp("c") / "c.sqlite", epochs)
     if not done:
         return
     oldest_retained = done[pick % len(done)]
@@ -292,4 +306,27 @@ def test_compaction_at_any_retained_checkpoint_keeps_every_recorded_one_exact_an
     assert [e for e in done if e >= oldest_retained or e in savepoints] == kept
     assert {e: (restored(store, "u", e), store.read_slot("u", e, instance_slot(0))) for e in kept} == \
         {e: before[e] for e in kept}
+    assert store.verify().damage == {}
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(st.lists(st.tuples(st.dictionaries(st.sampled_from(KEYS), st.integers(0, 99), max_size=30),
+                          st.booleans(), st.booleans()), min_size=1, max_size=8),
+       st.dictionaries(st.sampled_from(KEYS), st.integers(100, 199), max_size=30), st.integers(0, 7))
+def test_a_checkpoint_after_a_compaction_restores_what_it_would_without_one(
+        open_store, tmp_path_factory, epochs, last, pick):
+    """The object store's compaction merges parts for the manifests after it: the next checkpoint reads them."""
+    store, done = filled_store(open_store, tmp_path_factory.mktemp("c") / "c.sqlite", epochs)
+    if done:
+        store.compact(done[pick % len(done)])
+    epoch = store.next_epoch()
+    store.write_states("u", epoch, 0, rows(last))
+    store.write_states("u", epoch, 9, [(instance_slot(0), encode(-1))])
+    store.complete(epoch, "checkpoint", {})
+    expected: dict = {}
+    for e in done:
+        expected.update(epochs[e - 1][0])
+    expected.update(last)
+    assert restored(store, "u", epoch) == expected
+    assert store.read_slot("u", epoch, instance_slot(0)) == -1
     assert store.verify().damage == {}
