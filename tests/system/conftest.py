@@ -42,3 +42,15 @@ def kafka_broker():
 
     with KafkaBroker() as broker:
         yield broker
+
+
+@pytest.fixture
+def s3_server(monkeypatch):
+    """A real S3-compatible server (moto's) on a free port with a bucket, its credentials in the environment
+    (inherited by worker processes), killed after the test."""
+    from esault.testing.s3 import S3Server
+
+    with S3Server() as server:
+        for name, value in server.env().items():
+            monkeypatch.setenv(name, value)
+        yield server

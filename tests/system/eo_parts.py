@@ -185,22 +185,31 @@ def exact_rows(expected: dict[str, int]) -> dict[str, list[int]]:
     return {w: list(range(1, n + 1)) for w, n in expected.items()}
 
 
-def kill_driver_after_checkpoints(script: str, store_path: Path, epochs: int = 3) -> None:
+def kill_driver_after_checkpoints(script: str, store_path: Path, epochs: int = 3, storage: str | None = None) -> None:
     """Run `script` (a driver printing its workers' pids on its first line) in a process of its own, kill -9 it
-    once its store at `store_path` has checkpoint `epochs`, and wait for its orphaned workers to exit (their
-    driver timeout)."""
+    once its store at `store_path` (or its job's folder at the object-store URL `storage`) has checkpoint
+    `epochs`, and wait for its orphaned workers to exit (their driver timeout)."""
     import signal
     import subprocess
     import sys
 
+    from esault.checkpoint.object_store import ObjectCheckpointStore
     from esault.checkpoint.store import CheckpointStore
+    from esault.storage import ObjectStore, StorageLocation
     from esault.testing import wait_until
+
+    def latest() -> int:
+        if storage is not None:
+            point = ObjectCheckpointStore(ObjectStore(StorageLocation.parse(storage).child(store_path.parent.name))
+                                          ).latest()
+        else:
+            point = CheckpointStore(store_path).latest() if store_path.exists() else None
+        return 0 if point is None else point.epoch
 
     driver = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True)
     try:
         workers = [int(p) for p in driver.stdout.readline().split()]
-        wait_until(lambda: store_path.exists() and (CheckpointStore(store_path).latest() or None)
-                   and CheckpointStore(store_path).latest().epoch >= epochs, 60, message=f"{epochs} checkpoints")
+        wait_until(lambda: latest() >= epochs, 60, message=f"{epochs} checkpoints")
         driver.send_signal(signal.SIGKILL)
         driver.wait(10)
     finally:

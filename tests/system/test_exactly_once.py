@@ -33,9 +33,25 @@ from cpu_load import busy_cores  # noqa: E402
 pytestmark = pytest.mark.system
 
 
-def eo_config(tmp_path: Path, **changes) -> JobConfig:
+def eo_config(tmp_path: Path, storage: str | None = None, **changes) -> JobConfig:
     return JobConfig(data_dir=tmp_path / "data", elasticity=False, checkpoint_interval=0.3,
-                     message_timeout=300.0, **changes)
+                     message_timeout=300.0, checkpoint_storage=storage, **changes)
+
+
+@pytest.fixture
+def storage(request, tmp_path, monkeypatch):
+    """Where the test's checkpoints live: None (the SQLite file in the data dir, the default) or, for
+    "s3", a real S3-compatible server (moto's) whose credentials the workers inherit. Tests parametrize it
+    indirectly: every kill -9 test that runs on both shows the object store keeps today's guarantees."""
+    if getattr(request, "param", "sqlite") == "sqlite":
+        yield None
+        return
+    from esault.testing.s3 import S3Server
+
+    with S3Server() as server:
+        for name, value in server.env().items():
+            monkeypatch.setenv(name, value)
+        yield server.url(f"checkpoints-{tmp_path.name}")
 
 
 def worker_of(cluster: LocalCluster, spu: int) -> str:
@@ -62,9 +78,13 @@ def assert_exact(job, total: int, table: str | None = None, spouts: int = 1) -> 
         assert rows == eo_parts.exact_rows(expected), "the table has a missing or duplicate row"
 
 
-@pytest.mark.parametrize("slice_keys,busy", [(1024, False), (1, False), pytest.param(1024, True, marks=pytest.mark.busy)],
-                         ids=["default-slices", "snapshots-in-slices-of-one", "default-slices-busy-cores"])
-def test_five_kill9s_of_random_workers_at_random_moments_leave_counts_and_table_exact(tmp_path, slice_keys, busy):
+@pytest.mark.parametrize("slice_keys,busy,storage", [
+    (1024, False, "sqlite"), (1, False, "sqlite"), (1024, False, "s3"),
+    pytest.param(1024, True, "sqlite", marks=pytest.mark.busy), pytest.param(1024, True, "s3", marks=pytest.mark.busy)],
+    ids=["default-slices", "snapshots-in-slices-of-one", "object-store", "default-slices-busy-cores",
+         "object-store-busy-cores"], indirect=["storage"])
+def test_five_kill9s_of_random_workers_at_random_moments_leave_counts_and_table_exact(tmp_path, slice_keys, busy,
+                                                                                      storage):
     """slice_keys=1: every keyed snapshot is encoded in slices over ~40% of the interval after its barrier
     (datapath/pending_snapshot.py), so kills land while snapshots are pending too. busy: every core is kept
     busy by CPU hogs meanwhile (a load above the core count, as on a loaded host)."""
@@ -73,7 +93,7 @@ def test_five_kill9s_of_random_workers_at_random_moments_leave_counts_and_table_
     topology = eo_parts.build("eo-kill5", total, rate=600, sink="pyarrow", count_parallelism=3, spouts=2)
     with (busy_cores(600) if busy else contextlib.nullcontext()), \
             LocalCluster(workers=3, heartbeat_timeout=2.0 if busy else 1.0) as cluster:
-        job = cluster.submit(topology, eo_config(tmp_path, snapshot_slice_keys=slice_keys))
+        job = cluster.submit(topology, eo_config(tmp_path, storage, snapshot_slice_keys=slice_keys))
         for kill in range(1, 6):
             # a random moment: after a random number of checkpoints, then a random extra delay
             wait_until(lambda: completed_checkpoints(job) >= kill + rnd.randrange(2), 60,
@@ -112,14 +132,18 @@ def three_way_assignment(workload: dict[int, list[tuple[int, int]]], giver: int,
     return {giver: [(a, mid - 1), (cut, d)], -1: [(mid, b)], other: [(c, cut - 1)]}
 
 
-@pytest.mark.parametrize("victim", ["giver", "receiver"])
-@pytest.mark.parametrize(("action", "step"), [("split", "prepare"), ("split", "switch"), ("split", "handoff"),
-                                              ("merge", "prepare"), ("merge", "switch"), ("merge", "handoff"),
-                                              ("assign", "prepare"), ("assign", "switch"), ("assign", "handoff"),
-                                              ("move", "prepare"), ("move", "switch"), ("move", "handoff"),
-                                              ("logic", "prepare"), ("logic", "switch"), ("logic", "handoff")])
+OPERATION_STEPS = [(action, step) for action in ("split", "merge", "assign", "move", "logic")
+                   for step in ("prepare", "switch", "handoff")]
+OBJECT_STORE_STEPS = {("split", "giver"), ("merge", "receiver")}
+"""On the object store too: a split's giver and a merge's receiver killed at each step (CI time)."""
+
+
+@pytest.mark.parametrize(("action", "step", "victim", "storage"), [
+    (action, step, victim, storage) for action, step in OPERATION_STEPS for victim in ("giver", "receiver")
+    for storage in ("sqlite", "s3") if storage == "sqlite" or (action, victim) in OBJECT_STORE_STEPS],
+    indirect=["storage"])
 def test_a_worker_killed_at_each_step_of_a_split_or_merge_aborts_it_cleanly_and_the_result_is_exact(
-        tmp_path, action, step, victim):
+        tmp_path, action, step, victim, storage):
     """A gate file holds the operation at `step` (STEPS); then the giver's or the receiver's worker dies.
     The operation fails with ScalingError, the job rolls back, the unit splits again afterwards, and the
     counts are exact. "assign" is an assign_workload of three moves (three_way_assignment); its giver is the
@@ -136,7 +160,7 @@ def test_a_worker_killed_at_each_step_of_a_split_or_merge_aborts_it_cleanly_and_
                               spout_gate=str(spout_gate), count_parallelism=2, max_pending=300,
                               handoff_gate=str(handoff_gate))
     with LocalCluster(workers=3, heartbeat_timeout=1.0) as cluster:
-        job = cluster.submit(topology, eo_config(tmp_path))
+        job = cluster.submit(topology, eo_config(tmp_path, storage))
         wait_until(lambda: completed_checkpoints(job) >= 2, 60, message="two checkpoints")
         giver, other = job.spus("count")
         before = set().union(*cluster.registry.spus_on.values())
@@ -241,7 +265,7 @@ def test_a_worker_killed_during_an_atomic_group_fails_the_whole_group_and_the_re
     topology = eo_parts.build(f"eo-group-{step}", total, rate=1500, gate=str(gate), count_parallelism=2,
                               max_pending=300, handoff_gate=str(handoff_gate), split_unit=True)
     with LocalCluster(workers=3, heartbeat_timeout=1.0) as cluster:
-        job = cluster.submit(topology, eo_config(tmp_path))
+        job = cluster.submit(topology, eo_config(tmp_path, storage))
         wait_until(lambda: completed_checkpoints(job) >= 2, 60, message="two checkpoints")
         giver, other = job.spus("count")
         held = Path(str(gate).format(spu=giver)) if step == "prepare" else Path(str(handoff_gate).format(spu="all"))
@@ -275,16 +299,17 @@ def test_a_worker_killed_during_an_atomic_group_fails_the_whole_group_and_the_re
         assert_exact(job, total)
 
 
-def test_stop_and_restart_on_the_same_data_dir_resumes_without_duplicates(tmp_path):
+@pytest.mark.parametrize("storage", ["sqlite", "s3"], indirect=True)
+def test_stop_and_restart_on_the_same_data_dir_resumes_without_duplicates(tmp_path, storage):
     total = 4000
     topology = eo_parts.build("eo-restart", total, rate=1500, sink="pyarrow")
     with LocalCluster(workers=2) as cluster:
-        job = cluster.submit(topology, eo_config(tmp_path))
+        job = cluster.submit(topology, eo_config(tmp_path, storage))
         wait_until(lambda: completed_checkpoints(job) >= 2, 60, message="two checkpoints")
         job.stop()  # what Ctrl-C does: a final checkpoint ends the spouts at its barrier
         assert not eo_parts.final_counts(job.data_dir) == eo_parts.oracle(total), "stopped mid-run"
     with LocalCluster(workers=2) as cluster:
-        job = cluster.submit(topology, eo_config(tmp_path))
+        job = cluster.submit(topology, eo_config(tmp_path, storage))
         assert job.restored_from is not None and job.restored_from.kind == "final"
         assert job.wait(120), job.status()
         job.stop()
@@ -298,22 +323,25 @@ import eo_parts
 from esault import JobConfig, LocalCluster
 with LocalCluster(workers=2, heartbeat_timeout=2.0) as cluster:
     job = cluster.submit(eo_parts.build("eo-driver", {total}, rate=1000, sink="pyarrow"),
-                         JobConfig(data_dir={data!r}, elasticity=False, checkpoint_interval=0.3))
+                         JobConfig(data_dir={data!r}, elasticity=False, checkpoint_interval=0.3,
+                                   checkpoint_storage={storage!r}))
     print(" ".join(str(p.pid) for p in cluster.pool.processes), flush=True)
     job.wait()
     job.stop()
 """
 
 
-def test_a_driver_killed_mid_run_is_restarted_and_resumes_exactly(tmp_path):
+@pytest.mark.parametrize("storage", ["sqlite", "s3"], indirect=True)
+def test_a_driver_killed_mid_run_is_restarted_and_resumes_exactly(tmp_path, storage):
     total = 4000
     data = tmp_path / "data"
     script = DRIVER.format(paths=[str(ROOT), str(ROOT / "examples"), str(ROOT / "tests" / "system")],
-                           total=total, data=str(data))
-    eo_parts.kill_driver_after_checkpoints(script, data / "eo-driver" / "checkpoints.sqlite")
+                           total=total, data=str(data), storage=storage)
+    eo_parts.kill_driver_after_checkpoints(script, data / "eo-driver" / "checkpoints.sqlite", storage=storage)
     topology = eo_parts.build("eo-driver", total, rate=1000, sink="pyarrow")
     with LocalCluster(workers=2) as cluster:
-        job = cluster.submit(topology, JobConfig(data_dir=data, elasticity=False, checkpoint_interval=0.3))
+        job = cluster.submit(topology, JobConfig(data_dir=data, elasticity=False, checkpoint_interval=0.3,
+                                                 checkpoint_storage=storage))
         assert job.restored_from is not None and job.restored_from.kind == "checkpoint"
         assert job.wait(120), job.status()
         job.stop()
