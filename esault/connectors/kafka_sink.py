@@ -111,7 +111,7 @@ class KafkaSink(Bolt):
         self._check_topic(kafka, settings)
         if context.guarantee == "exactly_once":
             prefix = self.transactional_id or f"esault.{context.topology}.{context.unit}"
-            stage = EpochStage(context.data_dir / "kafka_sink" / f"{context.unit}.i{context.instance}")
+            stage = EpochStage(context.durable_location("kafka_sink", f"{context.unit}.i{context.instance}"))
             self._publisher = TransactionalPublisher(kafka, settings, f"{prefix}.i{context.instance}",
                                                      self.marker_topic, stage, context.restored_epoch,
                                                      self.connect_timeout, failpoint=_failpoint())

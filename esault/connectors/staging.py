@@ -1,9 +1,12 @@
-"""A sink instance's staged epochs on disk: one file per checkpoint epoch, written durably at its barrier.
+"""A sink instance's staged epochs: one object per checkpoint epoch, written durably at its barrier.
 
 KafkaSink writes an epoch's records here at the barrier (phase one) and
 produces them in one Kafka transaction once the checkpoint completes (phase
-two), then deletes the file. A file is written to a temporary name, fsync'd,
-renamed, and the directory fsync'd: it is there whole or not at all.
+two), then deletes the object. The objects live where the job keeps what must
+outlive a process (esault.storage): the job's data dir when its processes
+share one, its folder on the checkpoint object store otherwise, so a worker
+on another host finishes what its predecessor staged. An object is there whole
+or not at all (a local file: temporary name, fsync, rename, directory fsync).
 """
 
 from __future__ import annotations
@@ -15,54 +18,49 @@ from typing import Any
 
 import msgpack
 
+from esault.storage.location import StorageLocation
+from esault.storage.objects import ObjectStore
+
 __all__ = ["EpochStage"]
 
 _NAME = re.compile(r"^e(\d{12})\.msgpack$")
 
 
 class EpochStage:
-    """Staged epochs of one writer under `directory` (created on first use)."""
+    """Staged epochs of one writer under `location` (a folder, or an object-store location)."""
 
-    def __init__(self, directory: Path | str) -> None:
-        self.directory = Path(directory)
+    def __init__(self, location: StorageLocation | Path | str) -> None:
+        if not isinstance(location, StorageLocation):
+            location = StorageLocation.parse(os.fspath(location))
+        self.location = location
+        self.objects = ObjectStore(location)
 
-    def path(self, epoch: int) -> Path:
-        return self.directory / f"e{epoch:012d}.msgpack"
+    @property
+    def directory(self) -> str:
+        """Where the staged epochs are, for messages."""
+        return self.location.url
+
+    @staticmethod
+    def name(epoch: int) -> str:
+        return f"e{epoch:012d}.msgpack"
 
     def write(self, epoch: int, records: list[Any]) -> None:
         """Stage `records` (msgpack-serialisable) as epoch `epoch`, durably; an existing stage of it is replaced."""
-        self.directory.mkdir(parents=True, exist_ok=True)
-        final = self.path(epoch)
-        temporary = final.with_suffix(".tmp")
-        with open(temporary, "wb") as out:
-            out.write(msgpack.packb(records, use_bin_type=True))
-            out.flush()
-            os.fsync(out.fileno())
-        os.replace(temporary, final)
-        self._sync_directory()
+        self.objects.put(self.name(epoch), msgpack.packb(records, use_bin_type=True))
 
     def read(self, epoch: int) -> list[Any]:
-        return msgpack.unpackb(self.path(epoch).read_bytes(), raw=False, strict_map_key=False)
+        return msgpack.unpackb(self.objects.get(self.name(epoch)), raw=False, strict_map_key=False)
 
     def epochs(self) -> list[int]:
         """The staged epochs, oldest first (temporary files of a cut write are not epochs)."""
-        if not self.directory.is_dir():
-            return []
-        found = (_NAME.match(p.name) for p in self.directory.iterdir())
+        found = (_NAME.match(o.name) for o in self.objects.list())
         return sorted(int(m.group(1)) for m in found if m)
 
     def delete(self, epoch: int) -> None:
-        self.path(epoch).unlink(missing_ok=True)
+        self.objects.delete([self.name(epoch)])
 
     def delete_leftovers(self) -> None:
-        """Temporary files of writes a crash cut short."""
-        if self.directory.is_dir():
-            for p in self.directory.glob("*.tmp"):
+        """Temporary files of writes a crash cut short (a local folder's; an object store has none)."""
+        if self.location.is_local and Path(self.location.root).is_dir():
+            for p in Path(self.location.root).glob("*.tmp"):
                 p.unlink(missing_ok=True)
-
-    def _sync_directory(self) -> None:
-        fd = os.open(self.directory, os.O_RDONLY)
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)

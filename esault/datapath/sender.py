@@ -151,6 +151,7 @@ class SenderActor(pykka.ThreadingActor):
             data_dir=self.job.data_dir, params=dict(spec.params), key=key,
             per_key=spec.per_key, instance=self.cfg.instance, instances=self.cfg.instances,
             guarantee=self.job.config.guarantee, restored_epoch=self.cfg.restore_epoch,
+            durable=self.job.checkpoint_location,
         )
 
     def context(self, key: Any = None) -> TopologyContext:

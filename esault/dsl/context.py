@@ -6,6 +6,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from esault.storage.location import StorageLocation
+
 
 @dataclass(frozen=True, slots=True)
 class TopologyContext:
@@ -27,3 +29,12 @@ class TopologyContext:
     """The job's delivery guarantee: "exactly_once", "at_least_once" or "none" (docs/GUARANTEES.md)."""
     restored_epoch: int | None = None
     """The checkpoint this instance was restored from (after a failure or a restart), None on a fresh start."""
+    durable: StorageLocation | None = None
+    """The job's folder on its checkpoint storage when that is an object store (checkpoint_storage s3://...):
+    where what must outlive this process goes (a sink's staged epochs), since data_dir is this host's only.
+    None: data_dir is durable enough (the job's processes share it)."""
+
+    def durable_location(self, *names: str) -> StorageLocation:
+        """A folder for this instance's durable files: under `durable` if set, else under data_dir."""
+        base = self.durable if self.durable is not None else StorageLocation.parse(str(self.data_dir))
+        return base.child(*names)
