@@ -73,15 +73,16 @@ def _free_port() -> int:
 
 
 class KafkaBroker:
-    """One Tansu broker process with in-memory storage on 127.0.0.1:<port>; `bootstrap` is its address.
+    """One Tansu broker process with in-memory storage on <host>:<port>; `bootstrap` is its address.
 
     `pause()`/`resume()` send SIGSTOP/SIGCONT (a broker that stops answering without closing sockets).
     """
 
-    def __init__(self, port: int | None = None, start_timeout: float = 20.0) -> None:
+    def __init__(self, port: int | None = None, start_timeout: float = 20.0, host: str = "127.0.0.1") -> None:
         self._fixed_port = port is not None
+        self.host = host
         self.port = port or _free_port()
-        self.bootstrap = f"127.0.0.1:{self.port}"
+        self.bootstrap = f"{self.host}:{self.port}"
         self.start_timeout = start_timeout
         self.process: subprocess.Popen | None = None
         self._log: Any = None
@@ -99,11 +100,11 @@ class KafkaBroker:
                 if "exited at start" not in str(exc) or attempt == attempts - 1 or self._fixed_port:
                     raise
                 self.port = _free_port()
-                self.bootstrap = f"127.0.0.1:{self.port}"
+                self.bootstrap = f"{self.host}:{self.port}"
         raise AssertionError("unreachable")
 
     def _start(self) -> "KafkaBroker":
-        url = f"tcp://127.0.0.1:{self.port}"
+        url = f"tcp://{self.host}:{self.port}"
         self._log = tempfile.TemporaryFile()  # noqa: SIM115 - closed in stop(); read when the start fails
         self.process = subprocess.Popen(
             [tansu_binary(), "broker", "--listener-url", url, "--advertised-listener-url", url,
