@@ -52,7 +52,9 @@ VARIANTS = {
     "exactly_once, checkpoint every 1 s": {"guarantee": "exactly_once", "checkpoint_interval": 1.0},
     "at_least_once (no checkpoints, XOR replay)": {"guarantee": "at_least_once"},
 }
-TARGETS = {"exactly_once, checkpoint every 2 s (default)": 0.03, "exactly_once, checkpoint every 1 s": 0.08}
+S3_VARIANT = "exactly_once, checkpoint every 2 s, on an S3 store (moto, 127.0.0.1)"
+TARGETS = {"exactly_once, checkpoint every 2 s (default)": 0.03, "exactly_once, checkpoint every 1 s": 0.08,
+           S3_VARIANT: 0.05}
 """What checkpoints may cost (issue #31): the throughput lost against the same job whose only checkpoint is the
 final one (Flink's asynchronous, incremental snapshots are the anchor)."""
 
@@ -98,14 +100,16 @@ def checkpoint_work_share(threads: dict[str, float], snapshot_us: int, words: in
     return (encoding + threads["snapshot writers"]) / sum(threads.values())
 
 
-def overhead(path: Path, expected, rounds: int) -> dict[str, dict]:
+def overhead(path: Path, expected, rounds: int, s3_url: str) -> dict[str, dict]:
+    variants = {**VARIANTS, S3_VARIANT: {"guarantee": "exactly_once", "checkpoint_interval": 2.0,
+                                         "checkpoint_storage": s3_url}}
     results = {name: {"rates": [], "cpu_us_per_word": [], "exact": True, "checkpoints": [], "durations": [],
-                      "threads": [], "work_share": []} for name in VARIANTS}
+                      "threads": [], "work_share": [], "written": []} for name in variants}
     words = sum(expected.values())
     with LocalCluster(workers=2) as cluster:
         pids = [os.getpid(), *(p.pid for p in cluster.pool.processes)]
         for i in range(rounds):
-            order = list(VARIANTS.items())
+            order = list(variants.items())
             for name, settings in order if i % 2 == 0 else order[::-1]:
                 stats: dict = {}
                 before, after = thread_cpu(pids), {}
@@ -122,7 +126,79 @@ def overhead(path: Path, expected, rounds: int) -> dict[str, dict]:
                 ck = stats["checkpoints"]
                 r["checkpoints"].append(ck.completed)
                 r["durations"].extend(ck.durations)
+                r["written"].append(written_per_checkpoint(stats["job"]))
     return results
+
+
+def written_per_checkpoint(job) -> dict[str, float] | None:
+    """What each retained periodic checkpoint wrote (median over them): objects and bytes on an object store
+    (its own parts, from its manifest, plus the manifest), state rows and bytes in the SQLite store."""
+    from esault.checkpoint.backends import open_checkpoint_store
+    from esault.checkpoint.object_store import ObjectCheckpointStore
+
+    if job.config.guarantee != "exactly_once":
+        return None
+    store = open_checkpoint_store(job.ctx)
+    try:
+        periodic = [c.epoch for c in store.completed() if c.kind == "checkpoint"]
+        if not periodic:
+            return None
+        if isinstance(store, ObjectCheckpointStore):
+            per = []
+            for epoch in periodic:
+                own = [r for r in store._manifest(epoch)[1] if r.epoch == epoch]
+                manifest = next(o.size for o in store.objects.list("manifests") if o.name.endswith(f"e{epoch:012d}.manifest"))
+                per.append((len(own) + 1, sum(r.size for r in own) + manifest))
+        else:
+            per = [store._db.execute("SELECT COUNT(*), COALESCE(SUM(LENGTH(entries)), 0) FROM buckets WHERE epoch = ?",
+                                     (epoch,)).fetchone() for epoch in periodic]
+        return {"items": statistics.median(p[0] for p in per), "bytes": statistics.median(p[1] for p in per)}
+    finally:
+        store.close()
+
+
+def restore_time(keys: int, s3_url: str) -> dict[str, dict[str, float]]:
+    """A restore of `keys` keys by two SPUs (half the key-hash range each) from a cold store: SQLite, and the
+    object store over HTTP. Seconds to write the checkpoint and to read it back."""
+    from esault.checkpoint.object_store import ObjectCheckpointStore
+    from esault.checkpoint.store import bucket_of, pack_entries
+    from esault.keyhash import KEY_SPACE_MAX, key_hash
+    from esault.storage import ObjectStore, StorageLocation
+
+    half = KEY_SPACE_MAX // 2
+    states = {f"word-{i}": {"n": i} for i in range(keys)}
+    by_writer: list[dict[int, list]] = [{}, {}]
+    for key, state in states.items():
+        h = key_hash(key)
+        by_writer[0 if h <= half else 1].setdefault(bucket_of(h), []).extend((key, state))
+    rows = [[(b, pack_entries(flat)) for b, flat in buckets.items()] for buckets in by_writer]
+    out = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        def sqlite_store():
+            return CheckpointStore(Path(tmp) / "restore.sqlite")
+
+        def s3_store():
+            return ObjectCheckpointStore(ObjectStore(StorageLocation.parse(s3_url).child(f"restore-{keys}")))
+
+        for name, make in (("SQLite (local file)", sqlite_store), ("S3 (moto, 127.0.0.1)", s3_store)):
+            store = make()
+            started = time.perf_counter()
+            for writer, part in enumerate(rows):
+                store.write_states("count", 1, writer, part)
+            store.complete(1, "checkpoint", {})
+            wrote = time.perf_counter() - started
+            store.close()
+            from esault.checkpoint import object_store
+
+            object_store._CACHE = object_store._ObjectCache(object_store._CACHE_BYTES)  # cold: no cached object
+            started = time.perf_counter()
+            got = {}
+            for lo, hi in ((0, half), (half + 1, KEY_SPACE_MAX)):
+                got.update(make().read_range("count", 1, lo, hi))
+            read = time.perf_counter() - started
+            assert len(got) == keys, (name, len(got))
+            out[name] = {"write_s": wrote, "restore_s": read}
+    return out
 
 
 def recovery(path: Path, expected, heartbeat_timeout: float, guarantee: str) -> dict:
@@ -191,7 +267,8 @@ def recovery(path: Path, expected, heartbeat_timeout: float, guarantee: str) -> 
             "state_rows": rows, "state_bytes": size, "keys": len(expected)}
 
 
-def report(words: int, results: dict, rec: dict, heartbeat_timeout: float) -> str:
+def report(words: int, results: dict, rec: dict, heartbeat_timeout: float, restore: dict | None = None,
+           restore_keys: int = 0) -> str:
     base_rates = results[BASE]["rates"]
     base_cpu = statistics.median(results[BASE]["cpu_us_per_word"])
 
@@ -216,6 +293,25 @@ def report(words: int, results: dict, rec: dict, heartbeat_timeout: float) -> st
         work = f"{statistics.median(r['work_share']):.1%}" if r["work_share"] else "-"
         lines.append(f"| {name} | {med:,.0f} | {ratio:.3f} | {cpu:.2f} us | {cpu_ratio:.3f} | {work} | {ck:.0f} | "
                      f"{dur} | {r['exact']} | {target} |")
+    lines += ["", "Per checkpoint, by store (the periodic checkpoints each run retained; medians over runs):", "",
+              "| mode | checkpoint p50 | checkpoint p99 | written per checkpoint |", "| --- | ---: | ---: | --- |"]
+    for name, r in results.items():
+        if not r["durations"]:
+            continue
+        durations = sorted(r["durations"])
+        p99 = durations[min(len(durations) - 1, int(0.99 * len(durations)))]
+        written = [w for w in r["written"] if w]
+        what = "-"
+        if written:
+            items = statistics.median(w["items"] for w in written)
+            size = statistics.median(w["bytes"] for w in written)
+            unit = "objects" if name == S3_VARIANT else "state rows"
+            what = f"{items:,.0f} {unit}, {size / 1024:,.0f} KiB"
+        lines.append(f"| {name} | {statistics.median(durations) * 1000:.0f} ms | {p99 * 1000:.0f} ms | {what} |")
+    if restore:
+        lines += ["", f"Restore of {restore_keys:,} keys by two SPUs (half the key-hash range each) from a cold "
+                  "store: " + "; ".join(f"{name}: written in {r['write_s']:.2f} s, restored in {r['restore_s']:.2f} s"
+                                         for name, r in restore.items()) + "."]
     lines += ["", "\"Checkpoint work\" is measured inside each run, so the machine's speed between runs does not "
               "enter it: the time the SPUs' own threads spent encoding snapshots (`esault_snapshot_seconds_total`) "
               "plus the snapshot writers' CPU, over every thread's CPU (median of the rounds). The throughput "
@@ -274,12 +370,19 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=4, help="even: half the rounds run the modes backwards")
     parser.add_argument("--heartbeat-timeout", type=float, default=3.0)
     parser.add_argument("--no-write", action="store_true", help="print only; leave docs/ as it is")
+    parser.add_argument("--restore-keys", type=int, default=1_000_000)
     args = parser.parse_args()
-    with tempfile.TemporaryDirectory() as tmp:
+    from esault.testing.s3 import S3Server
+
+    with tempfile.TemporaryDirectory() as tmp, S3Server() as s3:
+        os.environ.update(s3.env())  # the workers inherit the server's credentials
+        restore = None
         if args.only != "recovery":
             path = make_input(Path(tmp) / "words.txt", words=args.words)
-            results = overhead(path, oracle(path), args.rounds)
+            results = overhead(path, oracle(path), args.rounds, s3.url("bench"))
             print(json.dumps({k: {kk: vv for kk, vv in v.items() if kk != "durations"} for k, v in results.items()}))
+            restore = restore_time(args.restore_keys, s3.url("bench"))
+            print(json.dumps(restore))
         if args.only != "overhead":
             big = make_input(Path(tmp) / "words-recovery.txt", words=args.recovery_words)
             truth = oracle(big)
@@ -287,7 +390,7 @@ def main() -> None:
             print(json.dumps(rec, default=str))
     if args.only:
         return
-    text = report(args.words, results, rec, args.heartbeat_timeout)
+    text = report(args.words, results, rec, args.heartbeat_timeout, restore, args.restore_keys)
     print(text)
     if not args.no_write:
         write_section(ROOT / "docs" / "PERFORMANCE.md", "checkpoints", "## Exactly-once: checkpoint cost and recovery\n\n" + text)

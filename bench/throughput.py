@@ -122,7 +122,7 @@ def run_dict_loop(path: Path, expected: collections.Counter) -> Run:
 def run_esault(cluster: LocalCluster, name: str, path: Path, expected: collections.Counter, *,
                acking: bool = True, spout_placement: str | None = "worker", guarantee: str | None = None,
                checkpoint_interval: float | None = None, stats: dict | None = None,
-               on_processed: Callable[[], None] | None = None) -> Run:
+               on_processed: Callable[[], None] | None = None, checkpoint_storage: str | None = None) -> Run:
     """One esault word count; CPU per process of the cluster over submit -> processed.
 
     guarantee and checkpoint_interval None: JobConfig's defaults, what a user gets (exactly_once, 2 s).
@@ -135,7 +135,8 @@ def run_esault(cluster: LocalCluster, name: str, path: Path, expected: collectio
     topology = esault_wordcount.build(str(path), count_spus=2, spout_placement=spout_placement)
     before = {k: _cpu_seconds(p) for k, p in pids.items()}
     started = time.perf_counter()
-    chosen = {k: v for k, v in (("guarantee", guarantee), ("checkpoint_interval", checkpoint_interval)) if v is not None}
+    chosen = {k: v for k, v in (("guarantee", guarantee), ("checkpoint_interval", checkpoint_interval),
+                                ("checkpoint_storage", checkpoint_storage)) if v is not None}
     job = cluster.submit(topology, JobConfig(data_dir=data, acking=acking, elasticity=False, **chosen))
     try:
         finished = job.wait(600)
@@ -147,6 +148,7 @@ def run_esault(cluster: LocalCluster, name: str, path: Path, expected: collectio
         job.stop()
     if stats is not None:
         stats["checkpoints"] = job.checkpoints.stats
+        stats["job"] = job
         stats["snapshot_us"] = sum(unit.get("snapshot_us", 0) for unit in job.status()["units"].values())
     written = time.perf_counter() - started
     if not finished:
