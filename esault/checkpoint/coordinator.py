@@ -419,6 +419,7 @@ class CheckpointCoordinator:
                 instances.setdefault(ack.unit, set()).add(ack.instance)
         self.input_ended = self.input_ended or (final and bool(ended) and all(ended))
         self.store.complete(epoch, kind, positions, instances, self.input_ended)
+        self._ship_dead_letters(epoch)
         for by in spus.values():
             for mailbox in by.values():
                 try:
@@ -460,6 +461,22 @@ class CheckpointCoordinator:
                 "driver never reads, and a rollback would restart their keys empty. Under guarantee "
                 "'exactly_once' the driver and every worker must see one data dir (a volume shared by every host, "
                 "or NFS with working locks; docs/CHECKPOINTS.md)")
+
+    def _ship_dead_letters(self, epoch: int) -> None:
+        """On an object store, the driver's disk is not durable: each completed checkpoint copies the dead
+        letters written since the last one to <job>/dead_letters/ there (a rerun on another host finds them)."""
+        letters = self.job.ctx.dead_letters if self.store.local_dir is None else None
+        if letters is None:
+            return
+        text = letters.take_unshipped()
+        if not text:
+            return
+        name = f"dead_letters/e{epoch:012d}.{time.time_ns():x}.jsonl"
+        try:
+            self.store.objects.put(name, text.encode())
+        except StorageError as exc:  # kept in the local file; logged, the checkpoint itself is complete
+            log.error("topology %r: dead letters of checkpoint %d not copied to %s: %s", self.job.name, epoch,
+                      self.store.objects.where(name), exc)
 
     def _space_short(self) -> str | None:
         """Why a checkpoint should not start for want of disk space where the store is, or None."""

@@ -77,6 +77,7 @@ class Job:
         self.dead_letter_path = data_dir / "dead_letters.jsonl"
         self.ctx = JobContext(topology, config, self.clock, data_dir,
                               dead_letters=DeadLetterWriter(self.dead_letter_path))
+        self.ctx.dead_letters.ships = self.ctx.checkpoint_location is not None  # copied to the object store
         if ids is not None:
             self.ctx._ids = ids  # the cluster's: SPU ids unique among its jobs
         self._named: list[str] = []

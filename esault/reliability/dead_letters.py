@@ -47,6 +47,10 @@ class DeadLetterWriter:
         self._lock = threading.Lock()
         self._fh: Any = None
         self._count = 0
+        self._unshipped: list[str] = []  # lines not yet copied to durable storage (take_unshipped)
+        self.ships = False
+        """Keep the lines for take_unshipped() (a job whose checkpoints are on an object store: the driver's
+        disk is not durable, so each completed checkpoint copies the new ones there)."""
 
     @property
     def path(self) -> Path:
@@ -87,7 +91,15 @@ class DeadLetterWriter:
             self._fh.write(line)
             self._fh.flush()
             self._count += 1
+            if self.ships:
+                self._unshipped.append(line)
         return record
+
+    def take_unshipped(self) -> str:
+        """The lines written since the last call (ships on), as one JSON-lines text; "" if none."""
+        with self._lock:
+            lines, self._unshipped = self._unshipped, []
+        return "".join(lines)
 
     def close(self) -> None:
         """Close the file; a later write() reopens it in append mode."""

@@ -400,3 +400,18 @@ def build_finals(name: str, total: int, rate: float):
     builder.set_bolt("tally", TallyOnFinish, 2, elastic=False, chain=False).shuffle_grouping("split")
     builder.set_bolt("sum", TallySum, elastic=False).global_grouping("tally")
     return builder.build()
+
+
+class FailOnValue(Bolt):
+    """Raises on a tuple whose value is `bad` (a user error: retried, then dead-lettered); counts the rest."""
+
+    def __init__(self, bad: Any = "bad") -> None:
+        self.bad = bad
+
+    def open(self, context: Any) -> None:
+        self.n = 0
+
+    def process(self, tup: Any) -> None:
+        if tup.value == self.bad:
+            raise ValueError(f"a bad value for {tup.key!r}")
+        self.n += 1

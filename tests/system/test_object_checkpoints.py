@@ -93,3 +93,26 @@ def test_a_checkpoint_whose_objects_are_gone_is_not_restored_and_the_restore_nam
         job.stop()
     assert victim.name in caplog.text and f"checkpoint {latest.epoch}" in caplog.text, caplog.text
     assert eo_parts.final_counts(job.data_dir) == eo_parts.oracle(total)
+
+
+def test_dead_letters_reach_the_object_store_with_the_checkpoints(tmp_path, s3_server):
+    """The driver's disk is not durable when checkpoints are on an object store: each completed checkpoint
+    copies the dead letters written since the last one there, so a rerun on another host still has them."""
+    import json
+
+    from esault import TopologyBuilder
+    from esault.testing import ListSpout
+
+    storage = s3_server.url("letters")
+    b = TopologyBuilder("eo-letters")
+    b.set_spout("s", ListSpout, params={"items": [[f"k{i}", "bad" if i % 50 == 7 else i] for i in range(500)]})
+    b.set_bolt("check", eo_parts.FailOnValue, 2, params={"bad": "bad"}, elastic=False).key_grouping("s")
+    with LocalCluster(workers=1) as cluster:
+        job = cluster.submit(b.build(), config(tmp_path, storage, max_retries=1))
+        assert job.wait(60), job.status()
+        job.stop()
+    objects = job_store(storage, "eo-letters").objects
+    letters = [json.loads(line) for o in objects.list("dead_letters")
+               for line in objects.get(o.name).decode().splitlines()]
+    assert sorted(r["key"] for r in letters) == sorted(f"k{i}" for i in range(500) if i % 50 == 7)
+    assert all(r["unit"] == "check" and "bad" in r["error"] for r in letters), letters[:2]
