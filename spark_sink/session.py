@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from esault.errors import SinkError
+from spark_sink.jvm_launch import launch_without_preexec
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -135,6 +136,7 @@ def get_session(
             return active
         if _on_loopback(wanted):
             os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+        launch_without_preexec()
         builder = SparkSession.builder.master(wanted).appName(APP_NAME)
         for k, v in {**session_conf(wanted, warehouse), **(extra_conf or {})}.items():
             builder = builder.config(k, v)
