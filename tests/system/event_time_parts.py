@@ -12,7 +12,7 @@ import threading
 from typing import Any
 
 from esault.connectors import KafkaSource
-from esault.windows import EventTime, Session, Tumbling, WindowBolt, is_late
+from esault.windows import EventTime, Session, Tumbling, WindowBolt, is_late  # noqa: F401 - is_late for the tests
 
 BASE_MS = 1_700_000_000_000
 BOUND_MS = 2_500
@@ -166,3 +166,18 @@ def differences(got: dict, expected: dict, limit: int = 5) -> str:
     return (f"{len(wrong)} of {len(expected)} windows wrong (e.g. "
             f"{[(k, got.get(k), expected[k]) for k in wrong[:limit]]}), {len(extra)} unexpected "
             f"(e.g. {[(k, got[k]) for k in extra[:limit]]})")
+
+
+END_MARK_MS = 4_000_000_000_000
+"""A record stamped this late ends a read with end={"timestamp": END_MARK_MS}: a test ends the job when it chooses."""
+
+
+def end_marks(partitions: int = 4) -> list[tuple[str, str, int, int]]:
+    return [("end", "end", p, END_MARK_MS) for p in range(partitions)]
+
+
+def from_topic(records: list[dict[str, Any]]) -> list[tuple[str, Any]]:
+    """(key, value) of each record a KafkaSink wrote (utf-8 keys, json values)."""
+    import json
+
+    return [(r["key"].decode(), json.loads(r["value"])) for r in records]

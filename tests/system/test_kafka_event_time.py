@@ -68,3 +68,89 @@ def test_a_slow_source_instance_makes_no_record_late_and_no_window_fire_early(ka
     b = clicks_topology(f"clicks-{sources}-{window}", kafka_broker.bootstrap, sources, cls, max_skew=100)
     result = run_to_completion(b, timeout=120)
     assert_exact(result["out"], records, sessions=window == "sessions")
+
+
+def eo_config(tmp_path: Path, **changes) -> JobConfig:
+    return JobConfig(data_dir=tmp_path / "data", elasticity=False, checkpoint_interval=0.3, message_timeout=300.0,
+                     **changes)
+
+
+def fired(name: str, before_ms: int) -> bool:
+    """Some window of the collector `name` that starts before `before_ms` has fired."""
+    return any(not parts.is_late(v) and v["start"] < before_ms for _, v in collected(name))
+
+
+@pytest.mark.parametrize("sources", [2, 4])
+def test_a_partition_silent_for_10_s_goes_idle_and_the_windows_fire_meanwhile(kafka_broker, tmp_path, sources):
+    """Partition 3 gets nothing for the first 10 s of event time (2 instances: one of its instance's two
+    partitions is idle; 4: its instance is idle). With idle_timeout=1 s the windows of the other partitions
+    fire while it is silent (without idleness the watermark would wait for it for ever); then it speaks again,
+    ahead of the watermark, and every window is exact."""
+    first = [c for c in parts.clicks(4_000) if c.partition != 3]  # 10 s of event time, partition 3 silent
+    second = parts.clicks(4_000, first_index=1_000, seed=7)  # the next 10 s, every partition
+    kafka_broker.create_topic("clicks", 4)
+    kafka_broker.produce("clicks", [c.record() for c in first])
+    b = clicks_topology(f"clicks-idle-{sources}", kafka_broker.bootstrap, sources, parts.ClickCounts, pace=0.0,
+                        end={"timestamp": parts.END_MARK_MS}, idle_timeout=1.0)
+    with LocalCluster(workers=2) as cluster:
+        job = cluster.submit(b.build(), eo_config(tmp_path))
+        wait_until(lambda: fired("out", parts.BASE_MS + 5_000), 60,
+                   message="windows of the first 5 s fired while partition 3 was silent")
+        kafka_broker.produce("clicks", [c.record() for c in second] + parts.end_marks())
+        assert job.wait(120), job.status()
+        job.stop()
+    assert_exact(collected("out"), first + second, sessions=False)
+
+
+def test_a_split_of_the_window_bolt_mid_stream_keeps_every_window_exact(kafka_broker, tmp_path):
+    """Two instances, one slowed; a window SPU splits while both still read: the new SPU waits for the sources'
+    watermarks, the moved keys take their windows and their own watermark with them."""
+    first = parts.clicks(4_000)
+    second = parts.clicks(4_000, first_index=1_000, seed=7)
+    kafka_broker.create_topic("clicks", 4)
+    kafka_broker.produce("clicks", [c.record() for c in first])
+    b = clicks_topology("clicks-split", kafka_broker.bootstrap, 2, parts.ClickCounts, windows=1,
+                        end={"timestamp": parts.END_MARK_MS})
+    with LocalCluster(workers=2) as cluster:
+        job = cluster.submit(b.build(), eo_config(tmp_path))
+        wait_until(lambda: fired("out", parts.BASE_MS + 3_000), 60, message="the first windows")
+        result = job.split("windows", job.spus("windows")[0])
+        assert result.moved_keys > 0 and len(job.spus("windows")) == 2
+        kafka_broker.produce("clicks", [c.record() for c in second] + parts.end_marks())
+        assert job.wait(120), job.status()
+        job.stop()
+    assert_exact(collected("out"), first + second, sessions=False)
+
+
+def test_kill_9_of_a_worker_mid_stream_under_exactly_once_leaves_every_window_exact(kafka_broker, tmp_path):
+    """Sources and windows on 3 workers, windows into a KafkaSink; the worker holding the most of them is killed
+    -9 after two checkpoints: the job rolls back, the sources replay from the checkpoint and regenerate their
+    watermarks, each key's windows restart from their checkpointed state (its own watermark in it), and the
+    topic holds every window once, exact."""
+    from esault.connectors import KafkaSink
+
+    first = parts.clicks(4_000)
+    second = parts.clicks(4_000, first_index=1_000, seed=7)
+    kafka_broker.create_topic("clicks", 4)
+    kafka_broker.create_topic("windows", 2)
+    kafka_broker.produce("clicks", [c.record() for c in first])
+    b = TopologyBuilder("clicks-kill")
+    b.set_spout("clicks", parts.PacedKafkaSource, 2, placement="worker", max_pending=400,
+                params=parts.source_params(kafka_broker.bootstrap, "clicks", slow=0, pace=0.02, max_records=50,
+                                           end={"timestamp": parts.END_MARK_MS}))
+    b.set_bolt("windows", parts.ClickCounts, 2, pe_idle_timeout=None, elastic=False).key_grouping("clicks")
+    b.set_bolt("out", KafkaSink, elastic=False, params={"bootstrap": kafka_broker.bootstrap, "topic": "windows",
+                                                        "key": "utf-8", "value": "json"}).shuffle_grouping("windows")
+    with LocalCluster(workers=3, heartbeat_timeout=1.0) as cluster:
+        job = cluster.submit(b.build(), eo_config(tmp_path))
+        wait_until(lambda: job.checkpoints.stats.completed >= 2, 60, message="two checkpoints")
+        hosts = {w: set(spus) for w, spus in cluster.registry.spus_on.items()}
+        victim = max(hosts, key=lambda w: (bool(hosts[w] & set(job.spus("windows"))),
+                                           bool(hosts[w] & set(job.spus("clicks"))), len(hosts[w])))
+        os.kill(cluster.registry.pids[victim], signal.SIGKILL)
+        cluster.pool.spawn("r1")
+        wait_until(lambda: len(job.checkpoints.stats.recoveries) >= 1, 60, message="the rollback")
+        kafka_broker.produce("clicks", [c.record() for c in second] + parts.end_marks())
+        assert job.wait(120), job.status()
+        job.stop()
+    assert_exact(parts.from_topic(kafka_broker.read("windows")), first + second, sessions=False)
