@@ -17,6 +17,8 @@ from typing import Callable, Iterable
 from esault.connectors.partitions import TopicPartition
 from esault.windows.channel_watermarks import NOTHING_YET, ChannelWatermarks
 
+_UNSEEN = object()
+
 
 class PartitionWatermarks:
     """The watermark of one source instance over the partitions it reads. O(partitions) per tick, O(1) per
@@ -39,31 +41,34 @@ class PartitionWatermarks:
         `waiting(tp)` records fetched and not emitted yet. The partitions that just went idle."""
         now = self._now()
         inputs = self._inputs
-        went_idle = []
-        owned = 0
-        for tp in partitions:
-            if done(tp):
+        reading = []
+        for tp in partitions:  # in an order where no step lets the minimum rise on a partial picture:
+            if done(tp):  # ended ones leave first,
                 inputs.remove(tp)
-                continue
-            if inputs.is_gone(tp):
-                continue
-            owned += 1
+            elif not inputs.is_gone(tp):
+                reading.append(tp)
+                inputs.expect(tp)  # new ones hold it before any other moves
+        active, went_idle = [], []
+        for tp in reading:
             moved = progress(tp)
-            if tp not in inputs or self._progress.get(tp) != moved or waiting(tp):
-                inputs.expect(tp)
+            if self._progress.get(tp, _UNSEEN) != moved or waiting(tp):
                 self._progress[tp] = moved
+                self._active_at[tp] = now
+            elif tp not in self._active_at:
                 self._active_at[tp] = now
             if self.idle_timeout is not None and now - self._active_at[tp] >= self.idle_timeout:
                 if not inputs.is_idle(tp):
                     went_idle.append(tp)
-                    inputs.set_idle(tp)
-                continue
-            newest = self.newest.get(tp)
-            if newest is not None:
-                inputs.advance(tp, newest)
-            elif inputs.is_idle(tp):
-                inputs.set_idle(tp, False)
-        self._owned = owned
+            else:
+                active.append(tp)
+                inputs.set_idle(tp, False)  # speaking again: back in the minimum at its old value first,
+        newest = self.newest
+        for tp in active:  # then the new values,
+            if tp in newest:
+                inputs.advance(tp, newest[tp])
+        for tp in went_idle:  # and last the ones that fell silent
+            inputs.set_idle(tp)
+        self._owned = len(reading)
         return went_idle
 
     @property

@@ -110,10 +110,11 @@ class InputWatermarks:
             inputs.advance(msg.sender, msg.watermark)
 
     def on_inputs(self, msg: WatermarkInputs) -> None:
-        for spu in msg.removed:
-            self.inputs.remove(spu)
+        """New inputs hold the watermark before the gone ones stop holding it (a replacement: no rise between)."""
         for spu in msg.added:
             self.inputs.expect(spu)
+        for spu in msg.removed:
+            self.inputs.remove(spu)
 
     def saw_data(self, sender: int) -> None:
         """A batch from an SPU this one was not told of (the driver's word is on its way): it holds the minimum

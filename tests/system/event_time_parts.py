@@ -11,6 +11,7 @@ import random
 import threading
 from typing import Any
 
+from esault import Bolt
 from esault.connectors import KafkaSource
 from esault.windows import EventTime, Session, Tumbling, WindowBolt, is_late  # noqa: F401 - is_late for the tests
 
@@ -65,6 +66,13 @@ class PacedKafkaSource(KafkaSource):
         if self._me == self.slow and self.pace:
             _PAUSE.wait(self.pace)
         super().next_tuple()
+
+
+class Parse(Bolt):
+    """A bolt between the source and the windows (it re-keys nothing): it forwards the watermarks it combines."""
+
+    def process(self, tup: Any) -> None:
+        self.emit(tup.key, tup.value)
 
 
 class ClickCounts(WindowBolt):
