@@ -32,8 +32,9 @@ def _fresh_collectors():
 
 
 def clicks_topology(name: str, bootstrap: str, sources: int, window: type, windows: int = 2, pace: float = 0.02,
-                    max_records: int = 100, hop: bool = False, **source: object) -> TopologyBuilder:
-    """clicks -> [parse, 3 SPUs, shuffled] -> windows per user -> a collector."""
+                    max_records: int = 100, hop: bool = False, sink: str | None = None,
+                    **source: object) -> TopologyBuilder:
+    """clicks -> [parse, 3 SPUs, shuffled] -> windows per user -> a collector (or a KafkaSink into `sink`)."""
     b = TopologyBuilder(name)
     b.set_spout("clicks", parts.PacedKafkaSource, sources,
                 params=parts.source_params(bootstrap, "clicks", slow=0, pace=pace, max_records=max_records,
@@ -43,7 +44,13 @@ def clicks_topology(name: str, bootstrap: str, sources: int, window: type, windo
         b.set_bolt("parse", parts.Parse, 3, elastic=False).shuffle_grouping("clicks")
         into = "parse"
     b.set_bolt("windows", window, windows, pe_idle_timeout=None, elastic=False).key_grouping(into)
-    b.set_bolt("out", CollectorBolt).shuffle_grouping("windows")
+    if sink is None:
+        b.set_bolt("out", CollectorBolt).shuffle_grouping("windows")
+    else:
+        from esault.connectors import KafkaSink
+
+        b.set_bolt("out", KafkaSink, elastic=False, params={"bootstrap": bootstrap, "topic": sink, "key": "utf-8",
+                                                            "value": "json"}).shuffle_grouping("windows")
     return b
 
 
@@ -158,6 +165,28 @@ def test_kill_9_of_a_worker_mid_stream_under_exactly_once_leaves_every_window_ex
         os.kill(cluster.registry.pids[victim], signal.SIGKILL)
         cluster.pool.spawn("r1")
         wait_until(lambda: len(job.checkpoints.stats.recoveries) >= 1, 60, message="the rollback")
+        kafka_broker.produce("clicks", [c.record() for c in second] + parts.end_marks())
+        assert job.wait(120), job.status()
+        job.stop()
+    assert_exact(parts.from_topic(kafka_broker.read("windows")), first + second, sessions=False)
+
+
+def test_a_rescale_of_the_source_mid_stream_keeps_every_window_exact(kafka_broker, tmp_path):
+    """2 -> 4 instances while they read (a rollback to a fresh checkpoint, relaunched with 4): the window SPUs
+    are relaunched too and wait for the 4 new instances' watermarks; each key's windows resume from the
+    checkpoint with their own watermark. Into a KafkaSink: each window once."""
+    first = parts.clicks(4_000)
+    second = parts.clicks(4_000, first_index=1_000, seed=7)
+    kafka_broker.create_topic("clicks", 4)
+    kafka_broker.create_topic("windows", 2)
+    kafka_broker.produce("clicks", [c.record() for c in first])
+    b = clicks_topology("clicks-rescale", kafka_broker.bootstrap, 2, parts.ClickCounts, sink="windows",
+                        end={"timestamp": parts.END_MARK_MS})
+    with LocalCluster(workers=2) as cluster:
+        job = cluster.submit(b.build(), eo_config(tmp_path))
+        wait_until(lambda: job.checkpoints.stats.completed >= 2, 60, message="two checkpoints")
+        job.rescale("clicks", 4, timeout=120)
+        assert len(job.spus("clicks")) == 4
         kafka_broker.produce("clicks", [c.record() for c in second] + parts.end_marks())
         assert job.wait(120), job.status()
         job.stop()
