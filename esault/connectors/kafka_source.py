@@ -103,8 +103,9 @@ class KafkaSource(Spout):
         (by event_time, else by the records' timestamps), and every SPU downstream takes the minimum over the
         instances; a window subtracts its max_out_of_orderness. So records are late only if they are late in
         their own partition, whatever the instances' speeds (docs/CONNECTORS.md, "Watermarks").
-      idle_timeout: seconds (default None: never). A partition nothing was fetched from for this long is idle:
-        left out of the watermark until it has records again (and out of max_skew's alignment); an instance
+      idle_timeout: seconds (default None: never). A partition nothing was fetched from for this long, with
+        nothing of it waiting on the broker past its position, is idle: left out of the watermark until it has
+        records again (and out of max_skew's alignment); an instance
         whose every partition is idle, or that reads none, is idle for the SPUs downstream.
       refresh_interval: seconds between metadata reads that pick up new partitions, and new topics of a
         pattern, while the job runs (default 10; None: never). A tailing read only: a bounded read keeps
@@ -630,9 +631,17 @@ class KafkaSource(Spout):
             return None
         offsets, aligner, bounded = self._offsets, self._aligner, self.end is not None
         upto = self._buffered_upto
+        kafka = kafka_client()
+
+        def waiting(tp: TopicPartition) -> int:
+            """Records of a silent partition that wait in the alignment buffer or on the broker past its position
+            (the high watermark of its last fetch): it is slow, not idle."""
+            _, high = self._consumer.get_watermark_offsets(kafka.TopicPartition(*tp), cached=True)
+            return (aligner.buffered(tp) if aligner else 0) + (offsets.lag(tp, high) if high >= 0 else 0)
+
         went_idle = self._watermarks.update(
             offsets.partitions(), lambda tp: max(offsets.next_offset(tp), upto.get(tp, 0)),
-            lambda tp: bounded and offsets.done(tp), (lambda tp: aligner.buffered(tp)) if aligner else lambda tp: 0)
+            lambda tp: bounded and offsets.done(tp), waiting)
         if aligner is not None:
             for tp in went_idle:
                 aligner.at_end(tp)

@@ -3,8 +3,9 @@
 Each partition's watermark is the newest event time the instance emitted from it; the instance's is the
 minimum over its partitions that are not idle (esault.windows.channel_watermarks), and a window downstream
 subtracts its bound (EventTime.max_out_of_orderness), so a record is late only if it is later than the bound
-in its own partition. A partition from which nothing was fetched for `idle_timeout` seconds (and nothing
-waits in the alignment buffer) is idle: left out of the minimum until a record of it comes again. A
+in its own partition. A partition from which nothing was fetched for `idle_timeout` seconds, and that
+has nothing waiting (in the alignment buffer, or on the broker past its position: a partition whose records
+librdkafka hands over after another's big batch is slow, not silent), is idle: left out of the minimum until a record of it comes again. A
 partition that reached the end of a bounded read is gone. An instance with no partition, or with every one
 idle, is idle itself. Pure but for the clock it is given; the source calls `seen()` as it emits and the
 rest on the SPU's ticks.
@@ -38,7 +39,8 @@ class PartitionWatermarks:
                done: Callable[[TopicPartition], bool], waiting: Callable[[TopicPartition], int]) -> list[TopicPartition]:
         """Bring the combination up to date (a tick): `partitions` read now, `progress(tp)` something that
         moves whenever a record of tp was fetched (its fetch position), `done(tp)` at the end of a bounded read,
-        `waiting(tp)` records fetched and not emitted yet. The partitions that just went idle."""
+        `waiting(tp)` records known to wait for it (fetched and not emitted, or on the broker past its position;
+        asked only of a partition silent for idle_timeout). The partitions that just went idle."""
         now = self._now()
         inputs = self._inputs
         reading = []
@@ -51,12 +53,11 @@ class PartitionWatermarks:
         active, went_idle = [], []
         for tp in reading:
             moved = progress(tp)
-            if self._progress.get(tp, _UNSEEN) != moved or waiting(tp):
+            if self._progress.get(tp, _UNSEEN) != moved:
                 self._progress[tp] = moved
                 self._active_at[tp] = now
-            elif tp not in self._active_at:
-                self._active_at[tp] = now
-            if self.idle_timeout is not None and now - self._active_at[tp] >= self.idle_timeout:
+            silent = self.idle_timeout is not None and now - self._active_at[tp] >= self.idle_timeout
+            if silent and not waiting(tp):
                 if not inputs.is_idle(tp):
                     went_idle.append(tp)
             else:

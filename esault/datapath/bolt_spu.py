@@ -167,6 +167,8 @@ class BoltSpuActor(SenderActor):
             self.parked.close()
             return
         self.close_pes()
+        if self._retiring and self.watermarks is not None:
+            self.watermarks.out.retire()  # once (a keyed giver retired its watermark at the hand-off)
         if self._retiring:
             for stage in self.stages:
                 self.job.stats.retire(stage.stats)
@@ -359,8 +361,9 @@ class BoltSpuActor(SenderActor):
         giver's counts retire with it at its stop)."""
         self._retiring = giving.retire
         self.processing.give(giving, receivers)
-        if giving.retire and self.watermarks is not None:  # behind its last output: no longer an input downstream
-            self.watermarks.out.retire()
+        if giving.retire and self.watermarks is not None and (self.spec.per_key or self.exactly_once):
+            self.watermarks.out.retire()  # behind its last output: no longer an input downstream (else at its stop,
+            # after what close() emits: a non-keyed SPU retiring without exactly_once closes then)
 
     def _on_prepare_receive(self, msg: PrepareReceive) -> None:
         self.processing.on_prepare_receive(msg)

@@ -31,7 +31,7 @@ KEEPALIVE_SECONDS = 1.0
 class WatermarkOut:
     """What one SPU last told every downstream SPU: (watermark, idle), sent again when it changes."""
 
-    __slots__ = ("spu_id", "broadcast", "flush", "value", "idle", "sent_at", "_force")
+    __slots__ = ("spu_id", "broadcast", "flush", "value", "idle", "sent_at", "_force", "retired")
 
     def __init__(self, spu_id: int, broadcast: Callable[[Any], None], flush: Callable[[], None]) -> None:
         self.spu_id = spu_id
@@ -41,11 +41,12 @@ class WatermarkOut:
         self.idle = False
         self.sent_at = -math.inf
         self._force = False
+        self.retired = False
 
     def publish(self, value: float, idle: bool, now: float) -> None:
         """Send (value, idle) if it changed, if the routes changed, or a second after the last time."""
-        if value == NOTHING_YET and not idle:
-            return  # nothing promised yet
+        if self.retired or (value == NOTHING_YET and not idle):
+            return  # gone from the downstream SPUs' inputs, or nothing promised yet
         if (value, idle) == (self.value, self.idle) and not self._force and now - self.sent_at < KEEPALIVE_SECONDS:
             return
         self.value, self.idle, self.sent_at, self._force = value, idle, now, False
@@ -58,6 +59,9 @@ class WatermarkOut:
 
     def retire(self) -> None:
         """This SPU sends nothing more: its channel leaves every downstream SPU's minimum (after its output)."""
+        if self.retired:
+            return
+        self.retired = True
         self.flush()
         self.broadcast(Watermark(self.spu_id, self.value, True, True))
 

@@ -95,26 +95,75 @@ def fired(name: str, before_ms: int) -> bool:
     return any(not parts.is_late(v) and v["start"] < before_ms for _, v in collected(name))
 
 
+class LiveClicks:
+    """Clicks produced as they happen, in a thread: every 50 ms, 5 per partition that speaks, each stamped with
+    the wall clock minus up to 1 s (so each partition is within 1 s of disorder); partition 3 only once told."""
+
+    def __init__(self, bootstrap: str, seed: int = 52) -> None:
+        import random
+        import threading
+
+        from confluent_kafka import Producer
+
+        self.producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5})
+        self.rng = random.Random(seed)
+        self.records: list[parts.Click] = []
+        self.next_index = [0, 0, 0, 0]
+        self.with_3 = threading.Event()
+        self.done = threading.Event()
+        self.thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        import time
+
+        while not self.done.is_set():
+            now = int(time.time() * 1000)
+            for p in (0, 1, 2, 3) if self.with_3.is_set() else (0, 1, 2):
+                for _ in range(5):
+                    click = parts.Click(f"u{self.rng.randrange(20)}", p, self.next_index[p],
+                                        now - self.rng.randrange(1_001))
+                    self.next_index[p] += 1
+                    self.records.append(click)
+                    self.producer.produce("clicks", key=click.user, value="x", partition=p, timestamp=click.ts)
+            self.producer.poll(0)
+            self.done.wait(0.05)  # the stream's pace (a timed pause, not synchronisation)
+
+    def stop(self) -> None:
+        self.done.set()
+        self.thread.join(10)
+        for key, value, p, ts in parts.end_marks():
+            self.producer.produce("clicks", key=key, value=value, partition=p, timestamp=ts)
+        assert self.producer.flush(30) == 0
+
+
 @pytest.mark.parametrize("sources", [2, 4])
 def test_a_partition_silent_for_10_s_goes_idle_and_the_windows_fire_meanwhile(kafka_broker, tmp_path, sources):
-    """Partition 3 gets nothing for the first 10 s of event time (2 instances: one of its instance's two
-    partitions is idle; 4: its instance is idle). With idle_timeout=1 s the windows of the other partitions
-    fire while it is silent (without idleness the watermark would wait for it for ever); then it speaks again,
-    ahead of the watermark, and every window is exact."""
-    first = [c for c in parts.clicks(4_000) if c.partition != 3]  # 10 s of event time, partition 3 silent
-    second = parts.clicks(4_000, first_index=1_000, seed=7)  # the next 10 s, every partition
+    """A live stream (event time = the wall clock, 1 s of disorder) into 4 partitions, partition 3 silent for
+    its first 10 s (2 instances: one of its instance's two partitions is idle; 4: its instance is idle). With
+    idle_timeout=1 s the windows of the others fire while it is silent (without idleness the watermark would
+    wait for it for ever); then it speaks again, at the stream's time, and every window is exact."""
+    import time
+
     kafka_broker.create_topic("clicks", 4)
-    kafka_broker.produce("clicks", [c.record() for c in first])
     b = clicks_topology(f"clicks-idle-{sources}", kafka_broker.bootstrap, sources, parts.ClickCounts, pace=0.0,
-                        end={"timestamp": parts.END_MARK_MS}, idle_timeout=1.0)
+                        end={"timestamp": parts.END_MARK_MS}, idle_timeout=1.0, start="earliest")
+    stream = LiveClicks(kafka_broker.bootstrap)
     with LocalCluster(workers=2) as cluster:
         job = cluster.submit(b.build(), eo_config(tmp_path))
-        wait_until(lambda: fired("out", parts.BASE_MS + 5_000), 60,
-                   message="windows of the first 5 s fired while partition 3 was silent")
-        kafka_broker.produce("clicks", [c.record() for c in second] + parts.end_marks())
+        started = time.time()
+        stream.thread.start()
+        first = int(started * 1000)
+        try:
+            wait_until(lambda: fired("out", first + 2_000), 60, message="windows fired while partition 3 is silent")
+            assert not stream.next_index[3]
+            wait_until(lambda: time.time() - started >= 10, 30, message="10 s of silence")
+            stream.with_3.set()
+            wait_until(lambda: stream.next_index[3] >= 300, 30, message="partition 3 speaking again")
+        finally:
+            stream.stop()
         assert job.wait(120), job.status()
         job.stop()
-    assert_exact(collected("out"), first + second, sessions=False)
+    assert_exact(collected("out"), stream.records, sessions=False)
 
 
 def test_a_split_of_the_window_bolt_mid_stream_keeps_every_window_exact(kafka_broker, tmp_path):

@@ -156,3 +156,13 @@ def test_a_source_watermark_that_is_not_a_number_is_refused(caplog):
     s.capture(spout)
     s.on_tick(0.0, False)
     assert wire.sent == [] and "watermark() returned 'soon'" in caplog.text
+
+
+def test_a_retired_spu_sends_its_final_watermark_once_and_nothing_after():
+    wire = Wire()
+    out = wire.out()
+    out.publish(70.0, False, 0.0)
+    out.retire()
+    out.retire()
+    out.publish(90.0, False, 5.0)
+    assert wire.marks() == [(70.0, False, False), (70.0, True, True)]
