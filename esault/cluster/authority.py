@@ -33,7 +33,7 @@ from esault.messages.cluster import (
     WorkerHello,
 )
 from esault.messages.control import Probe, SpusChanged
-from esault.messages.data import Drain
+from esault.messages.data import Drain, WatermarkInputs
 from esault.messages.handoff import CancelReconfiguration, InstallRoutes, PeersLost, PrepareGive, PrepareReceive
 from esault.transport.trust import Identity, Role
 
@@ -45,6 +45,7 @@ DRIVER_ONLY: frozenset[type] = frozenset({
     InstallRoutes, PrepareGive, PrepareReceive, CancelReconfiguration, PeersLost, SpusChanged, Drain,  # reconfiguration
     OwnerAt, FailPending,  # where a spout SPU is (acks go there), and the job's order to fail what is in flight
     Probe,  # the latency monitor
+    WatermarkInputs,  # which upstream SPUs an SPU's watermark waits for: a worker could stall every window
     TriggerCheckpoint, CheckpointStart, CheckpointComplete, Abandon,  # the checkpoint coordinator
     StatusReply, SavepointReply,
 })

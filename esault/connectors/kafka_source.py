@@ -15,8 +15,10 @@ consumer group, so Kafka's tools show the group's lag. docs/CONNECTORS.md.
 from __future__ import annotations
 
 import logging
+import math
 import time
 from itertools import groupby
+from operator import itemgetter
 from typing import Any, Callable
 
 from esault.connectors.codecs import resolve_codec
@@ -24,6 +26,7 @@ from esault.connectors.partitions import (
     AckedOffsets, PartitionOffsets, TimeAligner, TopicPartition, increasing, matching, merge_positions,
     newly_owned, owned, partitions_read,
 )
+from esault.connectors.source_watermarks import PartitionWatermarks
 from esault.connectors.settings import (
     OUTPUTS, SOURCE_OWNED, START_NAMES, check_bootstrap, check_config, check_event_time, check_positive,
     check_timestamp_spec, check_topics,
@@ -44,6 +47,7 @@ def kafka_client() -> Any:
     return confluent_kafka
 
 
+_SECOND = itemgetter(1)
 BROKER_CHECK_INTERVAL = 10.0
 """Seconds between metadata requests that check the brokers answer, when refresh_interval is None."""
 WAITING_CHECK_INTERVAL = 2.0
@@ -94,6 +98,15 @@ class KafkaSource(Spout):
         where WindowBolt's default timestamp() and a join's default time="ts" read it (no output="record"
         and no timestamp() of your own needed). A dict value gets the field "ts" (replaced if it had one);
         any other value becomes {"ts": ms, "value": value}. A record without it goes to dead letters.
+      watermarks: None (default: on with event_time), True or False. On, each instance sends watermarks
+        downstream: per partition the newest event time it emitted, the minimum over its partitions not idle
+        (by event_time, else by the records' timestamps), and every SPU downstream takes the minimum over the
+        instances; a window subtracts its max_out_of_orderness. So records are late only if they are late in
+        their own partition, whatever the instances' speeds (docs/CONNECTORS.md, "Watermarks").
+      idle_timeout: seconds (default None: never). A partition nothing was fetched from for this long, with
+        nothing of it waiting on the broker past its position, is idle: left out of the watermark until it has
+        records again (and out of max_skew's alignment); an instance
+        whose every partition is idle, or that reads none, is idle for the SPUs downstream.
       refresh_interval: seconds between metadata reads that pick up new partitions, and new topics of a
         pattern, while the job runs (default 10; None: never). A tailing read only: a bounded read keeps
         the partitions it started with. The same reads (every 10 s with None) notice brokers that stop
@@ -106,7 +119,8 @@ class KafkaSource(Spout):
                  group: str | None = None, commit_offsets: bool = True, create: bool = False,
                  partitions: int = 1, config: dict[str, Any] | None = None, connect_timeout: float = 10.0,
                  max_records: int = 500, max_skew: int | None = None, refresh_interval: float | None = 10.0,
-                 event_time: str | None = None, now: Callable[[], float] = time.monotonic) -> None:
+                 event_time: str | None = None, watermarks: bool | None = None, idle_timeout: float | None = None,
+                 now: Callable[[], float] = time.monotonic) -> None:
         what = "KafkaSource"
         self.topics = check_topics(what, topic)
         self.bootstrap = check_bootstrap(what, bootstrap)
@@ -134,6 +148,12 @@ class KafkaSource(Spout):
         self._buffered_upto: dict[TopicPartition, int] = {}  # aligned: past the last record buffered
         self._paused: set[TopicPartition] = set()  # aligned: partitions whose buffer is long
         self.event_time = check_event_time(what, event_time)
+        if watermarks is not None and not isinstance(watermarks, bool):
+            raise ConnectorError(f"{what}: params 'watermarks' is None (on with event_time), True or False, got "
+                                 f"{watermarks!r}")
+        self.idle_timeout = None if idle_timeout is None else check_positive(what, "idle_timeout", idle_timeout)
+        self._watermarks = (PartitionWatermarks(self.idle_timeout, now)
+                            if self._emits_watermarks(event_time, watermarks) else None)
         self.refresh_interval = (None if refresh_interval is None
                                  else check_positive(what, "refresh_interval", refresh_interval))
         self._now = now
@@ -153,6 +173,15 @@ class KafkaSource(Spout):
         self._acked = AckedOffsets()  # at_least_once: what the group may be told was processed
         self._next_commit = 0.0
         self._next_refresh = 0.0
+
+    @staticmethod
+    def _emits_watermarks(event_time: str | None, watermarks: bool | None) -> bool:
+        return event_time is not None if watermarks is None else watermarks
+
+    @classmethod
+    def esault_emits_watermarks(cls, params: dict[str, Any]) -> bool:
+        """On with event_time, unless params 'watermarks' says otherwise (docs/CONNECTORS.md, "Watermarks")."""
+        return cls._emits_watermarks(params.get("event_time"), params.get("watermarks"))
 
     @classmethod
     def esault_check_params(cls, name: str, params: dict[str, Any]) -> None:
@@ -324,6 +353,7 @@ class KafkaSource(Spout):
         nexts: dict[TopicPartition, int] = {}  # at_least_once: where this batch ends in each partition
         aligner = self._aligner
         event_time = self.event_time
+        newest = None if self._watermarks is None else self._watermarks.newest
 
         def take(tp: TopicPartition, m: Any) -> None:
             """One record, in the order it is emitted: the position moves past it."""
@@ -354,6 +384,10 @@ class KafkaSource(Spout):
                     value["ts"] = ts
                 else:
                     value = {"ts": ts, "value": value}
+            if newest is not None:  # the partition's watermark: the newest event time emitted
+                stamp = ts if ts is not None else m.timestamp()[1]
+                if stamp > newest.get(tp, -math.inf) and (ts is not None or stamp >= 0):
+                    newest[tp] = stamp
             keys.append(key)
             values.append(value)
 
@@ -443,6 +477,11 @@ class KafkaSource(Spout):
         if start or stop < len(run):
             run, at = run[start:stop], at[start:stop]
         nexts[tp] = at[-1] + 1
+        if self._watermarks is not None:  # watermarks by record timestamp: the run's newest, in C
+            newest = self._watermarks.newest
+            stamp = max(map(_SECOND, map(message.timestamp, run)))
+            if stamp >= 0 and stamp > newest.get(tp, -math.inf):
+                newest[tp] = stamp
         raw_keys = list(map(message.key, run))
         raw_values = list(map(message.value, run))
         try:
@@ -565,6 +604,8 @@ class KafkaSource(Spout):
             restored.add(tp, start, end, end_known=tp in ends or end is None)
         self._offsets = restored
         self._pending.clear()
+        if self._watermarks is not None:  # what it emitted before the restore is read again
+            self._watermarks.clear()
         if self._aligner is not None:  # what waited is read again from the restored offsets
             self._aligner.clear()
             self._buffered_upto.clear()
@@ -581,6 +622,34 @@ class KafkaSource(Spout):
         if nexts:
             self._consumer.commit(offsets=[kafka.TopicPartition(t, p, o) for (t, p), o in nexts.items()],
                                   asynchronous=True)
+
+    def watermark(self) -> float | None:
+        """The instance's watermark (a tick): the minimum over its partitions not idle of the newest event time
+        emitted from each; None before each emitted one. A partition that just went idle no longer holds the
+        alignment (max_skew) back either."""
+        if self._watermarks is None:
+            return None
+        offsets, aligner, bounded = self._offsets, self._aligner, self.end is not None
+        upto = self._buffered_upto
+        kafka = kafka_client()
+
+        def waiting(tp: TopicPartition) -> int:
+            """Records of a silent partition that wait in the alignment buffer or on the broker past its position
+            (the high watermark of its last fetch): it is slow, not idle."""
+            _, high = self._consumer.get_watermark_offsets(kafka.TopicPartition(*tp), cached=True)
+            return (aligner.buffered(tp) if aligner else 0) + (offsets.lag(tp, high) if high >= 0 else 0)
+
+        went_idle = self._watermarks.update(
+            offsets.partitions(), lambda tp: max(offsets.next_offset(tp), upto.get(tp, 0)),
+            lambda tp: bounded and offsets.done(tp), waiting)
+        if aligner is not None:
+            for tp in went_idle:
+                aligner.at_end(tp)
+        return self._watermarks.watermark
+
+    def watermark_idle(self) -> bool:
+        """Every partition it reads is idle (idle_timeout), or it reads none."""
+        return self._watermarks is not None and self._watermarks.idle
 
     def waiting_for(self) -> str | None:
         """'broker ADDRESS' from a metadata request the brokers did not answer until one they answer."""

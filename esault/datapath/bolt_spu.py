@@ -30,7 +30,7 @@ from esault.user_errors import UserErrorLog
 from esault.checkpoint.saveable import encode_key, key_owner, unsaveable_hook
 from esault.messages.checkpoints import Barrier, CheckpointComplete, CheckpointStart
 from esault.messages.control import Probe, ProbeReturned
-from esault.messages.data import DataBatch, Tick
+from esault.messages.data import DataBatch, Tick, Watermark, WatermarkInputs
 from esault.messages.handoff import (
     CancelReconfiguration,
     EpochMarker,
@@ -46,6 +46,7 @@ from esault.datapath.pe_manager import PeManager
 from esault.datapath.pe_services import PeServices
 from esault.datapath.pe_ticks import PeTicks
 from esault.datapath.sender import SenderActor
+from esault.datapath.watermarks import InputWatermarks, WatermarkOut
 from esault.thread_names import name_os_thread
 from esault.transport.codec import encode
 
@@ -88,6 +89,14 @@ class BoltSpuActor(SenderActor):
         self.barriers = BarrierAligner(self, self._run_now,
                                        f"topology {job.name!r}: bolt {spec.name!r} SPU {cfg.spu_id}",
                                        self.actor_inbox.alignment_over)
+        self.watermarks: InputWatermarks | None = None
+        """Every input sends watermarks: this SPU combines them per channel and forwards them (else None)."""
+        if cfg.extra.get("watermarks"):  # the unit decided it from the topology (esault.dsl.watermark_flow)
+            lag = spec.cls.esault_watermark_lag + sum(s.cls.esault_watermark_lag for s in spec.stages)
+            self.watermarks = InputWatermarks(
+                cfg.spu_id, f"topology {job.name!r}: bolt {spec.name!r} SPU {cfg.spu_id}", self.services.local,
+                WatermarkOut(cfg.spu_id, self.router.broadcast, self.flush), lag,
+                cfg.extra.get("watermark_inputs", ()))
         self._handlers.update({
             DataBatch: self._on_data,
             Tick: self._on_tick,
@@ -100,6 +109,8 @@ class BoltSpuActor(SenderActor):
             Probe: self._on_probe,
             Barrier: self.barriers.on_barrier,
             CheckpointStart: self.barriers.on_checkpoint_start,
+            Watermark: self._on_watermark,
+            WatermarkInputs: self._on_watermark_inputs,
         })
         self.processing: Processing = processing(self)
         self.processing.install(self._handlers)
@@ -156,6 +167,8 @@ class BoltSpuActor(SenderActor):
             self.parked.close()
             return
         self.close_pes()
+        if self._retiring and self.watermarks is not None:
+            self.watermarks.out.retire()  # once (a keyed giver retired its watermark at the hand-off)
         if self._retiring:
             for stage in self.stages:
                 self.job.stats.retire(stage.stats)
@@ -271,6 +284,9 @@ class BoltSpuActor(SenderActor):
         if align is not None and align.holds(msg.sender):  # after its barrier: the next epoch waits
             align.hold(msg)
             return
+        watermarks = self.watermarks
+        if watermarks is not None and msg.sender not in watermarks.inputs:
+            watermarks.saw_data(msg.sender)
         started = perf_counter()
         self.processing.process_data(msg)
         stats = self.stats
@@ -293,6 +309,24 @@ class BoltSpuActor(SenderActor):
             return
         self.load_feed.on_tick(msg.now)
         self.processing.on_tick(msg.now)
+        if self.watermarks is not None:  # after the windows this tick fired: their output leaves first
+            self.watermarks.on_tick(msg.now)
+
+    # --- watermarks (datapath/watermarks.py) -----------------------------------
+
+    def _on_watermark(self, msg: Watermark) -> None:
+        """In band: a channel held by a checkpoint's alignment keeps its watermark behind its held data."""
+        if self.watermarks is None:  # an input that does not send them all: windows keep their own tracker
+            return
+        align = self.barriers.align
+        if align is not None and align.holds(msg.sender):
+            align.hold(msg)
+            return
+        self.watermarks.on_watermark(msg)
+
+    def _on_watermark_inputs(self, msg: WatermarkInputs) -> None:
+        if self.watermarks is not None:
+            self.watermarks.on_inputs(msg)
 
     # --- latency probes (PAPER_NOTES §5) -------------------------------------
 
@@ -308,6 +342,8 @@ class BoltSpuActor(SenderActor):
     def _on_install_routes(self, msg: InstallRoutes) -> None:
         super()._on_install_routes(msg)
         self.processing.routes_installed()
+        if self.watermarks is not None:
+            self.watermarks.out.routes_changed()
 
     def _on_cancel(self, msg: CancelReconfiguration) -> None:
         """Called off before the switch: each side forgets it."""
@@ -325,6 +361,9 @@ class BoltSpuActor(SenderActor):
         giver's counts retire with it at its stop)."""
         self._retiring = giving.retire
         self.processing.give(giving, receivers)
+        if giving.retire and self.watermarks is not None and (self.spec.per_key or self.exactly_once):
+            self.watermarks.out.retire()  # behind its last output: no longer an input downstream (else at its stop,
+            # after what close() emits: a non-keyed SPU retiring without exactly_once closes then)
 
     def _on_prepare_receive(self, msg: PrepareReceive) -> None:
         self.processing.on_prepare_receive(msg)
@@ -334,7 +373,10 @@ class BoltSpuActor(SenderActor):
         SPU downstream of a giver answers, whatever its kind (a join chain may read a keyed bolt). Usually
         the mailbox answered as the marker arrived (inbox.py); it leaves to this SPU a marker that came
         while a checkpoint's alignment was open or its barrier queued, and one on a held channel waits
-        with that channel's data."""
+        with that channel's data. The SPUs taking the giver's keys start at its watermark here (again, no
+        higher, if the marker was held)."""
+        if self.watermarks is not None:
+            self.watermarks.on_forward_marker(msg)
         if self.actor_inbox.already_answered(msg):
             return
         align = self.barriers.align

@@ -1,10 +1,11 @@
 """An SPU's mailbox: data in arrival order, reconfiguration commands ahead of queued data.
 
 A reconfiguration's setup and answers (PrepareGive, PrepareReceive, InstallRoutes, StateHandoff,
-MarkerSeen, CancelReconfiguration, PeersLost) carry no position in the data stream, so an SPU may act on them before the batches
+MarkerSeen, CancelReconfiguration, PeersLost, and WatermarkInputs: upstream SPUs that start or are gone) carry no
+position in the data stream, so an SPU may act on them before the batches
 queued in front; at load that backlog is most of an operation's time (docs/CONTROL_PLANE.md,
 "Where the time goes"). Everything that marks a position in a channel stays in band: batches,
-EpochMarker, ForwardMarker, checkpoint barriers, latency probes (they measure the queue).
+EpochMarker, ForwardMarker, Watermark, checkpoint barriers, latency probes (they measure the queue).
 Why jumping is safe, per message: docs/PROTOCOLS.md.
 
 A giver's ForwardMarker is answered as it enters the data lane, not when the SPU reaches it: the
@@ -22,6 +23,7 @@ from collections import deque
 from typing import Any
 
 from esault.messages.checkpoints import Barrier
+from esault.messages.data import WatermarkInputs
 from esault.messages.handoff import (
     CancelReconfiguration,
     ForwardMarker,
@@ -36,7 +38,9 @@ from esault.messages.handoff import (
 log = logging.getLogger("esault.spu")
 
 JUMPS_QUEUE: frozenset[type] = frozenset({PrepareGive, PrepareReceive, InstallRoutes, StateHandoff, MarkerSeen,
-                                          CancelReconfiguration, PeersLost})
+                                          CancelReconfiguration, PeersLost, WatermarkInputs})
+"""WatermarkInputs jumps too: an upstream SPU that starts holds the watermark back as soon as the SPU hears of it
+(sooner only holds it longer), and a lost one sends nothing more (docs/WINDOWS.md, "Watermarks per channel")."""
 
 
 class ControlFirstInbox(queue.Queue):

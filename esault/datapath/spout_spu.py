@@ -31,6 +31,7 @@ from esault.messages.acking import (AckFail, AckUpdate, DeadLettered, FailPendin
 from esault.messages.checkpoints import CheckpointAck, CheckpointComplete, TriggerCheckpoint
 from esault.messages.data import Pump, Tick
 from esault.datapath.sender import SenderActor
+from esault.datapath.watermarks import SourceWatermarks, WatermarkOut
 from esault.reliability.ack_tracker import AckTracker, TreeOutcome
 from esault.reliability.roots import new_root, owner_key
 from esault.thread_names import name_os_thread
@@ -91,6 +92,11 @@ class SpoutSpuActor(SenderActor):
         self._barrier_due: TriggerCheckpoint | None = None  # injected at the next round boundary
         self._positions: dict[int, Any] = {}  # epoch -> the position its barrier recorded, until it completes
         self._replaces = cfg.replaces  # the lost SPUs this one replaced: named in its first range request
+        self.watermarks: SourceWatermarks | None = None
+        """The spout emits watermarks (a KafkaSource on event time): sent on ticks (datapath/watermarks.py)."""
+        if cfg.extra.get("watermarks"):  # the unit decided it from the topology (esault.dsl.watermark_flow)
+            self.watermarks = SourceWatermarks(WatermarkOut(cfg.spu_id, self.router.broadcast, self.flush),
+                                               f"topology {job.name!r}: spout {spec.name!r} SPU {cfg.spu_id}")
         self._handlers.update({Pump: self._on_pump, Tick: self._on_tick, AckUpdate: self._on_ack_update,
                                AckFail: self._on_ack_fail, FailPending: self._on_fail_pending, _Settle: self._on_settle,
                                TriggerCheckpoint: self._on_trigger, RangeGrant: self._on_range_grant})
@@ -319,7 +325,16 @@ class SpoutSpuActor(SenderActor):
         self.load_feed.on_tick(msg.now)
         self._read_backlog()
         self._read_waiting()
+        if self.watermarks is not None and self.spout is not None and self.start_error is None:
+            if not self._overflow and not self._batch:  # what it emitted has left: its watermark covers no more
+                self.watermarks.capture(self.spout)
+            self.watermarks.on_tick(msg.now, self.finished)
         self._schedule()
+
+    def _on_install_routes(self, msg: Any) -> None:
+        super()._on_install_routes(msg)
+        if self.watermarks is not None:  # new downstream SPUs hear the watermark at the next tick
+            self.watermarks.out.routes_changed()
 
     def _read_backlog(self) -> None:
         try:
@@ -453,8 +468,11 @@ class SpoutSpuActor(SenderActor):
                 else:
                     self.failures[msg_id] = attempts
                     self._call(spout.fail, msg_id)
+        held = bool(self._overflow)
         self._drain_overflow()
         self.flush()
+        if held and not self._overflow and self.watermarks is not None:  # its held-back tuples all left now
+            self.watermarks.capture(self.spout)
         if self._barrier_due is not None:
             self._inject_barrier()
         self._schedule()

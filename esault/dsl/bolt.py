@@ -47,6 +47,9 @@ class Bolt:
     _esault_spu: SpuServices | None = None
     esault_tick_interval: float = 0.05
     """At most how often (seconds) on_tick() runs on a PE that asked for ticks."""
+    esault_watermark_lag: float = 0.0
+    """How far this bolt's output may lag the watermark of its input: an SPU forwards its inputs' watermark minus
+    this (a window emits a window only once its bound passed: its output is that much older)."""
 
     def open(self, context: TopologyContext) -> None:
         """Called once before the first process() (for a PE: before its key's first tuple)."""

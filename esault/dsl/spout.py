@@ -65,6 +65,24 @@ class Spout:
         so a stalled input is visible as a wait, not as a quiet job."""
         return None
 
+    def watermark(self) -> float | None:
+        """Event-time progress, for a source that declares watermarks (`esault_emits_watermarks`): no tuple it
+        emits from now on has an event time below this (the unit of its timestamps), except one that is late in
+        its own input. None: it cannot say yet. Read on the SPU's thread at every tick, between next_tuple()
+        calls; the SPU sends it downstream in band when it moved (docs/WINDOWS.md, "Watermarks per channel")."""
+        return None
+
+    def watermark_idle(self) -> bool:
+        """True while the source has nothing to emit for a while (KafkaSource: every partition it reads idle for
+        its idle_timeout): the SPUs downstream leave this instance out of their minimum until it emits again."""
+        return False
+
+    @classmethod
+    def esault_emits_watermarks(cls, params: dict[str, Any]) -> bool:
+        """Whether instances made with `params` implement watermark(). The topology decides from this, before
+        anything runs, which SPUs combine watermarks per input channel (esault.dsl.watermark_flow)."""
+        return False
+
     def snapshot_position(self) -> Any:
         """Where this source is, for a checkpoint: everything emitted so far lies before it.
 

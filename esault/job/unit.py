@@ -20,6 +20,7 @@ import pykka
 from esault.dsl.bolt import Bolt
 from esault.dsl.spout import merge_hook
 from esault.dsl.topology import Grouping, UnitSpec
+from esault.dsl.watermark_flow import emits_watermarks, reads_watermarks
 from esault.errors import ResourceError, RoutingError, ScalingError, WorkerLost
 from esault.keyhash import KEY_SPACE_MAX
 from esault.metrics import registry as metrics
@@ -33,6 +34,7 @@ from esault.transport.endpoint import PEER_GONE
 from esault.checkpoint.coordinator import AbandonSpus, RelaunchSpus
 from esault.datapath.context import JobContext, log
 from esault.messages.chains import ChainMembers
+from esault.messages.data import WatermarkInputs
 from esault.messages.checkpoints import Abandon
 from esault.messages.control import GetLayout, GetRoutes, GetSpus, ScaleCommand, ScaleResult, SpuConfig
 from esault.messages.handoff import (
@@ -182,6 +184,10 @@ class UnitActor(pykka.ThreadingActor):
         """An S2J join chain (esault.datapath.chain_spu): its SPUs in id order are the chain; it grows and shrinks at its
         tail, and every SPU is told the members (ChainMembers) whenever they change."""
         metrics.init_unknown_message_series("UnitActor")
+        topology = job.topology
+        self._sends_watermarks = emits_watermarks(topology, topology.output_unit(spec.name))
+        """Its SPUs send watermarks: the downstream SPUs hear of each one before it starts (_tell_inputs)."""
+        self._reads_watermarks = not spec.is_spout and reads_watermarks(topology, spec.name)
 
     def launch_initial_spus(self, epoch: int | None = None, positions: dict[int, Any] | None = None,
                             instances: list[int] | None = None) -> None:
@@ -201,6 +207,7 @@ class UnitActor(pykka.ThreadingActor):
                             self.job.name, self.spec.name, len(numbers), self.spec.parallelism, epoch,
                             len(instances))
         ids = [self.job.next_id() for _ in numbers]
+        self._tell_inputs(self.downstream, ids)
         if self.spec.per_key:
             self.table = even_table(ids)
         positions = self._shares(positions or {})
@@ -286,6 +293,7 @@ class UnitActor(pykka.ThreadingActor):
             self._relaunch_as(range(self.spec.parallelism))
             positions = self._shares(positions)
         renamed = {old: self.job.next_id() for old in self._discarded}
+        self._tell_inputs(self.downstream, renamed.values())
         for old, new in renamed.items():
             self.instance_of[new] = self.instance_of.pop(old, 0)
         if self.table is not None:
@@ -303,6 +311,7 @@ class UnitActor(pykka.ThreadingActor):
             except Exception as exc:  # noqa: BLE001 - e.g. WorkerLost: its death queues another rollback
                 failed.append((new, exc))
                 self._discarded.append(new)  # the next rollback relaunches it with the others
+        self._tell_inputs(self.downstream, (), [new for new, _ in failed])
         self._announce_members()
         if failed:
             raise failed[0][1]
@@ -319,13 +328,35 @@ class UnitActor(pykka.ThreadingActor):
         for mailbox in self.spus.values():
             self.launcher.stop_spu(mailbox, block=True)
 
+    def _tell_inputs(self, routes: Iterable[RouteSpec], added: Iterable[int], removed: Iterable[int] = ()) -> None:
+        """Tell every downstream SPU which SPUs of this unit start (before they start: each holds the watermarks
+        there until it sends its own) or are gone for good. Only for a unit whose SPUs send watermarks."""
+        added, removed = frozenset(added), frozenset(removed)
+        if not self._sends_watermarks or not (added or removed):
+            return
+        message = WatermarkInputs(added, removed)
+        for route in routes:
+            for spu, mailbox in route.spus.items():
+                try:
+                    mailbox.tell(message)
+                except Exception as exc:  # noqa: BLE001 - its worker died: a rollback or replacement follows
+                    log.warning("unit %r: downstream SPU %d not told of its inputs: %r", self.spec.name, spu, exc)
+
     def _launch(self, spu_id: int, downstream: tuple[RouteSpec, ...], receive: PrepareReceive | None,
                 epoch: int | None = None, position: Any = None, table: IntervalTable | None = None,
-                worker: str | None = None, spec: UnitSpec | None = None, replaces: tuple[int, ...] = ()) -> Any:
+                worker: str | None = None, spec: UnitSpec | None = None, replaces: tuple[int, ...] = (),
+                inputs: Iterable[int] = ()) -> Any:
+        """Start one SPU. `inputs`: the upstream SPUs whose watermarks it waits for (one a reconfiguration
+        starts; the first SPUs hear of them from the upstream units as those start)."""
         table = self.table if table is None else table
         intervals = tuple(table.intervals_of(spu_id)) if table is not None and spu_id in table else None
+        extra: dict[str, Any] = {"unit_ref": self.actor_ref}
+        if self._reads_watermarks or (self.spec.is_spout and self._sends_watermarks):
+            extra["watermarks"] = True  # the SPU combines (a bolt) or sends (a spout) watermarks: datapath/watermarks.py
+            if inputs and not self.spec.is_spout:
+                extra["watermark_inputs"] = sorted(inputs)
         cfg = SpuConfig(self.job.name, self.spec.name, spu_id, intervals, downstream, receive,
-                        extra={"unit_ref": self.actor_ref}, instance=self.instance_of.get(spu_id, 0),
+                        extra=extra, instance=self.instance_of.get(spu_id, 0),
                         instances=self.spec.parallelism, restore_epoch=epoch, position=position,
                         generation=self.generation, replaces=replaces)
         spec = self.spec if spec is None else spec
@@ -588,15 +619,17 @@ class UnitActor(pykka.ThreadingActor):
         machine = Reconfiguration(self.job.next_id(), plan, hold=cmd.prepared is not None)
         op = _Operation(cmd, machine, {}, giver=giver, receiver=receiver, lo=lo, hi=hi, spec=spec)
         self._number_new_instances(plan.started)
+        self._tell_inputs(cmd.downstream_routes, plan.started)
         for spu in plan.started:
             incoming = plan.incoming(spu)
             receive = PrepareReceive(machine.reconfig_id, incoming) if incoming else None
             try:
                 op.launched[spu] = self._launch(spu, cmd.downstream_routes, receive, table=plan.table,
-                                                worker=plan.placement.get(spu), spec=op.spec)
+                                                worker=plan.placement.get(spu), spec=op.spec, inputs=cmd.upstream)
             except Exception as exc:
                 for mailbox in op.launched.values():
                     self.launcher.stop_spu(mailbox, block=False)
+                self._tell_inputs(cmd.downstream_routes, (), plan.started)
                 if isinstance(exc, ResourceError) and not isinstance(exc, WorkerLost):
                     raise ScalingError(f"{self._describe(op)} refused: {exc}") from None
                 if isinstance(exc, WorkerLost):
@@ -683,6 +716,7 @@ class UnitActor(pykka.ThreadingActor):
                     self.launcher.stop_spu(mailbox, block=False)
                 except Exception as exc:  # noqa: BLE001
                     log.warning("unit %r: started SPU %d not stopped: %r", self.spec.name, spu, exc)
+        self._tell_inputs(op.cmd.downstream_routes, (), effect.started)
 
     def _switch_routes(self, op: _Operation, notify: frozenset[int]) -> None:
         """Sync: every upstream SPU switches tables, then marks its channel to each giver."""
@@ -707,13 +741,15 @@ class UnitActor(pykka.ThreadingActor):
             [(start, new if spu == lost else spu) for start, _end, spu in self.table.intervals()],
             version=self.table.version + 1,
         )
+        self._tell_inputs(cmd.downstream_routes, [new], [lost])
         try:
             while True:
                 try:
                     # a spout's replacement first leases again the shared blocks the lost one held (and those
                     # it replaced in turn, had it died before it asked)
                     lineage = (lost, *self._replaced.get(lost, ())) if self.spec.is_spout else ()
-                    mailbox = self._launch(new, cmd.downstream_routes, None, table=table, replaces=lineage)
+                    mailbox = self._launch(new, cmd.downstream_routes, None, table=table, replaces=lineage,
+                                           inputs=cmd.upstream)
                     break
                 except WorkerLost as exc:  # that worker died too: another one, until none is left (UnitStartError)
                     log.warning("topology %r: replacing SPU %d of %r: %s; trying another worker", self.job.name,

@@ -47,3 +47,24 @@ class Pump:
 @dataclass(frozen=True, slots=True)
 class Drain:
     """driver -> SPU (ask): a barrier; replies once earlier messages are processed and flushed."""
+
+
+@dataclass(frozen=True, slots=True)
+class Watermark:
+    """upstream SPU -> SPU, in band after the tuples it follows: `sender` sends no tuple older than `watermark`
+    from now on (event-time progress; a window subtracts its own bound). `idle`: it has nothing to send for now,
+    leave it out of the minimum until it sends again. `final`: it sends nothing more (it retired)."""
+
+    sender: int
+    watermark: float
+    idle: bool = False
+    final: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class WatermarkInputs:
+    """unit (driver) -> SPU: upstream SPUs whose watermarks it combines start (`added`: each holds its watermark
+    until it sends one) or are gone for good (`removed`: lost, or started for an operation called off)."""
+
+    added: frozenset[int]
+    removed: frozenset[int] = frozenset()

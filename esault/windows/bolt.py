@@ -9,8 +9,10 @@
 
     b.set_bolt("totals", Totals, parallelism=2, pe_idle_timeout=None).key_grouping("payments")
 
-Where time lives: each SPU keeps one watermark for all its keys (max
-timestamp seen - max_out_of_orderness), in spu_local; each key keeps its
+Where time lives: each SPU keeps one watermark for all its keys, in spu_local:
+when every input sends watermarks (a KafkaSource on event time), the minimum over
+its input channels (esault.datapath.watermarks) - max_out_of_orderness; else the
+max timestamp seen - max_out_of_orderness. Each key keeps its
 own watermark in its state (how far its windows have fired). Windows fire on
 the SPU's ticks (every esault_tick_interval), never inside process(), so a
 key that goes quiet still fires once other keys move the watermark, and
@@ -41,6 +43,7 @@ from esault.dsl.bolt import Bolt
 from esault.dsl.tuple import Tuple
 from esault.errors import TopologyError
 from esault.windows.assigners import Sliding, check_assigner
+from esault.windows.channel_watermarks import SPU_LOCAL_KEY
 from esault.windows.key_windows import KeyWindows
 from esault.windows.watermark import EventTime, ProcessingTime, WatermarkTracker
 from esault.windows.window_set import WindowSet
@@ -109,6 +112,8 @@ class WindowBolt(Bolt):
         super().__init_subclass__(**kwargs)
         if cls.window is not None:
             cls._esault_core = _core_of(cls)
+        # what this bolt emits is a bound older than its input's watermark (datapath/watermarks.py)
+        cls.esault_watermark_lag = cls.time.max_out_of_orderness if isinstance(cls.time, EventTime) else 0.0
 
     def timestamp(self, tup: Tuple) -> float:
         """The tuple's event time (same unit as the window sizes): by default value["ts"] of a dict value
@@ -137,9 +142,13 @@ class WindowBolt(Bolt):
 
     @classmethod
     def _spu_watermark(cls, local: dict[str, Any], now: float) -> float:
-        """The SPU's watermark: its greatest timestamp - the bound (event time), or the job clock."""
+        """The SPU's watermark: its inputs' combined watermark when they all send one, else its greatest
+        timestamp; minus the bound (event time). Or the job clock."""
         if isinstance(cls.time, ProcessingTime):
             return now
+        inputs = local.get(SPU_LOCAL_KEY)
+        if inputs is not None:
+            return inputs.watermark - cls.time.max_out_of_orderness
         tracker = local.get(_TRACKER)
         return -math.inf if tracker is None else tracker.watermark
 

@@ -89,6 +89,8 @@ def _source(**params) -> TopologyBuilder:
     ({"max_records": 1.5}, "params 'max_records' must be a whole number > 0"),
     ({"event_time": "time"}, "params 'event_time' is None, 'timestamp' (the record's) or 'field:NAME'"),
     ({"event_time": "field:"}, "params 'event_time' is None, 'timestamp' (the record's) or 'field:NAME'"),
+    ({"watermarks": "yes"}, "params 'watermarks' is None (on with event_time), True or False, got 'yes'"),
+    ({"idle_timeout": 0}, "params 'idle_timeout' must be a number > 0"),
 ])
 def test_bad_source_params_fail_build_naming_the_param_and_the_fix(params, match):
     builder = _source(**params)
@@ -102,6 +104,13 @@ def test_good_source_params_build():
     _source(topic=["a", "b"], key=f"{__name__}:UpperCodec").build()
     _source(event_time="timestamp").build()
     _source(value="json", event_time="field:at").build()
+    _source(event_time="timestamp", idle_timeout=5, watermarks=False).build()
+
+
+def test_watermarks_are_on_with_event_time_unless_the_params_say_otherwise():
+    emits = KafkaSource.esault_emits_watermarks
+    assert not emits({}) and emits({"event_time": "timestamp"}) and emits({"watermarks": True})
+    assert not emits({"event_time": "field:at", "watermarks": False})
 
 
 @pytest.mark.parametrize(("params", "match"), [

@@ -67,7 +67,7 @@ from esault.messages.control import (
     SpuConfig,
     SpusChanged,
 )
-from esault.messages.data import DataBatch, Drain, Pump, Tick
+from esault.messages.data import DataBatch, Drain, Pump, Tick, Watermark, WatermarkInputs
 from esault.messages.handoff import (
     CancelReconfiguration,
     EpochMarker,
@@ -180,6 +180,8 @@ PINNED_SCHEMA = {
     61: ("OwnerAt", ("topology: str", "owner: int", "mailbox: Mailbox")),
     62: ("OwnerGone", ("owner: int", "mailbox: Mailbox")),
     63: ("PeersLost", ("reconfig_id: int", "spus: frozenset[int]")),
+    64: ("Watermark", ("sender: int", "watermark: float", "idle: bool", "final: bool")),
+    65: ("WatermarkInputs", ("added: frozenset[int]", "removed: frozenset[int]")),
 }
 
 
@@ -199,7 +201,7 @@ def test_tags_follow_the_class_name_and_a_message_without_a_tag_is_refused_by_na
     classes = dict(reversed([(cls.__name__, cls) for cls in wire.TAGS]))  # definition order does not matter
     assert [wire.TAGS[cls] for cls in wire._tagged(classes)] == sorted(wire.WIRE_TAGS.values())
     with pytest.raises(ImportError, match=r"without a wire tag: Fresh; add each to esault.transport.wire.WIRE_TAGS "
-                                          r"with the next free tag \(64\)"):
+                                          r"with the next free tag \(66\)"):
         wire._tagged({**classes, "Fresh": Fresh})
     del classes["Abandon"]
     with pytest.raises(ImportError, match=r"WIRE_TAGS names Abandon, which no module of esault.messages defines"):
@@ -209,6 +211,7 @@ def test_tags_follow_the_class_name_and_a_message_without_a_tag_is_refused_by_na
 @pytest.mark.parametrize(("message", "frame_hex"), [
     (StopSpu(7, 3), "931f0703"),
     (EpochMarker(7, 3), "930a0703"),
+    (Watermark(7, 1500.0), "954007cb4097700000000000c2c2"),
     (DataBatch(3, "split", ["w"], [(1, "a")], [2**64 - 1], [5]),
      "970103a573706c697491a17791d6019201a16191cfffffffffffffffff9105"),
     (PrepareGive(9, ((0, 100, 4),), {4: Address("w2", "spu-4")}, frozenset({1}), False),
@@ -306,6 +309,8 @@ EXAMPLES: dict[type, Any] = {
     OwnerAt: OwnerAt("wordcount", 5, Address("w1", "spu-5")),
     OwnerGone: OwnerGone(5, Address("w1", "spu-5")),
     PeersLost: PeersLost(9, frozenset({4, 7})),
+    Watermark: Watermark(7, 1_700_000_002_500.0, True, False),
+    WatermarkInputs: WatermarkInputs(frozenset({11, 12}), frozenset({4})),
     FailPending: FailPending("a worker died"),
     TriggerCheckpoint: TriggerCheckpoint(7, True),
     CheckpointStart: CheckpointStart(7, frozenset({3, 4}), True),
@@ -527,7 +532,7 @@ GOOD_FRAMES = [encode_frame(msg) for msg in EXAMPLES.values()]
     (msgpack.packb({"tag": 1}), "not_a_frame", r"expected \[tag, fields\.\.\.\], got dict"),
     (msgpack.packb([]), "not_a_frame", r"got list \[\]"),
     (msgpack.packb(["DataBatch", 1, []]), "not_a_frame", r"not a message frame"),
-    (msgpack.packb([99, 1]), "unknown_tag", r"unknown message tag 99 \(known: 1\.\.63, retired: 4, 7, 22\)"),
+    (msgpack.packb([99, 1]), "unknown_tag", r"unknown message tag 99 \(known: 1\.\.65, retired: 4, 7, 22\)"),
     (msgpack.packb([10, 1]), "field_count", r"EpochMarker: expected 2 fields \(reconfig_id, sender\), got 1"),
     (msgpack.packb([25, 1, "soon", ["d", "m"], True]), "field_type", r"Probe\.sent_at: expected float, got str 'soon'"),
     (msgpack.packb([10, True, 1]), "field_type", r"EpochMarker\.reconfig_id: expected int, got bool True"),
