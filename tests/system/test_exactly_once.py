@@ -42,8 +42,9 @@ def eo_config(tmp_path: Path, storage: str | None = None, **changes) -> JobConfi
 def storage(request, tmp_path, monkeypatch):
     """Where the test's checkpoints live: None (the SQLite file in the data dir, the default) or, for
     "s3", a real S3-compatible server (moto's) whose credentials the workers inherit. Tests parametrize it
-    indirectly: every kill -9 test that runs on both shows the object store keeps today's guarantees."""
-    if getattr(request, "param", "sqlite") == "sqlite":
+    indirectly: every kill -9 test that runs on both shows the object store keeps today's guarantees.
+    EO_STORAGE=s3 runs every test of this file on the object store (docs/TESTING.md)."""
+    if os.environ.get("EO_STORAGE", getattr(request, "param", "sqlite")) == "sqlite":
         yield None
         return
     from esault.testing.s3 import S3Server
@@ -215,7 +216,7 @@ def test_a_worker_killed_at_each_step_of_a_split_or_merge_aborts_it_cleanly_and_
 
 @pytest.mark.parametrize(("action", "victim"), [("split", "receiver"), ("split", "giver"), ("merge", "receiver")])
 def test_a_worker_killed_after_a_move_while_moved_keys_wait_as_bytes_leaves_the_result_exact(tmp_path, action,
-                                                                                               victim):
+                                                                                               victim, storage):
     """A count with Bolt's own state methods keeps moved-in keys as their encoded states until their first
     tuple, a tick or a checkpoint (PeManager.arrived; a worker's ticks make 256 a tick). After each move and
     the next checkpoint the receiver's (or the giver's) worker dies: the rollback restores that checkpoint,
@@ -226,7 +227,7 @@ def test_a_worker_killed_after_a_move_while_moved_keys_wait_as_bytes_leaves_the_
     topology = eo_parts.build(f"eo-lazy-{action}-{victim}", total, rate=1500, count_parallelism=2,
                               max_pending=300, plain_count=True)
     with LocalCluster(workers=3, heartbeat_timeout=1.0) as cluster:
-        job = cluster.submit(topology, eo_config(tmp_path))
+        job = cluster.submit(topology, eo_config(tmp_path, storage))
         for round_ in range(1, 4):
             wait_until(lambda: completed_checkpoints(job) >= 2 * round_, 60, message="checkpoints before the move")
             spus = job.spus("count")
@@ -251,7 +252,8 @@ def test_a_worker_killed_after_a_move_while_moved_keys_wait_as_bytes_leaves_the_
 
 
 @pytest.mark.parametrize("step", ["prepare", "commit"])
-def test_a_worker_killed_during_an_atomic_group_fails_the_whole_group_and_the_result_is_exact(tmp_path, step):
+def test_a_worker_killed_during_an_atomic_group_fails_the_whole_group_and_the_result_is_exact(tmp_path, step,
+                                                                                             storage):
     """A group: the splitter rescaled to 2 SPUs and the counter given a three-way assignment, atomically.
     "prepare": the counter's giver is held before it prepares (the splitter already holds); "commit": every
     member prepared, the counter (downstream, first to commit) is held installing state while the splitter
@@ -348,7 +350,7 @@ def test_a_driver_killed_mid_run_is_restarted_and_resumes_exactly(tmp_path, stor
         assert_exact(job, total, "eo_counts")
 
 
-def test_a_key_idle_longer_than_pe_idle_timeout_keeps_its_state_across_a_checkpoint_and_a_rollback(tmp_path):
+def test_a_key_idle_longer_than_pe_idle_timeout_keeps_its_state_across_a_checkpoint_and_a_rollback(tmp_path, storage):
     from esault import TopologyBuilder
 
     items = [("a", 1), ("b", 1)] * 3
@@ -357,7 +359,7 @@ def test_a_key_idle_longer_than_pe_idle_timeout_keeps_its_state_across_a_checkpo
     builder.set_bolt("count", eo_parts.GatedCountBolt, 2, pe_idle_timeout=0.3, elastic=False).key_grouping("src")
     builder.set_bolt("latest", eo_parts.LatestBolt, elastic=False).global_grouping("count")
     with LocalCluster(workers=2, heartbeat_timeout=1.0) as cluster:
-        job = cluster.submit(builder.build(), eo_config(tmp_path))
+        job = cluster.submit(builder.build(), eo_config(tmp_path, storage))
         wait_until(lambda: job.status()["units"]["count"]["processed"] == 2, 30, message="first tuples")
         wait_until(lambda: job.status()["units"]["count"]["pes"] == 0, 30, message="both PEs expired")
         first = completed_checkpoints(job)
@@ -371,10 +373,10 @@ def test_a_key_idle_longer_than_pe_idle_timeout_keeps_its_state_across_a_checkpo
         assert eo_parts.final_counts(job.data_dir) == {"a": 3, "b": 3}
 
 
-def test_a_savepoint_taken_with_the_cli_restarts_the_job_with_another_parallelism_exactly(tmp_path):
+def test_a_savepoint_taken_with_the_cli_restarts_the_job_with_another_parallelism_exactly(tmp_path, storage):
     total = 4000
     with LocalCluster(workers=2, listen="127.0.0.1:0") as cluster:
-        job = cluster.submit(eo_parts.build("eo-save", total, rate=1500, count_parallelism=2), eo_config(tmp_path))
+        job = cluster.submit(eo_parts.build("eo-save", total, rate=1500, count_parallelism=2), eo_config(tmp_path, storage))
         wait_until(lambda: completed_checkpoints(job) >= 2, 60, message="two checkpoints")
         cli = subprocess.run([sys.executable, "-m", "esault.cli", "savepoint", cluster.address, "eo-save", "--stop"],
                              capture_output=True, text=True, timeout=120)
@@ -384,7 +386,7 @@ def test_a_savepoint_taken_with_the_cli_restarts_the_job_with_another_parallelis
         job.stop()
         assert CheckpointStore(job.ctx.checkpoint_path).get(epoch).kind == "savepoint"
     job = eo_parts.run_restored(eo_parts.build("eo-save", total, rate=1500, count_parallelism=3),
-                                eo_config(tmp_path), epoch, "count", 3)
+                                eo_config(tmp_path, storage), epoch, "count", 3)
     assert_exact(job, total)
 
 
@@ -395,13 +397,13 @@ def test_a_savepoint_request_for_an_unknown_job_gets_a_clear_error(tmp_path):
         assert cli.returncode == 1 and "no running job 'nope'" in cli.stderr
 
 
-def test_a_worker_killed_while_the_job_stops_rolls_back_completes_and_keeps_the_other_workers(tmp_path):
+def test_a_worker_killed_while_the_job_stops_rolls_back_completes_and_keeps_the_other_workers(tmp_path, storage):
     """The final checkpoint is in flight when a worker dies: it is aborted, the job rolls back, completes
     again and only then stops; the survivors keep hearing the driver (they used to exit)."""
     total = 2000
     topology = eo_parts.build("eo-stopkill", total, rate=4000, sink="pyarrow", count_parallelism=2)
     with LocalCluster(workers=3, heartbeat_timeout=1.0) as cluster:
-        job = cluster.submit(topology, eo_config(tmp_path))
+        job = cluster.submit(topology, eo_config(tmp_path, storage))
         assert job.wait(120), job.status()
         victim = kill_worker_of(cluster, job.spus("count")[0])
         job.stop()
@@ -454,7 +456,7 @@ def test_a_stop_queued_behind_a_checkpoint_a_dead_worker_holds_lets_the_rolled_b
         assert_exact(job, total)
 
 
-def test_a_checkpoint_started_after_a_worker_was_declared_dead_is_aborted_not_raised(tmp_path):
+def test_a_checkpoint_started_after_a_worker_was_declared_dead_is_aborted_not_raised(tmp_path, storage):
     """The control thread lists the SPUs, a worker's death is declared, then the checkpoint's first messages
     go out: the send to the dead worker's SPU fails (its connection is gone). The checkpoint fails as aborted
     (the death's rollback follows) instead of raising the transport's LookupError out of checkpoint(), which
@@ -462,7 +464,7 @@ def test_a_checkpoint_started_after_a_worker_was_declared_dead_is_aborted_not_ra
     total = 1500
     topology = eo_parts.build("eo-deadsend", total, rate=1500, count_parallelism=2)
     with LocalCluster(workers=2, heartbeat_timeout=120.0) as cluster:
-        job = cluster.submit(topology, eo_config(tmp_path))
+        job = cluster.submit(topology, eo_config(tmp_path, storage))
         wait_until(lambda: completed_checkpoints(job) >= 1, 60, message="a first checkpoint")
         entered, gate = threading.Event(), threading.Event()
 
