@@ -84,7 +84,9 @@ class StorageLocation:
         options = dict(self.options)
         options.setdefault("connect_timeout", 5.0)
         options.setdefault("request_timeout", 30.0)
-        return fs.S3FileSystem(**options)
+        # A small object is one PutObject when the stream closes (not a multipart upload of three requests);
+        # a large one is still uploaded in parts, and visible only once whole.
+        return fs.S3FileSystem(allow_delayed_open=True, **options)
 
     def child(self, *names: str) -> "StorageLocation":
         """The location of a folder inside this one (a job's, under the storage root)."""

@@ -84,8 +84,8 @@ class ObjectStore:
         try:
             if self.location.is_local:
                 return Path(path).read_bytes()
-            with self._fs().open_input_stream(path) as stream:
-                return stream.read()
+            with self._fs().open_input_file(path) as whole:  # one ranged GET of the whole object
+                return whole.read()
         except FileNotFoundError:
             raise ObjectMissing(f"object {self.where(name)} is missing") from None
         except OSError as exc:
