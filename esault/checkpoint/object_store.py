@@ -255,8 +255,13 @@ class ObjectCheckpointStore:
         self._live, self._live_epoch = live, epoch
 
     def latest(self, kind: str | None = None) -> Completed | None:
+        """The newest completed checkpoint (of `kind` if given) whose manifest reads; a damaged manifest is
+        passed over here (verify() reports it)."""
         for epoch in sorted(self._manifest_names(), reverse=True):
-            found = self._manifest(epoch)
+            try:
+                found = self._manifest(epoch)
+            except StoreDamaged:
+                continue
             if found is not None and (kind is None or found[0].kind == kind):
                 return found[0]
         return None
