@@ -181,11 +181,13 @@ def build_topology(total: int = 20000, seed: int = 42, rate: float | None = None
 def summarize(job: Any) -> str:
     """Printed by `esault run` after the job: totals and the top words."""
     path = Path(job.data_dir) / "wordcount.json"
-    counts = json.loads(path.read_text()) if path.exists() else {}
-    top = sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))[:5]
-    total = sum(counts.values())
-    lines = [f"word count: {total} words, {len(counts)} distinct; top 5:"]
-    lines += [f"  {word:<12} {count}" for word, count in top]
+    if path.exists():
+        counts = json.loads(path.read_text())
+        top = sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))[:5]
+        lines = [f"word count: {sum(counts.values())} words, {len(counts)} distinct; top 5:"]
+        lines += [f"  {word:<12} {count}" for word, count in top]
+    else:  # a worker on another host (or container) ran 'latest' and wrote the file on its own disk
+        lines = [f"word count: {path} is not on this host (the worker that ran 'latest' wrote it on its own disk)"]
     if "spark" in job.final_status.get("units", {}) if job.final_status else False:
         from spark_sink import analytics
 
