@@ -1,8 +1,10 @@
 """A diagnostic journal of KafkaSink's transactions: which offsets each epoch's transaction wrote, and
 whether its commit returned; and, from it, where each copy of a duplicated output record came from.
 
-Off unless ESAULT_KAFKA_SINK_JOURNAL names a directory (the tests set it): then every transactional
-writer appends JSON lines to <dir>/<transactional id>.jsonl:
+Off unless ESAULT_KAFKA_SINK_JOURNAL names a directory or an object-store URL (the tests set it; with
+checkpoints on an object store, point it there too: a writer's successor may run on another host). In a
+directory every transactional writer appends JSON lines to <dir>/<transactional id>.jsonl; on an object
+store (which cannot append) each entry is an object <url>/<transactional id>/<time>.json, written whole:
 
     {"state": "open", "marker": M}                         init_transactions() returned (it aborts any
                                                             transaction an older writer of the id left open)
@@ -21,27 +23,40 @@ from __future__ import annotations
 
 import json
 import os
+import time
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable
 
+from esault.storage.location import StorageLocation
+from esault.storage.objects import ObjectStore
+
 JOURNAL_ENV = "ESAULT_KAFKA_SINK_JOURNAL"
 
 
 class TransactionJournal:
-    """Appends one writer's transaction steps (each line flushed: it survives a kill -9 of the process)."""
+    """Appends one writer's transaction steps (each line flushed, or each entry an object: it survives a kill -9
+    of the process)."""
 
     def __init__(self, directory: Path | str, transactional_id: str) -> None:
-        Path(directory).mkdir(parents=True, exist_ok=True)
-        self._file = open(Path(directory) / f"{transactional_id}.jsonl", "a", encoding="utf-8")  # noqa: SIM115
+        location = StorageLocation.parse(os.fspath(directory))
+        self._objects = None if location.is_local else ObjectStore(location.child(transactional_id))
+        self._file: Any = None
+        if self._objects is None:
+            Path(location.root).mkdir(parents=True, exist_ok=True)
+            self._file = open(Path(location.root) / f"{transactional_id}.jsonl", "a", encoding="utf-8")  # noqa: SIM115
 
     def write(self, **entry: Any) -> None:
+        if self._objects is not None:
+            self._objects.put(f"{time.time_ns():016x}.json", json.dumps(entry).encode())
+            return
         self._file.write(json.dumps(entry) + "\n")
         self._file.flush()
 
     def close(self) -> None:
-        self._file.close()
+        if self._file is not None:
+            self._file.close()
 
 
 def journal_from_env(transactional_id: str) -> TransactionJournal | None:
@@ -81,14 +96,28 @@ class Journal:
         return [t for t in self.transactions if not t.committed]
 
 
+def _journals(directory: Path | str) -> Iterable[tuple[str, list[str]]]:
+    """(transactional id, its entries as JSON texts in order) of every writer journaled at `directory`."""
+    location = StorageLocation.parse(os.fspath(directory))
+    if location.is_local:
+        for path in sorted(Path(location.root).glob("*.jsonl")):
+            yield path.name[:-len(".jsonl")], path.read_text(encoding="utf-8").splitlines()
+        return
+    objects = ObjectStore(location)
+    by_writer: dict[str, list[str]] = {}
+    for info in objects.list():  # sorted by name: per writer, in time order
+        writer, _, _ = info.name.rpartition("/")
+        by_writer.setdefault(writer, []).append(objects.get(info.name).decode())
+    yield from sorted(by_writer.items())
+
+
 def read_journal(directory: Path | str) -> Journal:
     """Every transaction the writers journaled in `directory` (a torn last line, from a kill, is skipped)."""
     journal = Journal()
-    for path in sorted(Path(directory).glob("*.jsonl")):
-        transactional_id = path.name[:-len(".jsonl")]
+    for transactional_id, lines in _journals(directory):
         open_ones: dict[int, Transaction] = {}
         tries: Counter[int] = Counter()
-        for line in path.read_text(encoding="utf-8").splitlines():
+        for line in lines:
             try:
                 entry = json.loads(line)
             except ValueError:

@@ -116,3 +116,18 @@ def test_dead_letters_reach_the_object_store_with_the_checkpoints(tmp_path, s3_s
                for line in objects.get(o.name).decode().splitlines()]
     assert sorted(r["key"] for r in letters) == sorted(f"k{i}" for i in range(500) if i % 50 == 7)
     assert all(r["unit"] == "check" and "bad" in r["error"] for r in letters), letters[:2]
+
+
+def test_the_kafka_sinks_transaction_journal_can_live_on_the_object_store(s3_server):
+    """An object store cannot append: each journal entry is an object of its own, and read_journal reads the
+    store's layout as a directory's (the diagnostic journal of a writer whose successor runs elsewhere)."""
+    from esault.connectors.transaction_journal import TransactionJournal, read_journal
+
+    url = s3_server.url("journal")
+    journal = TransactionJournal(url, "t.i0")
+    journal.write(state="open")
+    journal.write(state="produced", epoch=1, records=1, spans=[["out", 0, 5, 5]])
+    journal.write(state="committed", epoch=1)
+    TransactionJournal(url, "t.i1").write(state="produced", epoch=2, records=1, spans=[["out", 1, 0, 0]])
+    txns = read_journal(url).transactions
+    assert [(t.transactional_id, t.epoch, t.committed) for t in txns] == [("t.i0", 1, True), ("t.i1", 2, False)]

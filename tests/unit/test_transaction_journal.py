@@ -39,3 +39,4 @@ def test_a_torn_last_line_from_a_kill_is_skipped_and_a_retried_epoch_counts_its_
     assert [(t.epoch, t.attempt, t.committed) for t in txns] == [(1, 0, False), (1, 1, True)]
     assert explain_duplicates([{"topic": "out", "partition": 0, "offset": 0, "key": None, "value": b"x"}],
                               tmp_path) == "no record is there twice"
+
