@@ -132,14 +132,18 @@ def leftovers(env: dict[str, str]) -> dict[str, list[str]]:
     return out
 
 
-def write_override(tmp: Path, keys: Path, ports: dict[str, int]) -> Path:
-    """This test's own keys and free host ports; everything else comes from the real files."""
+def write_override(tmp: Path, keys: Path, ports: dict[str, int], rate: int = 500) -> Path:
+    """This test's own keys and free host ports, and the word count's pace (`rate` sentences/s: a busy host
+    starts the stack slower, and the job must still be running when the test kills a worker); everything else
+    comes from the real files."""
     compose = yaml.safe_load((REPO / "docker-compose.yml").read_text())
     secrets = {name: {"file": str(keys / Path(spec["file"]).name)} for name, spec in compose["secrets"].items()}
     text = yaml.safe_dump({"secrets": secrets})
     text += f"""
 services:
   driver:
+    environment:
+      WORDCOUNT_RATE: "{rate}"
     ports: !override
       - "127.0.0.1:{ports['status']}:5555"
       - "127.0.0.1:{ports['driver_metrics']}:9100"
@@ -190,7 +194,7 @@ def stack(env, timings, tmp_path_factory, request) -> Iterator[tuple[Compose, di
     for secret in keys.glob("*.key_secret"):
         os.chown(secret, 185, 185)  # the images' uid: secrets are bind-mounted as they are (deploy/README.md)
     ports = {name: free_port() for name in ("status", "driver_metrics", "spark_master", "spark_worker", "prometheus")}
-    compose = Compose(write_override(tmp, keys, ports), env)
+    compose = Compose(write_override(tmp, keys, ports, rate=250 if busy else 500), env)
     compose("down", "-v", check=False)  # a previous run killed before its teardown
     try:
         started = time.monotonic()
