@@ -100,9 +100,10 @@ def checkpoint_work_share(threads: dict[str, float], snapshot_us: int, words: in
     return (encoding + threads["snapshot writers"]) / sum(threads.values())
 
 
-def overhead(path: Path, expected, rounds: int, s3_url: str) -> dict[str, dict]:
-    variants = {**VARIANTS, S3_VARIANT: {"guarantee": "exactly_once", "checkpoint_interval": 2.0,
-                                         "checkpoint_storage": s3_url}}
+def overhead(path: Path, expected, rounds: int, s3_url: Callable[[str], str]) -> dict[str, dict]:
+    """`s3_url(prefix)`: a checkpoint_storage URL on the bench's S3 server; each S3 run gets a prefix of its own
+    (one run's checkpoints would make the next resume from them)."""
+    variants = {**VARIANTS, S3_VARIANT: {"guarantee": "exactly_once", "checkpoint_interval": 2.0}}
     results = {name: {"rates": [], "cpu_us_per_word": [], "exact": True, "checkpoints": [], "durations": [],
                       "threads": [], "work_share": [], "written": []} for name in variants}
     words = sum(expected.values())
@@ -113,6 +114,8 @@ def overhead(path: Path, expected, rounds: int, s3_url: str) -> dict[str, dict]:
             for name, settings in order if i % 2 == 0 else order[::-1]:
                 stats: dict = {}
                 before, after = thread_cpu(pids), {}
+                if name == S3_VARIANT:
+                    settings = {**settings, "checkpoint_storage": s3_url(f"overhead-{i}")}
                 run = run_esault(cluster, name, path, expected, stats=stats,
                                  on_processed=lambda: after.update(thread_cpu(pids)), **settings)
                 r = results[name]
@@ -379,7 +382,7 @@ def main() -> None:
         restore = None
         if args.only != "recovery":
             path = make_input(Path(tmp) / "words.txt", words=args.words)
-            results = overhead(path, oracle(path), args.rounds, s3.url("bench"))
+            results = overhead(path, oracle(path), args.rounds, s3.url)
             print(json.dumps({k: {kk: vv for kk, vv in v.items() if kk != "durations"} for k, v in results.items()}))
             restore = restore_time(args.restore_keys, s3.url("bench"))
             print(json.dumps(restore))

@@ -20,6 +20,7 @@ missing one fails the restore naming it and its epoch, and offers the newest che
 
 from __future__ import annotations
 
+import secrets
 import threading
 import time
 import zlib
@@ -30,10 +31,10 @@ import msgpack
 
 from esault.checkpoint.parts import (PartRef, decode_part, encode_part, epoch_folder, folder_unit,
                                      parse_part_name, part_name, unit_folder)
-from esault.checkpoint.store import Completed, Verified, bucket_of
+from esault.checkpoint.store import STORE_ID, Completed, Verified, bucket_of
 from esault.errors import StoreDamaged
 from esault.keyhash import KEY_SPACE_MAX, key_hash
-from esault.storage.objects import ObjectMissing, ObjectStore, StorageError
+from esault.storage.objects import ObjectMissing, ObjectStore
 from esault.transport.codec import decode, encode
 
 __all__ = ["ObjectCheckpointStore"]
@@ -285,10 +286,7 @@ class ObjectCheckpointStore:
     # --- meta ----------------------------------------------------------------------------
 
     def mark_identity(self) -> str:
-        import secrets
-
-        from esault.checkpoint.store import STORE_ID
-
+        """A new identity for the store (a driver's start): workers check they see it (refusal_of)."""
         identity = secrets.token_hex(8)
         self.set_meta(STORE_ID, identity)
         return identity
@@ -493,6 +491,3 @@ def _chunks(rows: list[tuple[int, bytes]]) -> list[list[tuple[int, bytes]]]:
         size += len(row[1])
     return out
 
-
-def open_error(url: str, exc: StorageError) -> StorageError:
-    return StorageError(f"the checkpoint storage {url} cannot be used: {exc}")
