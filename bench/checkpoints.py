@@ -100,12 +100,13 @@ def checkpoint_work_share(threads: dict[str, float], snapshot_us: int, words: in
     return (encoding + threads["snapshot writers"]) / sum(threads.values())
 
 
-def overhead(path: Path, expected, rounds: int, s3_url: Callable[[str], str]) -> dict[str, dict]:
+def overhead(path: Path, expected, rounds: int, s3_url: Callable[[str], str], store_pid: int) -> dict[str, dict]:
     """`s3_url(prefix)`: a checkpoint_storage URL on the bench's S3 server; each S3 run gets a prefix of its own
     (one run's checkpoints would make the next resume from them)."""
     variants = {**VARIANTS, S3_VARIANT: {"guarantee": "exactly_once", "checkpoint_interval": 2.0}}
     results = {name: {"rates": [], "cpu_us_per_word": [], "exact": True, "checkpoints": [], "durations": [],
-                      "threads": [], "work_share": [], "written": []} for name in variants}
+                      "threads": [], "work_share": [], "written": [], "store_cpu_us_per_word": []}
+               for name in variants}
     words = sum(expected.values())
     with LocalCluster(workers=2) as cluster:
         pids = [os.getpid(), *(p.pid for p in cluster.pool.processes)]
@@ -116,8 +117,10 @@ def overhead(path: Path, expected, rounds: int, s3_url: Callable[[str], str]) ->
                 before, after = thread_cpu(pids), {}
                 if name == S3_VARIANT:
                     settings = {**settings, "checkpoint_storage": s3_url(f"overhead-{i}")}
+                store_before = stat_cpu_seconds(Path(f"/proc/{store_pid}/stat"))
                 run = run_esault(cluster, name, path, expected, stats=stats,
                                  on_processed=lambda: after.update(thread_cpu(pids)), **settings)
+                store_cpu = stat_cpu_seconds(Path(f"/proc/{store_pid}/stat")) - store_before
                 r = results[name]
                 threads = cpu_by_group(before, after, words)
                 r["threads"].append(threads)
@@ -130,6 +133,8 @@ def overhead(path: Path, expected, rounds: int, s3_url: Callable[[str], str]) ->
                 r["checkpoints"].append(ck.completed)
                 r["durations"].extend(ck.durations)
                 r["written"].append(written_per_checkpoint(stats["job"]))
+                # the S3 server is a process on the same 2 cores: its CPU is taken from esault's
+                r["store_cpu_us_per_word"].append(store_cpu / words * 1e6)
     return results
 
 
@@ -311,6 +316,14 @@ def report(words: int, results: dict, rec: dict, heartbeat_timeout: float, resto
             unit = "objects" if name == S3_VARIANT else "state rows"
             what = f"{items:,.0f} {unit}, {size / 1024:,.0f} KiB"
         lines.append(f"| {name} | {statistics.median(durations) * 1000:.0f} ms | {p99 * 1000:.0f} ms | {what} |")
+    s3 = results.get(S3_VARIANT)
+    if s3 and s3["store_cpu_us_per_word"]:
+        store = statistics.median(s3["store_cpu_us_per_word"])
+        esault_cpu = statistics.median(s3["cpu_us_per_word"])
+        lines += ["", f"The S3 server (moto's, a Python process) runs on the same 2 cores: it used {store:.3f} us of "
+                  f"CPU per word in the S3 runs, {store / esault_cpu:.1%} of what esault's processes used, taken from "
+                  "them (a real object store runs elsewhere). Inside esault the checkpoints cost the same on both "
+                  "stores (\"checkpoint work\" below)."]
     if restore:
         lines += ["", f"Restore of {restore_keys:,} keys by two SPUs (half the key-hash range each) from a cold "
                   "store: " + "; ".join(f"{name}: written in {r['write_s']:.2f} s, restored in {r['restore_s']:.2f} s"
@@ -382,7 +395,7 @@ def main() -> None:
         restore = None
         if args.only != "recovery":
             path = make_input(Path(tmp) / "words.txt", words=args.words)
-            results = overhead(path, oracle(path), args.rounds, s3.url)
+            results = overhead(path, oracle(path), args.rounds, s3.url, s3.process.pid)
             print(json.dumps({k: {kk: vv for kk, vv in v.items() if kk != "durations"} for k, v in results.items()}))
             restore = restore_time(args.restore_keys, s3.url("bench"))
             print(json.dumps(restore))

@@ -108,7 +108,7 @@ def test_a_refused_snapshot_writes_nothing_and_its_ack_fails_the_checkpoint_for_
     from esault.checkpoint.store import CheckpointStore
 
     mailbox = Mailbox()
-    writer = SnapshotWriter(tmp_path / "c.sqlite", mailbox, "test-writer")
+    writer = SnapshotWriter(lambda: CheckpointStore(tmp_path / "c.sqlite"), mailbox, "test-writer")
     never: Future = Future()  # a pre-commit that would block the write: a refused snapshot does not wait for it
     snapshot = Snapshot(CheckpointAck(4, 9, "count", 0), rows={"count": [(1, encode(["k", 1]))]}, waits=[never])
     snapshot.refuse("bolt 'count' cannot save the state of key 'k': ...")
