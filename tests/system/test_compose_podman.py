@@ -172,7 +172,8 @@ def env() -> dict[str, str]:
     if os.geteuid() != 0:
         pytest.fail("the compose test runs podman as root (debootstrap, rootful networks): run it as root")
     return {**os.environ, "CONTAINERS_CONF": str(CONTAINERS_CONF), "ESAULT_TAG": TAG,
-            "SPARK_VERSION": SPARK_VERSION, "GRAFANA_ADMIN_PASSWORD": os.urandom(12).hex()}
+            "SPARK_VERSION": SPARK_VERSION, "GRAFANA_ADMIN_PASSWORD": os.urandom(12).hex(),
+            "OBJECTS_SECRET_KEY": os.urandom(12).hex()}
 
 
 @pytest.fixture(scope="module")
@@ -380,7 +381,7 @@ def test_the_compose_cluster_runs_the_word_count_exactly_and_is_observable(stack
         for service in ESAULT_SERVICES:
             mounts = {m.get("Destination") for m in compose.inspect(service).get("Mounts", [])}
             assert "/data/esault" not in mounts, (service, mounts)
-        assert "MANIFESTS " in in_network(compose, LIST_MANIFESTS, env=STORE_ENV)
+        assert "MANIFESTS " in in_network(compose, LIST_MANIFESTS, env=store_env(compose.env))
 
         # The Spark table, with Spark SQL on the compose Spark cluster: every running count exactly once.
         out = run("podman", "exec", "-i", compose.container("spark-worker"), "python", "-",
@@ -425,8 +426,13 @@ assert names, "no checkpoint manifest on the objects service"
 print("MANIFESTS", len(names))
 """
 """The word count's checkpoints, listed on the objects service (the esault services' env points there)."""
-STORE_ENV = {name: value for name, value in yaml.safe_load((REPO / "docker-compose.yml").read_text())
-             ["x-esault-service"]["environment"].items() if name.startswith(("AWS_", "ESAULT_CHECKPOINT"))}
+
+
+def store_env(env: dict[str, str]) -> dict[str, str]:
+    """The esault services' checkpoint-store settings, ${VAR:?...} values taken from the test's `env`."""
+    settings = yaml.safe_load((REPO / "docker-compose.yml").read_text())["x-esault-service"]["environment"]
+    return {name: env[value[2:].split(":", 1)[0]] if str(value).startswith("${") else str(value)
+            for name, value in settings.items() if name.startswith(("AWS_", "ESAULT_CHECKPOINT"))}
 
 KAFKA_CLICKS = 5000
 """Clicks written to the broker's topic `clicks` for the Kafka example (its own default is 20000)."""

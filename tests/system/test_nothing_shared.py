@@ -185,8 +185,11 @@ def test_a_job_with_nothing_shared_but_the_network_is_exact_through_kills_rescal
                                                         "warehouse": str(warehouse), "bootstrap": broker.bootstrap})
         storage = f"s3://{s3.bucket}/nothing-shared"
         env = {**os.environ, **s3.env(), "PYTHONPATH": str(ROOT)}
-        store = ObjectCheckpointStore(ObjectStore(StorageLocation.parse(
-            f"{storage}?endpoint_override={s3.endpoint}&scheme=http").child("shared")))
+        # the test's own view of the store: the server's address and credentials in the URL (this process's
+        # environment has none; the esault processes get them from theirs)
+        ours = (f"{storage}?endpoint_override={s3.endpoint}&scheme=http&region=us-east-1"
+                f"&access_key={s3.env()['AWS_ACCESS_KEY_ID']}&secret_key={s3.env()['AWS_SECRET_ACCESS_KEY']}")
+        store = ObjectCheckpointStore(ObjectStore(StorageLocation.parse(ours).child("shared")))
         running: list[Process] = []
         workers_used = iter(range(1, 9))
 
@@ -238,8 +241,7 @@ def test_a_job_with_nothing_shared_but_the_network_is_exact_through_kills_rescal
             epoch = checkpoints_past(epoch)
             # The Kafka sink stages each epoch on the object store, not on its worker's disk: with the broker
             # stopped, completed epochs wait there to be published (and are, once it answers again).
-            staged = ObjectStore(StorageLocation.parse(
-                f"{storage}?endpoint_override={s3.endpoint}&scheme=http").child("shared", "kafka_sink"))
+            staged = ObjectStore(StorageLocation.parse(ours).child("shared", "kafka_sink"))
             broker.pause()
             try:
                 wait_until(lambda: staged.list(), 60, message="the Kafka sink's staged epochs on the object store")

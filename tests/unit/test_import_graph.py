@@ -24,7 +24,8 @@ asks whether its arguments can travel to a worker). It is ground floor: it impor
 
 FLOORS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("ground", ("esault.errors", "esault.keyhash", "esault.clock", "esault.config", "esault.messages",
-                "esault.aggregates", "esault.user_errors", "esault.metrics", "esault.state", "esault.thread_names")),
+                "esault.aggregates", "esault.user_errors", "esault.metrics", "esault.state", "esault.thread_names",
+                "esault.storage")),
     ("pure cores", ("esault.routing", "esault.elasticity", "esault.migration", "esault.reliability",
                     "esault.joins.chain", "esault.joins.node", "esault.joins.protocol", "esault.joins.queries",
                     "esault.joins.shedding", "esault.joins.worker")),
