@@ -28,7 +28,7 @@ import pytest
 
 from esault.testing import wait_until
 from tests.system.test_across_hosts import _ip
-from tests.system.test_cli_cluster import keys
+from tests.system.test_cli_cluster import TOPOLOGY as CLI_TOPOLOGY, keys
 
 pytestmark = pytest.mark.system
 
@@ -36,23 +36,10 @@ ROOT = Path(__file__).resolve().parents[2]
 WORDS, TOTAL = 53, 3000
 DRIVER_PORT, API_PORT, TOKEN = 7421, 7422, "nothing-shared"
 
-TOPOLOGY = """
+TOPOLOGY = CLI_TOPOLOGY.split("b = TopologyBuilder")[0] + """
 import os
-from esault import Bolt, TopologyBuilder
 from esault.connectors import KafkaSink
-from esault.testing import ListSpout
 from spark_sink import SparkSink
-
-class Paced(ListSpout):
-    '''At most `rate` tuples a second, so the job runs through every step of the test.'''
-    def __init__(self, items, rate):
-        super().__init__(items, per_call=1)
-        import time
-        self.rate, self.t0, self.clock = rate, None, time.monotonic
-    def limit(self):
-        now = self.clock()
-        self.t0 = self.t0 or now
-        return min(len(self.items), int((now - self.t0) * self.rate) + 1)
 
 class RunningCount(Bolt):
     def open(self, context):
