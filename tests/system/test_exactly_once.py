@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 from esault import JobConfig, LocalCluster
-from esault.checkpoint.store import CheckpointStore
+from esault.checkpoint.backends import open_checkpoint_store
 from esault.errors import ScalingError
 from esault.testing import wait_until
 
@@ -384,7 +384,7 @@ def test_a_savepoint_taken_with_the_cli_restarts_the_job_with_another_parallelis
         epoch = int(cli.stdout.split()[1])
         assert job.wait(60), "the spouts ended at the savepoint"
         job.stop()
-        assert CheckpointStore(job.ctx.checkpoint_path).get(epoch).kind == "savepoint"
+        assert open_checkpoint_store(job.ctx).get(epoch).kind == "savepoint"
     job = eo_parts.run_restored(eo_parts.build("eo-save", total, rate=1500, count_parallelism=3),
                                 eo_config(tmp_path, storage), epoch, "count", 3)
     assert_exact(job, total)
