@@ -195,7 +195,7 @@ def stack(env, timings, tmp_path_factory, request) -> Iterator[tuple[Compose, di
     for secret in keys.glob("*.key_secret"):
         os.chown(secret, 185, 185)  # the images' uid: secrets are bind-mounted as they are (deploy/README.md)
     ports = {name: free_port() for name in ("status", "driver_metrics", "spark_master", "spark_worker", "prometheus")}
-    compose = Compose(write_override(tmp, keys, ports, rate=250 if busy else 500), env)
+    compose = Compose(write_override(tmp, keys, ports, rate=300 if busy else 500), env)
     compose("down", "-v", check=False)  # a previous run killed before its teardown
     try:
         started = time.monotonic()

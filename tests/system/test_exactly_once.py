@@ -135,13 +135,14 @@ def three_way_assignment(workload: dict[int, list[tuple[int, int]]], giver: int,
 
 OPERATION_STEPS = [(action, step) for action in ("split", "merge", "assign", "move", "logic")
                    for step in ("prepare", "switch", "handoff")]
-OBJECT_STORE_STEPS = {("split", "giver"), ("merge", "receiver")}
-"""On the object store too: a split's giver and a merge's receiver killed at each step (CI time)."""
+OBJECT_STORE_STEPS = {("split", "handoff", "giver"), ("merge", "switch", "receiver")}
+"""On the object store too (CI time: the rest with EO_STORAGE=s3): a split's giver killed mid-hand-off, a merge's
+receiver once routes switched."""
 
 
 @pytest.mark.parametrize(("action", "step", "victim", "storage"), [
     (action, step, victim, storage) for action, step in OPERATION_STEPS for victim in ("giver", "receiver")
-    for storage in ("sqlite", "s3") if storage == "sqlite" or (action, victim) in OBJECT_STORE_STEPS],
+    for storage in ("sqlite", "s3") if storage == "sqlite" or (action, step, victim) in OBJECT_STORE_STEPS],
     indirect=["storage"])
 def test_a_worker_killed_at_each_step_of_a_split_or_merge_aborts_it_cleanly_and_the_result_is_exact(
         tmp_path, action, step, victim, storage):
