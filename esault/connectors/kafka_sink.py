@@ -79,6 +79,7 @@ class KafkaSink(Bolt):
         self.close_timeout = check_positive(what, "close_timeout", close_timeout)
         self._publisher: TransactionalPublisher | None = None
         self._ledger: OutputLedger | None = None  # exactly_once: what the checkpoints sent, for the end-of-run audit
+        self._resumed = True  # exactly_once, restored: resume() was called
         self._producer: Any = None
         self._buffer: list[list[Any]] = []
         self._tracked = False
@@ -116,6 +117,7 @@ class KafkaSink(Bolt):
                                                      self.marker_topic, stage, context.restored_epoch,
                                                      self.connect_timeout, failpoint=_failpoint())
             self._ledger = OutputLedger(context.restored_epoch)
+            self._resumed = context.restored_epoch is None
             return
         self._tracked = context.guarantee == "at_least_once"
         self._producer = kafka.Producer({**settings, "enable.idempotence": self._tracked})
@@ -183,6 +185,7 @@ class KafkaSink(Bolt):
     def on_checkpoint(self, epoch: int) -> Any:
         if self._publisher is None:
             return None
+        self._resume()
         records, self._buffer = self._buffer, []
         self._ledger.barrier(epoch, len(records))
         return self._publisher.stage_epoch(epoch, records)
@@ -202,6 +205,14 @@ class KafkaSink(Bolt):
     def restore_state(self, state: dict[str, Any]) -> None:
         if self._ledger is not None:
             self._ledger.restore(state)
+            self._resume()
+
+    def _resume(self) -> None:
+        """A restored instance publishes what its checkpoint's completion left to it once the ledger knows what
+        was staged (restore_state() comes after open(); without a state, at the first barrier or the close)."""
+        if not self._resumed and self._publisher is not None:
+            self._resumed = True
+            self._publisher.resume(self._ledger.restored_staged)
 
     def wait_published(self, timeout: float) -> bool:
         """exactly_once: True once every publish asked for so far has run (for tests)."""
@@ -221,6 +232,7 @@ class KafkaSink(Bolt):
         audit: the committed transactions must hold every record the completed checkpoints sent this instance,
         or close() raises OutputMissing with the numbers (the run exits 2, never 0)."""
         if self._publisher is not None:
+            self._resume()
             dropped, self._buffer = len(self._buffer), []
             publisher = self._publisher
             try:
@@ -242,13 +254,22 @@ class KafkaSink(Bolt):
         ledger = self._ledger
         accepted = ledger.accepted
         through = ledger.last_barrier if ledger.last_barrier is not None else ledger.restored_epoch
-        message = (f"KafkaSink {self._unit!r} (transactional id {publisher.transactional_id!r}): the checkpoints up "
-                   f"to epoch {through} sent it {accepted} record(s) and its committed "
-                   f"transactions hold {accepted - missing}: {abs(missing)} record(s) "
-                   f"{'missing' if missing > 0 else 'too many'}. The log above says why (a publish that failed, "
-                   f"a broker that did not answer within close_timeout={self.close_timeout}s, or staged epochs "
-                   f"lost with the disk under {publisher.stage.directory}); run the same command again: it "
-                   "resumes from the last checkpoint and publishes the staged epochs still there")
+        head = (f"KafkaSink {self._unit!r} (transactional id {publisher.transactional_id!r}): the checkpoints up "
+                f"to epoch {through} sent it {accepted} record(s) and its committed transactions hold "
+                f"{accepted - missing}: {abs(missing)} record(s) {'missing' if missing > 0 else 'too many'}. ")
+        if publisher.holes.hole is not None:
+            first, gone = publisher.holes.hole
+            message = head + (
+                f"{gone} staged record(s) from epoch {first} on are gone from {publisher.stage.directory} (lost "
+                "with its disk or store) and cannot be made again: the source's replay starts after them. The sink "
+                "publishes nothing past them, so the topic never looks complete without them; a rerun stops at "
+                "the same place. To go on, run the job from scratch (no checkpoint) into an empty topic")
+        else:
+            message = head + (
+                f"The log above says why (a publish that failed, a broker that did not answer within "
+                f"close_timeout={self.close_timeout}s, or staged epochs lost with the disk under "
+                f"{publisher.stage.directory}); run the same command again: it resumes from the last checkpoint "
+                "and publishes the staged epochs still there")
         log.error("%s", message)
         return OutputMissing(message, abs(missing))
 

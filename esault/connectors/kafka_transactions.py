@@ -13,8 +13,16 @@ Kafka transaction as the publish step:
 3. On open (a restart, a relaunch after a rollback) init_transactions() fences
    any older producer with the same transactional.id and aborts its open
    transaction; the marker M is read back. Staged epochs <= M are deleted
-   (published already), epochs in (M, restored epoch] are published (their
-   checkpoint completed), later ones deleted (the replay makes them again).
+   (published already), later than the restored epoch deleted (the replay
+   makes them again); once the restored state says what was staged, resume()
+   publishes the epochs in (M, restored epoch] (their checkpoint completed).
+4. Never past a hole: before an epoch is published, the records staged for
+   every epoch after the marker up to it (this instance's own stage writes, and
+   what the restored checkpoint says its predecessors staged) must all be in its
+   file. A stage file lost under the sink is not skipped: the marker would then
+   claim it published, and after a crash nothing could tell the lost records
+   from published ones. The sink stops publishing there; its end-of-run count
+   (OutputLedger) fails the run with the records missing.
 
 Records are produced only after their checkpoint completed, each epoch in one
 transaction committed at once: nothing is aborted unless the commit itself is
@@ -31,6 +39,7 @@ import warnings
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any, Callable
 
+from esault.connectors.stage_holes import StageHoles
 from esault.connectors.staging import EpochStage
 from esault.connectors.transaction_journal import journal_from_env
 from esault.errors import ConnectorError
@@ -64,6 +73,8 @@ class TransactionalPublisher:
         self.published: list[int] = []  # epochs this instance committed to Kafka (for tests and logs)
         self.records_published = 0  # the records of those epochs' transactions (the end-of-run audit)
         bootstrap = producer_settings.get("bootstrap.servers")
+        self.restored_epoch = restored_epoch
+        self.holes = StageHoles()  # the records owed per staged epoch: never publish past a lost file
         self._producer_settings = {**producer_settings, "transactional.id": transactional_id}
         self._journal = journal_from_env(transactional_id)  # diagnostics (tests): offsets per transaction
         self.producer: Any = None
@@ -90,8 +101,18 @@ class TransactionalPublisher:
         for epoch in self.stage.epochs():
             if restored_epoch is None or epoch > restored_epoch or epoch <= self.marker:
                 self.stage.delete(epoch)
-        if restored_epoch is not None:
-            self._thread.submit(self._publish_through, restored_epoch)
+
+    def resume(self, staged: dict[int, int] | None = None) -> Future:
+        """A restored instance, once its state is in: publish the staged epochs its restored checkpoint's
+        completion left to it. `staged`: epoch -> records the checkpoint says were staged (OutputLedger), so a
+        stage file lost before this instance opened is found; None: not known (an older esault's checkpoint)."""
+        if self.restored_epoch is None:
+            raise ValueError("resume() is for a publisher opened with a restored epoch")
+        return self._thread.submit(self._resume, dict(staged or {}))
+
+    def _resume(self, staged: dict[int, int]) -> None:
+        self.holes.restored(staged, self.marker, self.restored_epoch)
+        self._publish_through(self.restored_epoch)
 
     def _new_producer(self) -> Any:
         """A producer of this writer's transactional.id: init_transactions() fences every older one and aborts
@@ -132,6 +153,7 @@ class TransactionalPublisher:
             with self._lock:
                 self._carry = records + self._carry
             raise
+        self.holes.wrote(epoch, len(records))
         self._failpoint("staged", epoch)
 
     def publish_through(self, epoch: int) -> Future:
@@ -140,21 +162,34 @@ class TransactionalPublisher:
 
     def _publish_through(self, epoch: int) -> None:
         for staged in self.stage.epochs():
-            if staged > epoch or self._abandoned:
+            if staged > epoch or self._abandoned or self.holes.hole is not None:
                 return
             if staged <= self.marker:
                 self.stage.delete(staged)
                 continue
             try:
-                self._publish(staged)
+                records = self.stage.read(staged)
+                if self._hole_before(staged, len(records)):
+                    return
+                self._publish(staged, records)
             except Exception as exc:  # noqa: BLE001 - kept staged: the next completion or open retries
                 log.error("KafkaSink %r: publishing epoch %d failed (%s); it stays staged and is retried at the "
                           "next completed checkpoint", self.transactional_id, staged, exc)
                 return
 
-    def _publish(self, epoch: int) -> None:
+    def _hole_before(self, epoch: int, records: int) -> bool:
+        """Would publishing `epoch` (its file holding `records`) pass a lost stage file (StageHoles)?"""
+        if self.holes.may_publish(epoch, records, self.marker):
+            return False
+        owed = self.holes.owed_through(epoch, self.marker)
+        log.error("KafkaSink %r: epochs %d..%d staged %d record(s) and the file of epoch %d holds %d: a stage file "
+                  "is gone from %s (lost with its disk or store). Nothing is published past it (the marker would "
+                  "claim it was), and the run fails with the records missing", self.transactional_id,
+                  self.holes.hole[0], epoch, owed, epoch, records, self.stage.directory)
+        return True
+
+    def _publish(self, epoch: int, records: list[StagedRecord]) -> None:
         kafka = self.kafka
-        records = self.stage.read(epoch)
         if self.producer is None:
             self.producer = self._new_producer()
         producer = self.producer
@@ -192,6 +227,7 @@ class TransactionalPublisher:
             self.producer = None
             raise
         self.marker = epoch
+        self.holes.published(epoch)
         self.published.append(epoch)
         self.records_published += len(records)
         if self._journal is not None:

@@ -62,6 +62,12 @@ class OutputLedger:
         self._restored_staged = pending
         self._staged = dict(pending)
 
+    @property
+    def restored_staged(self) -> dict[int, int]:
+        """Epoch -> records the restored checkpoint says were staged and not known published (counted per
+        barrier: a stage write that failed carried its records into the next epoch's file)."""
+        return dict(self._restored_staged)
+
     def barrier(self, epoch: int, records: int) -> None:
         if self.accepted is not None:
             self.accepted += records
