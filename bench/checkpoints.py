@@ -1,6 +1,6 @@
 """What exactly-once costs and how fast it recovers: checkpoint overhead, rollback time, state size.
 
-    python bench/checkpoints.py [--words 12000000] [--rounds 6] [--only overhead|recovery]
+    python bench/checkpoints.py [--words 20000000] [--rounds 4] [--only overhead|recovery]
 
 1. Overhead: the throughput bench's word count (2 worker processes, spouts in
    the workers, unthrottled) under exactly_once with no checkpoint before the
@@ -11,8 +11,9 @@
    of that round's two base runs, the nearest in time (this VM's speed drifts
    by 20% within a minute), and its figure is the median over rounds (issue
    #31's targets: < 3% lower at 2 s, < 8% at 1 s; issue #49's: the S3 store
-   < 5%). Runs last ~10 s each (12M words), so the 1 s interval reaches its
-   steady state (~60k of the 100k words change every second).
+   < 5%). Runs last 10-20 s each (20M words), so the 1 s interval reaches its
+   steady state (~60k of the 100k words change every second; shorter runs
+   leave it in its start, where every checkpoint is large).
 2. Recovery: the same word count on 3 workers, checkpoints every 1 s; one
    worker holding SPUs is killed (SIGKILL) mid-run. Detection (kill -> rollback
    start, bounded by heartbeat_timeout), the rollback's pause (discard +
@@ -407,10 +408,10 @@ def report(words: int, results: dict, rec: dict, heartbeat_timeout: float, resto
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--words", type=int, default=12_000_000, help="per overhead run")
+    parser.add_argument("--words", type=int, default=20_000_000, help="per overhead run")
     parser.add_argument("--recovery-words", type=int, default=10_000_000)
     parser.add_argument("--only", choices=("overhead", "recovery"), help="run one part (prints; docs untouched)")
-    parser.add_argument("--rounds", type=int, default=6, help="even: half the rounds run the modes backwards")
+    parser.add_argument("--rounds", type=int, default=4, help="even: half the rounds run the modes backwards")
     parser.add_argument("--heartbeat-timeout", type=float, default=3.0)
     parser.add_argument("--no-write", action="store_true", help="print only; leave docs/ as it is")
     parser.add_argument("--restore-keys", type=int, default=1_000_000)
