@@ -133,16 +133,19 @@ class ObjectCheckpointStore:
                         return decode(blob)
         return None
 
-    def read_key(self, unit: str, key: Any) -> tuple[bool, Any]:
-        """(found, state) of one key in its latest completed checkpoint (a parked key waking up)."""
-        point = self.latest()
-        if point is None:
-            return False, None
+    def read_key(self, unit: str, key: Any, epoch: int | None = None) -> tuple[bool, Any]:
+        """(found, state) of one key in completed checkpoint `epoch` (its manifest, read once and kept: a parked
+        key waking up costs no LIST of the bucket), or in the latest completed one (one LIST)."""
+        if epoch is None:
+            point = self.latest()
+            if point is None:
+                return False, None
+            epoch = point.epoch
         bucket = bucket_of(key_hash(key))
-        for ref in reversed(self._refs(unit, point.epoch)):
+        for ref in reversed(self._refs(unit, epoch)):
             if not ref.covers(bucket, bucket):
                 continue
-            for b, blob in self._rows(ref, point.epoch):
+            for b, blob in self._rows(ref, epoch):
                 if b != bucket:
                     continue
                 flat = decode(blob)

@@ -212,11 +212,12 @@ class CheckpointStore:
             (unit, epoch, slot)).fetchone())
         return None if row is None else decode(row[0])
 
-    def read_key(self, unit: str, key: Any) -> tuple[bool, Any]:
-        """(found, state) of one key in its latest completed checkpoint (a parked key waking up)."""
+    def read_key(self, unit: str, key: Any, epoch: int | None = None) -> tuple[bool, Any]:
+        """(found, state) of one key in completed checkpoint `epoch` (None: the latest; a parked key waking up)."""
+        last = (1 << 62) if epoch is None else epoch
         cursor = self._retrying(lambda: self._db.execute(
             "SELECT s.entries FROM buckets s JOIN checkpoints c ON c.epoch = s.epoch WHERE s.unit = ? AND s.bucket = ? "
-            "ORDER BY s.epoch DESC, s.rowid DESC", (unit, bucket_of(key_hash(key)))))
+            "AND s.epoch <= ? ORDER BY s.epoch DESC, s.rowid DESC", (unit, bucket_of(key_hash(key)), last)))
         for (blob,) in cursor:
             flat = decode(blob)
             for i in range(0, len(flat), 2):

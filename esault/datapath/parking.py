@@ -40,6 +40,8 @@ class ParkedStates:
         self._who = who  # "topology 'x': bolt 'y'", for the log
         # exactly_once: parked states not yet in a completed checkpoint: key -> (state, epoch written or None)
         self.unsaved: dict[Any, tuple[Any, int | None]] = {}
+        self._newest_completed: int | None = None
+        """The newest checkpoint this SPU was told completed: it holds every parked state memory let go."""
 
     def _state_store(self) -> StateStore:
         if self._store is None:
@@ -103,7 +105,7 @@ class ParkedStates:
         unsaved = self.unsaved.get(key)
         if unsaved is not None:
             return unsaved[0]
-        return self._checkpoint_store().read_key(self._unit, key)[1]
+        return self._checkpoint_store().read_key(self._unit, key, self._newest_completed)[1]
 
     def snapshot_into(self, buckets: dict[int, list], epoch: int) -> None:
         """exactly_once: the states parked since the last snapshot go into checkpoint `epoch`'s buckets."""
@@ -115,6 +117,8 @@ class ParkedStates:
 
     def completed(self, epoch: int) -> None:
         """Checkpoint `epoch` completed: the states it holds are durable there, memory lets them go."""
+        if self._newest_completed is None or epoch > self._newest_completed:
+            self._newest_completed = epoch
         if self.unsaved:
             done = [k for k, (_, written) in self.unsaved.items() if written is not None and written <= epoch]
             for key in done:

@@ -152,6 +152,9 @@ def test_a_parked_key_reads_its_latest_completed_entry_among_its_buckets_neighbo
     assert store.read_key("count", KEYS[0]) == (True, {"n": 2})
     assert store.read_key("count", "other") == (True, {"n": 1})
     assert store.read_key("count", "never-seen") == (False, None)
+    assert store.read_key("count", KEYS[0], epoch=2) == (True, {"n": 2})  # a checkpoint the SPU knows completed
+    assert store.read_key("count", KEYS[0], epoch=1) == (True, {"n": 1})
+    assert store.read_key("count", "other", epoch=2) == (True, {"n": 1})  # unchanged since: an older part has it
 
 
 def test_compaction_leaves_one_row_per_bucket_between_savepoints(tmp_path):

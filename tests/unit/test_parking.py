@@ -21,9 +21,11 @@ class Pe:
 class FakeCheckpointStore:
     def __init__(self, saved: dict[Any, Any]) -> None:
         self.saved = saved
+        self.asked_epochs: list[int | None] = []
 
-    def read_key(self, unit: str, key: Any) -> tuple[int | None, Any]:
+    def read_key(self, unit: str, key: Any, epoch: int | None = None) -> tuple[int | None, Any]:
         assert unit == "count"
+        self.asked_epochs.append(epoch)
         return (1, self.saved.get(key))
 
 
@@ -101,3 +103,4 @@ def test_under_exactly_once_a_parked_state_enters_the_next_snapshot_once_and_lea
     pe = Pe()
     parked.unpark("old", pe)  # not in memory: its latest completed checkpoint has it
     assert pe.state == {"n": 9}
+    assert parked._checkpoint_store().asked_epochs == [4]  # the newest completion it heard of: no store listing
