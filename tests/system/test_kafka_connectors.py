@@ -131,7 +131,7 @@ def test_the_plain_read_by_runs_emits_what_the_per_record_read_emits_tombstones_
 
 
 def test_an_unreachable_broker_fails_the_job_at_start_within_the_connect_timeout_naming_the_address(tmp_path):
-    from esault.testing.kafka import _free_port
+    from esault.testing.server_process import free_port as _free_port
 
     address = f"127.0.0.1:{_free_port()}"  # nothing listens there
     b = TopologyBuilder("kafka-nobroker")

@@ -307,7 +307,7 @@ def test_a_broker_that_does_not_start_a_transactional_producer_is_refused_naming
     import confluent_kafka
 
     from esault.errors import ConnectorError
-    from esault.testing.kafka import _free_port
+    from esault.testing.server_process import free_port as _free_port
 
     address = f"127.0.0.1:{_free_port()}"
     with pytest.raises(ConnectorError, match=f"the broker at '{address}' did not start a transactional producer"
