@@ -13,7 +13,7 @@ import os
 import socket
 import threading
 import time
-from typing import Any
+from typing import Any, Callable
 
 import pykka
 
@@ -147,11 +147,13 @@ class WorkerControl:
 class HostActor(pykka.ThreadingActor):
     """Starts and stops this worker's SPUs; one JobContext per topology."""
 
-    def __init__(self, postman: Postman, done: threading.Event, stop_timeout: float = SPU_STOP_TIMEOUT) -> None:
+    def __init__(self, postman: Postman, done: threading.Event, stop_timeout: float = SPU_STOP_TIMEOUT,
+                 spus_stopped: Callable[[], None] = lambda: None) -> None:
         super().__init__()
         self.postman = postman
         self.done = done
         self.stop_timeout = stop_timeout
+        self._spus_stopped = spus_stopped  # their state is garbage now: the GC freezer releases it (gc_policy)
         self.jobs: dict[str, JobContext] = {}
         self.spus: dict[int, Any] = {}
         self.topology_of: dict[int, str] = {}
@@ -276,6 +278,7 @@ class HostActor(pykka.ThreadingActor):
             except pykka.Timeout:
                 self.stuck(message.spu_id)
             self.postman.unregister(f"spu-{message.spu_id}")
+            self._spus_stopped()
         topology = self.topology_of.pop(message.spu_id, None)
         if topology is not None and topology not in self.topology_of.values():
             # The job's last SPU here stopped: its counts and settings go, before the driver hears
@@ -322,14 +325,15 @@ def run_worker(driver: str, keys: WorkerKeys, name: str | None = None, bind_host
     done = threading.Event()
     hosting = DriverLiveness()
     postman.register("control", WorkerControl(postman, hosting))
-    host = postman.start_and_register("host", lambda: HostActor.start(postman, done, stop_timeout))
+    collector = GcFreezer(time.monotonic())
+    host = postman.start_and_register("host", lambda: HostActor.start(postman, done, stop_timeout,
+                                                                      collector.release_soon))
     postman.connect(DRIVER, endpoint)
     postman.send(DRIVER, "cluster", WorkerHello(name, postman.address, os.getpid()))
     log.info("worker %s joining driver %s from %s", name, driver, postman.address)
     started = time.monotonic()
     samples = SampleSender()
     gc_enter(JobConfig().gc_gen0_threshold)  # the policy a driver applies while its jobs run (job/gc_policy.py)
-    collector = GcFreezer(time.monotonic())
     code = int(ExitCode.NO_DRIVER)  # what an exception out of the loop (DriverUnreachable) exits with
     try:
         while not done.wait(HEARTBEAT_INTERVAL):

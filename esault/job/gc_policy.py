@@ -17,6 +17,11 @@ generations are collected and what survived is frozen (gc.freeze), so the
 collector sees only younger objects; every `thaw_every` seconds everything is
 thawed (gc.unfreeze) and the next full collection reclaims cycles that became
 garbage while frozen: memory held by such cycles is bounded by that period.
+When SPUs stop (a job's end, a merge's retired SPU, a rollback), their PE
+tables became garbage at once, in cycles (a PE refers to its SPU): the worker
+asks for a release (`release_soon()`), and the next step thaws and runs one
+full collection, so a worker running job after job does not hold each one's
+state for five minutes (measured: +17 MB per word-count job on each worker).
 A driver is the user's process: it is not frozen.
 """
 
@@ -64,9 +69,21 @@ class GcFreezer:
         self._gc = collector
         self._frozen_at = now
         self._thawed_at = now
+        self._release = threading.Event()
+
+    def release_soon(self) -> None:
+        """Objects just became garbage in bulk (SPUs stopped): the next step thaws and collects in full. Any
+        thread may call it; calls before one step make one release."""
+        self._release.set()
 
     def step(self, now: float) -> str | None:
-        """What this call did: "thaw", "freeze" or None."""
+        """What this call did: "release", "thaw", "freeze" or None."""
+        if self._release.is_set():
+            self._release.clear()
+            self._gc.unfreeze()
+            self._gc.collect(2)
+            self._thawed_at = self._frozen_at = now
+            return "release"
         if now - self._thawed_at >= self.thaw_every:
             self._gc.unfreeze()
             self._thawed_at = self._frozen_at = now

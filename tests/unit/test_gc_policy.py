@@ -64,3 +64,14 @@ def test_with_the_real_collector_objects_are_frozen_and_thawed() -> None:
 def test_periods_that_cannot_work_are_refused() -> None:
     with pytest.raises(ValueError, match="freeze_every"):
         GcFreezer(0.0, freeze_every=5.0, thaw_every=5.0)
+
+
+def test_a_release_asked_from_another_thread_thaws_and_collects_in_full_at_the_next_step() -> None:
+    rec = Recorder()
+    policy = GcFreezer(0.0, freeze_every=1.0, thaw_every=300.0, collector=rec)
+    assert policy.step(1.0) == "freeze"
+    policy.release_soon()
+    policy.release_soon()  # SPUs stopping together: one release
+    assert policy.step(1.2) == "release"
+    assert rec.calls == ["collect1", "freeze", "unfreeze", "collect2"]
+    assert policy.step(1.4) is None and policy.step(2.2) == "freeze"  # frozen again a period later
