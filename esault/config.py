@@ -320,6 +320,10 @@ OTHER_VARIABLES = {
     "ESAULT_SPARK_MASTER": "the Spark sink's master URL (spark_sink.session)",
     "ESAULT_SPARK_WAREHOUSE": "the Spark sink's warehouse folder (spark_sink.session)",
     "ESAULT_SINK_FAILPOINT": "crash tests of the Spark sink (spark_sink.failpoints)",
+    "ESAULT_KAFKA_SINK_FAILPOINT": "crash tests of the Kafka sink (esault.connectors.failpoints)",
+    "ESAULT_KAFKA_SOURCE_FAILPOINT": "crash tests of the Kafka source (esault.connectors.failpoints)",
+    "ESAULT_KAFKA_SINK_JOURNAL": "the Kafka sink's transaction journal, for tests (esault.connectors.transaction_journal)",
+    "ESAULT_TANSU_BIN": "the test broker's binary (esault.testing.kafka)",
     "ESAULT_TAG": "the image tag docker-compose.yml runs",
     "ESAULT_KAFKA_BOOTSTRAP": "examples/kafka_clicks.py's broker (without it, the example starts one of its own)",
 }

@@ -21,6 +21,7 @@ from typing import Any
 from esault.connectors.codecs import resolve_codec
 from esault.connectors.kafka_source import kafka_client
 from esault.connectors.kafka_transactions import TransactionalPublisher, close_client
+from esault.connectors.failpoints import SINK_FAILPOINT_ENV, failpoint_from_env
 from esault.connectors.output_ledger import OutputLedger
 from esault.connectors.settings import SINK_OWNED, check_bootstrap, check_config, check_positive
 from esault.connectors.staging import EpochStage
@@ -287,20 +288,5 @@ class KafkaSink(Bolt):
 
 
 def _failpoint() -> Any:
-    """ESAULT_KAFKA_SINK_FAILPOINT=<step>: SIGKILL this process the first time a publish reaches <step>
-    ("staged", "produced", "committing", "committed"; tests only)."""
-    import os
-
-    spec = os.environ.get("ESAULT_KAFKA_SINK_FAILPOINT")
-    if not spec:
-        return None
-    step = spec
-
-    def hit(at: str, epoch: int) -> None:
-        if at == step:
-            import signal
-
-            log.warning("failpoint %s at epoch %d: SIGKILL", at, epoch)
-            os.kill(os.getpid(), signal.SIGKILL)
-
-    return hit
+    """ESAULT_KAFKA_SINK_FAILPOINT (esault.connectors.failpoints): kill -9 at a publish step (tests only)."""
+    return failpoint_from_env(SINK_FAILPOINT_ENV, log)

@@ -22,6 +22,7 @@ from operator import itemgetter
 from typing import Any, Callable
 
 from esault.connectors.codecs import resolve_codec
+from esault.connectors.failpoints import SOURCE_FAILPOINT_ENV, failpoint_from_env
 from esault.connectors.partitions import (
     AckedOffsets, PartitionOffsets, TimeAligner, TopicPartition, increasing, matching, merge_positions,
     newly_owned, owned, partitions_read,
@@ -172,6 +173,7 @@ class KafkaSource(Spout):
         """True from a metadata refresh the brokers did not answer until one they answer (logged both times)."""
         self._acked = AckedOffsets()  # at_least_once: what the group may be told was processed
         self._next_commit = 0.0
+        self._failpoint = failpoint_from_env(SOURCE_FAILPOINT_ENV, log)  # kill -9 tests only
         self._next_refresh = 0.0
 
     @staticmethod
@@ -620,6 +622,8 @@ class KafkaSource(Spout):
         kafka = kafka_client()
         nexts, _ = PartitionOffsets.read(position)
         if nexts:
+            if self._failpoint is not None:
+                self._failpoint("committing", epoch)
             self._consumer.commit(offsets=[kafka.TopicPartition(t, p, o) for (t, p), o in nexts.items()],
                                   asynchronous=True)
 

@@ -36,7 +36,7 @@ import logging
 import threading
 import time
 import warnings
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor, wait
 from typing import Any, Callable
 
 from esault.connectors.stage_holes import StageHoles
@@ -45,6 +45,11 @@ from esault.connectors.transaction_journal import journal_from_env
 from esault.errors import ConnectorError
 
 log = logging.getLogger("esault.connectors.kafka")
+
+ABANDON_WAIT = 30.0
+"""Seconds a rollback waits for a publish that is running (a broker that does not answer): below the SPU's stop
+timeout (45 s), past which its worker would exit as stuck. Past it the publish goes on alone on its thread until
+the broker answers or the next instance's init_transactions() fences it."""
 
 COMMIT_PATIENCE = 120.0
 """Seconds a publish keeps retrying a transaction step that failed with a retriable error (a broker that is
@@ -55,7 +60,9 @@ StagedRecord = list  # [topic, partition (-1: the producer picks), key, value, h
 
 
 class TransactionalPublisher:
-    """Stage and publish epochs of one sink instance; every step runs on one thread, in call order."""
+    """Stage and publish epochs of one sink instance. Stage writes run on one thread and publishes on another,
+    each in call order: a publish that waits for a broker that went away must not hold the next barrier's stage
+    write (its checkpoint would time out, and roll the job back, for a broker outage the publish rides out)."""
 
     def __init__(self, kafka: Any, producer_settings: dict[str, Any], transactional_id: str, marker_topic: str,
                  stage: EpochStage, restored_epoch: int | None, timeout: float,
@@ -96,7 +103,8 @@ class TransactionalPublisher:
         self.opened_marker = self.marker
         """The marker as this instance found it: the staged epochs after it, up to the restored one, are its own
         to publish (OutputLedger)."""
-        self._thread = ThreadPoolExecutor(1, thread_name_prefix=f"kafka-sink-{transactional_id}")
+        self._stager = ThreadPoolExecutor(1, thread_name_prefix=f"kafka-stage-{transactional_id}")
+        self._thread = ThreadPoolExecutor(1, thread_name_prefix=f"kafka-sink-{transactional_id}")  # publishes
         self.stage.delete_leftovers()
         for epoch in self.stage.epochs():
             if restored_epoch is None or epoch > restored_epoch or epoch <= self.marker:
@@ -111,7 +119,8 @@ class TransactionalPublisher:
         return self._thread.submit(self._resume, dict(staged or {}))
 
     def _resume(self, staged: dict[int, int]) -> None:
-        self.holes.restored(staged, self.marker, self.restored_epoch)
+        with self._lock:
+            self.holes.restored(staged, self.marker, self.restored_epoch)
         self._publish_through(self.restored_epoch)
 
     def _new_producer(self) -> Any:
@@ -140,7 +149,7 @@ class TransactionalPublisher:
 
     def stage_epoch(self, epoch: int, records: list[StagedRecord]) -> Future:
         """Phase one: the Future completes once epoch `epoch`'s records are durable (or fails with why)."""
-        return self._thread.submit(self._stage, epoch, records)
+        return self._stager.submit(self._stage, epoch, records)
 
     def _stage(self, epoch: int, records: list[StagedRecord]) -> None:
         with self._lock:
@@ -153,7 +162,8 @@ class TransactionalPublisher:
             with self._lock:
                 self._carry = records + self._carry
             raise
-        self.holes.wrote(epoch, len(records))
+        with self._lock:
+            self.holes.wrote(epoch, len(records))
         self._failpoint("staged", epoch)
 
     def publish_through(self, epoch: int) -> Future:
@@ -179,9 +189,10 @@ class TransactionalPublisher:
 
     def _hole_before(self, epoch: int, records: int) -> bool:
         """Would publishing `epoch` (its file holding `records`) pass a lost stage file (StageHoles)?"""
-        if self.holes.may_publish(epoch, records, self.marker):
-            return False
-        owed = self.holes.owed_through(epoch, self.marker)
+        with self._lock:
+            if self.holes.may_publish(epoch, records, self.marker):
+                return False
+            owed = self.holes.owed_through(epoch, self.marker)
         log.error("KafkaSink %r: epochs %d..%d staged %d record(s) and the file of epoch %d holds %d: a stage file "
                   "is gone from %s (lost with its disk or store). Nothing is published past it (the marker would "
                   "claim it was), and the run fails with the records missing", self.transactional_id,
@@ -227,7 +238,8 @@ class TransactionalPublisher:
             self.producer = None
             raise
         self.marker = epoch
-        self.holes.published(epoch)
+        with self._lock:
+            self.holes.published(epoch)
         self.published.append(epoch)
         self.records_published += len(records)
         if self._journal is not None:
@@ -268,19 +280,35 @@ class TransactionalPublisher:
 
     def wait_idle(self, timeout: float) -> bool:
         """True once every step queued so far ran (False after `timeout`)."""
-        return self._thread.submit(lambda: None).exception(timeout) is None if timeout > 0 else False
+        if timeout <= 0:
+            return False
+        deadline = time.monotonic() + timeout
+        for pool in (self._stager, self._thread):
+            if pool.submit(lambda: None).exception(max(0.0, deadline - time.monotonic())) is not None:
+                return False
+        return True
 
     def abandon(self) -> None:
-        """A rollback: nothing more is staged or published; a publish running now finishes (its checkpoint
-        completed, and a transaction cut short would be aborted: records some brokers still show), waiting
-        for a broker that does not answer for up to `patience` seconds."""
+        """A rollback: nothing more is staged or published; a publish running now may finish (its checkpoint
+        completed, and a transaction cut short would be aborted: records some brokers still show) for up to
+        ABANDON_WAIT seconds; past that it goes on alone and releases the clients itself when it ends."""
         self._abandoned = True
-        self._thread.shutdown(wait=True, cancel_futures=True)
-        self._release()
+        self._stager.shutdown(wait=True, cancel_futures=True)
+        released = self._thread.submit(self._release)  # after the running publish; queued ones see _abandoned
+        self._thread.shutdown(wait=False)
+        try:
+            released.result(ABANDON_WAIT)
+        except TimeoutError:
+            log.error("KafkaSink %r: a rollback found a publish still waiting for the broker after %gs; it goes on "
+                      "alone (the next instance's producer fences it)", self.transactional_id, ABANDON_WAIT)
 
     def close(self, timeout: float) -> None:
-        """A normal stop: publishes already asked for get `timeout`; then the thread and clients are released."""
+        """A normal stop: stage writes and publishes already asked for get `timeout`; then the threads and
+        clients are released."""
         done = threading.Event()
+        staged = self._stager.submit(lambda: None)
+        self._stager.shutdown(wait=False)
+        wait([staged], timeout)
         self._thread.submit(done.set)
         if not done.wait(timeout):
             log.error("KafkaSink %r: publishes still running after %ss at close; a restart publishes the "

@@ -66,16 +66,30 @@ _free_port = free_port  # the name tests used before ServerProcess
 
 
 class KafkaBroker(ServerProcess):
-    """One Tansu broker process with in-memory storage on <host>:<port>; `bootstrap` is its address.
+    """One Tansu broker process on <host>:<port>, its storage in memory or in an S3 server's bucket;
+    `bootstrap` is its address.
 
-    `pause()`/`resume()` send SIGSTOP/SIGCONT (a broker that stops answering without closing sockets).
+    `pause()`/`resume()` send SIGSTOP/SIGCONT (a broker that stops answering without closing sockets);
+    `kill()` then `start()` is a broker crash and restart on the same address (with `objects`, nothing lost).
     """
 
     what = "the tansu broker"
 
-    def __init__(self, port: int | None = None, start_timeout: float = 20.0, host: str = "127.0.0.1") -> None:
+    def __init__(self, port: int | None = None, start_timeout: float = 20.0, host: str = "127.0.0.1",
+                 objects: Any = None) -> None:
+        """`objects`: an esault.testing.s3.S3Server whose bucket keeps the broker's topics, groups and
+        transactions (Tansu's s3:// storage), so a broker killed with kill() and started again has them all;
+        None: in memory, gone with the process."""
         super().__init__(host, port, start_timeout)
+        self.objects = objects
         self._admin: Any = None
+
+    def process_env(self) -> dict[str, str] | None:
+        if self.objects is None:
+            return None
+        # Tansu's object storage (the Rust object_store crate) reads these, not the AWS SDK's names alone
+        return {**os.environ, **self.objects.env(), "AWS_DEFAULT_REGION": "us-east-1",
+                "AWS_ENDPOINT": f"http://{self.objects.endpoint}", "AWS_ALLOW_HTTP": "true"}
 
     @property
     def bootstrap(self) -> str:
@@ -84,8 +98,9 @@ class KafkaBroker(ServerProcess):
     def command(self) -> list[str]:
         url = f"tcp://{self.host}:{self.port}"
         self._admin = None
+        storage = "memory://tansu/" if self.objects is None else f"s3://{self.objects.bucket}/"
         return [tansu_binary(), "broker", "--listener-url", url, "--advertised-listener-url", url,
-                "--storage-engine", "memory://tansu/"]
+                "--storage-engine", storage]
 
     def probe(self) -> None:
         from confluent_kafka.admin import AdminClient

@@ -57,6 +57,10 @@ class ServerProcess:
         """Return once the server answered one request; raise (anything) while it does not yet."""
         raise NotImplementedError
 
+    def process_env(self) -> dict[str, str] | None:
+        """The server process's environment (None: this process's)."""
+        return None
+
     # --- lifecycle -----------------------------------------------------------------------
 
     def start(self, attempts: int = 3) -> "ServerProcess":
@@ -78,8 +82,11 @@ class ServerProcess:
 
     def _start(self) -> "ServerProcess":
         command = self.command()
+        if self._log is not None:  # a server started again after kill(): its earlier output is not needed
+            self._log.close()
         self._log = tempfile.TemporaryFile()  # noqa: SIM115 - closed in stop(); read when the start fails
-        self.process = subprocess.Popen(command, stdout=self._log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+        self.process = subprocess.Popen(command, stdout=self._log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                        env=self.process_env())
         try:
             self._wait_until_it_answers()
         except BaseException:
@@ -131,6 +138,15 @@ class ServerProcess:
     def resume(self) -> None:
         assert self.process is not None
         self.process.send_signal(signal.SIGCONT)
+
+    def kill(self) -> None:
+        """kill -9 the server and reap it, keeping its port (clients hold the address) for start() again."""
+        process, self.process = self.process, None
+        if process is not None and process.poll() is None:
+            process.send_signal(signal.SIGCONT)
+            process.kill()
+            process.wait(10)
+        self._fixed_port = True
 
     def stop(self) -> None:
         """Kill the server (SIGKILL: what it keeps in memory goes with it) and reap it."""

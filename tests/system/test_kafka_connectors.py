@@ -383,13 +383,14 @@ def test_the_test_broker_starts_on_another_port_when_its_port_was_taken_before_i
     import socket
 
     from esault.testing import kafka as kafka_testing
+    from esault.testing import server_process
 
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))
         taken.listen()
         ports = iter([taken.getsockname()[1]])
-        real = kafka_testing._free_port
-        monkeypatch.setattr(kafka_testing, "_free_port", lambda: next(ports, None) or real())
+        real = server_process.free_port
+        monkeypatch.setattr(server_process, "free_port", lambda host="127.0.0.1": next(ports, None) or real(host))
         with kafka_testing.KafkaBroker() as broker:
             assert broker.port != taken.getsockname()[1]
             broker.create_topic("t", 1)

@@ -22,7 +22,7 @@ from esault import JobConfig, TopologyBuilder
 from esault.connectors import KafkaSink
 from esault.connectors.kafka_transactions import TransactionalPublisher
 from esault.connectors.staging import EpochStage
-from esault.testing import ListSpout, run_to_completion
+from esault.testing import ListSpout, run_to_completion, wait_until
 
 pytestmark = pytest.mark.system
 
@@ -447,3 +447,32 @@ def test_a_restored_sink_that_publishes_what_it_owes_passes_the_audit(out, tmp_p
     again.on_checkpoint_complete(2)
     again.close()
     assert values(out) == ["0", "1", "2", "9"]
+
+
+def test_a_publish_waiting_for_a_stopped_broker_does_not_hold_the_next_barriers_stage_write(out, tmp_path):
+    """Staging and publishing run on threads of their own: with one thread, the stage write of the next barrier
+    queued behind a publish that rode out a broker outage, its checkpoint timed out and the job rolled back
+    (and the rollback's wait for that publish outlasted the SPU's stop timeout: the worker exited as stuck)."""
+    import confluent_kafka
+
+    outage = threading.Event()
+
+    def stop_the_broker(at: str, epoch: int) -> None:
+        if at == "produced" and not outage.is_set():
+            outage.set()
+            out.pause()
+
+    p = TransactionalPublisher(confluent_kafka, {"bootstrap.servers": out.bootstrap}, "esault.test.sink.i0", "out",
+                               EpochStage(tmp_path / "stage"), None, timeout=1.0, failpoint=stop_the_broker)
+    try:
+        p.stage_epoch(1, records("a")).result(10)
+        publishing = p.publish_through(1)
+        wait_until(outage.is_set, 30, message="the publish of epoch 1 reaching the broker's outage")
+        p.stage_epoch(2, records("b")).result(10)  # on the old code: TimeoutError, behind the waiting publish
+        assert not publishing.done()
+    finally:
+        out.resume()
+    publishing.result(60)
+    p.publish_through(2).result(30)
+    p.close(10)
+    assert values(out) == ["a", "b"]
