@@ -56,6 +56,8 @@ VARIANTS = {
     "at_least_once (no checkpoints, XOR replay)": {"guarantee": "at_least_once"},
 }
 S3_VARIANT = "exactly_once, checkpoint every 2 s, on an S3 store (moto, 127.0.0.1)"
+S3_SETTINGS = VARIANTS["exactly_once, checkpoint every 2 s (default)"]
+"""The S3 mode's settings (its checkpoint_storage URL is added per run: each run a prefix of its own)."""
 TARGETS = {"exactly_once, checkpoint every 2 s (default)": 0.03, "exactly_once, checkpoint every 1 s": 0.08,
            S3_VARIANT: 0.05}
 """What checkpoints may cost (issue #31): the throughput lost against the same job whose only checkpoint is the
@@ -106,7 +108,7 @@ def checkpoint_work_share(threads: dict[str, float], snapshot_us: int, words: in
 def overhead(path: Path, expected, rounds: int, s3_url: Callable[[str], str], store_pid: int) -> dict[str, dict]:
     """`s3_url(prefix)`: a checkpoint_storage URL on the bench's S3 server; each S3 run gets a prefix of its own
     (one run's checkpoints would make the next resume from them)."""
-    variants = {**VARIANTS, S3_VARIANT: {"guarantee": "exactly_once", "checkpoint_interval": 2.0}}
+    variants = {**VARIANTS, S3_VARIANT: S3_SETTINGS}
     results = {name: {"rates": [], "cpu_us_per_word": [], "exact": True, "checkpoints": [], "durations": [],
                       "threads": [], "work_share": [], "written": [], "store_cpu_us_per_word": [],
                       "ratios": [], "cpu_ratios": [], "thread_diffs": []}
@@ -160,7 +162,7 @@ def side_by_side(path: Path, expected, rounds: int, s3_url: Callable[[str], str]
     with LocalCluster(workers=2) as left, LocalCluster(workers=2) as right:
         for i in range(rounds):
             for name in SIDE_BY_SIDE:
-                variant = {**VARIANTS.get(name, {"guarantee": "exactly_once", "checkpoint_interval": 2.0})}
+                variant = dict(S3_SETTINGS if name == S3_VARIANT else VARIANTS[name])
                 if name == S3_VARIANT:
                     variant["checkpoint_storage"] = s3_url(f"side-{i}")
                 base_cluster, variant_cluster = (left, right) if i % 2 == 0 else (right, left)

@@ -39,7 +39,7 @@ def failpoint_from_env(variable: str, log: logging.Logger) -> Callable[[str, int
         if victim is None:
             log.warning("failpoint %s at epoch %d: SIGKILL of this process", at, epoch)
             os.kill(os.getpid(), signal.SIGKILL)
-        if _is_a_broker(victim):
+        elif _is_a_broker(victim):
             log.warning("failpoint %s at epoch %d: SIGKILL of the broker (pid %d)", at, epoch, victim)
             os.kill(victim, signal.SIGKILL)
 

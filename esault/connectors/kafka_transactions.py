@@ -4,7 +4,7 @@ The protocol is the Spark sink's (docs/SPARK_SINK.md, "Exactly-once"), with a
 Kafka transaction as the publish step:
 
 1. At barrier e the epoch's records are staged to a file (EpochStage), durably,
-   on this class's one thread; the checkpoint waits for that Future.
+   on the stage thread; the checkpoint waits for that Future.
 2. When checkpoint e completes, every staged epoch <= e is produced, in epoch
    order, each in one transaction that also commits offset e of partition 0 of
    the marker topic for the writer's own consumer group (TxnOffsetCommit). So
@@ -192,11 +192,11 @@ class TransactionalPublisher:
         with self._lock:
             if self.holes.may_publish(epoch, records, self.marker):
                 return False
-            owed = self.holes.owed_through(epoch, self.marker)
+            first, gone = self.holes.hole
         log.error("KafkaSink %r: epochs %d..%d staged %d record(s) and the file of epoch %d holds %d: a stage file "
                   "is gone from %s (lost with its disk or store). Nothing is published past it (the marker would "
                   "claim it was), and the run fails with the records missing", self.transactional_id,
-                  self.holes.hole[0], epoch, owed, epoch, records, self.stage.directory)
+                  first, epoch, gone + records, epoch, records, self.stage.directory)
         return True
 
     def _publish(self, epoch: int, records: list[StagedRecord]) -> None:

@@ -54,7 +54,3 @@ class StageHoles:
             return True
         self.hole = (owed[0][0], total - records)
         return False
-
-    def owed_through(self, epoch: int, marker: int) -> int:
-        """Records owed in (marker, epoch] (for messages)."""
-        return sum(n for e, n in self._owed.items() if marker < e <= epoch)

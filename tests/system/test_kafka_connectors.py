@@ -131,9 +131,9 @@ def test_the_plain_read_by_runs_emits_what_the_per_record_read_emits_tombstones_
 
 
 def test_an_unreachable_broker_fails_the_job_at_start_within_the_connect_timeout_naming_the_address(tmp_path):
-    from esault.testing.server_process import free_port as _free_port
+    from esault.testing.server_process import free_port
 
-    address = f"127.0.0.1:{_free_port()}"  # nothing listens there
+    address = f"127.0.0.1:{free_port()}"  # nothing listens there
     b = TopologyBuilder("kafka-nobroker")
     b.set_spout("orders", KafkaSource, params={"topic": "orders", "bootstrap": address, "connect_timeout": 2.0})
     b.set_bolt("c", CollectorBolt).shuffle_grouping("orders")

@@ -259,6 +259,20 @@ def _open_sink(broker, tmp_path: Path, instance: int = 0, restored: int | None =
     return sink
 
 
+def _successor_with_one_more_record(broker, tmp_path: Path, restored: int, state: dict) -> KafkaSink:
+    """The instance restored from checkpoint `restored` (with its sink state): one more record, and the next
+    checkpoint completed."""
+    from esault.dsl.tuple import Tuple
+
+    again = _open_sink(broker, tmp_path, restored=restored)
+    again.restore_state(state)
+    again.process(Tuple("k9", 9))
+    again.snapshot_state()
+    again.on_checkpoint(restored + 1).result(10)
+    again.on_checkpoint_complete(restored + 1)
+    return again
+
+
 def test_the_sink_stages_a_checkpoints_records_at_its_barrier_and_produces_them_only_when_it_completes(
         out, tmp_path):
     """The mutation "publish at the barrier" fails here (the random kill -9 tests rarely cut between a
@@ -307,9 +321,9 @@ def test_a_broker_that_does_not_start_a_transactional_producer_is_refused_naming
     import confluent_kafka
 
     from esault.errors import ConnectorError
-    from esault.testing.server_process import free_port as _free_port
+    from esault.testing.server_process import free_port
 
-    address = f"127.0.0.1:{_free_port()}"
+    address = f"127.0.0.1:{free_port()}"
     with pytest.raises(ConnectorError, match=f"the broker at '{address}' did not start a transactional producer"
                                              r".*guarantee='at_least_once'"):
         TransactionalPublisher(confluent_kafka, {"bootstrap.servers": address}, "esault.t.i0", "out",
@@ -380,12 +394,7 @@ def test_a_restored_sink_whose_staged_epoch_was_lost_with_its_disk_fails_at_the_
     sink.abandon()  # died before checkpoint 1's completion reached it
     for f in (tmp_path / "kafka_sink").rglob("*.msgpack"):
         f.unlink()
-    again = _open_sink(out, tmp_path, restored=1)
-    again.restore_state(state)
-    again.process(Tuple("k9", 9))
-    again.snapshot_state()
-    again.on_checkpoint(2).result(10)
-    again.on_checkpoint_complete(2)
+    again = _successor_with_one_more_record(out, tmp_path, 1, state)
     with pytest.raises(OutputMissing, match=r"sent it 5 record\(s\) and its committed transactions hold 0: "
                                             r"5 record\(s\) missing\. 4 staged record\(s\) from epoch 1 on are "
                                             r"gone") as caught:
@@ -417,12 +426,7 @@ def test_a_stage_file_lost_under_a_running_sink_is_not_published_past_and_stays_
     assert sink.wait_published(10)
     assert values(out) == []
     sink.abandon()  # the crash
-    again = _open_sink(out, tmp_path, restored=2)
-    again.restore_state(state)
-    again.process(Tuple("k9", 9))
-    again.snapshot_state()
-    again.on_checkpoint(3).result(10)
-    again.on_checkpoint_complete(3)
+    again = _successor_with_one_more_record(out, tmp_path, 2, state)
     with pytest.raises(OutputMissing, match=r"sent it 6 record\(s\) and its committed transactions hold 0: "
                                             r"6 record\(s\) missing") as caught:
         again.close()
@@ -439,12 +443,7 @@ def test_a_restored_sink_that_publishes_what_it_owes_passes_the_audit(out, tmp_p
     state = sink.snapshot_state()
     sink.on_checkpoint(1).result(10)
     sink.abandon()
-    again = _open_sink(out, tmp_path, restored=1)  # publishes staged epoch 1 at open
-    again.restore_state(state)
-    again.process(Tuple("k9", 9))
-    again.snapshot_state()
-    again.on_checkpoint(2).result(10)
-    again.on_checkpoint_complete(2)
+    again = _successor_with_one_more_record(out, tmp_path, 1, state)
     again.close()
     assert values(out) == ["0", "1", "2", "9"]
 
