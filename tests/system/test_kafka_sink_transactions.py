@@ -458,8 +458,8 @@ def test_a_publish_waiting_for_a_stopped_broker_does_not_hold_the_next_barriers_
 
     def stop_the_broker(at: str, epoch: int) -> None:
         if at == "produced" and not outage.is_set():
-            outage.set()
             out.pause()
+            outage.set()  # after the pause: the test's resume() must not land between SIGSTOP and the stop
 
     p = TransactionalPublisher(confluent_kafka, {"bootstrap.servers": out.bootstrap}, "esault.test.sink.i0", "out",
                                EpochStage(tmp_path / "stage"), None, timeout=1.0, failpoint=stop_the_broker)
