@@ -6,7 +6,7 @@
 It runs the ``prometheus`` binary (Debian package ``prometheus``) on
 127.0.0.1 with a free port, a temporary config that scrapes the given
 ``host:port`` targets every second, and temporary TSDB storage; leaving the
-``with`` block terminates it and deletes the directory. Waiting is always a
+``with`` block kills it and deletes the directory. Waiting is always a
 condition polled against a deadline, never a bare sleep.
 """
 
@@ -16,8 +16,6 @@ import json
 import math
 import re
 import shutil
-import socket
-import subprocess
 import tempfile
 import threading
 import time
@@ -26,22 +24,26 @@ import urllib.parse
 import urllib.request
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from types import TracebackType
 from typing import Any
 
 import yaml
 
+from esault.errors import ConfigError
+from esault.testing.server_process import ServerProcess
+
 PROMETHEUS_BINARY = "prometheus"
 _POLL_INTERVAL = 0.1
-_START_ATTEMPTS = 3
 
 
 class PrometheusError(AssertionError):
-    """Prometheus did not start, answered an error, or a wait ran out of time."""
+    """Prometheus answered an error, or a wait ran out of time."""
 
 
-class PrometheusServer:
-    """One Prometheus process scraping ``targets`` (``"host:port"`` strings) at /metrics."""
+class PrometheusServer(ServerProcess):
+    """One Prometheus process scraping ``targets`` (``"host:port"`` strings) at /metrics; started, paused and
+    killed by its own pid as every test server is (ServerProcess)."""
+
+    what = "prometheus"
 
     def __init__(
         self,
@@ -54,105 +56,51 @@ class PrometheusServer:
     ) -> None:
         if not targets:
             raise ValueError("PrometheusServer needs at least one 'host:port' target to scrape")
+        super().__init__(start_timeout=startup_timeout)
         self.targets = list(targets)
         self._poll_gate = threading.Event()
         self.scrape_interval = scrape_interval
         self.job = job
-        self.startup_timeout = startup_timeout
         self.binary = binary
-        self.port: int | None = None
         self._dir: Path | None = None
-        self._process: subprocess.Popen[bytes] | None = None
-        self._log_path: Path | None = None
-
-    # -- lifecycle ---------------------------------------------------------
 
     @property
     def url(self) -> str:
-        if self.port is None:
+        if self.process is None:
             raise PrometheusError("PrometheusServer is not running; use it as a context manager")
-        return f"http://127.0.0.1:{self.port}"
+        return f"http://{self.address}"
 
-    def start(self) -> PrometheusServer:
+    def command(self) -> list[str]:
         executable = shutil.which(self.binary)
         if executable is None:
-            raise PrometheusError(
-                f"{self.binary!r} is not on PATH; install it with `apt-get install prometheus`"
-            )
-        self._dir = Path(tempfile.mkdtemp(prefix="esault-prometheus-"))
+            raise ConfigError(f"{self.binary!r} is not on PATH; install it with `apt-get install prometheus`")
+        if self._dir is None:
+            self._dir = Path(tempfile.mkdtemp(prefix="esault-prometheus-"))
         config = self._dir / "prometheus.yml"
         config.write_text(yaml.safe_dump(self.config()))
-        # The free port is found by binding port 0 and closing; another process
-        # could take it before Prometheus binds, so retry with a new port.
-        for attempt in range(1, _START_ATTEMPTS + 1):
-            self.port = _free_port()
-            self._log_path = self._dir / f"prometheus-{attempt}.log"
-            with self._log_path.open("wb") as log:
-                self._process = subprocess.Popen(
-                    [
-                        executable,
-                        f"--config.file={config}",
-                        f"--storage.tsdb.path={self._dir / 'data'}",
-                        f"--web.listen-address=127.0.0.1:{self.port}",
-                        "--storage.tsdb.retention.time=1h",
-                        "--log.level=warn",
-                    ],
-                    stdout=log,
-                    stderr=subprocess.STDOUT,
-                    stdin=subprocess.DEVNULL,
-                )
-            if self._wait_ready():
-                return self
-            if "address already in use" not in self.log():
-                break
-        output = self.log()
-        self.stop()
-        raise PrometheusError(f"Prometheus did not become ready in {self.startup_timeout}s; its log:\n{output}")
+        return [
+            executable,
+            f"--config.file={config}",
+            f"--storage.tsdb.path={self._dir / 'data'}",
+            f"--web.listen-address={self.address}",
+            "--storage.tsdb.retention.time=1h",
+            "--log.level=warn",
+        ]
 
-    def _wait_ready(self) -> bool:
-        assert self._process is not None
-        deadline = time.monotonic() + self.startup_timeout
-        while time.monotonic() < deadline:
-            if self._process.poll() is not None:
-                return False
-            try:
-                with urllib.request.urlopen(f"{self.url}/-/ready", timeout=1) as response:
-                    if response.status == 200:
-                        return True
-            except (urllib.error.URLError, ConnectionError, TimeoutError):
-                pass
-            self._poll_gate.wait(_POLL_INTERVAL)  # a poll interval inside a deadline loop
-        self._terminate()
-        return False
+    def probe(self) -> None:
+        with urllib.request.urlopen(f"http://{self.address}/-/ready", timeout=1) as response:
+            if response.status != 200:
+                raise PrometheusError(f"/-/ready answered HTTP {response.status}")
 
     def stop(self) -> None:
-        """Terminate Prometheus and delete its config and storage. Idempotent."""
-        self._terminate()
+        """Kill Prometheus and delete its config and storage. Idempotent."""
+        super().stop()
         if self._dir is not None:
             shutil.rmtree(self._dir, ignore_errors=True)
             self._dir = None
 
-    def _terminate(self) -> None:
-        process, self._process = self._process, None
-        if process is None or process.poll() is not None:
-            return
-        process.terminate()
-        try:
-            process.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait(timeout=10)
-
     def __enter__(self) -> PrometheusServer:
         return self.start()
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.stop()
 
     def config(self) -> dict[str, Any]:
         """The prometheus.yml this server runs with."""
@@ -169,11 +117,6 @@ class PrometheusServer:
                 }
             ],
         }
-
-    def log(self) -> str:
-        if self._log_path is None or not self._log_path.exists():
-            return ""
-        return self._log_path.read_text(errors="replace")
 
     # -- HTTP API ----------------------------------------------------------
 
@@ -292,8 +235,3 @@ def has_data(result: list[dict[str, Any]]) -> bool:
     histogram_quantile over buckets that saw no observation in the window)."""
     return any(not math.isnan(float(item["value"][1])) for item in result)
 
-
-def _free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
