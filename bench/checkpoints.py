@@ -42,6 +42,7 @@ sys.path[:0] = [str(ROOT / "bench"), str(ROOT)]
 
 import esault_wordcount  # noqa: E402
 from _report import write_section  # noqa: E402
+from thread_cpu import THREAD_GROUPS, checkpoint_work_share, cpu_by_group, thread_cpu  # noqa: E402
 from throughput import run_esault, stat_cpu_seconds  # noqa: E402
 from wordcount_input import make_input, oracle  # noqa: E402
 
@@ -62,47 +63,6 @@ TARGETS = {"exactly_once, checkpoint every 2 s (default)": 0.03, "exactly_once, 
            S3_VARIANT: 0.05}
 """What checkpoints may cost (issue #31): the throughput lost against the same job whose only checkpoint is the
 final one (Flink's asynchronous, incremental snapshots are the anchor)."""
-
-
-THREAD_GROUPS: tuple[tuple[str, Callable[[str], bool]], ...] = (
-    ("count SPUs", lambda name: name.startswith("spu-") and name.endswith(" count")),
-    ("spout SPUs (the split chained in)", lambda name: name.startswith("spu-") and name.endswith(" lines")),
-    ("snapshot writers", lambda name: name.startswith("snapshots-")),
-    ("I/O threads (endpoints, zmq)", lambda name: name.startswith(("endpoint-", "ZMQbg"))),
-    ("the driver's control thread (coordinator, compaction)", lambda name: name == "control"),
-    ("every other thread", lambda name: True),
-)
-"""How the threads' OS names (esault/thread_names.py) sort their CPU: the first group that matches."""
-
-
-def thread_cpu(pids: list[int]) -> dict[tuple[int, int], tuple[str, float]]:
-    """(pid, tid) -> (the thread's OS name, its CPU seconds so far) for every thread of these processes."""
-    out = {}
-    for pid in pids:
-        for task in Path(f"/proc/{pid}/task").iterdir():
-            try:
-                out[(pid, int(task.name))] = ((task / "comm").read_text().strip(), stat_cpu_seconds(task / "stat"))
-            except OSError:  # a thread that ended meanwhile
-                continue
-    return out
-
-
-def cpu_by_group(before: dict, after: dict, words: int) -> dict[str, float]:
-    """Each THREAD_GROUPS group's CPU over the run, in ns per word (threads new in the run count whole)."""
-    groups = {group: 0.0 for group, _ in THREAD_GROUPS}
-    for key, (name, seconds) in after.items():
-        used = seconds - before.get(key, (name, 0.0))[1]
-        group = next(group for group, matches in THREAD_GROUPS if matches(name))
-        groups[group] += used / words * 1e9
-    return groups
-
-
-def checkpoint_work_share(threads: dict[str, float], snapshot_us: int, words: int) -> float:
-    """What the run's checkpoints cost measured inside the run, immune to the machine's speed between runs:
-    the SPU threads' time encoding snapshots (stats.snapshot_us) plus the snapshot writers' CPU, as a share of
-    every thread's CPU (ns per word, from cpu_by_group)."""
-    encoding = snapshot_us * 1000 / words
-    return (encoding + threads["snapshot writers"]) / sum(threads.values())
 
 
 def overhead(path: Path, expected, rounds: int, s3_url: Callable[[str], str], store_pid: int) -> dict[str, dict]:
