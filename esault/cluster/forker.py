@@ -170,7 +170,7 @@ class WorkerForker:
     def _launch(self) -> None:
         mine, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         try:
-            self._zygote = subprocess.Popen([sys.executable, "-m", "esault.cluster.zygote", str(theirs.fileno())],
+            self._zygote = subprocess.Popen([sys.executable, "-m", "esault.worker_zygote", str(theirs.fileno())],
                                             pass_fds=[theirs.fileno()], env=child_env(), stdin=subprocess.DEVNULL,
                                             start_new_session=True)
         except OSError as exc:

@@ -1,4 +1,5 @@
-"""A warm process that forks `esault worker` processes for one driver (started by cluster/forker.py).
+"""A warm process that forks `esault worker` processes for one driver (cluster/forker.py starts it as
+`python -m esault.worker_zygote FD`, the entry point that hands it the CLI).
 
 Why: a fresh `python -m esault.cli worker` spends 0.7-1 s of CPU starting Python
 and importing esault, pykka, pyzmq and prometheus-client before it can join; a
@@ -32,7 +33,7 @@ import signal
 import socket
 import sys
 import threading
-from typing import Any
+from typing import Any, Callable
 
 import setproctitle
 
@@ -161,23 +162,16 @@ def _become(request: dict[str, Any], fds: list[int]) -> None:
     signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
-def main() -> int:
-    if len(sys.argv) != 2 or not sys.argv[1].isdigit():
-        print("usage: python -m esault.cluster.zygote FD (started by the driver, see esault/cluster/forker.py)",
+def main(argv: list[str], run_worker: Callable[[list[str]], int]) -> int:
+    """Serve fork requests on the socket fd in argv[1]; a forked child runs `run_worker(its argv)` (the CLI's
+    main, handed down by the entry point esault/worker_zygote.py: this floor does not import the CLI)."""
+    if len(argv) != 2 or not argv[1].isdigit():
+        print("usage: python -m esault.worker_zygote FD (started by the driver, see esault/cluster/forker.py)",
               file=sys.stderr)
         return 2
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # a Ctrl-C is the driver's to handle; EOF ends this process
-    sock = socket.socket(fileno=int(sys.argv[1]))
-    import esault.cli  # noqa: F401 - everything a worker imports, once for all of them
-    import esault.cluster.worker  # noqa: F401
-    import esault.cluster.credentials  # noqa: F401
+    sock = socket.socket(fileno=int(argv[1]))
     request = serve(sock)
     if request is None:
         return 0
-    from esault.cli import main as cli_main
-
-    return cli_main(request["argv"])
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())
+    return run_worker(request["argv"])

@@ -358,7 +358,7 @@ class TopologyBuilder:
         Emits (key, {"query", "left", "right"}). `shed` turns on S2J's load
         shedding: ShedPolicy fields (tau1, max_shed, ...) and "period".
         """
-        from esault.joins.bolt import JoinBolt  # the dsl stays importable without the join's dependencies
+        from esault.dsl.join_bolt import JoinBolt  # the dsl stays importable without the join's dependencies
 
         if left == right:
             raise TopologyError(f"join {name!r}: left and right are both {left!r}; a self-join needs the stream "
@@ -378,7 +378,7 @@ class TopologyBuilder:
         params = {"left": left, "right": right, "queries": queries, "window": window, "time": time, "zeta": zeta,
                   "shed": dict(shed) if shed else None}
         if mode == "chain":
-            from esault.joins.chain_bolt import ChainJoinBolt
+            from esault.dsl.chain_join_bolt import ChainJoinBolt
 
             if flush_interval is not None:
                 params["flush_interval"] = flush_interval

@@ -101,7 +101,7 @@ def test_a_chain_join_refuses_at_least_once_and_says_what_to_run_instead(cluster
 
 
 def test_the_join_controller_adds_a_chain_worker_at_the_tail_and_pairs_stay_exact(cluster, config):
-    from esault.joins import JoinController
+    from esault.joins.controller import JoinController
 
     window, n = 15, 240
     lefts, rights = make_stream(n, 7), make_stream(n, 8)

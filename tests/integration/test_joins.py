@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from esault import TopologyBuilder, TopologyError
-from esault.joins.bolt import JoinBolt
+from esault.dsl.join_bolt import JoinBolt
 from esault.testing import CollectorBolt, ListSpout, collected, wait_until
 
 STAGES: dict[str, int] = {}
@@ -138,7 +138,7 @@ def test_a_stopped_join_resumes_its_chains_from_the_final_checkpoint_and_still_j
 
 
 def test_the_join_controller_grows_a_busy_join_unit_through_esaults_rescale_and_pairs_stay_exact(cluster, config):
-    from esault.joins import JoinController
+    from esault.joins.controller import JoinController
 
     window, n = 15, 240
     lefts, rights = make_stream(n, 7), make_stream(n, 8)

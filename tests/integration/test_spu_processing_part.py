@@ -19,7 +19,7 @@ from esault.datapath.context import JobContext
 from esault.datapath.keyed import KeyedProcessing
 from esault.datapath.sender import StartCheck
 from esault.datapath.ticker import Ticker
-from esault.joins.chain_bolt import ChainJoinBolt
+from esault.dsl.chain_join_bolt import ChainJoinBolt
 from esault.messages.checkpoints import Barrier, CheckpointStart
 from esault.messages.control import SpuConfig
 from esault.messages.data import DataBatch, Tick

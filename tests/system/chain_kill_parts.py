@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from esault import Bolt
-from esault.joins.chain_bolt import ChainJoinBolt
+from esault.dsl.chain_join_bolt import ChainJoinBolt
 from esault.testing import ListSpout
 from esault.testing.collect import _collected, _collected_lock
 

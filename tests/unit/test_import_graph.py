@@ -18,6 +18,8 @@ PACKAGES = ("esault", "spark_sink")
 RUNTIME = ("esault.datapath", "esault.job", "esault.cluster", "esault.transport", "esault.api", "esault.cli")
 """What the DSL must not reach: the actors, the processes, the wire."""
 VALUE_CODEC = "esault.transport.codec"
+VALUE_CODEC_PACKAGE = "esault.transport"
+"""Its package, whose __init__ Python runs first: empty, so it reaches nothing."""
 """The one module under transport/ the DSL may use: the msgpack format of user values (declaring an aggregate
 asks whether its arguments can travel to a worker). It is ground floor: it imports only esault.errors."""
 
@@ -27,19 +29,19 @@ FLOORS: tuple[tuple[str, tuple[str, ...]], ...] = (
                 "esault.aggregates", "esault.user_errors", "esault.metrics", "esault.state", "esault.thread_names",
                 "esault.storage")),
     ("pure cores", ("esault.routing", "esault.elasticity", "esault.migration", "esault.reliability",
-                    "esault.joins.chain", "esault.joins.node", "esault.joins.protocol", "esault.joins.queries",
-                    "esault.joins.shedding", "esault.joins.worker")),
+                    "esault.joins", "esault.joins.chain", "esault.joins.node", "esault.joins.protocol",
+                    "esault.joins.queries", "esault.joins.shedding", "esault.joins.worker")),
     ("wire and storage", ("esault.transport", "esault.checkpoint")),
-    ("declarations", ("esault.dsl", "esault.windows", "esault.connectors", "esault.joins.bolt",
-                      "esault.joins.chain_bolt", "spark_sink")),
-    ("controllers", ("esault.control", "esault.joins", "esault.joins.controller")),
+    ("declarations", ("esault.dsl", "esault.windows", "esault.connectors", "spark_sink")),
+    ("controllers", ("esault.control", "esault.joins.controller")),
     ("data path", ("esault.datapath",)),
     ("job control", ("esault.job",)),
-    ("processes and entry points", ("esault.cluster", "esault.api", "esault.cli", "esault.testing", "esault")),
+    ("processes", ("esault.cluster", "esault.api", "esault.testing")),
+    ("entry points", ("esault.cli", "esault.worker_zygote", "esault")),
 )
 """Lowest first. A module may import its own floor and the floors below, never one above
 (docs/ARCHITECTURE.md). A module's floor is that of the longest prefix listed, so a package can keep
-one module on another floor (esault.joins' declarations and pure chain apart from its runtime code)."""
+one module on another floor (esault.joins' pure chain apart from its runtime controller)."""
 MESSAGES = "esault.messages"
 """The message vocabulary: every floor may use it, so it imports nothing else of esault's."""
 
@@ -70,8 +72,9 @@ def module_name(root: Path, path: Path) -> str:
 def import_graph(root: Path, packages: tuple[str, ...] = PACKAGES) -> dict[str, set[str]]:
     """module -> the modules of `packages` it imports, wherever the import statement stands in the file.
 
-    `from a.b import c` names a.b.c if that is a module, else a.b; an import of a module's own package
-    (its __init__) is left out, as Python runs that before the module anyway."""
+    `from a.b import c` names a.b.c if that is a module, else a.b, and every package on the way (a, a.b:
+    Python runs their __init__ first); an import of a module's own packages is left out, as Python runs
+    those before the module anyway."""
     files = {module_name(root, p): p for package in packages for p in (root / package).rglob("*.py")}
     graph: dict[str, set[str]] = {}
     for module, path in files.items():
@@ -91,10 +94,17 @@ def import_graph(root: Path, packages: tuple[str, ...] = PACKAGES) -> dict[str, 
             for name in names:
                 while name and name not in files:
                     name = name.rpartition(".")[0]
-                if name and name != module and not module.startswith(name + "."):
-                    targets.add(name)
+                targets |= {n for n in (name, *packages_run_first(name))
+                            if n and n != module and not module.startswith(n + ".")}
         graph[module] = targets
     return graph
+
+
+def packages_run_first(module: str) -> list[str]:
+    """The packages whose __init__ Python runs before `module` (a.b.c: a.b), the top package left out: its
+    __init__ is the public facade (esault's re-exports the API), on the top floor by design."""
+    parts = module.split(".")
+    return [".".join(parts[:n]) for n in range(2, len(parts))]
 
 
 def circles(graph: dict[str, set[str]]) -> list[list[str]]:
@@ -184,10 +194,11 @@ def test_the_dsl_reaches_no_runtime_cluster_or_transport_module_even_through_oth
     graph = import_graph(ROOT)
     reached = reached_from(graph, [m for m in graph if m == "esault.dsl" or m.startswith("esault.dsl.")])
     wrong = [" -> ".join(path) for module, path in sorted(reached.items())
-             if module != VALUE_CODEC and any(module == r or module.startswith(r + ".") for r in RUNTIME)]
+             if module not in (VALUE_CODEC, VALUE_CODEC_PACKAGE) and any(module == r or module.startswith(r + ".") for r in RUNTIME)]
     assert wrong == [], ("a declaration names what to run and the runtime resolves it (esault.datapath.actors "
                          "picks the SPU kind); the DSL imports runtime code through:\n" + "\n".join(wrong))
     assert set(reached_from(graph, [VALUE_CODEC])) == {VALUE_CODEC, "esault.errors"}
+    assert graph[VALUE_CODEC_PACKAGE] == set()
 
 
 def test_an_import_inside_a_function_or_under_type_checking_closes_a_circle(tmp_path):
@@ -226,6 +237,12 @@ def test_the_floor_check_finds_an_import_up_a_floor_and_takes_the_longest_prefix
     graph = import_graph(tmp_path, ("pkg",))
     assert floor_of("pkg.high.leaf", floors) == 0 and floor_of("pkg.high.part", floors) == 1
     assert floor_of("other", floors) is None
-    assert upward_imports(graph, floors) == []  # low imports leaf, which is on the low floor
+    # leaf is on the low floor, but importing it runs pkg/high/__init__.py first, on the high floor
+    assert graph["pkg.low"] == {"pkg.high", "pkg.high.leaf"}
+    assert upward_imports(graph, floors) == ["pkg.low (low) -> pkg.high (high)"]
     write_package(tmp_path, {"pkg/low.py": "from pkg.high.part import P\n"})
-    assert upward_imports(import_graph(tmp_path, ("pkg",)), floors) == ["pkg.low (low) -> pkg.high.part (high)"]
+    assert upward_imports(import_graph(tmp_path, ("pkg",)), floors) == [
+        "pkg.low (low) -> pkg.high (high)", "pkg.low (low) -> pkg.high.part (high)"]
+    floors = (("low", ("pkg", "pkg.high", "pkg.high.leaf")), ("high", ("pkg.high.part",)))
+    write_package(tmp_path, {"pkg/low.py": "from pkg.high.leaf import H\n"})
+    assert upward_imports(import_graph(tmp_path, ("pkg",)), floors) == []  # the package's __init__ is low too

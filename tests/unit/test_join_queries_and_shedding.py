@@ -117,7 +117,7 @@ def join_snapshot(t: float, busy: list[float]):
 
 def test_the_join_controller_adds_an_spu_after_sustained_high_utilisation_and_removes_one_when_idle():
     from esault.control import Rescale
-    from esault.joins import JoinController
+    from esault.joins.controller import JoinController
     controller = JoinController(["j"], tau0=0.2, tau2=0.7, sustain=2, max_spus=3)
     assert controller.decide(join_snapshot(1, [0.9])) == []
     assert controller.decide(join_snapshot(2, [0.8])) == [Rescale("j", 2)] and controller.decisions[-1][1] == 0.8

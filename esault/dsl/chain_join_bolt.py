@@ -15,7 +15,7 @@ from typing import Any, Mapping, Sequence
 
 from esault.dsl.bolt import Bolt
 from esault.dsl.tuple import Tuple
-from esault.joins.bolt import query_from
+from esault.dsl.join_bolt import query_from
 from esault.joins.queries import extractor
 from esault.joins.shedding import ShedPolicy
 
