@@ -17,6 +17,7 @@ from typing import Any, Sequence
 from esault.config import SPU_STOP_TIMEOUT, JobConfig
 from esault.errors import ConfigError, DriverUnreachable, EsaultError
 from esault.job.outcome import ExitCode, judge_run
+from esault.metrics.partition_status import describe, rows_of_dicts
 
 log = logging.getLogger("esault.cli")
 
@@ -408,7 +409,26 @@ def _status(args: argparse.Namespace) -> int:
             print(f"  {unit:<12} {len(info['spus'])} SPU(s), {field} {info[field]} ({rate}/s), PEs {info['pes']}")
             for waiting in info.get("waiting", []):  # a source stalled outside esault: why the rate is 0
                 print(f"    {waiting}")
+            for line in partition_lines(info):
+                print(f"    {line}")
     return 0
+
+
+def partition_lines(unit: dict[str, Any]) -> list[str]:
+    """A partitioned source's rows of a unit's status, one line per partition ('SPU 3 orders[2] offset 120,
+    end 200, lag 80'), checked again (a status that crossed a socket), and each SPU that reads none."""
+    lines = []
+    spus = unit.get("spus")
+    ids = sorted(spu for spu in spus if type(spu) is int) if isinstance(spus, dict) else []
+    for spu in ids:
+        row = spus[spu]
+        if not isinstance(row, dict) or "partitions" not in row:
+            continue
+        rows = rows_of_dicts(row["partitions"])
+        lines.extend(f"SPU {spu} {describe(part)}" for part in rows)
+        if not rows:
+            lines.append(f"SPU {spu} reads no partition")
+    return lines
 
 
 def _print_status(status: dict[str, Any], elapsed: float) -> None:
@@ -423,6 +443,8 @@ def _print_status(status: dict[str, Any], elapsed: float) -> None:
         print(f"  {name:<12} {len(unit['spus'])} SPU(s), {verb} {count}{extra}")
         for waiting in unit.get("waiting", []):
             print(f"    {waiting}")
+        for line in partition_lines(unit):
+            print(f"    {line}")
     ckpt = status.get("checkpoints")
     if ckpt and status.get("guarantee") == "exactly_once":
         print(f"  {status['guarantee']}: {ckpt['completed']} checkpoint(s), last epoch {ckpt['last_epoch']}, "

@@ -280,6 +280,8 @@ class ControlApi:
                            "versions": sorted(spec.versions), "version": job.logic_version(name),
                            "totals": {k: unit[k] for k in ("emitted", "processed", "failed", "pes") if k in unit},
                            "spus": {str(spu): _spu_row(row) for spu, row in unit["spus"].items()}}
+            if "partitions" in unit:  # a partitioned source (Kafka): a row per partition, with its SPU
+                units[name]["partitions"] = unit["partitions"]
         return {"units": units, "rates": self._rates(job)}
 
     def _rates(self, job: Any) -> dict[str, dict[str, float | None]]:
@@ -369,7 +371,8 @@ def _field(body: dict[str, Any], name: str, kind: type, expected: str, required:
 
 
 def _spu_row(row: dict[str, Any]) -> dict[str, Any]:
-    keep = ("worker", "pid", "interval", "intervals", "processed", "emitted", "pes", "queue_depth", "busy_us")
+    keep = ("worker", "pid", "interval", "intervals", "processed", "emitted", "pes", "queue_depth", "busy_us",
+            "partitions")
     return {k: row.get(k) for k in keep if k in row}
 
 

@@ -29,6 +29,7 @@ from esault.dsl.topology import Grouping, Topology, UnitSpec
 from esault.errors import ResourceError, UnitStartError, WorkerLost
 from esault.metrics import registry as metrics
 from esault.metrics.forwarded import FORWARDED, ForwardedSamples
+from esault.metrics.partition_status import checked_rows
 from esault.metrics.stats import COUNTERS, GAUGES, SpuStats
 from esault.datapath.context import JobContext
 from esault.messages.cluster import (
@@ -66,6 +67,8 @@ log = logging.getLogger("esault.cluster")
 
 REPORTED_COUNTS = frozenset(COUNTERS + GAUGES)
 """The SpuStats fields a worker's heartbeat may set: never the SPU's identity, never another attribute."""
+PARTITIONS = "partitions"
+"""The one other entry of a heartbeat's counts: a source SPU's partition rows (esault.metrics.partition_status)."""
 
 
 class WorkerRegistry:
@@ -91,6 +94,7 @@ class WorkerRegistry:
         self.ask_report: Callable[[str], None] | None = None
         """Asks one worker for its counts now (a ReportNow): set by the cluster that holds the transport."""
         self.bad_counts = 0  # heartbeat counts dropped: not a counter or gauge name, or not a count
+        self._partitions_warned: dict[str, float] = {}  # worker -> when a malformed partition row was last logged
 
     def joined(self, process: str, address: str) -> None:
         """`process` joined (again, if it was lost: a new incarnation under the same name, with no SPUs)."""
@@ -119,9 +123,28 @@ class WorkerRegistry:
                 for name, value in counts.items():
                     if name in REPORTED_COUNTS and type(value) is int and value >= 0:
                         setattr(stats, name, value)
-                    else:  # a frame names no attribute of ours: a count it cannot be is dropped, the rest kept
-                        self.bad_counts += 1
+                    elif name != PARTITIONS:  # a frame names no attribute of ours: a count it cannot be is
+                        self.bad_counts += 1  # dropped, the rest kept
+                self._take_partitions(beat.process, stats, counts.get(PARTITIONS))
             self._lock.notify_all()
+
+    def _take_partitions(self, process: str, stats: SpuStats, report: Any) -> None:
+        """A source SPU's partition rows, checked (caller holds the lock): malformed ones are dropped, counted in
+        bad_counts and warned of, at most once a minute per worker; none reported means none to show."""
+        if report is None:
+            stats.partitions = None
+            return
+        rows, dropped = checked_rows(report)
+        stats.partitions = rows
+        if not dropped:
+            return
+        self.bad_counts += dropped
+        now = time.monotonic()
+        if now >= self._partitions_warned.get(process, -math.inf) + 60.0:
+            self._partitions_warned[process] = now
+            log.warning("worker %r: %d malformed partition row(s) of SPU %d (%r) dropped from its heartbeat "
+                        "(a row is [topic, partition, offset, end offset or null, lag or null, idle]); %d kept",
+                        process, dropped, stats.spu, stats.unit, len(rows))
 
     def await_fresh_reports(self, timeout: float) -> bool:
         """Block until every worker sent two heartbeats after this call (the first may have been on its way

@@ -59,9 +59,10 @@ HEARTBEAT_INTERVAL = 0.2
 DRIVER = "driver"
 
 
-def stats_rows(topology: str | None = None) -> list[tuple[str, str, int, dict[str, int]]]:
-    """This process's SPU counts as a heartbeat carries them: all jobs', or one topology's."""
-    return [(s.topology, s.unit, s.spu, s.as_dict()) for s in STATS.all() if topology in (None, s.topology)]
+def stats_rows(topology: str | None = None) -> list[tuple[str, str, int, dict[str, Any]]]:
+    """This process's SPU counts (and a source's partitions) as a heartbeat carries them: all jobs', or one
+    topology's."""
+    return [(s.topology, s.unit, s.spu, s.as_report()) for s in STATS.all() if topology in (None, s.topology)]
 
 
 class _Unbuildable(Exception):

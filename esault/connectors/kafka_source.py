@@ -35,6 +35,7 @@ from esault.connectors.settings import (
 from esault.dsl.context import TopologyContext
 from esault.dsl.spout import Spout
 from esault.errors import ConnectorError
+from esault.metrics.partition_status import PartitionRow
 from esault.metrics.registry import forget_kafka_lag, set_kafka_lag
 
 log = logging.getLogger("esault.connectors.kafka")
@@ -673,6 +674,22 @@ class KafkaSource(Spout):
                 lags[tp] = self._offsets.lag(tp, high)
         self._lag_series = set_kafka_lag(self._topology, self._unit, lags, self._lag_series)
         return sum(lags.values())
+
+    def partition_status(self) -> list[PartitionRow] | None:
+        """Per partition read: (topic, partition, next offset, high watermark as last fetched or None before the
+        first fetch, lag as backlog() counts it, idle by idle_timeout: only with watermarks on)."""
+        if self._consumer is None:
+            return None
+        kafka = kafka_client()
+        offsets, watermarks = self._offsets, self._watermarks
+        rows: list[PartitionRow] = []
+        for tp in offsets.partitions():
+            _, high = self._consumer.get_watermark_offsets(kafka.TopicPartition(*tp), cached=True)
+            known = high >= 0
+            rows.append((tp[0], tp[1], offsets.next_offset(tp), high if known else None,
+                         offsets.lag(tp, high) if known else None,
+                         watermarks is not None and watermarks.is_idle(tp)))
+        return rows
 
     def _forget_lag(self) -> None:
         """This instance's partitions leave with it (a stop, a rollback): so do their lag series."""

@@ -78,6 +78,10 @@ class PartitionWatermarks:
         value = self._inputs.watermark
         return None if value == NOTHING_YET else value
 
+    def is_idle(self, tp: TopicPartition) -> bool:
+        """`tp` is left out of the watermark for now: silent for idle_timeout with nothing waiting."""
+        return self._inputs.is_idle(tp)
+
     @property
     def idle(self) -> bool:
         """No partition to read, or every one idle."""

@@ -20,6 +20,7 @@ from random import getrandbits
 from typing import Any, Iterable
 
 from esault.metrics import registry as metrics
+from esault.metrics.partition_status import checked_rows
 from esault.datapath.ack_router import UNREACHABLE
 from esault.datapath.anchors import EdgeAnchor, NoAnchor
 from esault.datapath.context import log
@@ -44,6 +45,8 @@ class _Settle:
 
 
 _SETTLE = _Settle()
+PARTITION_READ_INTERVAL = 0.2
+"""Seconds between Spout.partition_status() reads: status is read by people, a heartbeat goes every 0.2 s."""
 
 
 class SpoutSpuActor(SenderActor):
@@ -80,6 +83,7 @@ class SpoutSpuActor(SenderActor):
         self._callback_log = UserErrorLog(now=job.clock.now)  # ack(), fail(), drop()
         self.max_errors = conf.max_spout_errors
         self._waiting_for: str | None = None  # what Spout.waiting_for() last said
+        self._partitions_due = 0.0  # the tick time from which Spout.partition_status() is read again
         self._errors_in_a_row = 0  # next_tuple() calls that raised since the last one that returned
         self.error = ""  # why this spout stopped early (open() or next_tuple() kept raising); "" if it did not
         self.spout: Any = None
@@ -325,6 +329,9 @@ class SpoutSpuActor(SenderActor):
         self.load_feed.on_tick(msg.now)
         self._read_backlog()
         self._read_waiting()
+        if msg.now >= self._partitions_due:
+            self._partitions_due = msg.now + PARTITION_READ_INTERVAL
+            self._read_partitions()
         if self.watermarks is not None and self.spout is not None and self.start_error is None:
             if not self._overflow and not self._batch:  # what it emitted has left: its watermark covers no more
                 self.watermarks.capture(self.spout)
@@ -349,6 +356,28 @@ class SpoutSpuActor(SenderActor):
                             self.job.name, self.unit_name, backlog)
             backlog = None
         self.stats.backlog = backlog or 0
+
+    def _read_partitions(self) -> None:
+        """Spout.partition_status(), checked: its well-formed rows on the SPU's stats (Job.status() reads them)."""
+        if self.spout is None or self.start_error is not None:
+            return
+        try:
+            report = self.spout.partition_status()
+        except Exception as exc:
+            self._callback_log("topology %r: spout %r partition_status() raised %s: %s%s", self.job.name,
+                               self.unit_name, type(exc).__name__, exc, user_frame(exc), exc=exc)
+            self.stats.user_errors += 1
+            return
+        if report is None:
+            self.stats.partitions = None
+            return
+        rows, dropped = checked_rows(report)
+        if dropped:
+            self._callback_log("topology %r: spout %r partition_status() returned %d malformed row(s), dropped; "
+                               "return a list of (topic, partition, offset, end_offset or None, lag or None, "
+                               "idle) with whole numbers >= 0, a printable topic of 1 to 249 characters, "
+                               "each partition once", self.job.name, self.unit_name, dropped)
+        self.stats.partitions = rows
 
     def _read_waiting(self) -> None:
         """Spout.waiting_for(): noted with since when (one gauge series), cleared once it is None again."""

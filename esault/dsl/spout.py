@@ -65,6 +65,14 @@ class Spout:
         so a stalled input is visible as a wait, not as a quiet job."""
         return None
 
+    def partition_status(self) -> list[tuple[str, int, int, int | None, int | None, bool]] | None:
+        """The partitions this instance reads, one (topic, partition, offset, end_offset, lag, idle) each:
+        offset the next one to emit, end_offset the log's end (None: not known yet), lag the records between
+        (None: not known), idle whether it is left out of the watermark for now. None (the default): the
+        source has no partitions to show. Read on the SPU's thread every few ticks; Job.status(),
+        `esault status`, the REST API and the web page show the rows (KafkaSource implements it)."""
+        return None
+
     def watermark(self) -> float | None:
         """Event-time progress, for a source that declares watermarks (`esault_emits_watermarks`): no tuple it
         emits from now on has an event time below this (the unit of its timestamps), except one that is late in

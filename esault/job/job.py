@@ -40,6 +40,7 @@ from esault.control.operations import Operation, Rescale
 from esault.datapath.ticker import Ticker
 from esault.metrics import registry as metrics
 from esault.metrics.forwarded import spouts_waiting, waiting_since
+from esault.metrics.partition_status import as_dicts
 from esault.metrics.stats import RETIRED_SPU, SpuStats
 from esault.job.unit import GetOperation, LaunchSpus, SpuLauncher, UnitActor
 from esault.checkpoint.coordinator import AckCollector, CheckpointAcksActor, CheckpointCoordinator
@@ -548,7 +549,8 @@ class Job:
         return self.units[unit].ask(GetOperation(), timeout=10)
 
     def status(self) -> dict[str, Any]:
-        """Per unit: SPUs with interval, PE count and counts; totals; trees in flight."""
+        """Per unit: SPUs with interval, PE count and counts (a partitioned source's SPU: its partitions, and
+        the unit all of them with their SPU); totals; trees in flight. docs/OBSERVABILITY.md."""
         if self._stopped and self.final_status is not None:
             return self.final_status
         all_stats = self._all_stats()
@@ -562,6 +564,8 @@ class Job:
                 span = (owned[0][0], owned[-1][1]) if owned else None  # its one interval, or the span of several
                 spus[spu_id] = {"interval": span, "intervals": list(owned) if owned else None,
                                 **self._host_of(spu_id), **(st.as_dict() if st else {})}
+                if st is not None and st.partitions is not None:  # a source that reads partitions (Kafka)
+                    spus[spu_id]["partitions"] = as_dicts(st.partitions)
             # Counts include SPUs merged away (retired totals, or a worker's last report); gauges only live ones.
             mine = [s.as_dict() for s in all_stats if s.unit == spec.name]
             totals = {k: sum(s.get(k, 0) for s in mine)
@@ -572,6 +576,10 @@ class Job:
                                 "reconfiguring": self.reconfiguring(spec.name)}
             if self.topology.chained(spec.name):
                 units[spec.name]["chained_into"] = self.topology.host_of(spec.name)
+            if any("partitions" in row for row in spus.values()):
+                units[spec.name]["partitions"] = sorted(
+                    ({**part, "spu": spu_id} for spu_id, row in spus.items() for part in row.get("partitions", ())),
+                    key=lambda part: (part["topic"], part["partition"], part["spu"]))
         for unit, spu_id, what, since in spouts_waiting(self.name):  # a source stalled outside esault
             if unit in units and spu_id in units[unit]["spus"]:
                 text = f"waiting for {what} since {waiting_since(since)}"

@@ -56,11 +56,12 @@ class SpuStopped:
 
 @dataclass(frozen=True, slots=True)
 class WorkerHeartbeat:
-    """worker -> driver cluster: alive; counts of its SPUs as (topology, unit, spu, counts); its own
-    low-rate metrics as (family, sample, labels, value) when they changed (esault.metrics.forwarded)."""
+    """worker -> driver cluster: alive; counts of its SPUs as (topology, unit, spu, counts), a source's counts
+    with its "partitions" rows (esault.metrics.partition_status); its own low-rate metrics as (family, sample,
+    labels, value) when they changed (esault.metrics.forwarded)."""
 
     process: str
-    stats: list[tuple[str, str, int, dict[str, int]]]
+    stats: list[tuple[str, str, int, dict[str, Any]]]
     samples: list[tuple[str, str, dict[str, str], float]] = field(default_factory=list)
 
 

@@ -11,9 +11,10 @@ per unit, and its own SpuStats is dropped after a short reporting window.
 from __future__ import annotations
 
 import threading
-from typing import Final
+from typing import Any, Final
 
 from esault.clock import Clock, SystemClock
+from esault.metrics.partition_status import PartitionRow
 
 RETIRED_SPU: Final = -1
 """The ``spu`` of a unit's retired total (see :meth:`StatsRegistry.totals`); no real SPU has it."""
@@ -27,6 +28,9 @@ COUNTERS: Final = (
 GAUGES: Final = ("pes", "queue_depth", "inflight", "trees", "backlog")
 """SpuStats attributes that describe the present: 0 once an SPU is retired."""
 
+REPORTS: Final = ("partitions",)
+"""SpuStats attributes that are rows, not numbers (a source's partitions): None once an SPU is retired."""
+
 RETIRED_REPORT_SECONDS: Final = 30.0
 """How long :meth:`StatsRegistry.all` still lists a retired SPU with its final counts.
 
@@ -39,7 +43,7 @@ driver's default heartbeat_timeout (10 s), after which a silent worker is gone a
 class SpuStats:
     """Counts of one SPU (or spout SPU). Written only by its actor thread."""
 
-    __slots__ = ("topology", "unit", "spu") + COUNTERS + GAUGES
+    __slots__ = ("topology", "unit", "spu") + REPORTS + COUNTERS + GAUGES
 
     def __init__(self, topology: str, unit: str, spu: int) -> None:
         self.topology = topology
@@ -63,6 +67,9 @@ class SpuStats:
         self.inflight = 0
         self.trees = 0  # spouts: tuple trees (one per round) started and not yet decided
         self.backlog = 0  # bolts: messages waiting in the SPU's mailbox; spouts: tuples their source has ready
+        self.partitions: tuple[PartitionRow, ...] | None = None
+        """Spouts whose source reports partitions (Spout.partition_status(), checked): one row each; None for
+        any other SPU. Replaced whole, never changed in place, so another thread may read it any time."""
 
     def close_failed(self, exc: BaseException) -> None:
         """finish() or close() raised `exc`; an exactly-once sink's OutputMissing also says how many rows."""
@@ -70,11 +77,15 @@ class SpuStats:
         self.output_missing += getattr(exc, "missing_rows", 0)
 
     def as_dict(self) -> dict[str, int]:
-        return {
-            name: getattr(self, name)
-            for name in self.__slots__
-            if name not in ("topology", "unit", "spu")
-        }
+        """The counts and gauges by name."""
+        return {name: getattr(self, name) for name in COUNTERS + GAUGES}
+
+    def as_report(self) -> dict[str, Any]:
+        """as_dict() and, for a source that reports them, "partitions" as lists: a worker heartbeat's row."""
+        report: dict[str, Any] = self.as_dict()
+        if self.partitions is not None:
+            report["partitions"] = [list(row) for row in self.partitions]
+        return report
 
     def __repr__(self) -> str:
         return f"SpuStats({self.topology!r}, {self.unit!r}, {self.spu}, processed={self.processed})"
@@ -130,6 +141,7 @@ class StatsRegistry:
         stats.inflight = 0
         stats.trees = 0
         stats.backlog = 0
+        stats.partitions = None  # its partitions are read by the SPUs that replace it
         key = (stats.topology, stats.unit, stats.spu)
         with self._lock:
             if self._live.get(key) is not stats:

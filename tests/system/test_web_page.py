@@ -79,6 +79,7 @@ def test_the_page_lists_every_spu_with_its_worker_intervals_and_operations(page)
     assert ">swap code</button>" in dom and "<option>v2</option>" in dom and "<b>declared</b>" in dom
     assert '<button id="savepoint" hidden="">' in dom, "no savepoints at at_least_once: the button is hidden"
     assert '<div id="failures" hidden="">' in dom, "a job that can go on shows no failure box"
+    assert 'class="partitions"' not in dom, "a spout that reads no partitions (not Kafka) shows no partition table"
 
 
 def test_the_screenshot_shows_the_topology_graph_and_the_tables(page):

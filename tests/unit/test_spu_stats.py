@@ -10,7 +10,7 @@ from __future__ import annotations
 import pytest
 
 from esault.clock import ManualClock
-from esault.metrics.stats import COUNTERS, GAUGES, RETIRED_SPU, SpuStats, StatsRegistry
+from esault.metrics.stats import COUNTERS, GAUGES, REPORTS, RETIRED_SPU, SpuStats, StatsRegistry
 
 
 def make_stats(unit: str, spu: int, topology: str = "t", **counts: int) -> SpuStats:
@@ -26,7 +26,7 @@ def unit_total(rows: list[SpuStats], unit: str, counter: str = "processed", topo
 
 def test_every_counter_and_gauge_of_spu_stats_is_classified():
     identity = {"topology", "unit", "spu"}
-    assert set(SpuStats.__slots__) == identity | set(COUNTERS) | set(GAUGES)
+    assert set(SpuStats.__slots__) == identity | set(COUNTERS) | set(GAUGES) | set(REPORTS)
     assert set(make_stats("u", 0).as_dict()) == set(COUNTERS) | set(GAUGES)
 
 
