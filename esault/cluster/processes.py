@@ -67,8 +67,6 @@ log = logging.getLogger("esault.cluster")
 
 REPORTED_COUNTS = frozenset(COUNTERS + GAUGES)
 """The SpuStats fields a worker's heartbeat may set: never the SPU's identity, never another attribute."""
-PARTITIONS = "partitions"
-"""The one other entry of a heartbeat's counts: a source SPU's partition rows (esault.metrics.partition_status)."""
 
 
 class WorkerRegistry:
@@ -116,6 +114,7 @@ class WorkerRegistry:
             self.last_beat[beat.process] = time.monotonic()
             self.beats[beat.process] = self.beats.get(beat.process, 0) + 1
             self.forwarded.update(beat.process, beat.samples)
+            partitions = {(topology, unit, spu): rows for topology, unit, spu, rows in beat.partitions}
             for topology, unit, spu, counts in beat.stats:
                 stats = self.stats.get((topology, unit, spu))
                 if stats is None:
@@ -123,9 +122,9 @@ class WorkerRegistry:
                 for name, value in counts.items():
                     if name in REPORTED_COUNTS and type(value) is int and value >= 0:
                         setattr(stats, name, value)
-                    elif name != PARTITIONS:  # a frame names no attribute of ours: a count it cannot be is
-                        self.bad_counts += 1  # dropped, the rest kept
-                self._take_partitions(beat.process, stats, counts.get(PARTITIONS))
+                    else:  # a frame names no attribute of ours: a count it cannot be is dropped, the rest kept
+                        self.bad_counts += 1
+                self._take_partitions(beat.process, stats, partitions.get((topology, unit, spu)))
             self._lock.notify_all()
 
     def _take_partitions(self, process: str, stats: SpuStats, report: Any) -> None:

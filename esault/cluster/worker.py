@@ -24,7 +24,7 @@ from esault.cluster.role import mark_worker
 from esault.cluster.unit_wire import config_from_wire, unit_from_wire
 from esault.dsl.topology import Topology
 from esault.metrics.forwarded import SampleSender
-from esault.metrics.stats import STATS
+from esault.metrics.stats import STATS, StatsRegistry
 from esault.datapath.sender import StartCheck
 from esault.checkpoint.backends import refusal_of
 from esault.datapath.context import JobContext, job_actor
@@ -59,10 +59,16 @@ HEARTBEAT_INTERVAL = 0.2
 DRIVER = "driver"
 
 
-def stats_rows(topology: str | None = None) -> list[tuple[str, str, int, dict[str, Any]]]:
-    """This process's SPU counts (and a source's partitions) as a heartbeat carries them: all jobs', or one
-    topology's."""
-    return [(s.topology, s.unit, s.spu, s.as_report()) for s in STATS.all() if topology in (None, s.topology)]
+def stats_rows(topology: str | None = None) -> list[tuple[str, str, int, dict[str, int]]]:
+    """This process's SPU counts as a heartbeat carries them: all jobs', or one topology's."""
+    return [(s.topology, s.unit, s.spu, s.as_dict()) for s in STATS.all() if topology in (None, s.topology)]
+
+
+def partition_rows(topology: str | None = None, registry: StatsRegistry = STATS
+                   ) -> list[tuple[str, str, int, list[tuple]]]:
+    """The partitions of this process's source SPUs that report them, as a heartbeat carries them."""
+    return [(s.topology, s.unit, s.spu, list(s.partitions)) for s in registry.all()
+            if s.partitions is not None and topology in (None, s.topology)]
 
 
 class _Unbuildable(Exception):
@@ -128,7 +134,8 @@ class WorkerControl:
         whose thread alone takes them. Never blocks: on a full queue the periodic beats answer."""
         for _ in range(2):
             try:
-                self.postman.send(DRIVER, "cluster", WorkerHeartbeat(self.postman.process, stats_rows(), []),
+                beat = WorkerHeartbeat(self.postman.process, stats_rows(), [], partition_rows())
+                self.postman.send(DRIVER, "cluster", beat,
                                   timeout=0.0)
             except Exception:  # noqa: BLE001 - a full or closing queue: the periodic beats answer
                 return
@@ -286,7 +293,8 @@ class HostActor(pykka.ThreadingActor):
             # SpuStopped, so no later heartbeat carries them into a next job of the same name. Their
             # final values go to the driver first: a heartbeat may not have carried them yet.
             try:
-                self.postman.send(DRIVER, "cluster", WorkerHeartbeat(self.postman.process, stats_rows(topology)),
+                beat = WorkerHeartbeat(self.postman.process, stats_rows(topology), [], partition_rows(topology))
+                self.postman.send(DRIVER, "cluster", beat,
                                   timeout=5.0)
             except Exception as exc:  # noqa: BLE001 - the driver may be gone at shutdown
                 log.debug("worker %s: final counts of %r not sent: %r", self.postman.process, topology, exc)
@@ -353,7 +361,8 @@ def run_worker(driver: str, keys: WorkerKeys, name: str | None = None, bind_host
                           name, silent, driver_timeout)
                 return code
             try:
-                postman.send(DRIVER, "cluster", WorkerHeartbeat(name, stats_rows(), samples.next_rows()), timeout=5.0)
+                beat = WorkerHeartbeat(name, stats_rows(), samples.next_rows(), partition_rows())
+                postman.send(DRIVER, "cluster", beat, timeout=5.0)
             except TimeoutError:
                 log.warning("worker %s: driver not reading heartbeats", name)
         code = 0

@@ -56,13 +56,16 @@ class SpuStopped:
 
 @dataclass(frozen=True, slots=True)
 class WorkerHeartbeat:
-    """worker -> driver cluster: alive; counts of its SPUs as (topology, unit, spu, counts), a source's counts
-    with its "partitions" rows (esault.metrics.partition_status); its own low-rate metrics as (family, sample,
-    labels, value) when they changed (esault.metrics.forwarded)."""
+    """worker -> driver cluster: alive; counts of its SPUs as (topology, unit, spu, counts); its own
+    low-rate metrics as (family, sample, labels, value) when they changed (esault.metrics.forwarded); the
+    partition rows of its source SPUs that report them, as (topology, unit, spu, rows), each row (topic,
+    partition, offset, end offset, lag, idle) (esault.metrics.partition_status)."""
 
     process: str
-    stats: list[tuple[str, str, int, dict[str, Any]]]
+    stats: list[tuple[str, str, int, dict[str, int]]]
     samples: list[tuple[str, str, dict[str, str], float]] = field(default_factory=list)
+    partitions: list[tuple[str, str, int, list[tuple[str, int, int, int | None, int | None, bool]]]] = field(
+        default_factory=list)
 
 
 @dataclass(frozen=True, slots=True)

@@ -11,7 +11,7 @@ per unit, and its own SpuStats is dropped after a short reporting window.
 from __future__ import annotations
 
 import threading
-from typing import Any, Final
+from typing import Final
 
 from esault.clock import Clock, SystemClock
 from esault.metrics.partition_status import PartitionRow
@@ -79,13 +79,6 @@ class SpuStats:
     def as_dict(self) -> dict[str, int]:
         """The counts and gauges by name."""
         return {name: getattr(self, name) for name in COUNTERS + GAUGES}
-
-    def as_report(self) -> dict[str, Any]:
-        """as_dict() and, for a source that reports them, "partitions" as lists: a worker heartbeat's row."""
-        report: dict[str, Any] = self.as_dict()
-        if self.partitions is not None:
-            report["partitions"] = [list(row) for row in self.partitions]
-        return report
 
     def __repr__(self) -> str:
         return f"SpuStats({self.topology!r}, {self.unit!r}, {self.spu}, processed={self.processed})"

@@ -9,6 +9,7 @@ import pytest
 
 from esault.cli import partition_lines
 from esault.cluster.processes import WorkerRegistry
+from esault.cluster.worker import partition_rows
 from esault.messages.cluster import WorkerHeartbeat
 from esault.metrics.partition_status import MAX_ROWS, as_dicts, checked_rows, describe, rows_of_dicts
 from esault.metrics.stats import StatsRegistry, SpuStats
@@ -68,15 +69,17 @@ def test_rows_read_back_from_their_dicts_are_the_rows_and_describe_says_each_fie
     assert describe(rows[2]) == "orders[3] offset 7, end 9, lag 2, idle"
 
 
-def test_the_stats_report_carries_partitions_only_for_a_source_that_has_them_and_retire_clears_them():
+def test_a_heartbeat_carries_partitions_only_for_a_source_that_has_them_and_retire_clears_them():
     registry = StatsRegistry(report_retired_for=0)
     bolt, spout = SpuStats("t", "count", 1), SpuStats("t", "src", 2)
     spout.partitions = (GOOD,)
-    assert "partitions" not in bolt.as_report() and "partitions" not in spout.as_dict()
-    assert spout.as_report()["partitions"] == [list(GOOD)]
+    registry.register(bolt)
     registry.register(spout)
+    assert partition_rows(registry=registry) == [("t", "src", 2, [GOOD])]
+    assert partition_rows("other", registry) == []
+    assert "partitions" not in spout.as_dict(), "the counts stay counts: the rows travel in a field of their own"
     registry.retire(spout)
-    assert spout.partitions is None and "partitions" not in spout.as_report()
+    assert spout.partitions is None and partition_rows(registry=registry) == []
 
 
 def test_a_heartbeat_sets_a_sources_checked_partitions_and_warns_of_the_malformed_rows_it_drops(caplog):
@@ -86,13 +89,13 @@ def test_a_heartbeat_sets_a_sources_checked_partitions_and_warns_of_the_malforme
     registry = WorkerRegistry()
     registry.joined("w1", "tcp://127.0.0.1:1")
     report = [list(GOOD), ["orders", "3", 0, 0, 0, False], ["\x07", 1, 0, 0, 0, False]]
-    registry.heartbeat(WorkerHeartbeat("w1", [("t", "src", 4, {"emitted": 5, "partitions": report})]))
+    registry.heartbeat(WorkerHeartbeat("w1", [("t", "src", 4, {"emitted": 5})], [], [("t", "src", 4, report)]))
     stats = registry.stats[("t", "src", 4)]
     assert stats.partitions == (GOOD,) and stats.emitted == 5
     assert registry.bad_counts == 2
     assert "2 malformed partition row(s) of SPU 4 ('src') dropped" in caplog.text
     caplog.clear()
-    registry.heartbeat(WorkerHeartbeat("w1", [("t", "src", 4, {"partitions": "garbage"})]))
+    registry.heartbeat(WorkerHeartbeat("w1", [("t", "src", 4, {})], [], [("t", "src", 4, "garbage")]))
     assert stats.partitions == () and registry.bad_counts == 3
     assert "malformed" not in caplog.text, "warned once a minute per worker, not once a heartbeat"
     registry.heartbeat(WorkerHeartbeat("w1", [("t", "src", 4, {"emitted": 6})]))
