@@ -113,7 +113,8 @@ class KafkaSource(Spout):
         pattern, while the job runs (default 10; None: never). A tailing read only: a bounded read keeps
         the partitions it started with. The same reads (every 10 s with None) notice brokers that stop
         answering: the source then waits, logs it and shows "waiting for broker ADDRESS since ..." in the
-        job's status until they answer (checked every 2 s meanwhile).
+        job's status until they answer (checked every 2 s meanwhile; also once a bounded read reached its
+        ends, from waiting_for()).
     """
 
     def __init__(self, topic: Any, bootstrap: str, key: str = "bytes", value: str = "bytes",
@@ -265,6 +266,15 @@ class KafkaSource(Spout):
             metadata = self._consumer.list_topics(timeout=self.connect_timeout)
         return [(t, p) for t in dict.fromkeys(names) for p in metadata.topics[t].partitions]
 
+    def _check_brokers(self) -> None:
+        """_refresh() when it is due: every refresh_interval (BROKER_CHECK_INTERVAL when None), every
+        WAITING_CHECK_INTERVAL while the brokers do not answer."""
+        if self._consumer is None or self._now() < self._next_refresh:
+            return
+        self._refresh(kafka_client())
+        self._next_refresh = self._now() + (WAITING_CHECK_INTERVAL if self.waiting_for_broker
+                                            else self.refresh_interval or BROKER_CHECK_INTERVAL)
+
     def _refresh(self, kafka: Any) -> None:
         """Are the brokers answering (else the source waits for them, and says so)? When tailing with a
         refresh_interval: new partitions of the topics read (and new topics of a pattern) that this instance
@@ -341,10 +351,7 @@ class KafkaSource(Spout):
         if self._offsets.all_done() and self.end is not None:
             self.finish()
             return
-        if self._now() >= self._next_refresh:
-            self._refresh(kafka_client())
-            self._next_refresh = self._now() + (WAITING_CHECK_INTERVAL if self.waiting_for_broker
-                                                else self.refresh_interval or BROKER_CHECK_INTERVAL)
+        self._check_brokers()
         messages = self._consumer.consume(self.max_records, 0)
         if not messages:
             return
@@ -657,7 +664,14 @@ class KafkaSource(Spout):
         return self._watermarks is not None and self._watermarks.idle
 
     def waiting_for(self) -> str | None:
-        """'broker ADDRESS' from a metadata request the brokers did not answer until one they answer."""
+        """'broker ADDRESS' from a metadata request the brokers did not answer until one they answer.
+
+        A bounded read that reached its ends gets no next_tuple() call any more, yet the job still needs the
+        brokers (its checkpoints' group commits, the sinks' transactions): the checks go on from here, on the
+        same schedule, so a broker lost after the input was read shows as a wait, and a wait shown before
+        clears once the brokers answer (else it stayed in the status, and the log never said so)."""
+        if self.end is not None and self._offsets.all_done():
+            self._check_brokers()
         return f"broker {self.bootstrap}" if self.waiting_for_broker else None
 
     def backlog(self) -> int | None:

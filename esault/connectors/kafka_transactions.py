@@ -56,6 +56,15 @@ COMMIT_PATIENCE = 120.0
 slow or stopped answering) on the same producer, before it gives the transaction up (aborted by the next
 producer's init_transactions(): records a broker such as Tansu still shows to read_committed readers)."""
 
+PRODUCER_DEFAULTS = {"metadata.recovery.strategy": "none"}
+"""librdkafka settings of the transactional producer that params 'config' may override. No re-bootstrap: once every
+broker it knew was gone (a single broker killed and restarted), librdkafka >= 2.10 re-bootstraps and decommissions
+the brokers it knew, while its coordinator cache still names the old one as the group coordinator; the next
+transaction's send_offsets_to_transaction() then waits for that broker's state to change, which never comes, past
+its own timeout (librdkafka issues #5511 and #5456; measured with 2.16: still blocked 60 s after the broker was
+back, the transaction left open with its records in it, and the publishes behind it stuck until close). The
+brokers it knew reconnect on their own once they answer again."""
+
 StagedRecord = list  # [topic, partition (-1: the producer picks), key, value, headers, timestamp (0: now)]
 
 
@@ -82,7 +91,7 @@ class TransactionalPublisher:
         bootstrap = producer_settings.get("bootstrap.servers")
         self.restored_epoch = restored_epoch
         self.holes = StageHoles()  # the records owed per staged epoch: never publish past a lost file
-        self._producer_settings = {**producer_settings, "transactional.id": transactional_id}
+        self._producer_settings = {**PRODUCER_DEFAULTS, **producer_settings, "transactional.id": transactional_id}
         self._journal = journal_from_env(transactional_id)  # diagnostics (tests): offsets per transaction
         self.producer: Any = None
         try:

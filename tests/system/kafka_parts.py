@@ -56,14 +56,15 @@ def end_marks(partitions: int) -> list[tuple[str, str, int, int]]:
 def build(name: str, bootstrap: str, source: str, out: str, spouts: int = 2, counters: int = 2,
           pace: float = 0.0, end: Any = "end", max_records: int = 500, spout_placement: str | None = None,
           max_pending: int = 2000, table: str | None = None, max_skew: int | None = None,
-          sink_placement: str | None = None):
+          sink_placement: str | None = None, refresh_interval: float | None = 10.0):
     """source topic -> KafkaSource (utf-8 keys) -> keyed running count -> KafkaSink (utf-8 key, json count)
     [and a Spark table of (word, count) rows, written by pyarrow]."""
     b = TopologyBuilder(name)
     options = {"placement": spout_placement} if spout_placement else {}
     b.set_spout("words", KafkaSource, spouts, params={
         "topic": source, "bootstrap": bootstrap, "key": "utf-8", "value": "utf-8", "end": end,
-        "max_records": max_records, **({"max_skew": max_skew} if max_skew else {})},
+        "max_records": max_records, "refresh_interval": refresh_interval,
+        **({"max_skew": max_skew} if max_skew else {})},
         max_pending=max_pending, **options)
     b.set_bolt("count", PacedCountBolt, counters, params={"pace": pace}, elastic=False,
                pe_idle_timeout=None).key_grouping("words")
