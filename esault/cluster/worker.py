@@ -59,16 +59,13 @@ HEARTBEAT_INTERVAL = 0.2
 DRIVER = "driver"
 
 
-def stats_rows(topology: str | None = None) -> list[tuple[str, str, int, dict[str, int]]]:
-    """This process's SPU counts as a heartbeat carries them: all jobs', or one topology's."""
-    return [(s.topology, s.unit, s.spu, s.as_dict()) for s in STATS.all() if topology in (None, s.topology)]
-
-
-def partition_rows(topology: str | None = None, registry: StatsRegistry = STATS
-                   ) -> list[tuple[str, str, int, list[tuple]]]:
-    """The partitions of this process's source SPUs that report them, as a heartbeat carries them."""
-    return [(s.topology, s.unit, s.spu, list(s.partitions)) for s in registry.all()
-            if s.partitions is not None and topology in (None, s.topology)]
+def heartbeat(process: str, topology: str | None = None, samples: list | None = None,
+              registry: StatsRegistry = STATS) -> WorkerHeartbeat:
+    """This process's SPU counts and its sources' partitions as a heartbeat carries them (all jobs', or one
+    topology's), with `samples` (the forwarded metrics: only the periodic beat takes them)."""
+    mine = [s for s in registry.all() if topology in (None, s.topology)]
+    return WorkerHeartbeat(process, [(s.topology, s.unit, s.spu, s.as_dict()) for s in mine], samples or [],
+                           [(s.topology, s.unit, s.spu, list(s.partitions)) for s in mine if s.partitions is not None])
 
 
 class _Unbuildable(Exception):
@@ -134,9 +131,7 @@ class WorkerControl:
         whose thread alone takes them. Never blocks: on a full queue the periodic beats answer."""
         for _ in range(2):
             try:
-                beat = WorkerHeartbeat(self.postman.process, stats_rows(), [], partition_rows())
-                self.postman.send(DRIVER, "cluster", beat,
-                                  timeout=0.0)
+                self.postman.send(DRIVER, "cluster", heartbeat(self.postman.process), timeout=0.0)
             except Exception:  # noqa: BLE001 - a full or closing queue: the periodic beats answer
                 return
 
@@ -293,9 +288,7 @@ class HostActor(pykka.ThreadingActor):
             # SpuStopped, so no later heartbeat carries them into a next job of the same name. Their
             # final values go to the driver first: a heartbeat may not have carried them yet.
             try:
-                beat = WorkerHeartbeat(self.postman.process, stats_rows(topology), [], partition_rows(topology))
-                self.postman.send(DRIVER, "cluster", beat,
-                                  timeout=5.0)
+                self.postman.send(DRIVER, "cluster", heartbeat(self.postman.process, topology), timeout=5.0)
             except Exception as exc:  # noqa: BLE001 - the driver may be gone at shutdown
                 log.debug("worker %s: final counts of %r not sent: %r", self.postman.process, topology, exc)
             STATS.forget_topology(topology)
@@ -361,8 +354,7 @@ def run_worker(driver: str, keys: WorkerKeys, name: str | None = None, bind_host
                           name, silent, driver_timeout)
                 return code
             try:
-                beat = WorkerHeartbeat(name, stats_rows(), samples.next_rows(), partition_rows())
-                postman.send(DRIVER, "cluster", beat, timeout=5.0)
+                postman.send(DRIVER, "cluster", heartbeat(name, samples=samples.next_rows()), timeout=5.0)
             except TimeoutError:
                 log.warning("worker %s: driver not reading heartbeats", name)
         code = 0

@@ -93,7 +93,8 @@ def test_kill_9_of_the_broker_the_job_waits_says_so_checkpoints_again_soon_after
                 wait_until(lambda: job.checkpoints.stats.completed >= 2, 60, message="two checkpoints")
                 broker.kill()
             else:
-                wait_until(lambda: broker.process.poll() is not None, 60, message=f"the failpoint {step} killing the broker")
+                wait_until(lambda: broker.process.poll() is not None, 60,
+                           message=f"the failpoint {step} killing the broker")
                 broker.kill()  # reap it; the port stays the broker's
             killed = time.monotonic()
             shown = wait_until(lambda: _waiting(job), OUTAGE + 5, interval=0.05,

@@ -194,7 +194,8 @@ def test_the_dsl_reaches_no_runtime_cluster_or_transport_module_even_through_oth
     graph = import_graph(ROOT)
     reached = reached_from(graph, [m for m in graph if m == "esault.dsl" or m.startswith("esault.dsl.")])
     wrong = [" -> ".join(path) for module, path in sorted(reached.items())
-             if module not in (VALUE_CODEC, VALUE_CODEC_PACKAGE) and any(module == r or module.startswith(r + ".") for r in RUNTIME)]
+             if module not in (VALUE_CODEC, VALUE_CODEC_PACKAGE)
+             and any(module == r or module.startswith(r + ".") for r in RUNTIME)]
     assert wrong == [], ("a declaration names what to run and the runtime resolves it (esault.datapath.actors "
                          "picks the SPU kind); the DSL imports runtime code through:\n" + "\n".join(wrong))
     assert set(reached_from(graph, [VALUE_CODEC])) == {VALUE_CODEC, "esault.errors"}

@@ -9,7 +9,7 @@ import pytest
 
 from esault.cli import partition_lines
 from esault.cluster.processes import WorkerRegistry
-from esault.cluster.worker import partition_rows
+from esault.cluster.worker import heartbeat
 from esault.messages.cluster import WorkerHeartbeat
 from esault.metrics.partition_status import MAX_ROWS, as_dicts, checked_rows, describe, rows_of_dicts
 from esault.metrics.stats import StatsRegistry, SpuStats
@@ -75,11 +75,11 @@ def test_a_heartbeat_carries_partitions_only_for_a_source_that_has_them_and_reti
     spout.partitions = (GOOD,)
     registry.register(bolt)
     registry.register(spout)
-    assert partition_rows(registry=registry) == [("t", "src", 2, [GOOD])]
-    assert partition_rows("other", registry) == []
+    assert heartbeat("w1", registry=registry).partitions == [("t", "src", 2, [GOOD])]
+    assert heartbeat("w1", "other", registry=registry).partitions == []
     assert "partitions" not in spout.as_dict(), "the counts stay counts: the rows travel in a field of their own"
     registry.retire(spout)
-    assert spout.partitions is None and partition_rows(registry=registry) == []
+    assert spout.partitions is None and heartbeat("w1", registry=registry).partitions == []
 
 
 def test_a_heartbeat_sets_a_sources_checked_partitions_and_warns_of_the_malformed_rows_it_drops(caplog):
