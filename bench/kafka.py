@@ -3,6 +3,7 @@ plain confluent-kafka consume loop with the same client settings.
 
     python bench/kafka.py                         # 2M one-word records, 3 rounds; writes docs/results/kafka.json
     python bench/kafka.py --records 500000 --repeat 1 --no-write
+    python bench/kafka.py side-by-side            # esault vs Quix Streams vs Bytewax (bench/kafka_side_by_side.py)
 
 The input is bench/wordcount_input.py's Zipf words, one word per record (and one per line in the file), in a
 4-partition topic of a Tansu broker this script starts (esault.testing.kafka; Tansu keeps it in memory). Each
@@ -113,6 +114,11 @@ def esault_run(cluster: LocalCluster, topology: Any, data_dir: Path, expected: d
 
 
 def main() -> None:
+    if sys.argv[1:2] == ["side-by-side"]:  # the same job on esault, Quix Streams and Bytewax (issue #52)
+        import kafka_side_by_side
+
+        kafka_side_by_side.main(sys.argv[2:])
+        return
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--records", type=int, default=2_000_000)
     parser.add_argument("--repeat", type=int, default=3)
