@@ -543,7 +543,9 @@ class KeyedProcessing(PartOfSpu):
         self.finish_pending()
         self.spu.close_pes()
         self._retire_wait = RetireWait(reconfig_id, self.router.downstream_spus())
-        self.router.broadcast(ForwardMarker(reconfig_id, self.spu_id, {self.spu_id: self.spu.reachable_self()}))
+        # Its actor ref, not its address: a downstream SPU on this worker gets the marker without the wire's
+        # decoding (an Address cannot be told); the codec names a registered ref by address for the others.
+        self.router.broadcast(ForwardMarker(reconfig_id, self.spu_id, {self.spu_id: self.spu.actor_ref}))
         self._retired_if_all_saw()
 
     def _retired_if_all_saw(self) -> None:

@@ -253,3 +253,23 @@ def test_a_restart_from_a_checkpoint_with_fewer_instances_than_the_parallelism_s
     job = eo_parts.run_restored(eo_parts.build_tally("tally-fewer", TOTAL, rate=1500), config(tmp_path), epoch,
                                 "tally", 2)
     assert eo_parts.tally_total(job.data_dir) == eo_parts.words_in(TOTAL)
+
+
+@pytest.mark.parametrize("change", ["merge", "rescale down"])
+def test_a_non_keyed_instance_retires_when_the_downstream_spu_shares_its_worker(tmp_path, change):
+    """The retiring SPU names itself by address in its marker (it may start before its worker's postman
+    registered it); a downstream SPU on the same worker gets that marker without a trip through the wire, so
+    it must still reach the retiring SPU with its answer (it once logged "'Address' object has no attribute
+    'tell'" and the operation timed out after 60 s)."""
+    with LocalCluster(workers=1) as cluster:
+        job = cluster.submit(eo_parts.build_tally("tally-one-worker", TOTAL, rate=3000, ones=True), config(tmp_path))
+        wait_until(lambda: all(processed_by(job, s) > 1000 for s in job.spus("tally")), 60,
+                   message="both tally SPUs counting")
+        with ThreadPoolExecutor(1) as pool:
+            operation = pool.submit(reconfigure, job, change)
+            finished, _ = futures.wait([operation], timeout=20.0)
+            assert finished, "the retirement did not end: the downstream SPU's answer never reached the retiring one"
+            operation.result()
+        assert job.wait(120), job.status()
+        job.stop()
+    assert eo_parts.tally_total(job.data_dir) == eo_parts.words_in(TOTAL)
