@@ -1,0 +1,1 @@
+"""Where worker processes come from: a provider asks for one and gives one back (esault.cluster.providers.base)."""
