@@ -9,15 +9,23 @@ import pykka
 
 from esault.clock import Clock
 from esault.cluster.credentials import ClusterKeys, remove_status_keys, write_status_keys
+from esault.cluster.capacity import Capacity
 from esault.cluster.inprocess import InProcessLauncher
+from esault.cluster.placement import Placement
+from esault.cluster.providers.local import LocalPoolProvider, StaticProvider
 from esault.cluster.unit_wire import importing_for_worker
 from esault.config import JobConfig
 from esault.dsl.topology import Topology
-from esault.errors import ResourceError, TopologyError
+from esault.errors import ConfigError, ResourceError, TopologyError
 from esault.job.job import Job
 
 if TYPE_CHECKING:
     from esault.cluster.exit_watch import WorkerProcessExited
+    from esault.cluster.providers.base import WorkerProvider
+
+GROWABLE_SPUS_PER_WORKER = 2
+"""SPUs a worker takes before a pool that can grow asks for another: a worker is one interpreter, one core of
+work under the GIL, so a split gains most on a process of its own; two share one while the load is light."""
 
 
 class LocalCluster:
@@ -34,12 +42,20 @@ class LocalCluster:
     a file only this user can read (esault.cluster.credentials).
     `listen` (HOST:PORT, port 0 = any) is where the driver binds, `advertise`
     (HOST[:PORT]) what it tells workers and prints, if not the bound address.
+
+    Capacity (esault.cluster.capacity): the local pool grows from `workers` up to `max_workers` processes when
+    a split or rescale finds no worker with room (fewer than `spus_per_worker` SPUs: default no budget for a
+    fixed pool, GROWABLE_SPUS_PER_WORKER for one that can grow), waiting up to `worker_wait` seconds for the
+    new one; a worker above `workers` that hosted no SPU for `release_after` seconds is given back. `provider`
+    replaces the local pool as the source of workers (e.g. esault.cluster.providers.ray.RayProvider).
     """
 
     def __init__(self, clock: Clock | None = None, workers: int = 0, listen: str | None = None,
                  min_workers: int = 0, join_timeout: float = 120.0, heartbeat_timeout: float = 10.0,
                  keys: ClusterKeys | None = None, max_frame_bytes: int | None = None,
-                 advertise: str | None = None) -> None:
+                 advertise: str | None = None, max_workers: int | None = None,
+                 spus_per_worker: int | None = None, release_after: float = 30.0, worker_wait: float = 30.0,
+                 provider: "WorkerProvider | None" = None) -> None:
         importing = importing_for_worker()
         if importing is not None:
             raise TopologyError(
@@ -51,6 +67,7 @@ class LocalCluster:
         self._ids = itertools.count(1)
         """SPU ids for every job here: unique among them, as the names "spu-<id>" on the workers must be."""
         self.postman = self.registry = self.pool = None
+        self.capacity: Capacity | None = None
         self.keys: ClusterKeys | None = None
         if workers or listen:
             from esault.cluster.postman import Postman
@@ -74,16 +91,47 @@ class LocalCluster:
             self._metrics.add_source(self.registry.live_stats)
             self._cluster_actor = self.postman.start_and_register(
                 "cluster", lambda: ClusterActor.start(self.postman, self.registry, lambda: dict(self.jobs),
-                                                      heartbeat_timeout))
+                                                      heartbeat_timeout, capacity=lambda: self.capacity))
             try:
                 if workers:
                     self.pool = LocalProcessPool(self.postman, self.registry, workers, join_timeout,
                                                  driver_timeout=heartbeat_timeout, on_exit=self._worker_exited)
+                self.capacity = self._capacity(provider, workers, max_workers, spus_per_worker, release_after,
+                                               worker_wait, join_timeout)
                 if min_workers:
                     self.wait_for_workers(min_workers, join_timeout)
             except BaseException:  # a Ctrl-C while workers join too: their actors would keep the process alive
                 self.shutdown()
                 raise
+
+    def _capacity(self, provider: "WorkerProvider | None", workers: int, max_workers: int | None,
+                  spus_per_worker: int | None, release_after: float, worker_wait: float,
+                  join_timeout: float) -> Capacity:
+        """The capacity keeper over this cluster's source of workers: the provider given, the local pool, or
+        the static cluster (workers started elsewhere)."""
+        if provider is None and self.pool is not None:
+            provider = LocalPoolProvider(self.pool, workers if max_workers is None else max_workers)
+        elif provider is None:
+            if max_workers is not None:
+                raise ConfigError("max_workers grows the local pool: give workers=N too (a static cluster runs "
+                                  "the workers started against it)")
+            provider = StaticProvider(self.address or "")
+        growable = provider.cannot_grow(workers) is None
+        if spus_per_worker is None and growable:
+            spus_per_worker = GROWABLE_SPUS_PER_WORKER
+        return Capacity(provider, self.registry.counts, self._give_back, Placement(spus_per_worker),
+                        worker_wait=worker_wait, release_after=release_after, join_timeout=join_timeout)
+
+    def _give_back(self, worker: str) -> None:
+        """Tell an idle worker to exit and forget it; the others stop holding a connection to it."""
+        from esault.messages.cluster import PeerGone, Shutdown
+
+        self.registry.released(worker)
+        for to, message in [(worker, Shutdown())] + [(w, PeerGone(worker)) for w in list(self.registry.workers)]:
+            try:
+                self.postman.send(to, "host" if to == worker else "control", message, timeout=1.0)
+            except Exception:  # noqa: BLE001 - a gone peer: it exits after its driver timeout anyway
+                pass
 
     def _worker_exited(self, ended: "WorkerProcessExited") -> None:
         """A worker process of this cluster's pool ended: its death need not wait for missed heartbeats."""
@@ -124,7 +172,8 @@ class LocalCluster:
         else:
             from esault.cluster.processes import ProcessLauncher
 
-            job = Job(topology, config or JobConfig.load(), ProcessLauncher(self.postman, self.registry),
+            job = Job(topology, config or JobConfig.load(), ProcessLauncher(self.postman, self.registry,
+                                                                            capacity=self.capacity),
                       self.clock, postman=self.postman, remote_stats=self.registry.stats_of,
                       fresh_reports=self.registry.await_fresh_reports, ids=self._ids)
         self.jobs[topology.name] = job
@@ -142,6 +191,9 @@ class LocalCluster:
             from esault.cluster.processes import tell_workers_to_exit
 
             tell_workers_to_exit(self.postman, self.registry)
+        if self.capacity is not None:  # after the workers were told: a provider's end of them follows theirs
+            self.capacity.shutdown()
+            self.capacity = None
         self._close_transport()
 
     def _close_transport(self) -> None:

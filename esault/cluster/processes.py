@@ -23,6 +23,7 @@ import pykka
 
 from esault.clock import SystemClock
 from esault.cluster.inprocess import InProcessLauncher
+from esault.cluster.placement import Placement
 from esault.cluster.postman import Postman
 from esault.cluster.unit_wire import check_sendable, config_to_wire, unit_to_wire
 from esault.dsl.topology import Grouping, Topology, UnitSpec
@@ -190,12 +191,32 @@ class WorkerRegistry:
             self._lock.notify_all()  # a launcher waiting for this worker's answer gives up now
             return self.spus_on.pop(process, set())
 
-    def pick(self) -> str:
+    def pick(self, placement: Placement | None = None) -> str:
+        """The worker a new SPU goes to: the placement's choice among the live workers (fewest SPUs first); the
+        fewest-loaded one when none has room (a replacement never waits for capacity: it packs)."""
         with self._lock:
-            if not self.workers:
+            live = {w: len(self.spus_on[w]) for w in self.workers if w not in self.leaving}
+            if not live:
                 raise ResourceError("no worker process has joined the driver; start one with "
                                     "`esault worker --driver HOST:PORT`")
-            return min(self.workers, key=lambda w: (len(self.spus_on[w]), w))
+            chosen = (placement or Placement()).choose(live)
+            return chosen if chosen is not None else min(live, key=lambda w: (live[w], w))
+
+    def counts(self) -> dict[str, int]:
+        """Live workers (joined, not told to exit) -> the SPUs each hosts now."""
+        with self._lock:
+            return {w: len(self.spus_on[w]) for w in self.workers if w not in self.leaving}
+
+    def released(self, process: str) -> None:
+        """`process` was told to exit, given back idle: forgotten without being lost (its silence is no death,
+        its late beats are ignored)."""
+        with self._lock:
+            self.leaving.add(process)
+            self.workers.pop(process, None)
+            self.last_beat.pop(process, None)
+            self.spus_on.pop(process, None)
+            self.forwarded.forget(process)
+            self._lock.notify_all()
 
     def placed(self, process: str, spu: int) -> None:
         with self._lock:
@@ -247,8 +268,12 @@ class ClusterActor(pykka.ThreadingActor):
     """Registered as "cluster" in the driver: hellos, heartbeats, stop confirmations."""
 
     def __init__(self, postman: Postman, registry: WorkerRegistry,
-                 jobs: Callable[[], dict[str, Any]] = dict, heartbeat_timeout: float = 10.0) -> None:
+                 jobs: Callable[[], dict[str, Any]] = dict, heartbeat_timeout: float = 10.0,
+                 capacity: Callable[[], Any] = lambda: None) -> None:
         super().__init__()
+        self._capacity = capacity
+        """The capacity keeper (esault.cluster.capacity), once the cluster made one: ticked here, told of each
+        join and death."""
         self.postman = postman
         self.registry = registry
         self.jobs = jobs
@@ -298,6 +323,9 @@ class ClusterActor(pykka.ThreadingActor):
         """A local worker process ended: declared dead at once, unless it was told to exit or is an older
         incarnation of a name that joined again."""
         if ended.process not in self.registry.workers:
+            if ended.process in self.registry.leaving:  # given back idle: its exit ends its connection
+                self.postman.endpoint.disconnect(ended.process)
+                return
             if len(self._ended_unjoined) < 1000:  # its hello may still be on its way: see _admit
                 self._ended_unjoined.add((ended.process, ended.pid))
             return
@@ -323,6 +351,8 @@ class ClusterActor(pykka.ThreadingActor):
                 self.postman.send(survivor, "control", PeerGone(worker), timeout=1.0)
             except Exception:  # noqa: BLE001 - that one's own heartbeats tell
                 pass
+        if (capacity := self._capacity()) is not None:
+            capacity.lost(worker)
         for job in self.jobs().values():
             if not job._stopped:
                 job.replace_lost(lost)
@@ -357,6 +387,8 @@ class ClusterActor(pykka.ThreadingActor):
             if worker != hello.process:
                 self.postman.send(worker, "host", PeerAddresses(peers))
         log.info("worker %s (pid %d) joined from %s", hello.process, hello.pid, hello.address)
+        if (capacity := self._capacity()) is not None:
+            capacity.joined(hello.process)
         if (hello.process, hello.pid) in self._ended_unjoined:  # it ended while its hello was on its way
             self._ended_unjoined.discard((hello.process, hello.pid))
             self._declare_dead(hello.process, f"(pid {hello.pid}) exited as it joined")
@@ -367,7 +399,11 @@ class ClusterActor(pykka.ThreadingActor):
             if kind is Tick:
                 self._beat_workers()  # first: handling a death below may take a while
                 self._check_hearts()
+                if (capacity := self._capacity()) is not None:
+                    capacity.tick()
             elif kind is WorkerHeartbeat:
+                if message.process in self.registry.leaving and message.process not in self.registry.workers:
+                    return None  # given back idle, on its way out: its last beats count for nothing
                 if message.process in self.lost:
                     # Declared dead but alive (it was only slow): its SPUs were replaced, so fence it. It is
                     # disconnected and hears no DriverBeat any more, so it exits after its driver timeout.
@@ -443,7 +479,10 @@ class ProcessLauncher:
     """SpuLauncher that places each unit's SPUs where UnitSpec.where says: the driver or a worker."""
 
     def __init__(self, postman: Postman, registry: WorkerRegistry, stop_timeout: float = 60.0,
-                 start_timeout: float = 30.0) -> None:
+                 start_timeout: float = 30.0, capacity: Any = None) -> None:
+        self.capacity = capacity
+        """The cluster's capacity keeper (esault.cluster.capacity): its placement picks workers, jobs reserve
+        room with it before they start SPUs; None picks the fewest-loaded worker."""
         self.start_timeout = start_timeout
         self.postman = postman
         self.registry = registry
@@ -485,7 +524,7 @@ class ProcessLauncher:
                     f"unit {spec.name!r} has no worker to run on: every worker process was lost "
                     f"({', '.join(self.registry.lost)}) and none is left to take SPU {cfg.spu_id}, so its tuples "
                     f"cannot be processed; start workers (`esault worker --driver {driver}`) or run the job again")
-            worker = self.registry.pick()
+            worker = self.registry.pick(None if self.capacity is None else self.capacity.placement)
         elif worker not in self.registry.workers:
             raise ResourceError(f"no worker {worker!r} has joined the driver; workers: "
                                 f"{', '.join(sorted(self.registry.workers)) or 'none'}")

@@ -5,7 +5,11 @@ monitor submit here: one code path. Serialising reconfigurations with each
 other and with checkpoints keeps every unit's upstream SPU set stable while a
 hand-off or a barrier is in flight (docs/CHECKPOINTS.md). Between tasks it
 runs the periodic work `between()` names (a due checkpoint). A rollback is
-submitted with priority: it runs before queued splits and merges.
+submitted with priority: it runs before queued splits and merges. An operation
+that starts SPUs on workers first reserves room for them with the cluster's
+capacity keeper (esault.cluster.capacity): while a worker is being asked for it
+waits on a future, off this thread, and comes back to the queue once the room
+is there, or fails with the keeper's reason.
 """
 
 from __future__ import annotations
@@ -40,11 +44,22 @@ class ScaleRequest:
     logic: Any = None  # assign_logic: the UnitSpec with the new bolt (a class: it stays in this process)
 
 
+@dataclass(frozen=True, slots=True)
+class _Roomed:
+    """A request back from waiting for room on the workers: its future runs already."""
+
+    request: ScaleRequest
+
+
 class ReconfigurationCoordinator:
     """Owns a queue of ScaleRequests and a thread that executes them serially."""
 
-    def __init__(self, topology: Topology, units: dict[str, Any], op_timeout: float = 60.0) -> None:
+    def __init__(self, topology: Topology, units: dict[str, Any], op_timeout: float = 60.0,
+                 capacity: Any = None) -> None:
         self.topology = topology
+        self.capacity = capacity
+        self._stopping = False
+        """The cluster's capacity keeper (reserve(spus, reason) -> Future), or None: SPUs go where there is room."""
         self.units = units
         self.op_timeout = op_timeout
         self.history: list[ScaleResult] = []
@@ -105,6 +120,7 @@ class ReconfigurationCoordinator:
         return None
 
     def stop(self) -> None:
+        self._stopping = True  # an operation still waiting for room fails when its room comes
         self._queue.put((self.LAST, next(self._seq), None, None))
         self._thread.join(timeout=self.op_timeout)
 
@@ -121,8 +137,18 @@ class ReconfigurationCoordinator:
                 continue
             if item is None:
                 return
-            if not future.set_running_or_notify_cancel():  # withdrawn while it waited (Job's timeout)
+            roomed = type(item) is _Roomed
+            if not roomed and not future.set_running_or_notify_cancel():  # withdrawn while it waited (Job's timeout)
                 continue
+            if roomed:
+                item = item.request
+            elif isinstance(item, ScaleRequest):
+                try:
+                    if self._waits_for_room(item, future):
+                        continue
+                except Exception as exc:  # noqa: BLE001 - the unit did not answer: the submitter gets it
+                    future.set_exception(exc)
+                    continue
             if not isinstance(item, ScaleRequest):
                 try:
                     future.set_result(item())
@@ -139,6 +165,43 @@ class ReconfigurationCoordinator:
                 continue
             self.record_result(result)
             future.set_result(result)
+
+    def _waits_for_room(self, request: ScaleRequest, future: Future) -> bool:
+        """True when `request` must wait for workers to join: it is queued again once they did (or fails with
+        why they never will); meanwhile this thread runs checkpoints and other operations."""
+        spus = self._new_worker_spus(request) if self.capacity is not None else 0
+        if not spus:
+            return False
+        where = f"{request.action} of {self.topology.name}/{request.unit}" + (
+            f" SPU {request.spu_id}" if request.spu_id >= 0 else "")
+        room = self.capacity.reserve(spus, where)
+        if room.done() and room.exception() is None:
+            return False
+
+        def back(done: Future) -> None:
+            error = done.exception()
+            if error is not None:  # the keeper logged why
+                future.set_exception(error)
+            elif self._stopping:
+                future.set_exception(ScalingError(f"{where}: the job stopped while it waited for a worker"))
+            else:
+                self._queue.put((self.NORMAL, next(self._seq), _Roomed(request), future))
+
+        room.add_done_callback(back)
+        return True
+
+    def _new_worker_spus(self, request: ScaleRequest) -> int:
+        """SPUs `request` starts on worker processes (a replacement of lost ones never waits: 0)."""
+        if self.topology.unit(request.unit).where == "driver":
+            return 0
+        if request.action == "split":
+            return 1
+        if request.action not in ("rescale", "assign_workload"):
+            return 0
+        current = self.units[request.unit].ask(GetSpus(), timeout=self.op_timeout)
+        if request.action == "rescale":
+            return max(0, (request.spus or 0) - len(current))
+        return len(set(request.assignment or ()) - set(current))
 
     def record_result(self, result: ScaleResult) -> None:
         self.history.append(result)

@@ -145,6 +145,7 @@ class Job:
             raise
         point = self.restored_from
         try:
+            self._room_to_start(getattr(launcher, "capacity", None), point)
             # Downstream units first, so every SPU starts knowing its output routes. A chained bolt
             # has no SPUs of its own: its head's SPUs run it and send to its downstream units.
             for spec in reversed(topology.units):
@@ -163,7 +164,8 @@ class Job:
                         None if point is None or point.instances is None else point.instances.get(spec.name)))
                     if isinstance(failed, Exception):
                         raise failed
-            self.coordinator = ReconfigurationCoordinator(topology, self.units)
+            self.coordinator = ReconfigurationCoordinator(topology, self.units,
+                                                          capacity=getattr(launcher, "capacity", None))
             self.coordinator.between = self.checkpoints.due_in
             self.coordinator.run_task(lambda: None)  # wakes the control thread to time the first checkpoint
             self._logic_versions: dict[str, str | None] = {}
@@ -184,6 +186,23 @@ class Job:
     @property
     def name(self) -> str:
         return self.topology.name
+
+    def _room_to_start(self, capacity: Any, point: Any) -> None:
+        """Before the SPUs start: workers for them, if the cluster can grow. Waits up to the keeper's
+        worker_wait; short of room the job starts packed onto the workers there are (and says so)."""
+        if capacity is None:
+            return
+        spus = 0
+        for spec in self.topology.units:
+            if self.topology.chained(spec.name) or spec.where != "worker":
+                continue
+            instances = None if point is None or point.instances is None else point.instances.get(spec.name)
+            spus += len(instances) if instances else spec.parallelism
+        room = capacity.reserve(spus, f"the start of {self.name}")
+        try:
+            room.result(capacity.worker_wait + 5.0)
+        except Exception as exc:  # noqa: BLE001 - declined or late: the SPUs pack onto the workers there are
+            log.warning("topology %r starts packed onto the workers there are: %s", self.name, exc)
 
     def _check_guarantee(self) -> None:
         """exactly_once rolls sources back: every spout must be able to rewind. A join chain across SPUs
