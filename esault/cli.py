@@ -42,6 +42,16 @@ def build_parser() -> argparse.ArgumentParser:
                           "threads = all in this process, static = workers started elsewhere join --listen")
     run.add_argument("--workers", type=int, default=None,
                      help="local worker processes to spawn (default: max_workers of the job config)")
+    run.add_argument("--max-workers", type=int, default=None,
+                     help="let the local pool grow to this many processes when a split finds no worker with room "
+                          "(default: --workers, a fixed pool); idle ones above --workers are given back")
+    run.add_argument("--spus-per-worker", type=int, default=None,
+                     help="SPUs a worker takes before a split needs another worker (default: no budget for a fixed "
+                          "pool, 2 for one that can grow)")
+    run.add_argument("--release-after", type=float, default=30.0,
+                     help="seconds a worker above the floor may host no SPU before it is given back (default 30)")
+    run.add_argument("--worker-wait", type=float, default=30.0,
+                     help="seconds a split waits for a new worker to join before it is declined (default 30)")
     run.add_argument("--listen", default=None, help="HOST:PORT the driver listens on for workers and status")
     run.add_argument("--advertise", default=None, metavar="HOST[:PORT]",
                      help="the address workers and status clients are told to use, if not the --listen one")
@@ -207,8 +217,14 @@ def _run(args: argparse.Namespace) -> int:
     if args.cluster == "static" and not args.listen:
         raise ConfigError("--cluster static needs --listen HOST:PORT for the workers to join")
     cluster_args: dict[str, Any] = {"listen": args.listen, "advertise": args.advertise}
+    cluster_args.update(spus_per_worker=args.spus_per_worker, release_after=args.release_after,
+                        worker_wait=args.worker_wait)
     if args.cluster == "processes":
         cluster_args["workers"] = args.workers or config.max_workers
+        cluster_args["max_workers"] = args.max_workers
+    elif args.max_workers is not None:
+        raise ConfigError(f"--max-workers grows the local pool (--cluster processes), not a {args.cluster!r} "
+                          "cluster: leave it out")
     if args.cluster == "static" or args.secret_key or args.worker_keys:
         cluster_args["keys"] = _cluster_keys(args)
     with LocalCluster(**cluster_args) as cluster:
@@ -402,6 +418,8 @@ def _status(args: argparse.Namespace) -> int:
               f"spouts finished: {status['spouts_finished']}, scaling events: {status['scaling_events']}")
         for failure in failures:  # why it cannot go on: first, before the rates that no longer matter
             print(f"  FAILED: {failure}")
+        for line in capacity_lines(status.get("capacity")):
+            print(f"  {line}")
         before = first.jobs.get(name, {}).get("units", {})
         for unit, info in status["units"].items():
             field = "emitted" if info["kind"] == "spout" else "processed"
@@ -412,6 +430,29 @@ def _status(args: argparse.Namespace) -> int:
             for line in partition_lines(info):
                 print(f"    {line}")
     return 0
+
+
+def capacity_lines(capacity: Any) -> list[str]:
+    """The workers' provider, node, age and SPUs, then pending requests and the latest declined one; a status
+    that crossed a socket, so a field of the wrong shape shows as '?' rather than failing the command."""
+    if not isinstance(capacity, dict):
+        return []
+    def shown(value: Any) -> str:
+        return str(value) if isinstance(value, (str, int, float)) and not isinstance(value, bool) else "?"
+    budget = capacity.get("spus_per_worker")
+    lines = [f"workers from the {shown(capacity.get('provider'))} provider"
+             + (f", {shown(budget)} SPUs a worker" if budget is not None else ", no SPU budget")]
+    for row in capacity.get("workers") or []:
+        if isinstance(row, dict):
+            lines.append(f"  {shown(row.get('worker')):<10} {shown(row.get('provider'))} on {shown(row.get('node'))}, "
+                         f"up {shown(row.get('age_s'))} s, {shown(row.get('spus'))} SPU(s)")
+    for row in capacity.get("pending") or []:
+        if isinstance(row, dict):
+            lines.append(f"  pending: {shown(row.get('worker'))} for {shown(row.get('reason'))}, "
+                         f"waiting {shown(row.get('waiting_s'))} s")
+    if capacity.get("declined"):
+        lines.append(f"  last declined: {shown(capacity.get('declined'))}")
+    return lines
 
 
 def partition_lines(unit: dict[str, Any]) -> list[str]:

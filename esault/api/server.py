@@ -269,7 +269,7 @@ class ControlApi:
                 "pending_trees": status["pending_trees"], "spouts_finished": status["spouts_finished"],
                 "failures": status.get("failures", []),
                 "units": [spec.name for spec in topology.units], "edges": edges,
-                "workers": job.workers()}
+                "workers": job.workers(), "capacity": status.get("capacity")}
 
     def _units(self, job: Any, body: dict) -> Any:
         units = {}

@@ -62,6 +62,10 @@ class LocalCluster:
                 f"{importing} started a LocalCluster while a worker process imported it for the topology's "
                 "classes: put the code that runs the job under `if __name__ == \"__main__\":` (worker processes "
                 "import the script, as multiprocessing does), or the classes in a module of their own")
+        if max_workers is not None and (type(max_workers) is not int or not workers or max_workers < workers):
+            raise ConfigError(f"max_workers={max_workers!r} needs workers=N (the pool's floor, >= 1) and a whole "
+                              f"number >= it (workers={workers!r}); leave it out for a fixed pool")
+        Placement(spus_per_worker)  # a bad budget fails here, before any process starts
         self.clock = clock
         self.jobs: dict[str, Job] = {}
         self._ids = itertools.count(1)
@@ -112,9 +116,6 @@ class LocalCluster:
         if provider is None and self.pool is not None:
             provider = LocalPoolProvider(self.pool, workers if max_workers is None else max_workers)
         elif provider is None:
-            if max_workers is not None:
-                raise ConfigError("max_workers grows the local pool: give workers=N too (a static cluster runs "
-                                  "the workers started against it)")
             provider = StaticProvider(self.address or "")
         growable = provider.cannot_grow(workers) is None
         if spus_per_worker is None and growable:

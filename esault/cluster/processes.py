@@ -85,6 +85,7 @@ class WorkerRegistry:
         self._stopped: dict[int, tuple[threading.Event, str]] = {}  # stop request -> (its answer, its worker)
         self._started: dict[int, SpuStarted | None] = {}  # spu id -> the worker's answer, None until it came
         self.pids: dict[str, int] = {}
+        self.joined_at: dict[str, float] = {}  # time.time() of each worker's (latest) hello
         self.lost: list[str] = []  # workers declared dead, in order
         self.leaving: set[str] = set()
         """Workers told to exit (the cluster shuts down): the driver stops beating them, so no beat waits in
@@ -102,6 +103,7 @@ class WorkerRegistry:
             if process in self.lost:
                 self.lost.remove(process)
             self.workers[process] = address
+            self.joined_at[process] = time.time()
             self.spus_on.setdefault(process, set())
             self.last_beat[process] = time.monotonic()
             self._lock.notify_all()
@@ -326,6 +328,8 @@ class ClusterActor(pykka.ThreadingActor):
             if ended.process in self.registry.leaving:  # given back idle: its exit ends its connection
                 self.postman.endpoint.disconnect(ended.process)
                 return
+            if (capacity := self._capacity()) is not None:  # asked for and dead before its hello
+                capacity.lost(ended.process)
             if len(self._ended_unjoined) < 1000:  # its hello may still be on its way: see _admit
                 self._ended_unjoined.add((ended.process, ended.pid))
             return
@@ -598,6 +602,26 @@ class ProcessLauncher:
 
     def worker_of(self, spu_id: int) -> str | None:
         return self._where.get(spu_id)
+
+    def cluster_view(self) -> dict[str, Any]:
+        """The workers (provider, node, age, SPUs), the requests for workers pending and the latest declined
+        one: what `esault status`, the REST API and the web page show of capacity."""
+        capacity = self.capacity
+        view = capacity.view() if capacity is not None else {"provider": "static", "spus_per_worker": None,
+                                                             "pending": [], "declined": None}
+        now = time.time()
+        rows = []
+        with self.registry._lock:
+            workers = {w: (a, len(self.registry.spus_on.get(w, ())), self.registry.pids.get(w),
+                           self.registry.joined_at.get(w, now)) for w, a in self.registry.workers.items()}
+        for worker, (address, spus, pid, joined) in sorted(workers.items()):
+            origin = capacity.origin(worker) if capacity is not None else None
+            host = address.replace("tcp://", "").rsplit(":", 1)[0]
+            rows.append({"worker": worker, "address": address, "pid": pid, "spus": spus,
+                         "provider": origin.provider if origin else view["provider"],
+                         "node": origin.node if origin else host,
+                         "age_s": round(now - (origin.started_at if origin else joined), 1)})
+        return {**view, "workers": rows}
 
     def last_beat_of(self, spu_id: int) -> float:
         """time.monotonic() of the last heartbeat from the worker hosting SPU `spu_id`: inf for an SPU in

@@ -616,6 +616,7 @@ class Job:
             "lost_spus": sorted(self.lost_spus),
             "unaccounted": self.unaccounted,
             "guarantee": self.config.guarantee,
+            "capacity": self.capacity(),
             "checkpoints": {"completed": self.checkpoints.stats.completed, "failed": self.checkpoints.stats.failed,
                             "failed_in_a_row": self.checkpoints.stats.failed_in_a_row,
                             "last_failure": self.checkpoints.stats.last_failure,
@@ -644,6 +645,12 @@ class Job:
         """The worker processes SPUs can be placed on (none for a one-process cluster)."""
         registry = getattr(self.launcher, "registry", None)
         return sorted(registry.workers) if registry is not None else []
+
+    def capacity(self) -> dict[str, Any] | None:
+        """The cluster's workers with their provider, node, age and SPUs, pending requests for workers and the
+        latest declined one (esault.cluster.capacity); None for a one-process cluster."""
+        view = getattr(self.launcher, "cluster_view", None)
+        return view() if view is not None else None
 
     def worker_of(self, spu_id: int) -> str | None:
         """The worker process hosting an SPU (None: the driver)."""
