@@ -64,6 +64,9 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--worker-keys", default=os.environ.get("ESAULT_WORKER_KEYS"),
                      help="static cluster: the workers' public keys: a .key file or a folder of them "
                           "(env ESAULT_WORKER_KEYS); only these may join")
+    run.add_argument("--enroll-key", default=os.environ.get("ESAULT_ENROLL_KEY"),
+                     help="static cluster: the public enroll.key replica workers share (env ESAULT_ENROLL_KEY); "
+                          "each that presents it is given a name and key pair of its own")
     run.add_argument("--client-keys", default=os.environ.get("ESAULT_CLIENT_KEYS"),
                      help="public keys of `esault status` clients allowed to read status (env ESAULT_CLIENT_KEYS)")
 
@@ -129,6 +132,9 @@ def build_parser() -> argparse.ArgumentParser:
                         help="this worker's worker-N.key_secret (env ESAULT_SECRET_KEY)")
     worker.add_argument("--driver-key", default=os.environ.get("ESAULT_DRIVER_KEY"),
                         help="the driver's public driver.key (env ESAULT_DRIVER_KEY)")
+    worker.add_argument("--enroll-key", default=os.environ.get("ESAULT_ENROLL_SECRET_KEY"),
+                        help="a replica: the shared enroll.key_secret (env ESAULT_ENROLL_SECRET_KEY) instead of a "
+                             "key of its own; the driver names it and makes its key pair")
     worker.add_argument("--driver-timeout", type=float, default=30.0,
                         help="exit after this many seconds without word from the driver (default 30)")
     worker.add_argument("--connect-timeout", type=float, default=60.0,
@@ -153,6 +159,8 @@ def build_parser() -> argparse.ArgumentParser:
     generate.add_argument("directory", help="where to write them (created if missing; existing keys are kept)")
     generate.add_argument("--workers", type=int, required=True, help="how many worker key pairs")
     generate.add_argument("--clients", type=int, default=1, help="how many status client key pairs (default 1)")
+    generate.add_argument("--enroll", action="store_true",
+                          help="also an enroll.key pair, shared by replica workers (`esault worker --enroll-key`)")
 
     return parser
 
@@ -316,11 +324,11 @@ def _cluster_keys(args: argparse.Namespace) -> Any:
     """The driver's keys from files; a static cluster without them cannot let any worker in."""
     from esault.cluster.credentials import ClusterKeys
 
-    if not (args.secret_key and args.worker_keys):
-        raise ConfigError("a static cluster needs --secret-key DIR/driver.key_secret and --worker-keys DIR "
-                          "(make them with `esault keys generate DIR --workers N`): without keys no worker "
-                          "can join")
-    return ClusterKeys.from_files(args.secret_key, args.worker_keys, args.client_keys)
+    if not (args.secret_key and (args.worker_keys or args.enroll_key)):
+        raise ConfigError("a static cluster needs --secret-key DIR/driver.key_secret and --worker-keys DIR or "
+                          "--enroll-key DIR/enroll.key (make them with `esault keys generate DIR --workers N "
+                          "[--enroll]`): without keys no worker can join")
+    return ClusterKeys.from_files(args.secret_key, args.worker_keys, args.client_keys, args.enroll_key)
 
 
 def _savepoint(args: argparse.Namespace) -> int:
@@ -362,7 +370,7 @@ def _operation(args: argparse.Namespace) -> int:
 def _keys(args: argparse.Namespace) -> int:
     from esault.transport.keys import generate_key_files
 
-    written = generate_key_files(args.directory, args.workers, args.clients)
+    written = generate_key_files(args.directory, args.workers, args.clients, enroll=args.enroll)
     print(f"wrote {len(written)} key files to {args.directory}: give driver.key_secret to the driver only, "
           "worker-N.key_secret to worker N only, driver.key to every worker; *.key files are public")
     return 0
@@ -372,7 +380,18 @@ def _worker(args: argparse.Namespace) -> int:
     from esault.cluster.credentials import WorkerKeys
     from esault.cluster.worker import run_worker
 
-    if args.keys_stdin:
+    if args.enroll_key:
+        from esault.cluster.enrollment import enroll
+
+        if args.keys_stdin or args.secret_key or args.name:
+            raise ConfigError("--enroll-key makes this worker a replica, named and keyed by the driver: leave out "
+                              "--keys-stdin, --secret-key and --name")
+        if not args.driver_key:
+            raise ConfigError("--enroll-key needs --driver-key driver.key: the driver it enrolls with")
+        args.name, keys = enroll(args.driver, WorkerKeys.from_files(args.enroll_key, args.driver_key),
+                                 timeout=args.connect_timeout, advertise=args.advertise and args.advertise.split(":")[0])
+        print(f"enrolled with the driver at {args.driver} as {args.name}", file=sys.stderr, flush=True)
+    elif args.keys_stdin:
         keys = WorkerKeys.read(sys.stdin)
     elif args.secret_key and args.driver_key:
         keys = WorkerKeys.from_files(args.secret_key, args.driver_key)

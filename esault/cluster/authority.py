@@ -4,8 +4,9 @@ The sender is the Identity its connection's Curve key proves (never a name in
 the frame). The driver may send anything. A worker may send data, acks,
 hand-offs and its own reports, never commands: it cannot place or stop SPUs,
 shut a worker down, install routes or ask for status. A client (an operator's
-key) may only ask the driver for status or for a savepoint. A worker whose key is admitted but not yet
-bound to a name may only say hello, under a name no other key holds.
+key) may only ask the driver for status or for a savepoint. An enrollment key (shared by replica workers)
+may only ask for a worker key of its own. A worker whose key is admitted but not yet bound to a name may
+only say hello, under a name no other key holds.
 """
 
 from __future__ import annotations
@@ -16,6 +17,8 @@ from esault.messages.acking import FailPending, FindOwner, OwnerAt, OwnerGone
 from esault.messages.checkpoints import Abandon, CheckpointComplete, CheckpointStart, TriggerCheckpoint
 from esault.messages.cluster import (
     DriverBeat,
+    Enrolled,
+    EnrollRequest,
     PeerAddresses,
     PeerGone,
     ReportNow,
@@ -47,7 +50,7 @@ DRIVER_ONLY: frozenset[type] = frozenset({
     Probe,  # the latency monitor
     WatermarkInputs,  # which upstream SPUs an SPU's watermark waits for: a worker could stall every window
     TriggerCheckpoint, CheckpointStart, CheckpointComplete, Abandon,  # the checkpoint coordinator
-    StatusReply, SavepointReply,
+    StatusReply, SavepointReply, Enrolled,
 })
 """Commands: only the driver's key may send them, to any actor."""
 
@@ -65,6 +68,10 @@ def refusal(sender: Identity, actor: str, message: Any) -> str | None:
         if actor == "cluster" and kind in (StatusRequest, SavepointRequest):
             return None
         return "a client may only send StatusRequest or SavepointRequest to the driver"
+    if role is Role.ENROLL:
+        if actor == "cluster" and kind is EnrollRequest:
+            return None
+        return "an enrollment key may only send EnrollRequest to the driver"
     if sender.name is None:  # an admitted worker key that has not joined yet
         if actor == "cluster" and kind is WorkerHello:
             return None

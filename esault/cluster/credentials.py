@@ -33,6 +33,9 @@ class ClusterKeys:
     clients: tuple[bytes, ...] = ()
     local_client: KeyPair | None = field(default=None, repr=False)
     """A status client pair made for this cluster, written to status_key_file() for `esault status`."""
+    enroll: tuple[bytes, ...] = ()
+    """Enrollment public keys: replica workers that share one ask the driver for a key of their own
+    (esault.cluster.enrollment)."""
 
     @classmethod
     def fresh(cls) -> "ClusterKeys":
@@ -41,17 +44,23 @@ class ClusterKeys:
         return cls(KeyPair.generate(), (), (client.public,), client)
 
     @classmethod
-    def from_files(cls, secret_key: str | os.PathLike[str], worker_keys: str | os.PathLike[str],
-                   client_keys: str | os.PathLike[str] | None = None) -> "ClusterKeys":
-        """The driver's `driver.key_secret`, the workers' public keys (a `.key` file or a folder of them)
-        and, optionally, status clients' public keys."""
+    def from_files(cls, secret_key: str | os.PathLike[str], worker_keys: str | os.PathLike[str] | None,
+                   client_keys: str | os.PathLike[str] | None = None,
+                   enroll_keys: str | os.PathLike[str] | None = None) -> "ClusterKeys":
+        """The driver's `driver.key_secret`, the workers' public keys (a `.key` file or a folder of them),
+        and, optionally, status clients' and enrollment public keys (`enroll.key`: replica workers)."""
         clients = tuple(load_public_keys(client_keys, "client")) if client_keys else ()
-        return cls(load_keypair(secret_key), tuple(load_public_keys(worker_keys, "worker")), clients)
+        enroll = tuple(load_public_keys(enroll_keys, "enroll")) if enroll_keys else ()
+        workers = tuple(load_public_keys(worker_keys, "worker")) if worker_keys else ()
+        if not workers and not enroll:
+            raise ConfigError("a static cluster admits workers by their keys: give --worker-keys (worker-N.key "
+                              "files) or --enroll-key (enroll.key, shared by replica workers), or both")
+        return cls(load_keypair(secret_key), workers, clients, enroll=enroll)
 
     def ring(self) -> KeyRing:
         """The driver's KeyRing: itself as 'driver', every worker and client key admitted (names bound at join)."""
         ring = KeyRing(self.driver, "driver", Role.DRIVER)
-        for role, keys in ((Role.WORKER, self.workers), (Role.CLIENT, self.clients)):
+        for role, keys in ((Role.WORKER, self.workers), (Role.CLIENT, self.clients), (Role.ENROLL, self.enroll)):
             for key in keys:
                 if key == self.driver.public:
                     raise ConfigError(f"the driver's own public key is listed among the {role.value} keys; "

@@ -25,7 +25,7 @@ from esault.cluster.authority import refusal
 from esault.errors import SerializationError
 from esault.metrics.registry import (count_auth_rejected, count_dropped_frame, init_auth_rejected_series,
                                      init_frame_drop_series)
-from esault.messages.cluster import SavepointRequest, StatusRequest, WorkerHello
+from esault.messages.cluster import EnrollRequest, SavepointRequest, StatusRequest, WorkerHello
 from esault.transport.address import Address
 from esault.transport.endpoint import DEFAULT_MAX_FRAME_BYTES, Endpoint, RemoteMailbox
 from esault.cluster.lanes import CONTROL_LANE
@@ -244,7 +244,7 @@ def _claimed_name(message: Any) -> str | None:
     kind = type(message)
     if kind is WorkerHello:
         return message.process
-    if kind is StatusRequest or kind is SavepointRequest:
+    if kind is StatusRequest or kind is SavepointRequest or kind is EnrollRequest:
         return getattr(getattr(message.reply_to, "address", None), "process", None)
     return None
 

@@ -22,6 +22,7 @@ from typing import Any, Callable
 import pykka
 
 from esault.clock import SystemClock
+from esault.cluster.enrollment import DEFAULT_MAX_ENROLLMENTS, Enrollments
 from esault.cluster.inprocess import InProcessLauncher
 from esault.cluster.placement import Placement
 from esault.cluster.postman import Postman
@@ -35,6 +36,7 @@ from esault.metrics.stats import COUNTERS, GAUGES, SpuStats
 from esault.datapath.context import JobContext
 from esault.messages.cluster import (
     DriverBeat,
+    EnrollRequest,
     PeerAddresses,
     PeerGone,
     SavepointReply,
@@ -271,7 +273,8 @@ class ClusterActor(pykka.ThreadingActor):
 
     def __init__(self, postman: Postman, registry: WorkerRegistry,
                  jobs: Callable[[], dict[str, Any]] = dict, heartbeat_timeout: float = 10.0,
-                 capacity: Callable[[], Any] = lambda: None) -> None:
+                 capacity: Callable[[], Any] = lambda: None,
+                 max_enrollments: int = DEFAULT_MAX_ENROLLMENTS) -> None:
         super().__init__()
         self._capacity = capacity
         """The capacity keeper (esault.cluster.capacity), once the cluster made one: ticked here, told of each
@@ -285,7 +288,8 @@ class ClusterActor(pykka.ThreadingActor):
         self.lost: list[str] = []
         self._fenced: set[str] = set()
         self._ended_unjoined: set[tuple[str, int]] = set()  # local workers seen to end before their hello
-        self._status_clients: list[str] = []
+        self._status_clients: list[str] = []  # status clients and enrolling replicas connected to, newest last
+        self.enrollments = Enrollments(postman.keys, max_enrollments)
 
     def on_start(self) -> None:
         self.ticker.subscribe(self.actor_ref)
@@ -430,9 +434,24 @@ class ClusterActor(pykka.ThreadingActor):
                 self._savepoint(message)
             elif kind is StatusRequest:
                 self._status(message)
+            elif kind is EnrollRequest:
+                self._enroll(message)
         except Exception:
             log.exception("cluster actor failed handling %s", kind.__name__)
 
+
+    def _enroll(self, message: EnrollRequest) -> None:
+        """A replica worker asks for a name and key pair of its own (esault.cluster.enrollment); the answer goes
+        back inside the Curve session to the address it gave, which the driver then forgets."""
+        process = message.reply_to.address.process
+        self.postman.connect(process, message.address)
+        self._status_clients.append(process)
+        while len(self._status_clients) > 8:
+            self.postman.endpoint.disconnect(self._status_clients.pop(0))
+        try:
+            message.reply_to.tell(self.enrollments.grant(message))
+        except Exception as exc:  # noqa: BLE001 - the replica times out, says so, and is restarted
+            log.warning("enrollment answer to %s not delivered: %r", message.address, exc)
 
     def _status(self, message: StatusRequest) -> None:
         """Answer on a thread of its own: a job's status asks its unit actors, which a rollback keeps busy

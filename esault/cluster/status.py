@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import itertools
 import os
+import secrets
 import threading
 from typing import Any, Callable
 
@@ -55,6 +56,14 @@ def request_savepoint(address: str, topology: str, stop: bool = False, timeout: 
 
 def _ask(address: str, request: Callable[[Any, str], Any], reply: type, timeout: float,
          keys: WorkerKeys | None, advertise: str | None) -> Any:
+    return ask_driver(address, request, reply, timeout, keys, advertise)
+
+
+def ask_driver(address: str, request: Callable[[Any, str], Any], reply: type, timeout: float,
+               keys: WorkerKeys | None, advertise: str | None, name_prefix: str = "status",
+               role: Role = Role.CLIENT, unanswered: str | None = None) -> Any:
+    """One request to the driver's cluster actor from a short-lived process of its own, and its one reply:
+    `esault status`, a savepoint, a replica's enrollment."""
     driver_host, _ = split_host_port(address, "the driver's address")
     if advertise:
         port = split_host_port(advertise, "--advertise", port_required=False)[1] or 0
@@ -66,8 +75,8 @@ def _ask(address: str, request: Callable[[Any, str], Any], reply: type, timeout:
         raise ConfigError(f"no status key for the driver at {address}: a driver started by this user on this "
                           f"machine leaves one in {status_key_file(address)}; for a static cluster pass "
                           "--secret-key client-N.key_secret --driver-key driver.key (from `esault keys generate`)")
-    name = f"status-{os.getpid()}-{next(_calls)}"
-    ring = KeyRing(keys.own, name, Role.CLIENT)
+    name = f"{name_prefix}-{os.getpid()}-{next(_calls)}-{secrets.token_hex(4)}"
+    ring = KeyRing(keys.own, name, role)
     ring.admit(keys.driver, Role.DRIVER, "driver")
     postman = Postman(name, bind=bind, keys=ring, advertise=advertise)
     inbox = _Inbox(reply)
@@ -76,8 +85,8 @@ def _ask(address: str, request: Callable[[Any, str], Any], reply: type, timeout:
         postman.connect("driver", address if address.startswith("tcp://") else f"tcp://{address}")
         postman.send("driver", "cluster", request(inbox, postman.address), timeout=timeout)
         if not inbox.arrived.wait(timeout):
-            raise ConfigError(f"no esault driver answered at {address} within {timeout}s; is `esault run` running "
-                              "there with --listen, and does it admit this client's key?")
+            raise ConfigError(unanswered or f"no esault driver answered at {address} within {timeout}s; is `esault "
+                              "run` running there with --listen, and does it admit this client's key?")
         return inbox.reply
     except TimeoutError:
         raise ConfigError(f"could not reach an esault driver at {address}") from None

@@ -83,6 +83,29 @@ class StatusRequest:
 
 
 @dataclass(frozen=True, slots=True)
+class EnrollRequest:
+    """A replica worker (`esault worker --enroll-key`) -> driver cluster: give me a name and a key pair of my
+    own. Sent under the enrollment key every replica shares; the driver connects back to `address` (its server
+    key the enrollment key) and answers `reply_to` with an Enrolled."""
+
+    request_id: int
+    reply_to: Any
+    address: str
+
+
+@dataclass(frozen=True, slots=True)
+class Enrolled:
+    """driver cluster -> an enrolling replica: the worker name and key pair the driver made for it (Z85 text;
+    the secret travels only inside the CurveZMQ session), or `error` saying why none."""
+
+    request_id: int
+    name: str
+    public: str
+    secret: str
+    error: str
+
+
+@dataclass(frozen=True, slots=True)
 class StatusReply:
     """driver cluster -> `esault status`: jobs by name, each as Job.status() returns it."""
 

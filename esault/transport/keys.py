@@ -65,8 +65,10 @@ def load_public_keys(path: str | os.PathLike[str], prefix: str = "") -> list[byt
     return [_load(f)[0] for f in files]
 
 
-def generate_key_files(directory: str | os.PathLike[str], workers: int, clients: int = 1) -> list[Path]:
-    """Write driver, worker-1..N and client-1..M certificates into `directory`; the files written.
+def generate_key_files(directory: str | os.PathLike[str], workers: int, clients: int = 1,
+                       enroll: bool = False) -> list[Path]:
+    """Write driver, worker-1..N and client-1..M certificates (and `enroll`, shared by replica workers) into
+    `directory`; the files written.
 
     Refuses to overwrite: replacing keys of a running cluster locks its
     workers out, so that must be a deliberate `rm` first.
@@ -75,7 +77,8 @@ def generate_key_files(directory: str | os.PathLike[str], workers: int, clients:
         raise ConfigError(f"--workers and --clients must be ints >= 0, got {workers!r} and {clients!r}")
     folder = Path(directory)
     folder.mkdir(parents=True, exist_ok=True)
-    names = ["driver", *(f"worker-{i}" for i in range(1, workers + 1)), *(f"client-{i}" for i in range(1, clients + 1))]
+    names = ["driver", *(f"worker-{i}" for i in range(1, workers + 1)), *(f"client-{i}" for i in range(1, clients + 1)),
+             *(["enroll"] if enroll else [])]
     taken = [n for n in names if (folder / f"{n}.key").exists() or (folder / f"{n}.key_secret").exists()]
     if taken:
         raise ConfigError(f"{folder} already has keys for {', '.join(taken)}; remove them first to make new ones")

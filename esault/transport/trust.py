@@ -24,6 +24,7 @@ class Role(enum.Enum):
     DRIVER = "driver"  # places SPUs, stops workers, sends anything
     WORKER = "worker"  # hosts SPUs: data, acks and its own reports
     CLIENT = "client"  # `esault status`: may ask for status, nothing else
+    ENROLL = "enroll"  # a replica worker's shared key: may only ask for a worker key of its own
 
 
 @dataclass(frozen=True, slots=True)
@@ -88,7 +89,7 @@ class KeyRing:
                 return f"the name {name!r} belongs to another key"
             current = self._name_of.get(key)
             if current is not None and current != name:
-                if self._roles[key] is not Role.CLIENT:  # a status client names each call afresh
+                if self._roles[key] not in (Role.CLIENT, Role.ENROLL):  # these name each call afresh
                     return f"the key is already bound to {current!r}"
                 del self._names[current]
             self._bind(name, key)

@@ -99,6 +99,7 @@ FIELD_TYPES: Mapping[tuple[str, str], str] = types.MappingProxyType({
     ("ScaleCommand", "upstream"): "dict[int, tuple[Mailbox, str]]",
     ("StatusRequest", "reply_to"): "Mailbox",
     ("SavepointRequest", "reply_to"): "Mailbox",
+    ("EnrollRequest", "reply_to"): "Mailbox",
     ("RegisterOwner", "mailbox"): "Mailbox",
     ("OwnerAt", "mailbox"): "Mailbox",
     ("OwnerGone", "mailbox"): "Mailbox",
@@ -134,7 +135,8 @@ WIRE_TAGS: Mapping[str, int] = types.MappingProxyType({
     "CheckpointComplete": 48, "Abandon": 49, "SavepointRequest": 50, "SavepointReply": 51,
     "ForwardMarker": 52, "MarkerSeen": 53, "CancelReconfiguration": 54, "ChainLink": 55, "ChainMembers": 56,
     "RangeRequest": 57, "RangeGrant": 58, "ReportNow": 59, "FindOwner": 60, "OwnerAt": 61,
-    "OwnerGone": 62, "PeersLost": 63, "Watermark": 64, "WatermarkInputs": 65,
+    "OwnerGone": 62, "PeersLost": 63, "Watermark": 64, "WatermarkInputs": 65, "EnrollRequest": 66,
+    "Enrolled": 67,
 })
 """Message class name -> wire tag. Never renumber or reuse a tag: a new message takes the next free one.
 

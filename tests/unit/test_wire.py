@@ -40,6 +40,8 @@ from esault.messages.checkpoints import (
 )
 from esault.messages.cluster import (
     DriverBeat,
+    Enrolled,
+    EnrollRequest,
     PeerAddresses,
     PeerGone,
     ReportNow,
@@ -184,6 +186,8 @@ PINNED_SCHEMA = {
     63: ("PeersLost", ("reconfig_id: int", "spus: frozenset[int]")),
     64: ("Watermark", ("sender: int", "watermark: float", "idle: bool", "final: bool")),
     65: ("WatermarkInputs", ("added: frozenset[int]", "removed: frozenset[int]")),
+    66: ("EnrollRequest", ("request_id: int", "reply_to: Mailbox", "address: str")),
+    67: ("Enrolled", ("request_id: int", "name: str", "public: str", "secret: str", "error: str")),
 }
 
 
@@ -203,7 +207,7 @@ def test_tags_follow_the_class_name_and_a_message_without_a_tag_is_refused_by_na
     classes = dict(reversed([(cls.__name__, cls) for cls in wire.TAGS]))  # definition order does not matter
     assert [wire.TAGS[cls] for cls in wire._tagged(classes)] == sorted(wire.WIRE_TAGS.values())
     with pytest.raises(ImportError, match=r"without a wire tag: Fresh; add each to esault.transport.wire.WIRE_TAGS "
-                                          r"with the next free tag \(66\)"):
+                                          r"with the next free tag \(68\)"):
         wire._tagged({**classes, "Fresh": Fresh})
     del classes["Abandon"]
     with pytest.raises(ImportError, match=r"WIRE_TAGS names Abandon, which no module of esault.messages defines"):
@@ -315,6 +319,8 @@ EXAMPLES: dict[type, Any] = {
     PeersLost: PeersLost(9, frozenset({4, 7})),
     Watermark: Watermark(7, 1_700_000_002_500.0, True, False),
     WatermarkInputs: WatermarkInputs(frozenset({11, 12}), frozenset({4})),
+    EnrollRequest: EnrollRequest(1, Address("enroll-1-1-ab12cd34", "status"), "tcp://127.0.0.1:5610"),
+    Enrolled: Enrolled(1, "replica-1", "P" * 40, "S" * 40, ""),
     FailPending: FailPending("a worker died"),
     TriggerCheckpoint: TriggerCheckpoint(7, True),
     CheckpointStart: CheckpointStart(7, frozenset({3, 4}), True),
@@ -536,7 +542,7 @@ GOOD_FRAMES = [encode_frame(msg) for msg in EXAMPLES.values()]
     (msgpack.packb({"tag": 1}), "not_a_frame", r"expected \[tag, fields\.\.\.\], got dict"),
     (msgpack.packb([]), "not_a_frame", r"got list \[\]"),
     (msgpack.packb(["DataBatch", 1, []]), "not_a_frame", r"not a message frame"),
-    (msgpack.packb([99, 1]), "unknown_tag", r"unknown message tag 99 \(known: 1\.\.65, retired: 4, 7, 22\)"),
+    (msgpack.packb([99, 1]), "unknown_tag", r"unknown message tag 99 \(known: 1\.\.67, retired: 4, 7, 22\)"),
     (msgpack.packb([10, 1]), "field_count", r"EpochMarker: expected 2 fields \(reconfig_id, sender\), got 1"),
     (msgpack.packb([25, 1, "soon", ["d", "m"], True]), "field_type", r"Probe\.sent_at: expected float, got str 'soon'"),
     (msgpack.packb([10, True, 1]), "field_type", r"EpochMarker\.reconfig_id: expected int, got bool True"),
