@@ -4,8 +4,9 @@ deploy/podman/build-images.sh builds every image with no registry and no package
 builds (a debootstrap base image, cached in podman's store under a hash of its recipe; a
 wheelhouse built on the host). podman-compose then starts docker-compose.yml with
 deploy/podman/compose.offline.yml (the images that cannot be pulled) and a small override
-this test writes (its own keys, free host ports): the driver, two workers with their Curve keys
-as secrets, a Spark standalone master and worker, Prometheus and the Kafka-compatible broker.
+this test writes (its own keys, free host ports): the driver, the workers (replicas of one service
+sharing an enrollment key: two, or three with `--scale worker=3` on the quiet run), a Spark standalone
+master and worker, Prometheus and the Kafka-compatible broker.
 
 Checked: the healthchecks pass; `esault status` answers through the published port; a worker
 container killed with kill -9 mid-job is restarted by compose's restart policy and the job
@@ -101,7 +102,9 @@ class Compose:
                    env=self.env, cwd=REPO)
 
     def container(self, service: str) -> str:
-        return f"{PROJECT}_{service}_1"
+        """podman-compose's container of `service`; "worker-N" is replica N of the worker service."""
+        replica = re.fullmatch(r"worker-(\d+)", service)
+        return f"{PROJECT}_worker_{replica.group(1)}" if replica else f"{PROJECT}_{service}_1"
 
     def podman(self, *args: str, timeout: float = 120, check: bool = True) -> subprocess.CompletedProcess:
         return run("podman", *args, timeout=timeout, check=check, env=self.env)
@@ -191,7 +194,7 @@ def stack(env, timings, tmp_path_factory, request) -> Iterator[tuple[Compose, di
     busy = request.param == "busy-cores"
     tmp = tmp_path_factory.mktemp("compose")
     keys = tmp / "keys"
-    run(sys.executable, "-m", "esault.cli", "keys", "generate", str(keys), "--workers", "2")
+    run(sys.executable, "-m", "esault.cli", "keys", "generate", str(keys), "--workers", "0", "--enroll")
     for secret in keys.glob("*.key_secret"):
         os.chown(secret, 185, 185)  # the images' uid: secrets are bind-mounted as they are (deploy/README.md)
     ports = {name: free_port() for name in ("status", "driver_metrics", "spark_master", "spark_worker", "prometheus")}
@@ -204,7 +207,8 @@ def stack(env, timings, tmp_path_factory, request) -> Iterator[tuple[Compose, di
         timings["build_steps"] = [line for line in build.stderr.splitlines() if line.startswith("build-images:")]
         with busy_cores(900) if busy else contextlib.nullcontext():
             started = time.monotonic()
-            compose("up", "-d", "--no-build")
+            # The quiet run scales the workers with one number; the busy one runs the file's 2 replicas.
+            compose("up", "-d", "--no-build", *(() if busy else ("--scale", "worker=3")))
             timings[f"up_s{'_busy' if busy else ''}"] = round(time.monotonic() - started, 1)
             yield compose, ports, keys, busy
     finally:
@@ -296,6 +300,13 @@ def busy_threads(dump: str) -> list[str]:
     return out or ["(every thread idle)"]
 
 
+def enrolled_name(compose: Compose, service: str) -> str:
+    """The name the driver gave a worker replica, from its log (the latest enrollment, after a restart)."""
+    names = wait_until(lambda: re.findall(r"enrolled with the driver at \S+ as (replica-\d+)", compose.log_of(service)),
+                       60, interval=1, message=f"{service} enrolled")
+    return names[-1]
+
+
 def worker_pid(compose: Compose, service: str) -> int:
     """The host pid of the `esault worker` process of one worker container (catatonit is its pid 1)."""
     top = compose.podman("top", compose.container(service), "hpid", "args").stdout.splitlines()[1:]
@@ -336,6 +347,12 @@ def test_the_compose_cluster_runs_the_word_count_exactly_and_is_observable(stack
         assert answer.returncode == 0 and "wordcount" in answer.stdout, (answer.stdout, answer.stderr)
         job_started = time.time()
 
+        # Each replica enrolled: the driver named it and made its key (esault.cluster.enrollment).
+        workers = 2 if busy else 3
+        enrolled = {f"worker-{i}": enrolled_name(compose, f"worker-{i}") for i in range(1, workers + 1)}
+        assert len(set(enrolled.values())) == workers, enrolled
+        killed = enrolled["worker-1"]
+
         # kill -9 worker-1's esault process mid-job; compose's restart policy (on-failure) restarts it.
         restarts = compose.inspect("worker-1")["RestartCount"]
         os.kill(worker_pid(compose, "worker-1"), 9)
@@ -343,25 +360,27 @@ def test_the_compose_cluster_runs_the_word_count_exactly_and_is_observable(stack
         wait_until(lambda: compose.inspect("worker-1")["RestartCount"] > restarts
                    and compose.inspect("worker-1")["State"]["Running"], 120, interval=1,
                    message="worker-1 restarted by its restart policy")
-        # The restarted worker-1 rejoins: the driver retires the killed incarnation (its SPUs recovered) and
-        # lists worker-1 again, well within the new one's 60 s --connect-timeout (it used to be refused).
-        wait_until(lambda: re.search(r"worker worker-1 .*: declared dead", compose.log_of("driver")), 60, interval=1,
-                   message="the driver retiring the killed worker-1")
+        # The restarted container is a new process from the same credential: it enrolls again under a new name,
+        # the driver declares the killed one dead (its SPUs recovered) and lists the workers again.
+        wait_until(lambda: re.search(rf"worker {killed} .*: declared dead", compose.log_of("driver")), 60, interval=1,
+                   message=f"the driver retiring the killed {killed}")
         # (the driver answers once the rollback that the death started is through: the job's status asks its
         # units, which the rollback keeps busy; with the Spark sink that takes up to ~25 s here)
         rejoined = status(keys, ports, gateway, wait=90)
         assert rejoined.returncode == 0 and "wordcount" in rejoined.stdout, (rejoined.stdout, rejoined.stderr)
-        assert "2 worker(s): worker-1, worker-2" in rejoined.stdout, rejoined.stdout
+        listed = re.search(r"(\d+) worker\(s\): (.*)", rejoined.stdout)
+        assert listed and int(listed.group(1)) == workers and killed not in listed.group(2).split(", "), \
+            rejoined.stdout
         assert "already connected" not in compose.log_of("driver")
 
-        # Every Prometheus target up while the job runs: the driver, both workers (DNS alias `worker`,
+        # Every Prometheus target up while the job runs: the driver, every worker (DNS alias `worker`,
         # the restarted one included), Prometheus itself.
         def targets_up() -> list[dict[str, Any]] | None:
             active = prometheus_api(ports, "targets")["activeTargets"]
-            return active if len(active) == 4 and all(t["health"] == "up" for t in active) else None
+            return active if len(active) == workers + 2 and all(t["health"] == "up" for t in active) else None
         active = wait_until(targets_up, 60, interval=1, message="every Prometheus target up")
         assert compose.inspect("driver")["State"]["Running"], "the job ended before every target was seen up"
-        assert sorted(t["labels"]["job"] for t in active) == ["esault-driver", "esault-worker", "esault-worker",
+        assert sorted(t["labels"]["job"] for t in active) == ["esault-driver", *["esault-worker"] * workers,
                                                                "prometheus"]
 
         # ~70 s here; a stall must fail with its evidence (stall_digest) well inside CI's budget.

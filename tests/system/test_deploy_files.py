@@ -55,8 +55,12 @@ def esault_services() -> dict[str, dict[str, Any]]:
 
 
 def worker_services() -> dict[str, dict[str, Any]]:
-    """The esault services that run `esault worker` (one per worker: each has its own key)."""
+    """The esault services that run `esault worker` (replicas of one, each enrolled by the driver)."""
     return {name: svc for name, svc in esault_services().items() if svc["command"][1] == "worker"}
+
+
+def replicas(service: dict[str, Any]) -> int:
+    return int(service.get("deploy", {}).get("replicas", 1))
 
 
 def top_level_secrets() -> dict[str, dict[str, Any]]:
@@ -174,7 +178,7 @@ def test_no_two_services_publish_the_same_host_port():
 
 def test_the_driver_and_at_least_two_workers_run_the_esault_image():
     assert "driver" in esault_services()
-    assert len(worker_services()) >= 2, f"expected 2+ worker services, got {sorted(worker_services())}"
+    assert sum(map(replicas, worker_services().values())) >= 2, f"expected 2+ workers, got {worker_services()}"
 
 
 def test_esault_commands_start_with_esault_and_a_known_subcommand():
@@ -239,11 +243,15 @@ def test_workers_connect_to_the_port_the_driver_listens_on():
         )
 
 
-def test_every_worker_has_its_own_process_name_and_hostname():
-    names = [flag_value(w["command"], "--name") for w in worker_services().values()]
-    assert len(names) == len(set(names)), f"worker names must differ, got {names}"
+def test_workers_are_replicas_that_the_driver_names():
+    """`--scale worker=N` must give N workers: nothing in a replica may tell it apart from the others."""
     for name, worker in worker_services().items():
-        assert worker.get("hostname") == name, f"{name}: set hostname: {name} (the name it advertises)"
+        command = worker["command"]
+        assert "--name" not in command and "--secret-key" not in command, (
+            f"{name}: a replica is named and keyed by the driver (--enroll-key), not by its own flags")
+        assert "hostname" not in worker and "--advertise" not in command, (
+            f"{name}: replicas share one service definition: no fixed hostname or advertised name")
+        assert flag_value(command, "--enroll-key") == f"{SECRETS_DIR}/enroll_key_secret", name
 
 
 def test_every_esault_process_serves_metrics_where_prometheus_scrapes():
@@ -267,10 +275,7 @@ def test_the_driver_waits_for_no_more_workers_than_there_are():
     workers = worker_services()
     for name, worker in workers.items():
         assert "ports" not in worker, f"{name}: workers publish no host port; use expose"
-        assert worker.get("deploy", {}).get("replicas", 1) == 1, (
-            f"{name}: replicas would share one worker key; add a worker service per key instead"
-        )
-    assert int(flag_value(services()["driver"]["command"], "--min-workers")) <= len(workers)
+    assert int(flag_value(services()["driver"]["command"], "--min-workers")) <= sum(map(replicas, workers.values()))
 
 
 def test_the_driver_knows_the_spark_master():
@@ -359,45 +364,36 @@ def test_the_driver_gets_its_secret_and_the_public_keys_of_the_workers_it_admits
     assert secret == f"{SECRETS_DIR}/driver_key_secret"
     assert secret in mounts and secret_file(mounts[secret]) == "./deploy/keys/driver.key_secret"
 
-    worker_keys = flag_value(command, "--worker-keys")
-    assert worker_keys == f"{SECRETS_DIR}/worker_keys"
-    admitted = files_under(driver, worker_keys)
-    assert admitted, f"nothing is mounted in {worker_keys}: the driver would admit no worker"
-    assert all(re.fullmatch(r"\./deploy/keys/worker-\d+\.key", f) for f in admitted), (
-        f"{worker_keys} must hold only workers' public keys, got {sorted(admitted)}"
-    )
-    own = {secret_file(mounted_secrets(w)[f"{SECRETS_DIR}/worker_key_secret"]).removesuffix("_secret")
-           for w in worker_services().values()}
-    assert admitted == own, f"the driver admits {sorted(admitted)} but the workers hold {sorted(own)}"
+    enroll = flag_value(command, "--enroll-key")
+    assert enroll == f"{SECRETS_DIR}/enroll_key"
+    assert enroll in mounts and secret_file(mounts[enroll]) == "./deploy/keys/enroll.key"
+    held = {secret_file(mounted_secrets(w)[f"{SECRETS_DIR}/enroll_key_secret"]).removesuffix("_secret")
+            for w in worker_services().values()}
+    assert held == {"./deploy/keys/enroll.key"}, f"the driver admits enroll.key but the workers hold {sorted(held)}"
 
 
 def test_the_driver_gets_no_workers_secret():
     for path, name in mounted_secrets(services()["driver"]).items():
-        assert not re.search(r"worker-\d+\.key_secret$", secret_file(name)), (
+        assert not re.search(r"(worker-\d+|enroll)\.key_secret$", secret_file(name)), (
             f"the driver mounts a worker's secret key ({name} at {path})"
         )
 
 
-def test_each_worker_gets_its_own_secret_and_the_drivers_public_key_only():
-    seen: dict[str, str] = {}
+def test_each_worker_gets_the_enrollment_secret_and_the_drivers_public_key_only():
     for name, worker in worker_services().items():
         command = worker["command"]
         mounts = mounted_secrets(worker)
-        secret = flag_value(command, "--secret-key")
-        assert secret == f"{SECRETS_DIR}/worker_key_secret", name
+        secret = flag_value(command, "--enroll-key")
         assert secret in mounts, f"{name}: nothing is mounted at {secret}"
-        own = secret_file(mounts[secret])
-        assert re.fullmatch(r"\./deploy/keys/worker-\d+\.key_secret", own), f"{name}: {own} is no worker's secret"
-        assert own not in seen, f"{name} and {seen.get(own)} share {own}: one key pair per worker"
-        seen[own] = name
+        assert secret_file(mounts[secret]) == "./deploy/keys/enroll.key_secret", name
 
         driver_key = flag_value(command, "--driver-key")
         assert driver_key == f"{SECRETS_DIR}/driver_key"
         assert driver_key in mounts and secret_file(mounts[driver_key]) == "./deploy/keys/driver.key"
 
         files = {secret_file(n) for n in mounts.values()}
-        assert files == {own, "./deploy/keys/driver.key"}, f"{name} mounts more than it needs: {sorted(files)}"
-        assert "./deploy/keys/driver.key_secret" not in files, f"{name} must never get the driver's secret"
+        assert files == {"./deploy/keys/enroll.key_secret", "./deploy/keys/driver.key"}, (
+            f"{name} mounts more than it needs: {sorted(files)}")
 
 
 def test_the_drivers_healthcheck_has_a_status_client_key_the_driver_admits():
@@ -428,7 +424,7 @@ def test_the_keys_esault_generates_let_every_worker_and_the_healthcheck_in(tmp_p
     from esault.transport.keys import generate_key_files
 
     keys = tmp_path / "keys"
-    generate_key_files(keys, workers=len(worker_services()), clients=1)
+    generate_key_files(keys, workers=0, clients=1, enroll=True)
     for name in top_level_secrets():
         assert (keys / secret_file(name).removeprefix("./deploy/keys/")).is_file(), (
             f"secret {name}: `esault keys generate` writes no {secret_file(name)}"
@@ -437,15 +433,15 @@ def test_the_keys_esault_generates_let_every_worker_and_the_healthcheck_in(tmp_p
     driver = services()["driver"]
     at = lay_out_secrets(driver, keys, tmp_path / "driver")
     command = driver["command"]
-    cluster = ClusterKeys.from_files(at / flag_value(command, "--secret-key").lstrip("/"),
-                                     at / flag_value(command, "--worker-keys").lstrip("/"),
-                                     at / flag_value(command, "--client-keys").lstrip("/"))
+    cluster = ClusterKeys.from_files(at / flag_value(command, "--secret-key").lstrip("/"), None,
+                                     at / flag_value(command, "--client-keys").lstrip("/"),
+                                     at / flag_value(command, "--enroll-key").lstrip("/"))
     cluster.ring()  # the driver's KeyRing builds from them
     for name, worker in worker_services().items():
         mine = lay_out_secrets(worker, keys, tmp_path / name)
-        own = WorkerKeys.from_files(mine / flag_value(worker["command"], "--secret-key").lstrip("/"),
+        own = WorkerKeys.from_files(mine / flag_value(worker["command"], "--enroll-key").lstrip("/"),
                                     mine / flag_value(worker["command"], "--driver-key").lstrip("/"))
-        assert own.own.public in cluster.workers, f"the driver does not admit {name}'s key"
+        assert own.own.public in cluster.enroll, f"the driver does not admit {name}'s enrollment key"
         assert own.driver == cluster.driver.public, f"{name} would not trust the driver"
     health = healthcheck_commands()["driver"]
     client = WorkerKeys.from_files(at / flag_value(health, "--secret-key").lstrip("/"),
