@@ -14,7 +14,7 @@ import time
 from pathlib import Path
 from typing import Any, Sequence
 
-from esault.config import SPU_STOP_TIMEOUT, JobConfig
+from esault.config import SPU_STOP_TIMEOUT, JobConfig, check_cluster
 from esault.errors import ConfigError, DriverUnreachable, EsaultError
 from esault.job.outcome import ExitCode, judge_run
 from esault.metrics.partition_status import describe, rows_of_dicts
@@ -37,9 +37,11 @@ def build_parser() -> argparse.ArgumentParser:
                           "credentials the usual AWS way); default: the data dir")
     run.add_argument("--metrics-port", type=int, default=None, help="serve Prometheus /metrics on this port")
     run.add_argument("--metrics-host", default=None, help="address for /metrics (default 127.0.0.1)")
-    run.add_argument("--cluster", choices=["processes", "threads", "static"], default="processes",
+    run.add_argument("--cluster", default=None, metavar="{processes,threads,static,ray://HOST:PORT,ray://auto}",
                      help="where bolt SPUs run: processes = --workers local worker processes (the default), "
-                          "threads = all in this process, static = workers started elsewhere join --listen")
+                          "threads = all in this process, static = workers started elsewhere join --listen, "
+                          "ray://HOST:PORT or ray://auto = Ray actors on a Ray cluster, asked for as splits need "
+                          "them (--max-workers caps them); default: the job config's cluster")
     run.add_argument("--workers", type=int, default=None,
                      help="local worker processes to spawn (default: max_workers of the job config)")
     run.add_argument("--max-workers", type=int, default=None,
@@ -222,6 +224,8 @@ def _run(args: argparse.Namespace) -> int:
         server = start_metrics_server(config.metrics_host, config.metrics_port)
         print(f"metrics: {server.url}", file=sys.stderr)
     started = time.monotonic()
+    check_cluster(args.cluster, "--cluster")
+    args.cluster = args.cluster or config.cluster or "processes"
     if args.cluster == "static" and not args.listen:
         raise ConfigError("--cluster static needs --listen HOST:PORT for the workers to join")
     cluster_args: dict[str, Any] = {"listen": args.listen, "advertise": args.advertise}
@@ -230,9 +234,14 @@ def _run(args: argparse.Namespace) -> int:
     if args.cluster == "processes":
         cluster_args["workers"] = args.workers or config.max_workers
         cluster_args["max_workers"] = args.max_workers
+    elif args.cluster.startswith("ray://"):
+        address = args.cluster.removeprefix("ray://")
+        cluster_args["ray"] = "auto" if address == "auto" else args.cluster
+        cluster_args["max_workers"] = args.max_workers
+        cluster_args["listen"] = args.listen or "127.0.0.1:0"
     elif args.max_workers is not None:
-        raise ConfigError(f"--max-workers grows the local pool (--cluster processes), not a {args.cluster!r} "
-                          "cluster: leave it out")
+        raise ConfigError(f"--max-workers grows the local pool (--cluster processes) or a Ray cluster's share, not "
+                          f"a {args.cluster!r} cluster: leave it out")
     if args.cluster == "static" or args.secret_key or args.worker_keys:
         cluster_args["keys"] = _cluster_keys(args)
     with LocalCluster(**cluster_args) as cluster:

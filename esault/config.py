@@ -19,6 +19,19 @@ from esault.errors import ConfigError
 from esault.storage.location import StorageLocation
 
 
+CLUSTER_KINDS = ("processes", "threads", "static")
+
+
+def check_cluster(value: object, where: str) -> None:
+    """A cluster kind, or a Ray address ray://HOST:PORT or ray://auto; ConfigError says what was given."""
+    if value is None or value in CLUSTER_KINDS:
+        return
+    if isinstance(value, str) and value.startswith("ray://") and len(value) > len("ray://"):
+        return
+    raise ConfigError(f"{where} must be one of {', '.join(CLUSTER_KINDS)} or a Ray cluster (ray://HOST:PORT, "
+                      f"ray://auto), got {value!r}")
+
+
 def _positive(owner: str, name: str, value: float | int | None, allow_none: bool = False) -> None:
     if value is None and allow_none:
         return
@@ -158,6 +171,10 @@ class JobConfig:
     metrics_host: str = "127.0.0.1"
     metrics_port: int | None = None
     max_workers: int = 2
+    cluster: str | None = None
+    """Where `esault run` gets its workers when --cluster is not given: "processes" (the default: a local pool),
+    "threads", "static", or a Ray cluster, "ray://HOST:PORT" (a Ray client server) or "ray://auto" (the Ray
+    cluster of this node): then each worker is a Ray actor (docs/DEPLOYMENT.md, "Workers from Ray")."""
     gc_gen0_threshold: int | None = 100_000
     elasticity: bool = True
     """Job-wide switch for the latency monitors; each bolt also has its own `elastic` option."""
@@ -190,6 +207,7 @@ class JobConfig:
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or value < 1:
                 raise ConfigError(f"{o}.{name} must be a whole number >= 1, got {value!r}")
+        check_cluster(self.cluster, f"{o}.cluster")
         _whole(o, "max_retries", self.max_retries, 0)
         _whole(o, "max_spout_errors", self.max_spout_errors, 1)
         if not isinstance(self.elasticity, bool):

@@ -47,7 +47,9 @@ class LocalCluster:
     a split or rescale finds no worker with room (fewer than `spus_per_worker` SPUs: default no budget for a
     fixed pool, GROWABLE_SPUS_PER_WORKER for one that can grow), waiting up to `worker_wait` seconds for the
     new one; a worker above `workers` that hosted no SPU for `release_after` seconds is given back. `provider`
-    replaces the local pool as the source of workers (e.g. esault.cluster.providers.ray.RayProvider).
+    replaces the local pool as the source of workers. `ray` (an address: "auto", "HOST:PORT" of a GCS, or
+    "ray://HOST:PORT" of a Ray client server) makes every worker a Ray actor (RayProvider; `ray_options`: its
+    num_cpus, memory, resources, label_selector), asked for as SPUs need them, up to max_workers.
     """
 
     def __init__(self, clock: Clock | None = None, workers: int = 0, listen: str | None = None,
@@ -55,14 +57,16 @@ class LocalCluster:
                  keys: ClusterKeys | None = None, max_frame_bytes: int | None = None,
                  advertise: str | None = None, max_workers: int | None = None,
                  spus_per_worker: int | None = None, release_after: float = 30.0, worker_wait: float = 30.0,
-                 provider: "WorkerProvider | None" = None) -> None:
+                 provider: "WorkerProvider | None" = None, ray: str | None = None,
+                 ray_options: dict[str, Any] | None = None) -> None:
         importing = importing_for_worker()
         if importing is not None:
             raise TopologyError(
                 f"{importing} started a LocalCluster while a worker process imported it for the topology's "
                 "classes: put the code that runs the job under `if __name__ == \"__main__\":` (worker processes "
                 "import the script, as multiprocessing does), or the classes in a module of their own")
-        if max_workers is not None and (type(max_workers) is not int or not workers or max_workers < workers):
+        if max_workers is not None and ray is None and (
+                type(max_workers) is not int or not workers or max_workers < workers):
             raise ConfigError(f"max_workers={max_workers!r} needs workers=N (the pool's floor, >= 1) and a whole "
                               f"number >= it (workers={workers!r}); leave it out for a fixed pool")
         Placement(spus_per_worker)  # a bad budget fails here, before any process starts
@@ -73,7 +77,9 @@ class LocalCluster:
         self.postman = self.registry = self.pool = None
         self.capacity: Capacity | None = None
         self.keys: ClusterKeys | None = None
-        if workers or listen:
+        if ray is not None and (workers or provider is not None):
+            raise ConfigError("a Ray cluster is this cluster's source of workers: leave out workers= and provider=")
+        if workers or listen or ray is not None:
             from esault.cluster.postman import Postman
             from esault.cluster.processes import ClusterActor, LocalProcessPool, WorkerRegistry
 
@@ -100,6 +106,9 @@ class LocalCluster:
                 if workers:
                     self.pool = LocalProcessPool(self.postman, self.registry, workers, join_timeout,
                                                  driver_timeout=heartbeat_timeout, on_exit=self._worker_exited)
+                if ray is not None:
+                    provider = self._ray_provider(ray, ray_options or {}, max_workers, heartbeat_timeout)
+                    max_workers = None
                 self.capacity = self._capacity(provider, workers, max_workers, spus_per_worker, release_after,
                                                worker_wait, join_timeout)
                 if min_workers:
@@ -122,6 +131,15 @@ class LocalCluster:
             spus_per_worker = GROWABLE_SPUS_PER_WORKER
         return Capacity(provider, self.registry.counts, self._give_back, Placement(spus_per_worker),
                         worker_wait=worker_wait, release_after=release_after, join_timeout=join_timeout)
+
+    def _ray_provider(self, address: str, options: dict[str, Any], max_workers: int | None,
+                      heartbeat_timeout: float) -> "WorkerProvider":
+        try:
+            from esault.cluster.providers.ray import RayProvider
+        except ImportError as exc:
+            raise ConfigError(f"a Ray cluster needs Ray: pip install 'esault[ray]' ({exc})") from None
+        return RayProvider(self.postman, address, max_workers=max_workers, on_exit=self._worker_exited,
+                           driver_timeout=heartbeat_timeout, **options)
 
     def _give_back(self, worker: str) -> None:
         """Tell an idle worker to exit and forget it; the others stop holding a connection to it."""
