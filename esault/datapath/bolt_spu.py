@@ -81,6 +81,8 @@ class BoltSpuActor(SenderActor):
         self.giver = GiverSide(self, self._early, self.unit_ref, cfg.spu_id)
         self._retiring = False
         self._closed = False  # close_pes() ran
+        self._dormant = False
+        """No ticks asked for until a deadline or any other message (esault.datapath.ticker): an idle SPU sleeps."""
         self._error_log = UserErrorLog(now=job.clock.now)
         self.ticks = PeTicks(spec, self.pes, self.services, self._error_log, self.flush, job.name)
         self.processed_since_probe = 0
@@ -304,6 +306,12 @@ class BoltSpuActor(SenderActor):
 
     # --- timers -----------------------------------------------------------
 
+    def on_receive(self, message: Any) -> Any:
+        if self._dormant and type(message) is not Tick:  # anything may start time-driven work: tick again
+            self._dormant = False
+            self.job.ticker.wake(self.actor_ref)
+        return super().on_receive(message)
+
     def _on_tick(self, msg: Tick) -> None:
         if self._closed:  # a tick queued before close_pes(): a closed PE does nothing more
             return
@@ -311,6 +319,19 @@ class BoltSpuActor(SenderActor):
         self.processing.on_tick(msg.now)
         if self.watermarks is not None:  # after the windows this tick fired: their output leaves first
             self.watermarks.on_tick(msg.now)
+        due = self._next_tick(msg.now)
+        if due is None or due > msg.now + 2 * self.job.ticker.interval:
+            self._dormant = True
+            self.job.ticker.sleep_until(self.actor_ref, due)
+
+    def _next_tick(self, now: float) -> float | None:
+        """When this SPU next has time-driven work (None: not before a message comes): the earliest of its
+        parts' deadlines. A part that cannot tell (a join chain, watermarks) keeps it ticking."""
+        next_tick = getattr(self.processing, "next_tick", None)
+        if next_tick is None or self.watermarks is not None:
+            return now
+        dues = [due for due in (next_tick(now), self.load_feed.next_due()) if due is not None]
+        return min(dues) if dues else None
 
     # --- watermarks (datapath/watermarks.py) -----------------------------------
 

@@ -448,6 +448,16 @@ class KeyedProcessing(PartOfSpu):
 
     # --- timers -----------------------------------------------------------
 
+    def next_tick(self, now: float) -> float | None:
+        """When on_tick() next has work: at once while a snapshot is encoded in slices, moved-in keys settle or
+        PEs asked for ticks; else at the next expiry scan if PEs could expire; None with nothing to expire."""
+        if self._pending is not None or self.pes.arrived or self.services.ticking:
+            return now
+        timeout = self.pes.idle_timeout
+        if timeout is None or not len(self.pes):
+            return None
+        return self._last_expiry_scan + min(timeout / 4, 1.0)
+
     def on_tick(self, now: float) -> None:
         """PE ticks, paused while keys arrive in a hand-off (their held tuples must run before time-driven
         work, a window firing, judges them); every min(idle timeout / 4, 1 s) the expiry scan."""

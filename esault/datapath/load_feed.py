@@ -78,6 +78,12 @@ class LoadFeed:
         self._last: dict[tuple[str, int], tuple[int, int]] = {}  # (unit, spu) -> (busy_us, processed)
         self._seen: dict[tuple[str, int], tuple] = {}  # (unit, spu) -> the last row reported
 
+    def next_due(self) -> float | None:
+        """When on_tick() next has work: a load report or a window's end; None without spread routes."""
+        if not self.routes:
+            return None
+        return min(self._next_report, self._window_ends)
+
     def on_tick(self, now: float) -> None:
         if not self.routes or now < self._next_report:
             return
