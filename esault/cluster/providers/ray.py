@@ -13,6 +13,7 @@ import logging
 import math
 import queue
 import socket
+import sys
 import threading
 import time
 import uuid
@@ -115,7 +116,7 @@ class RayProvider(WorkerProvider):
         driver = self.postman.address.replace("tcp://", "")
         try:
             actor = self._actor_class.options(name=f"{self._prefix}-{name}", **self.options).remote(
-                driver, name, keys, self.driver_timeout, self.connect_timeout,
+                driver, name, keys, self.driver_timeout, self.connect_timeout, [p for p in sys.path if p],
                 logging.getLevelName(logging.getLogger().getEffectiveLevel()))
             ended = actor.run.remote()
             info = actor.info.remote()
@@ -300,12 +301,17 @@ def _connect(address: str) -> tuple[Any, bool]:
         import ray
     except ImportError:
         raise ResourceError("RayProvider needs Ray: pip install 'esault[ray]' (ray[default]==2.60.0)") from None
-    if ray.is_initialized():
-        return ray, False
     hint = ("start one with `ray start --head --port=6379`, then give its GCS address HOST:PORT (`ray status` "
             "names it), ray://HOST:10001 for a Ray client server, or 'auto' on a node of that cluster")
     if not isinstance(address, str) or not address.strip():
         raise ResourceError(f"RayProvider(address={address!r}) names no Ray cluster: {hint}")
+    if ray.is_initialized():  # one Ray cluster per process: this one's, if it is the one asked for
+        current = ray.get_runtime_context().gcs_address
+        if address not in ("auto", current) and not address.startswith("ray://") and _resolved(address) != current:
+            raise ResourceError(f"this process is connected to the Ray cluster at {current} already, not "
+                                f"{address!r}: one process can use one Ray cluster (give address='auto' or "
+                                f"{current!r})")
+        return ray, False
     if address != "auto":
         host, port = _host_port(address, hint)
         try:
@@ -330,3 +336,12 @@ def _host_port(address: str, hint: str) -> tuple[str, int]:
     if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
         raise ResourceError(f"RayProvider(address={address!r}) is not HOST:PORT, ray://HOST:PORT or 'auto'; {hint}")
     return host, int(port)
+
+
+def _resolved(address: str) -> str:
+    """HOST:PORT with HOST as the IP address it names (how Ray reports its GCS address)."""
+    host, _, port = address.rpartition(":")
+    try:
+        return f"{socket.gethostbyname(host.strip('[]'))}:{port}"
+    except OSError:
+        return address

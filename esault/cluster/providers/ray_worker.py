@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import logging
 import os
+import sys
 import threading
 from typing import Any
 
@@ -27,12 +28,17 @@ ACTOR_CONCURRENCY = 4
 
 
 class RayWorker:
-    """An esault worker named `name`, joining the driver at `driver` (HOST:PORT) with `keys` (WorkerKeys JSON).
+    """An esault worker named `name`, joining the driver at `driver` (HOST:PORT) with `keys` (WorkerKeys JSON);
+    `code_paths` are the driver's sys.path (those that exist on this node are added: elsewhere the topology's
+    modules must be installed, as for `esault worker`).
 
     Its methods run on the actor's threads; the worker itself on a thread started here."""
 
     def __init__(self, driver: str, name: str, keys: str, driver_timeout: float, connect_timeout: float,
-                 log_level: str = "WARNING") -> None:
+                 code_paths: list[str], log_level: str = "WARNING") -> None:
+        for path in code_paths:  # the driver's: a topology's modules import as there, on a node sharing its files
+            if isinstance(path, str) and path not in sys.path and os.path.isdir(path):
+                sys.path.append(path)
         logging.basicConfig(level=getattr(logging, log_level.upper(), logging.WARNING),
                             format="%(asctime)s %(levelname)s %(name)s: %(message)s")
         self.name = name
