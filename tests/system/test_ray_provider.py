@@ -123,7 +123,7 @@ def test_a_bad_ray_address_fails_at_construction_naming_it_and_what_to_do(driver
     assert time.monotonic() - started < 10
 
 
-def test_a_killed_nodes_worker_is_reported_dead_by_ray_before_its_process_ends(ray_nodes, driver):
+def test_a_killed_nodes_worker_ends_with_its_raylet_and_is_reported_dead_within_seconds(ray_nodes, driver):
     exits = Exits(driver)
     provider = RayProvider(driver.postman, ray_nodes.address, on_exit=exits)
     try:
@@ -140,10 +140,12 @@ def test_a_killed_nodes_worker_is_reported_dead_by_ray_before_its_process_ends(r
         reported = when - killed
         still_running = _alive(pid)
         wait_until(lambda: "r3" in driver.registry.lost, 10, message="the driver declaring r3 dead")
-        assert ended.pid == pid and ended.code is None
-        print(f"ray: raylet killed -> on_exit after {reported:.1f} s (worker process still running: "
+        assert ended.pid == pid and ended.code is None, ended
+        print(f"ray: raylet killed -> on_exit after {reported:.1f} s (worker process still running then: "
               f"{still_running}); the driver declared it dead at once")
-        assert reported < 30
+        # Ray alone: the GCS declares the node dead after ~15 s, the actor's process ends ~27 s after the kill.
+        assert reported < 10, f"Ray reported the killed node's worker {reported:.1f} s after the kill"
+        assert not still_running, "the worker ended with its raylet, not ~27 s later"
     finally:
         provider.shutdown()
 
