@@ -50,6 +50,8 @@ class _Placed:
     node: str | None = None
     ip: str | None = None
     pid: int = 0
+    run: Any = None
+    """The ObjectRef of its run(): ready when the worker ended, an error when the actor died."""
     released: bool = False
     ended: bool = False
     timers: list[threading.Timer] = field(default_factory=list)
@@ -125,7 +127,7 @@ class RayProvider(WorkerProvider):
             raise ResourceError(f"worker {name}: Ray refused its actor ({exc}); check the RayProvider options "
                                 f"{self.options} against the cluster's resources (`ray status`)") from None
         with self._lock:
-            self._placed[name] = _Placed(name, actor, pair.public, request.asked_at)
+            self._placed[name] = _Placed(name, actor, pair.public, request.asked_at, run=ended)
         ended.future().add_done_callback(lambda done: self._events.put(("ended", name, done)))
         info.future().add_done_callback(lambda done: self._events.put(("info", name, done)))
         log.info("worker %s asked of Ray at %s (%s): %s", name, self.address, request.reason, self.options)
@@ -160,14 +162,21 @@ class RayProvider(WorkerProvider):
         if placed is not None:
             self._end(placed)
 
-    def shutdown(self) -> None:
-        """Kill every actor of this provider (their workers were told to exit: those that ended are gone
-        already), stop watching, and disconnect from Ray if this provider connected."""
+    def shutdown(self, timeout: float = RELEASE_GRACE) -> None:
+        """Kill every actor of this provider once its worker ended (they were told to exit; their last counts
+        are on their way), or `timeout` s later; stop watching; disconnect from Ray if this provider connected.
+        Its actors are not detached: were the driver's process to die instead, Ray would end them itself."""
         with self._lock:
             if self._closed:
                 return
             self._closed = True
             placed = list(self._placed.values())
+        running = [one.run for one in placed if not one.ended and one.run is not None]
+        if running:
+            try:
+                self._ray.wait(running, num_returns=len(running), timeout=timeout)
+            except Exception as exc:  # noqa: BLE001 - Ray is gone: the kills below find nothing either
+                log.debug("waiting for the Ray workers to end: %r", exc)
         for one in placed:
             self._end(one)
         self._events.put(None)
