@@ -105,6 +105,15 @@ def descendants(pid: int) -> list[int]:
     return found
 
 
+def _start_time(pid: int) -> int:
+    """When `pid` started, in clock ticks since boot (/proc/PID/stat field 22): -1 once it is gone."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return -1
+    return int(stat[stat.rindex(")") + 2:].split()[19])
+
+
 def _alive(pid: int) -> bool:
     try:
         state = Path(f"/proc/{pid}/stat").read_text()
@@ -121,14 +130,20 @@ class RayTestCluster:
     """The GCS, HOST:PORT: what ray.init(address=...) and RayProvider take."""
     head: subprocess.Popen
     temp_dir: Path
-    started: list[int] = field(default_factory=list)
-    """Every pid of it seen so far (the head's tree, worker nodes included): what stop() ends."""
+    started: dict[int, int] = field(default_factory=dict)
+    """Every process of it seen so far (the head's tree, worker nodes included), pid -> its start time: what
+    stop() ends, and only while that pid is still that process (a killed node's orphans are remembered too)."""
 
     def pids(self) -> list[int]:
         """The head and its process tree now, remembered for stop()."""
         now = [self.head.pid, *descendants(self.head.pid)]
-        self.started.extend(p for p in now if p not in self.started)
+        for pid in now:
+            if pid not in self.started:
+                self.started[pid] = _start_time(pid)
         return now
+
+    def _same(self, pid: int) -> bool:
+        return _start_time(pid) == self.started.get(pid)
 
     def raylet_pids(self) -> dict[str, int]:
         """Each worker node's raylet pid by its node id (the fake provider names node ids itself)."""
@@ -161,13 +176,14 @@ class RayTestCluster:
             if set(self.started) == before:
                 break
         for pid in self.started:
-            _signal(pid, signal.SIGKILL)
+            if self._same(pid):
+                _signal(pid, signal.SIGKILL)
         try:
             self.head.wait(10)
         except subprocess.TimeoutExpired:
             pass
         deadline = time.monotonic() + 10
-        while any(_alive(p) for p in self.started) and time.monotonic() < deadline:
+        while any(_alive(p) and self._same(p) for p in self.started) and time.monotonic() < deadline:
             time.sleep(0.05)  # the kernel ending SIGKILLed processes: no event to wait on from here
         shutil.rmtree(self.temp_dir, ignore_errors=True)
 

@@ -89,13 +89,15 @@ def test_two_ray_workers_join_run_a_keyed_count_exactly_and_leave_with_their_nod
         assert_counted(result, items)
         assert sorted(s["worker"] for s in result.status["units"]["count"]["spus"].values()) == ["r1", "r2"]
 
+        pids = {name: driver.registry.pids[name] for name in ("r1", "r2")}
         left = time.monotonic()
         for name in ("r1", "r2"):
             tell_to_exit(driver, name)
             provider.release(name)
         wait_until(lambda: set(exits.seen) == {"r1", "r2"}, 30, message="both workers' ends reported")
-        assert all(ended.code == 0 for ended, _ in exits.seen.values()), exits.seen
+        assert {n: (e.pid, e.code) for n, (e, _) in exits.seen.items()} == {n: (p, 0) for n, p in pids.items()}
         wait_until(lambda: provider.workers() == [], 30, message="both actors ended")
+        wait_until(lambda: not any(_alive(pid) for pid in pids.values()), 30, message="their processes ended")
         wait_until(lambda: ray_nodes.alive_nodes() == 0, 90, interval=0.5, message="the idle nodes removed")
         print(f"ray: 2 workers joined {joined:.1f} s after request; nodes removed {time.monotonic() - left:.1f} s "
               "after release")
