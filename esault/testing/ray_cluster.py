@@ -34,9 +34,19 @@ WORKER_TYPE = "esault.worker.cpu1"
 
 def free_port() -> int:
     """A TCP port nothing listens on now on 127.0.0.1 (the OS picks it)."""
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
+    return free_ports(1)[0]
+
+
+def free_ports(count: int) -> list[int]:
+    """`count` distinct free ports: each probe is held until all are picked, so none is picked twice."""
+    probes = [socket.socket() for _ in range(count)]
+    try:
+        for probe in probes:
+            probe.bind(("127.0.0.1", 0))
+        return [probe.getsockname()[1] for probe in probes]
+    finally:
+        for probe in probes:
+            probe.close()
 
 
 def autoscaling_config(max_nodes: int, gcs_address: str, node_cpus: int = 1,
@@ -130,6 +140,8 @@ class RayTestCluster:
     """The GCS, HOST:PORT: what ray.init(address=...) and RayProvider take."""
     head: subprocess.Popen
     temp_dir: Path
+    client_address: str = ""
+    """ray://127.0.0.1:PORT, the head's Ray client server."""
     started: dict[int, int] = field(default_factory=dict)
     """Every process of it seen so far (the head's tree, worker nodes included), pid -> its start time: what
     stop() ends, and only while that pid is still that process (a killed node's orphans are remembered too)."""
@@ -202,7 +214,7 @@ def ray_cluster(max_nodes: int = 2, start_timeout: float = 90.0,
     every process it started. Nodes are added when actors ask for CPUs, and removed once idle for
     `idle_timeout_minutes` (6 s by default)."""
     use_loopback()
-    port = free_port()
+    port, client_port, autoscaler_metrics, dashboard_metrics, metrics, agent, runtime_env = free_ports(7)
     address = f"127.0.0.1:{port}"
     temp_dir = Path(tempfile.mkdtemp(prefix="esray-", dir="/tmp"))  # short: Ray's socket paths have a limit
     config = _checked_config(autoscaling_config(max_nodes, address, idle_timeout_minutes=idle_timeout_minutes))
@@ -211,17 +223,17 @@ def ray_cluster(max_nodes: int = 2, start_timeout: float = 90.0,
     env = {**os.environ, "AUTOSCALER_UPDATE_INTERVAL_S": "1", "RAY_FAKE_CLUSTER": "1",
            LOOPBACK_ENV: "0",  # then every node's get_node_ip_address() is 127.0.0.1
            "RAY_USAGE_STATS_ENABLED": "0",
-           "AUTOSCALER_METRIC_PORT": str(free_port()), "DASHBOARD_METRIC_PORT": str(free_port())}
+           "AUTOSCALER_METRIC_PORT": str(autoscaler_metrics), "DASHBOARD_METRIC_PORT": str(dashboard_metrics)}
     ray_cli = str(Path(sys.executable).with_name("ray"))
     command = [ray_cli if os.path.exists(ray_cli) else "ray", "start", "--head", "--block",
                f"--autoscaling-config={config_file}", f"--port={port}", "--node-ip-address=127.0.0.1",
                "--num-cpus=0", "--object-store-memory=100000000", "--include-dashboard=false",
                "--disable-usage-stats", f"--temp-dir={temp_dir}",
-               f"--ray-client-server-port={free_port()}", f"--metrics-export-port={free_port()}",
-               f"--dashboard-agent-listen-port={free_port()}", f"--runtime-env-agent-port={free_port()}"]
+               f"--ray-client-server-port={client_port}", f"--metrics-export-port={metrics}",
+               f"--dashboard-agent-listen-port={agent}", f"--runtime-env-agent-port={runtime_env}"]
     log = open(temp_dir / "head.log", "w")
     head = subprocess.Popen(command, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
-    cluster = RayTestCluster(address, head, temp_dir)
+    cluster = RayTestCluster(address, head, temp_dir, f"ray://127.0.0.1:{client_port}")
     try:
         _wait_for_gcs(cluster, start_timeout, temp_dir / "head.log")
         yield cluster

@@ -85,6 +85,7 @@ class RayProvider(WorkerProvider):
         self.connect_timeout = connect_timeout
         self._lock = threading.Lock()
         self._placed: dict[str, _Placed] = {}
+        self._pids: dict[str, int] = {}  # each worker's pid once its actor told it, until its end is reported
         self._events: queue.SimpleQueue[tuple[str, Any, Any] | None] = queue.SimpleQueue()
         self._prefix = f"esault-{uuid.uuid4().hex[:8]}"  # actor names: unique among drivers on one cluster
         self._closed = False
@@ -235,6 +236,7 @@ class RayProvider(WorkerProvider):
             placed = self._placed.get(name)
             if placed is not None:
                 placed.node, placed.ip, placed.pid = node, ip, pid
+                self._pids[name] = pid
         log.info("worker %s runs on ray node %s at %s, pid %d", name, node, ip, pid)
 
     def _ended(self, name: str, done: Any) -> None:
@@ -248,11 +250,10 @@ class RayProvider(WorkerProvider):
             code, why = None, " ".join(str(exc).split())[:300]
         with self._lock:
             placed = self._placed.get(name)
+            pid = self._pids.pop(name, 0)  # kept apart: a release or shutdown may have forgotten `placed`
             if placed is not None:
                 placed.ended = True
-                released, pid = placed.released, placed.pid
-            else:
-                released, pid = True, 0
+            released = placed is None or placed.released
         if not released:
             log.warning("worker %s (pid %s) ended on Ray: %s", name, pid or "unknown", why)
         if placed is not None:  # its worker is over: free its CPUs now, and its key admits nobody any more
