@@ -105,12 +105,17 @@ def test_two_ray_workers_join_run_a_keyed_count_exactly_and_leave_with_their_nod
         provider.shutdown()
 
 
-def test_max_workers_is_a_ceiling_cannot_grow_names(ray_nodes, driver):
-    provider = RayProvider(driver.postman, ray_nodes.address, max_workers=1)
+def test_max_workers_is_a_ceiling_cannot_grow_names(ray_nodes, driver, monkeypatch):
+    monkeypatch.setenv("RAY_ADDRESS", ray_nodes.address)  # what "auto" finds off a node of the cluster
+    provider = RayProvider(driver.postman, "auto", max_workers=1)
     try:
         assert provider.cannot_grow(0) is None
         reason = provider.cannot_grow(1)
         assert reason is not None and "max_workers=1" in reason and "1 worker(s)" in reason
+        other = f"127.0.0.1:{free_port()}"
+        with pytest.raises(ResourceError, match=r"connected to the Ray cluster at 127\.0\.0\.1:\d+ already, not "
+                                                rf"'{other}': one process can use one Ray cluster"):
+            RayProvider(driver.postman, other)
     finally:
         provider.shutdown()
     assert provider.cannot_grow(0) == "the Ray provider is shut down"
