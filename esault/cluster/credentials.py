@@ -89,12 +89,14 @@ class WorkerKeys:
                            "driver": self.driver.decode()})
 
     @classmethod
-    def from_json(cls, text: str) -> "WorkerKeys":
+    def from_json(cls, text: str, source: str = "stdin") -> "WorkerKeys":
+        """The keys to_json() wrote, handed over by the driver that made them (on a worker's stdin, or as a Ray
+        actor's argument); `source` names where they came from in the error."""
         try:
             data = json.loads(text)
             return cls(KeyPair(data["public"].encode(), data["secret"].encode()), data["driver"].encode())
         except (ValueError, KeyError, TypeError, AttributeError) as exc:
-            raise ConfigError(f"worker keys on stdin are not {{public, secret, driver}} JSON ({exc}); "
+            raise ConfigError(f"worker keys on {source} are not {{public, secret, driver}} JSON ({exc}); "
                               "`--keys-stdin` is for workers the driver spawns itself") from None
 
     @classmethod
