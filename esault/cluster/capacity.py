@@ -26,12 +26,18 @@ from esault.errors import ConfigError, ResourceError, ScalingError
 log = logging.getLogger("esault.cluster")
 
 
+ASK_AGAIN = 3
+"""Times a reservation asks again for a worker that ended before it joined (a Ray node that died as the
+actor was placed on it): then it is declined, not left to its deadline."""
+
+
 @dataclass(slots=True)
 class _Reservation:
     spus: int
     reason: str
     deadline: float
     future: Future
+    asked_again: int = 0
 
 
 class Capacity:
@@ -125,10 +131,36 @@ class Capacity:
             self._settle()
 
     def lost(self, worker: str) -> None:
+        """`worker` died (joined or not): a reservation still short of room asks again for one that never
+        joined, up to ASK_AGAIN times, and is declined after that."""
         with self._lock:
-            self.pending.pop(worker, None)
+            unborn = self.pending.pop(worker, None) is not None
+            self._asked_at.pop(worker, None)
             self._idle_since.pop(worker, None)
+            if unborn:
+                self._ask_again(worker)
         self.provider.lost(worker)
+
+    def _ask_again(self, ended: str) -> None:
+        """A worker asked for ended before its hello (lock held): replace it for the first reservation that
+        still needs it."""
+        counts = self._counts()
+        for reservation in self._waiting:
+            if reservation.future.done():
+                continue
+            if self.placement.workers_needed(counts, reservation.spus, len(self.pending)) == 0:
+                return
+            if reservation.asked_again >= ASK_AGAIN:
+                self._decline(reservation.future, f"{reservation.reason}: the worker(s) asked for ended before "
+                                                  f"they joined, {ASK_AGAIN + 1} times (the last: {ended})")
+                continue
+            reservation.asked_again += 1
+            try:
+                self._ask(f"{reservation.reason} (again: {ended} ended before it joined)")
+            except ResourceError as exc:
+                self._decline(reservation.future, f"{reservation.reason}: the {self.provider.kind} provider could "
+                                                  f"not start a worker: {exc}")
+            return
 
     def tick(self) -> None:
         """Periodically (the cluster actor's tick): settle reservations, give up on workers that never joined,

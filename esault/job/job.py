@@ -257,12 +257,26 @@ class Job:
                 mine = {s for s in lost if placed is not None and placed(s) is not None}
                 if not mine:
                     return None
+                self._room_for_replacements(len(mine), f"{reason} holding SPUs {sorted(mine)}")
                 return self._roll_back(frozenset(mine), f"{reason} holding SPUs {sorted(mine)}")
             finally:
                 with self._recovery_lock:
                     self._recovering -= 1
 
         return self.coordinator.run_task(recover, self.coordinator.URGENT)
+
+    def _room_for_replacements(self, spus: int, why: str) -> None:
+        """Before the lost SPUs start again: a replacement worker if the cluster can grow and the survivors have
+        no room (a Ray node for a lost one), waited for up to the keeper's worker_wait; short of it they pack
+        onto the survivors. Nothing waits on a fixed pool (no budget: room everywhere)."""
+        capacity = getattr(self.launcher, "capacity", None)
+        if capacity is None:
+            return
+        room = capacity.reserve(spus, f"the replacement of {spus} SPU(s) of {self.name} ({why})")
+        try:
+            room.result(capacity.worker_wait + 5.0)
+        except Exception as exc:  # noqa: BLE001 - declined or late: the survivors take them, over their budget
+            log.warning("topology %r: the lost SPUs start on the workers there are: %s", self.name, exc)
 
     def roll_back_now(self, lost: frozenset[int], reason: str, abandoned: Callable[[], None] | None = None) -> Any:
         """A rollback started on the control thread itself (a checkpoint timed out, a spout rescale): the job is

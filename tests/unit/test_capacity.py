@@ -180,3 +180,22 @@ def test_shutdown_fails_the_waiting_reservations():
     cluster.keeper.shutdown()
     with pytest.raises(ScalingError, match="shuts down"):
         room.result(0)
+
+
+def test_a_worker_that_ends_before_it_joins_is_asked_for_again_then_the_reservation_is_declined():
+    cluster = Cluster(ScriptedProvider(), {"w1": 1})
+    room = cluster.keeper.reserve(1, "split")
+    for attempt in range(3):
+        cluster.keeper.lost(cluster.provider.requested[-1].name)  # a Ray node that died under the actor
+        assert len(cluster.provider.requested) == attempt + 2 and not room.done()
+        assert "again:" in cluster.provider.requested[-1].reason
+    cluster.keeper.lost(cluster.provider.requested[-1].name)
+    with pytest.raises(ScalingError, match=r"split: the worker\(s\) asked for ended before they joined, 4 times"):
+        room.result(0)
+    assert len(cluster.provider.requested) == 4
+
+
+def test_the_death_of_a_joined_worker_asks_for_nothing():
+    cluster = Cluster(ScriptedProvider(), {"w1": 1, "w2": 0})
+    cluster.keeper.lost("w2")
+    assert cluster.provider.requested == []
