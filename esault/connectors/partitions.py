@@ -86,6 +86,11 @@ class PartitionOffsets:
     def __len__(self) -> int:
         return len(self._parts)
 
+    def remove(self, tp: TopicPartition) -> tuple[int, int | None]:
+        """Stop tracking `tp` (it moved to another instance): its (next offset, end if confirmed)."""
+        part = self._parts.pop(tp)
+        return part.next, part.end if part.end_known else None
+
     def partitions(self) -> list[TopicPartition]:
         return sorted(self._parts)
 
@@ -363,6 +368,12 @@ class TimeAligner:
     def buffered(self, tp: TopicPartition) -> int:
         buffer = self._buffers.get(tp)
         return len(buffer) if buffer else 0
+
+    def drop(self, tp: TopicPartition) -> None:
+        """Forget `tp` (it moved to another instance): what waited of it is read there again."""
+        self._buffers.pop(tp, None)
+        self._newest.pop(tp, None)
+        self._idle.discard(tp)
 
     def clear(self) -> None:
         self._buffers.clear()
