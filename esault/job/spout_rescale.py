@@ -148,7 +148,7 @@ class LiveSpoutRescale:
         if len(before) == n:
             raise ScalingError(f"spout {unit!r} runs {n} instances already; nothing to do")
         started = time.monotonic()
-        rescale_id = self.rescale_id = job.next_id()
+        rescale_id = self.rescale_id = job.ctx.next_id()
         try:
             released = actor.ask(ReleaseShares(rescale_id, n, frozenset(job.lost_spus)))
             self.step(unit, "releasing")
