@@ -729,6 +729,8 @@ class KafkaSource(Spout):
         at that count (all of them for an instance that retires). Their records in flight are still acked or
         failed; released_position() says where each one is handed over. Reading the others goes on."""
         kafka = kafka_client()
+        if self._failpoint is not None:
+            self._failpoint("releasing", instances)
         instance = self._instance[0]
         reading = self._offsets.partitions()
         kept = set(owned(reading, instance, instances)) if instance < instances else set()
@@ -759,6 +761,8 @@ class KafkaSource(Spout):
         acked = self._acked
         if not final and any(acked.in_flight(tp) for tp in self._releasing):
             return None
+        if self._failpoint is not None:
+            self._failpoint("released", 0)
         marks = acked.release(list(self._releasing))
         ends, self._releasing = self._releasing, {}
         return {"next": [[t, p, o] for (t, p), o in sorted(marks.items()) if o is not None],

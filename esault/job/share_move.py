@@ -24,8 +24,10 @@ class ReleaseShares:
 
 class TakeShares:
     """control thread -> unit (ask), in this process only: run `instances` instances from now on. Instances
-    below it that run take their share of `position`, new ones start from it, the others stop. The answer is
-    (a Future of {spu: error}, SPUs started, SPUs retired)."""
+    below it that run take their share of `position`, the others stop. The answer is (a Future of
+    {spu: error}, the (spec, SpuConfig) of each new instance for the control thread to start, SPUs retired):
+    started from the unit's thread, a new SPU's start would wait behind a worker's death the driver is
+    handling, which asks the unit for its SPUs."""
 
     def __init__(self, rescale_id: int, instances: int, position: Any, downstream: tuple[Any, ...],
                  lost: frozenset[int]) -> None:
@@ -34,6 +36,14 @@ class TakeShares:
         self.position = position
         self.downstream = downstream
         self.lost = lost
+
+
+class AdoptSpouts:
+    """control thread -> unit (ask), in this process only: the new spout SPUs it started ({spu: mailbox}); the
+    answer: those already lost with their worker, which it starts again."""
+
+    def __init__(self, spus: dict[int, Any]) -> None:
+        self.spus = spus
 
 
 class EndShareMove:

@@ -30,9 +30,9 @@ from esault.checkpoint.instance_states import stranded_refusal, stranded_stage_s
 from esault.config import MAX_SPUS, ElasticityConfig
 from esault.dsl.spout import MERGE_HOOK, merge_hook
 from esault.dsl.topology import UnitSpec
-from esault.errors import ScalingError
+from esault.errors import ScalingError, WorkerLost
 from esault.datapath.context import log
-from esault.job.share_move import EndShareMove, GiveUpWaiting, ReleaseShares, TakeShares
+from esault.job.share_move import AdoptSpouts, EndShareMove, GiveUpWaiting, ReleaseShares, TakeShares
 from esault.job.unit import ResizeSpout
 from esault.messages.control import GetRoutes, GetSpus, ScaleResult
 from esault.metrics import registry as metrics
@@ -162,7 +162,8 @@ class LiveSpoutRescale:
             if isinstance(answer, Exception):
                 job.fail(f"rescale of spout {unit!r} to {n} instances left part of its input unread: {answer}")
                 raise answer
-            taken, new, retired = answer
+            taken, configs, retired = answer
+            new = self._start(actor, configs)
             errors = self._wait(taken, TAKE_TIMEOUT, "take", actor)
             self.step(unit, "taken")
         finally:
@@ -191,3 +192,24 @@ class LiveSpoutRescale:
             log.warning("topology %r: rescale of spout %r: no %s answer within %.0f s from SPUs %s; going on as "
                         "if they were lost", self.job.name, self.unit, what, timeout, sorted(silent))
             return future.result(timeout=10)
+
+    def _start(self, actor: Any, configs: list[tuple[Any, Any]]) -> tuple[int, ...]:
+        """Start the new instances here, not on the unit's thread (see TakeShares), and have the unit list
+        them; one whose worker died (as it started, or before the unit listed it) starts again elsewhere."""
+        job = self.job
+        todo = list(configs)
+        for _ in range(5):
+            started: dict[int, Any] = {}
+            for spec, cfg in todo:
+                try:
+                    started[cfg.spu_id] = job.launcher.start_spu(spec, cfg, job.ctx)
+                except WorkerLost as exc:
+                    log.warning("topology %r: starting spout SPU %d of %r: %s; trying another worker", job.name,
+                                cfg.spu_id, self.unit, exc)
+            dead = set(actor.ask(AdoptSpouts(started)))
+            todo = [(spec, cfg) for spec, cfg in todo if cfg.spu_id in dead or cfg.spu_id not in started]
+            if not todo:
+                return tuple(cfg.spu_id for _, cfg in configs)
+        job.fail(f"rescale of spout {self.unit!r}: no worker could start SPUs {[c.spu_id for _, c in todo]}, so "
+                 "the partitions they were to read are not read; start workers and rescale the spout again")
+        raise ScalingError(f"rescale of spout {self.unit!r}: SPUs {[c.spu_id for _, c in todo]} could not start")

@@ -37,7 +37,7 @@ from esault.messages.chains import ChainMembers
 from esault.messages.data import WatermarkInputs
 from esault.messages.checkpoints import Abandon
 from esault.messages.control import GetLayout, GetRoutes, GetSpus, ScaleCommand, ScaleResult, SpuConfig
-from esault.job.share_move import EndShareMove, GiveUpWaiting, ReleaseShares, ShareMove, TakeShares
+from esault.job.share_move import AdoptSpouts, EndShareMove, GiveUpWaiting, ReleaseShares, ShareMove, TakeShares
 from esault.messages.shares import ReleaseShare, ShareReleased, ShareTaken, TakeShare
 from esault.messages.handoff import (
     CancelReconfiguration,
@@ -184,6 +184,7 @@ class UnitActor(pykka.ThreadingActor):
         self._proposed: UnitSpec | None = None  # ProposeLogic's spec, for the assign_logic command after it
         self._share_move: ShareMove | None = None  # a live spout rescale (at_least_once) in flight
         self._retired_by_rescale: set[int] = set()  # spout SPUs a live rescale stopped: a replace of one is moot
+        self._lost_seen: set[int] = set()  # every SPU a SpusLost named (a live rescale adopts none of them)
         self.chain = bool(getattr(spec.cls, "esault_chain", False))
         """An S2J join chain (esault.datapath.chain_spu): its SPUs in id order are the chain; it grows and shrinks at its
         tail, and every SPU is told the members (ChainMembers) whenever they change."""
@@ -376,31 +377,32 @@ class UnitActor(pykka.ThreadingActor):
                 log.warning("unit %r: spout SPU %d not told to take its share: %r", self.spec.name, spu, exc)
                 move.lost([spu])
         self._tell_inputs(self.downstream, started.values())
+        configs = []
         for instance, spu in started.items():
             self.instance_of[spu] = instance
-            self.spus[spu] = self._launch_taker(spu, [msg.rescale_id, msg.position], move)
+            configs.append(self._spu_config(spu, self.downstream, None, share=[msg.rescale_id, msg.position]))
         for spu, mailbox in retiring.items():
             del self.spus[spu]
             self.instance_of.pop(spu, None)
             self._retired_by_rescale.add(spu)
-            try:
-                self.launcher.stop_spu(mailbox, block=True)
+            try:  # not blocking: a worker's answer may wait behind a death the driver is handling
+                self.launcher.stop_spu(mailbox, block=False)
             except Exception as exc:  # noqa: BLE001 - lost with its worker
                 log.warning("unit %r: retired spout SPU %d not stopped: %r", self.spec.name, spu, exc)
         self._tell_inputs(self.downstream, (), retiring)
         self.version += 1
-        return future, tuple(started.values()), tuple(retiring)
+        return future, configs, tuple(retiring)
 
-    def _launch_taker(self, spu: int, share: list[Any], move: ShareMove) -> Any:
-        """A new instance of a live rescale, on another worker while the chosen one dies as it starts."""
-        for _ in range(5):
-            try:
-                return self._launch(spu, self.downstream, None, share=share)
-            except WorkerLost as exc:
-                log.warning("topology %r: starting spout SPU %d of %r: %s; trying another worker", self.job.name,
-                            spu, self.spec.name, exc)
-        move.lost([spu])
-        raise ScalingError(f"rescale of spout {self.spec.name!r}: no worker could start its SPU {spu}")
+    def _adopt(self, msg: AdoptSpouts) -> list[int]:
+        """New spout SPUs the control thread started: listed from now on (a later loss replaces them), except
+        those a SpusLost named already (the control thread starts them again): they are returned."""
+        dead = [spu for spu in msg.spus if spu in self._lost_seen]
+        self._lost_seen.difference_update(dead)  # started again under the same id: a new death names it again
+        for spu, mailbox in msg.spus.items():
+            if spu not in self._lost_seen:
+                self.spus[spu] = mailbox
+        self.version += 1
+        return dead
 
     def on_stop(self) -> None:
         for mailbox in self.spus.values():
@@ -426,6 +428,17 @@ class UnitActor(pykka.ThreadingActor):
                 inputs: Iterable[int] = (), share: list[Any] | None = None) -> Any:
         """Start one SPU. `inputs`: the upstream SPUs whose watermarks it waits for (one a reconfiguration
         starts; the first SPUs hear of them from the upstream units as those start)."""
+        spec, cfg = self._spu_config(spu_id, downstream, receive, epoch, position, table, spec, replaces, inputs,
+                                     share)
+        if worker is None:
+            return self.launcher.start_spu(spec, cfg, self.job)
+        return self.launcher.start_spu(spec, cfg, self.job, worker=worker)
+
+    def _spu_config(self, spu_id: int, downstream: tuple[RouteSpec, ...], receive: PrepareReceive | None,
+                    epoch: int | None = None, position: Any = None, table: IntervalTable | None = None,
+                    spec: UnitSpec | None = None, replaces: tuple[int, ...] = (), inputs: Iterable[int] = (),
+                    share: list[Any] | None = None) -> tuple[UnitSpec, SpuConfig]:
+        """What _launch starts: the spec and the SpuConfig of one SPU."""
         table = self.table if table is None else table
         intervals = tuple(table.intervals_of(spu_id)) if table is not None and spu_id in table else None
         extra: dict[str, Any] = {"unit_ref": self.actor_ref}
@@ -439,10 +452,7 @@ class UnitActor(pykka.ThreadingActor):
                         extra=extra, instance=self.instance_of.get(spu_id, 0),
                         instances=self.spec.parallelism, restore_epoch=epoch, position=position,
                         generation=self.generation, replaces=replaces)
-        spec = self.spec if spec is None else spec
-        if worker is None:
-            return self.launcher.start_spu(spec, cfg, self.job)
-        return self.launcher.start_spu(spec, cfg, self.job, worker=worker)
+        return (self.spec if spec is None else spec), cfg
 
     def on_receive(self, message: Any) -> Any:
         try:
@@ -458,6 +468,7 @@ class UnitActor(pykka.ThreadingActor):
                     self._apply(op, op.machine.abort(message.reason))
                 return None
             if kind is SpusLost:
+                self._lost_seen |= message.spus
                 if self._share_move is not None:
                     self._share_move.lost(message.spus)
                 return self._on_spus_lost(message)
@@ -470,6 +481,8 @@ class UnitActor(pykka.ThreadingActor):
                     return self._take_shares(message)
                 except Exception as exc:  # the control thread raises it
                     return exc
+            if kind is AdoptSpouts:
+                return self._adopt(message)
             if kind is GiveUpWaiting:
                 move = self._share_move
                 if move is None or move.rescale_id != message.rescale_id:
