@@ -38,6 +38,7 @@ from esault.messages.cluster import (
 from esault.messages.control import Probe, SpusChanged
 from esault.messages.data import Drain, WatermarkInputs
 from esault.messages.handoff import CancelReconfiguration, InstallRoutes, PeersLost, PrepareGive, PrepareReceive
+from esault.messages.shares import ReleaseShare, TakeShare
 from esault.transport.trust import Identity, Role
 
 __all__ = ["DRIVER_ONLY", "refusal"]
@@ -46,6 +47,7 @@ DRIVER_ONLY: frozenset[type] = frozenset({
     SubmitJob, StartSpu, StopSpu, Shutdown, PeerAddresses, DriverBeat, PeerGone,  # a worker's host: placement, lifetime
     ReportNow,  # a worker's counts, asked for
     InstallRoutes, PrepareGive, PrepareReceive, CancelReconfiguration, PeersLost, SpusChanged, Drain,  # reconfiguration
+    ReleaseShare, TakeShare,  # a live spout rescale: a worker could make a source skip its input
     OwnerAt, FailPending,  # where a spout SPU is (acks go there), and the job's order to fail what is in flight
     Probe,  # the latency monitor
     WatermarkInputs,  # which upstream SPUs an SPU's watermark waits for: a worker could stall every window

@@ -19,7 +19,9 @@ SINK_FAILPOINT_ENV = "ESAULT_KAFKA_SINK_FAILPOINT"
 """KafkaSink's publish steps: "staged", "produced", "committing", "committed"."""
 
 SOURCE_FAILPOINT_ENV = "ESAULT_KAFKA_SOURCE_FAILPOINT"
-"""KafkaSource's step "committing": a completed checkpoint's offsets about to be committed to the group."""
+"""KafkaSource's steps: "committing" (a completed checkpoint's offsets about to be committed to the group);
+a live rescale's "releasing" (told to give partitions up, still reading them) and "released" (stopped reading
+them, their acked watermarks not handed over yet)."""
 
 
 def failpoint_from_env(variable: str, log: logging.Logger) -> Callable[[str, int], None] | None:

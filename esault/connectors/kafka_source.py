@@ -177,6 +177,9 @@ class KafkaSource(Spout):
         self._next_commit = 0.0
         self._failpoint = failpoint_from_env(SOURCE_FAILPOINT_ENV, log)  # kill -9 tests only
         self._next_refresh = 0.0
+        self._moving = False  # between release_share() and take_share(): no partition is added by a refresh
+        self._kept: set[TopicPartition] | None = None  # what release_share() kept (None: a fresh instance)
+        self._releasing: dict[TopicPartition, int | None] = {}  # given up, not handed over yet: tp -> its end
 
     @staticmethod
     def _emits_watermarks(event_time: str | None, watermarks: bool | None) -> bool:
@@ -292,8 +295,8 @@ class KafkaSource(Spout):
             log.warning("KafkaSource %r: the brokers at %r answer again: no longer waiting", self._unit,
                         self.bootstrap)
             self.waiting_for_broker = False
-        if self.refresh_interval is None or self.end is not None:
-            return
+        if self.refresh_interval is None or self.end is not None or self._moving:
+            return  # moving: the partitions it takes come with take_share(), not from the first record
         partitions = partitions_read(self.topics, {t: list(m.partitions) for t, m in existing.items()})
         new = newly_owned(partitions, self._offsets, *self._instance)
         if not new:
@@ -302,6 +305,7 @@ class KafkaSource(Spout):
         for tp in new:
             low, _ = self._consumer.get_watermark_offsets(kafka.TopicPartition(*tp), timeout=self.connect_timeout)
             self._offsets.add(tp, max(low, 0))
+            self._acked.start(tp, max(low, 0))
             added.append(kafka.TopicPartition(tp[0], tp[1], max(low, 0)))
         self._consumer.incremental_assign(added)
         log.info("KafkaSource %r: new partitions %s", self._unit, ", ".join(f"{t}[{p}]" for t, p in new))
@@ -319,8 +323,9 @@ class KafkaSource(Spout):
             raise ConnectorError(f"KafkaSource {self._unit!r}: could not create topic {topic!r} at "
                                  f"{self.bootstrap!r}: {exc}") from None
 
-    def _start_offsets(self, kafka: Any, mine: list[TopicPartition]) -> None:
-        """A concrete start (and end) offset per owned partition, so a checkpoint never holds 'latest'."""
+    def _start_offsets(self, kafka: Any, mine: list[TopicPartition], into: PartitionOffsets | None = None) -> None:
+        """A concrete start (and end) offset per owned partition, so a checkpoint never holds 'latest' (added to
+        the partitions read, or to `into`)."""
         timeout = self.connect_timeout
         tps = [kafka.TopicPartition(t, p) for t, p in mine]
         committed = {}
@@ -343,7 +348,11 @@ class KafkaSource(Spout):
                 if start < 0:
                     start = high
             end = high if self.end == "end" else None
+            if into is not None:
+                into.add(tp, max(start, 0), end, end_known=end is None)
+                continue
             self._offsets.add(tp, max(start, 0), end, end_known=end is None)
+            self._acked.start(tp, max(start, 0))
 
     # --- reading ---------------------------------------------------------------------------
 
@@ -580,6 +589,8 @@ class KafkaSource(Spout):
                                       asynchronous=True)
 
     def fail(self, msg_id: Any) -> None:
+        if self._at_least_once:
+            self._acked.failed(msg_id)  # not acked: a partition given up now hands it over to be read again
         batch = self._pending.get(msg_id)
         if batch is not None:
             self.emit_batch(batch[0], batch[1], msg_id=msg_id)
@@ -612,6 +623,7 @@ class KafkaSource(Spout):
                 start = max(low, 0)
             end = ends.get(tp, self._offsets.end(tp)) if self.end is not None else None
             restored.add(tp, start, end, end_known=tp in ends or end is None)
+            self._acked.start(tp, start)
         self._offsets = restored
         self._pending.clear()
         if self._watermarks is not None:  # what it emitted before the restore is read again
@@ -709,6 +721,107 @@ class KafkaSource(Spout):
         """This instance's partitions leave with it (a stop, a rollback): so do their lag series."""
         forget_kafka_lag(self._topology, self._unit, self._lag_series)
         self._lag_series = set()
+
+    # --- live rescale (at_least_once) ----------------------------------------------------
+
+    def release_share(self, instances: int) -> None:
+        """The source is to run `instances` instances: stop reading the partitions this instance does not own
+        at that count (all of them for an instance that retires). Their records in flight are still acked or
+        failed; released_position() says where each one is handed over. Reading the others goes on."""
+        kafka = kafka_client()
+        if self._failpoint is not None:
+            self._failpoint("releasing", instances)
+        instance = self._instance[0]
+        reading = self._offsets.partitions()
+        kept = set(owned(reading, instance, instances)) if instance < instances else set()
+        gone = [tp for tp in reading if tp not in kept]
+        self._moving = True
+        self._kept = kept
+        if gone and self._consumer is not None:
+            self._consumer.incremental_unassign([kafka.TopicPartition(*tp) for tp in gone])
+        for tp in gone:
+            _, end = self._offsets.remove(tp)
+            self._releasing[tp] = end
+            self._buffered_upto.pop(tp, None)  # records fetched and not emitted: the taker reads them
+            self._paused.discard(tp)
+            self._fetched.discard(tp)
+            if self._aligner is not None:
+                self._aligner.drop(tp)
+            if self._watermarks is not None:
+                self._watermarks.forget(tp)
+        self._lag_series = set_kafka_lag(self._topology, self._unit, {}, self._lag_series)
+        log.info("KafkaSource %r instance %d: rescale to %d instances: stopped reading %s", self._unit, instance,
+                 instances, ", ".join(f"{t}[{p}]" for t, p in gone) or "no partition")
+
+    def released_position(self, final: bool) -> dict[str, Any] | None:
+        """What release_share() gave up, once none of its records is in flight (acked, or failed: read again
+        by the taker), or now when `final` (message_timeout passed): {"next": [[topic, partition, offset]],
+        "end": [...]} with each partition's acked watermark, the lowest offset not known to be acked (records
+        at or past it may be read twice; none before it is unacked). None: still waiting."""
+        acked = self._acked
+        if not final and any(acked.in_flight(tp) for tp in self._releasing):
+            return None
+        if self._failpoint is not None:
+            self._failpoint("released", 0)
+        marks = acked.release(list(self._releasing))
+        ends, self._releasing = self._releasing, {}
+        return {"next": [[t, p, o] for (t, p), o in sorted(marks.items()) if o is not None],
+                "end": [[t, p, e] for (t, p), e in sorted(ends.items()) if e is not None]}
+
+    def take_share(self, instances: int, position: Any) -> None:
+        """The source runs `instances` instances from now on: read the partitions this instance owns at that
+        count and did not keep through release_share() (a fresh instance: all it owns), each from its offset in
+        `position` (merged released_position()s), one missing there (its giver died) from the group's committed
+        offset, else where `start` begins."""
+        kafka = kafka_client()
+        instance = self._instance[0]
+        try:
+            nexts, ends = PartitionOffsets.read(position)
+        except ValueError as exc:
+            raise ConnectorError(f"KafkaSource {self._unit!r}: cannot take partitions from {exc}") from None
+        mine = owned(self._discover(kafka), instance, instances)
+        kept = self._kept or set()
+        taken = [tp for tp in mine if tp not in kept]
+        fresh = self._kept is None
+        self._instance = (instance, instances)
+        self._moving, self._kept = False, None
+        lost = [tp for tp in taken if tp not in nexts]
+        fallback = self._fallback_offsets(kafka, lost) if lost else {}
+        assigned = []
+        for tp in taken:
+            if tp in nexts:
+                start, end = nexts[tp], ends.get(tp) if self.end is not None else None
+            else:
+                start, end = fallback[tp]
+            self._offsets.add(tp, start, end, end_known=end is None or tp in ends)
+            self._acked.start(tp, start)
+            self._fetched.discard(tp)
+            self._buffered_upto.pop(tp, None)
+            if self._aligner is not None:
+                self._aligner.drop(tp)
+            assigned.append(kafka.TopicPartition(tp[0], tp[1], start))
+        if fresh:  # open() assigned its partitions where `start` begins: the handed offsets replace them
+            self._consumer.assign([kafka.TopicPartition(t, p, self._offsets.next_offset((t, p)))
+                                   for t, p in self._offsets.partitions()])
+            self._paused.clear()  # assign() resumes every partition
+        elif assigned:
+            self._consumer.incremental_assign(assigned)
+        log.info("KafkaSource %r instance %d/%d takes %s", self._unit, instance, instances,
+                 ", ".join(f"{t}[{p}]@{self._offsets.next_offset((t, p))}" for t, p in taken) or "no partition")
+
+    def _fallback_offsets(self, kafka: Any, tps: list[TopicPartition]) -> dict[TopicPartition, tuple[int, int | None]]:
+        """(start, end) of partitions handed over by no one (the giver died mid-move): the group's committed
+        offset (at_least_once commits acked watermarks: at or before anything unacked), else `start`'s."""
+        committed = {(tp.topic, tp.partition): tp.offset
+                     for tp in self._consumer.committed([kafka.TopicPartition(*tp) for tp in tps],
+                                                        timeout=self.connect_timeout)}
+        starts = PartitionOffsets()
+        self._start_offsets(kafka, tps, into=starts)
+        out: dict[TopicPartition, tuple[int, int | None]] = {}
+        for tp in tps:
+            start = committed.get(tp, -1)
+            out[tp] = (start if start >= 0 else starts.next_offset(tp), starts.end(tp))
+        return out
 
     # --- end -------------------------------------------------------------------------------
 

@@ -86,6 +86,11 @@ class PartitionOffsets:
     def __len__(self) -> int:
         return len(self._parts)
 
+    def remove(self, tp: TopicPartition) -> tuple[int, int | None]:
+        """Stop tracking `tp` (it moved to another instance): its (next offset, end if confirmed)."""
+        part = self._parts.pop(tp)
+        return part.next, part.end if part.end_known else None
+
     def partitions(self) -> list[TopicPartition]:
         return sorted(self._parts)
 
@@ -221,35 +226,115 @@ def merge_positions(positions: Iterable[Any]) -> dict[str, list[list[Any]]]:
 
 
 class AckedOffsets:
-    """at_least_once: per partition, the offset before which every emitted batch was acked (or dropped).
+    """at_least_once: per partition, its acked watermark: the offset before which every emitted batch was acked
+    (or dropped), and which batches of it are still in flight.
 
-    Batches complete in any order; a partition's committable offset only moves
-    past a batch once every earlier batch of that partition completed, so a
-    restart from the committed offsets never skips an unacked record.
+    Batches complete in any order; a partition's watermark only moves past a
+    batch once every earlier batch of that partition completed, so a restart
+    from the committed offsets never skips an unacked record. The same
+    watermark is what a live rescale hands a partition over at (release()):
+    every record below it was acked, every record not acked is at or above it.
+
+    Complexity: emitted() O(partitions of the batch), settled() O(partitions of
+    the batch + batches it lets go), in_flight() O(batches of the partition).
     """
 
     def __init__(self) -> None:
         self._queues: dict[TopicPartition, deque[tuple[int, int]]] = {}  # tp -> (batch, next offset after it)
-        self._settled: set[int] = set()
+        self._batches: dict[int, tuple[TopicPartition, ...]] = {}  # batch in some queue -> its partitions
+        self._settled: set[int] = set()  # acked or dropped, still behind an earlier batch in some queue
+        self._failed: set[int] = set()  # failed at least once and not settled since (replayed, or read again)
+        self._watermarks: dict[TopicPartition, int] = {}
         self._committable: dict[TopicPartition, int] = {}
+
+    def start(self, tp: TopicPartition, offset: int) -> None:
+        """`tp` is read from `offset` on (its watermark until a batch of it completes); forgets any earlier
+        reading of it."""
+        self._drop(tp)
+        self._watermarks[tp] = offset
 
     def emitted(self, batch: int, nexts: dict[TopicPartition, int]) -> None:
         """Batch `batch` holds records of each tp in `nexts` up to (not including) nexts[tp]."""
         for tp, offset in nexts.items():
             self._queues.setdefault(tp, deque()).append((batch, offset))
+        if nexts:
+            self._batches[batch] = tuple(nexts)
 
     def settled(self, batch: int) -> None:
         """Batch `batch` was acked, or given up (dead-lettered: it is not read again either)."""
+        parts = self._batches.get(batch)
+        if parts is None:
+            return
         self._settled.add(batch)
-        for tp, queue in self._queues.items():
+        self._failed.discard(batch)
+        for tp in parts:
+            queue = self._queues.get(tp)
+            moved = False
             while queue and queue[0][0] in self._settled:
-                self._committable[tp] = queue.popleft()[1]
-        self._settled &= {b for queue in self._queues.values() for b, _ in queue}  # O(batches in flight)
+                gone, offset = queue.popleft()
+                self._watermarks[tp] = offset
+                moved = True
+                self._let_go(gone, tp)
+            if moved:
+                self._committable[tp] = self._watermarks[tp]
+
+    def failed(self, batch: int) -> None:
+        """Batch `batch` failed (it is replayed, and stays in flight until settled): its outcome is known, not
+        acked. A partition whose every batch in flight failed has nothing more to wait for (in_flight)."""
+        if batch in self._batches and batch not in self._settled:
+            self._failed.add(batch)
 
     def take(self) -> dict[TopicPartition, int]:
         """Offsets that moved since the last take(): what to commit to the group."""
         out, self._committable = self._committable, {}
         return out
+
+    def watermark(self, tp: TopicPartition) -> int | None:
+        """The lowest offset of `tp` not known to be acked (every record below it was), or None when `tp` was
+        never start()ed and no batch of it completed."""
+        return self._watermarks.get(tp)
+
+    def in_flight(self, tp: TopicPartition) -> bool:
+        """Some batch with records of `tp` is neither settled nor failed: waiting for it may move the watermark."""
+        return any(b not in self._settled and b not in self._failed for b, _ in self._queues.get(tp, ()))
+
+    def release(self, tps: Iterable[TopicPartition]) -> dict[TopicPartition, int | None]:
+        """Give `tps` up (a rescale moves them): each one's watermark now, and it is forgotten (its batches'
+        later outcomes, and its uncommitted watermark, no longer count here)."""
+        out = {}
+        for tp in tps:
+            out[tp] = self._watermarks.get(tp)
+            self._drop(tp)
+        return out
+
+    def partitions(self) -> list[TopicPartition]:
+        """The partitions it tracks, sorted."""
+        return sorted(set(self._watermarks) | set(self._queues))
+
+    def _drop(self, tp: TopicPartition) -> None:
+        for batch, _ in self._queues.pop(tp, ()):
+            self._let_go(batch, tp)
+        self._watermarks.pop(tp, None)
+        self._committable.pop(tp, None)
+
+    def _let_go(self, batch: int, tp: TopicPartition) -> None:
+        """`batch` left the queue of `tp`: forgotten once it is in no queue."""
+        parts = tuple(p for p in self._batches.get(batch, ()) if p != tp)
+        if parts:
+            self._batches[batch] = parts
+        else:
+            self._batches.pop(batch, None)
+            self._settled.discard(batch)
+            self._failed.discard(batch)
+
+    def check_invariants(self) -> None:
+        """Every batch in a queue is in _batches with that partition; settled and failed ones are known ones."""
+        for tp, queue in self._queues.items():
+            for batch, _ in queue:
+                assert tp in self._batches[batch], (tp, batch)
+        held = {b for q in self._queues.values() for b, _ in q}
+        assert set(self._batches) == held, (sorted(self._batches), sorted(held))
+        assert self._settled <= held and self._failed <= held and not (self._settled & self._failed)
 
 
 class TimeAligner:
@@ -283,6 +368,12 @@ class TimeAligner:
     def buffered(self, tp: TopicPartition) -> int:
         buffer = self._buffers.get(tp)
         return len(buffer) if buffer else 0
+
+    def drop(self, tp: TopicPartition) -> None:
+        """Forget `tp` (it moved to another instance): what waited of it is read there again."""
+        self._buffers.pop(tp, None)
+        self._newest.pop(tp, None)
+        self._idle.discard(tp)
 
     def clear(self) -> None:
         self._buffers.clear()

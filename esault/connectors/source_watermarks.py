@@ -87,6 +87,15 @@ class PartitionWatermarks:
         """No partition to read, or every one idle."""
         return self._owned == 0 or self._inputs.idle
 
+    def forget(self, tp: TopicPartition) -> None:
+        """`tp` moved to another instance (a live rescale): out of the minimum now; should it come back, it
+        holds the watermark again until it emits, like a new partition."""
+        self._inputs.remove(tp)
+        self._inputs.readmit(tp)
+        self.newest.pop(tp, None)
+        self._progress.pop(tp, None)
+        self._active_at.pop(tp, None)
+
     def clear(self) -> None:
         """A restore: what was emitted before counts no more; the partitions start over."""
         self.newest.clear()

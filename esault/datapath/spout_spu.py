@@ -31,6 +31,7 @@ from esault.messages.acking import (AckFail, AckUpdate, DeadLettered, FailPendin
                                     RangeRequest, RegisterOwner, SpoutProgress)
 from esault.messages.checkpoints import CheckpointAck, CheckpointComplete, TriggerCheckpoint
 from esault.messages.data import Pump, Tick
+from esault.messages.shares import ReleaseShare, ShareReleased, ShareTaken, TakeShare
 from esault.datapath.sender import SenderActor
 from esault.datapath.watermarks import SourceWatermarks, WatermarkOut
 from esault.reliability.ack_tracker import AckTracker, TreeOutcome
@@ -96,6 +97,8 @@ class SpoutSpuActor(SenderActor):
         self._barrier_due: TriggerCheckpoint | None = None  # injected at the next round boundary
         self._positions: dict[int, Any] = {}  # epoch -> the position its barrier recorded, until it completes
         self._replaces = cfg.replaces  # the lost SPUs this one replaced: named in its first range request
+        self.unit_ref = cfg.extra.get("unit_ref")
+        self._releasing: tuple[int, float] | None = None  # a live rescale: (its id, when to answer at the latest)
         self.watermarks: SourceWatermarks | None = None
         """The spout emits watermarks (a KafkaSource on event time): sent on ticks (datapath/watermarks.py)."""
         if cfg.extra.get("watermarks"):  # the unit decided it from the topology (esault.dsl.watermark_flow)
@@ -103,9 +106,11 @@ class SpoutSpuActor(SenderActor):
                                                f"topology {job.name!r}: spout {spec.name!r} SPU {cfg.spu_id}")
         self._handlers.update({Pump: self._on_pump, Tick: self._on_tick, AckUpdate: self._on_ack_update,
                                AckFail: self._on_ack_fail, FailPending: self._on_fail_pending, _Settle: self._on_settle,
-                               TriggerCheckpoint: self._on_trigger, RangeGrant: self._on_range_grant})
+                               TriggerCheckpoint: self._on_trigger, RangeGrant: self._on_range_grant,
+                               ReleaseShare: self._on_release_share, TakeShare: self._on_take_share})
 
     def on_start(self) -> None:
+        share = None
         name_os_thread(f"spu-{self.spu_id} {self.unit_name}")  # top -H tells the SPUs apart
         self.job.stats.register(self.stats)
         # In a worker, named by address: this actor may start before the postman has registered it.
@@ -130,12 +135,20 @@ class SpoutSpuActor(SenderActor):
                 if self.cfg.position is not None:
                     step = "restore_position()"
                     self.spout.restore_position(self.cfg.position)
+            share = self.cfg.extra.get("take_share")  # started by a live rescale: [rescale id, position]
+            if share is not None:
+                step = "take_share()"
+                self.spout.take_share(self.cfg.instances, share[1])
         except Exception as exc:
             self.failed_to_start(step, exc)
             self.error = self.start_error or ""
+            if share is not None:
+                self._tell_unit(ShareTaken(share[0], self.spu_id, self.error or repr(exc)))
             self._finish()
             self.flush()
             return
+        if share is not None:
+            self._tell_unit(ShareTaken(share[0], self.spu_id, ""))
         self.flush()
         self._schedule()
 
@@ -326,6 +339,8 @@ class SpoutSpuActor(SenderActor):
         expired = self.tracker.expire()  # message_timeout
         if expired:
             self._settle(expired)
+        if self._releasing is not None:
+            self._check_released()
         self.load_feed.on_tick(msg.now)
         self._read_backlog()
         self._read_waiting()
@@ -504,6 +519,65 @@ class SpoutSpuActor(SenderActor):
             self.watermarks.capture(self.spout)
         if self._barrier_due is not None:
             self._inject_barrier()
+        if self._releasing is not None:
+            self._check_released()
+        self._schedule()
+
+    # --- live rescale (at_least_once) -------------------------------------------
+
+    def _tell_unit(self, message: Any) -> None:
+        try:
+            self.unit_ref.tell(message)
+        except UNREACHABLE as exc:  # the driver is gone: nothing waits for the answer
+            log.warning("topology %r: spout %r SPU %d could not answer its unit: %r", self.job.name,
+                        self.unit_name, self.spu_id, exc)
+
+    def _on_release_share(self, msg: ReleaseShare) -> None:
+        """Stop reading what this instance does not own at msg.instances; answer once its tuples in flight
+        settled, or at message_timeout (their trees have expired by then, or the answer says where anyway)."""
+        if self.spout is None or self.start_error is not None:
+            self._tell_unit(ShareReleased(msg.rescale_id, self.spu_id, None, self.start_error or "not open"))
+            return
+        try:
+            self.spout.release_share(msg.instances)
+        except Exception as exc:
+            self._call_failed(self.spout.release_share, msg.instances, exc)
+            self._tell_unit(ShareReleased(msg.rescale_id, self.spu_id, None, f"release_share() raised {exc!r}"))
+            return
+        self._releasing = (msg.rescale_id, self.job.clock.now() + self.job.config.message_timeout)
+        self._check_released()
+
+    def _check_released(self) -> None:
+        rescale_id, deadline = self._releasing
+        final = self.job.clock.now() >= deadline
+        try:
+            position = self.spout.released_position(final)
+        except Exception as exc:
+            self._releasing = None
+            self._call_failed(self.spout.released_position, final, exc)
+            self._tell_unit(ShareReleased(rescale_id, self.spu_id, None, f"released_position() raised {exc!r}"))
+            return
+        if position is None and not final:
+            return
+        self._releasing = None
+        self._tell_unit(ShareReleased(rescale_id, self.spu_id, position, ""))
+
+    def _on_take_share(self, msg: TakeShare) -> None:
+        """Read what this instance owns at msg.instances and did not keep, from msg.position; a finished
+        spout (a bounded read that ended) reads again if it took something."""
+        error = ""
+        if self.spout is None or self.start_error is not None:
+            error = self.start_error or "not open"
+        else:
+            try:
+                self.spout.take_share(msg.instances, msg.position)
+            except Exception as exc:
+                self._call_failed(self.spout.take_share, msg.instances, exc)
+                error = f"take_share() raised {exc!r}"
+            if self.finished and not self.error:
+                self.finished = self.spout._esault_finished = False  # next_tuple() says whether it ends again
+                self._report_progress()
+        self._tell_unit(ShareTaken(msg.rescale_id, self.spu_id, error))
         self._schedule()
 
     # --- checkpoints ------------------------------------------------------------

@@ -118,6 +118,32 @@ class Spout:
         return (cls.snapshot_position is not Spout.snapshot_position
                 and cls.restore_position is not Spout.restore_position)
 
+    # A live rescale under at_least_once (esault.job.spout_rescale): the instances move shares of the input
+    # (KafkaSource: partitions) without a checkpoint. All three run on the SPU's thread between next_tuple() calls.
+
+    def release_share(self, instances: int) -> None:
+        """The source is to run `instances` instances: stop reading what this instance does not own at that
+        count (everything, for an instance that retires); go on with the rest."""
+        raise NotImplementedError
+
+    def released_position(self, final: bool) -> Any:
+        """Where what release_share() gave up is to be read from by the instances that take it: a position at
+        or before every record of it not acked yet. None while its tuples in flight may still be acked (asked
+        again after each ack, fail and tick); `final` (message_timeout passed): answer now."""
+        raise NotImplementedError
+
+    def take_share(self, instances: int, position: Any) -> None:
+        """Run as one of `instances` instances: read what this instance owns at that count and did not keep,
+        from `position` (the merge, by esault_merge_positions, of every giver's released_position()). Called
+        on a surviving instance, and on a new one right after open()."""
+        raise NotImplementedError
+
+    @classmethod
+    def moves_shares_live(cls) -> bool:
+        """True if the class implements release_share(), released_position() and take_share()."""
+        return all(getattr(cls, name) is not getattr(Spout, name)
+                   for name in ("release_share", "released_position", "take_share"))
+
     def emit(self, key: Any, value: Any, msg_id: Any = None) -> None:
         """Send one tuple downstream; with a msg_id its tree is tracked and acked."""
         emit = self._esault_emit

@@ -31,7 +31,7 @@ from esault.messages.acking import FailPending
 from esault.messages.control import GetLayout, GetRoutes, GetSpus, ScaleResult, SpusChanged
 from esault.messages.data import Drain
 from esault.job.prober import LatencyProberActor
-from esault.job.spout_rescale import SpoutRescale, spout_rescale_refusal
+from esault.job.spout_rescale import LiveSpoutRescale, SpoutRescale, spout_rescale_refusal
 from esault.job.requests import (
     logic_request, merge_request, operation_request, rescale_request, split_request, spu_limit, version_of,
     workload_request,
@@ -483,7 +483,8 @@ class Job:
         new ones start for the rest, surplus ones retire with their state handed over. Otherwise (shuffle
         grouping): SPUs start, or the newest retire once their queued tuples are processed. A spout whose
         class has an esault_merge_positions hook (KafkaSource), under exactly_once: a checkpoint, then a
-        rollback to it with `spus` instances, which take their shares of its merged position
+        rollback to it with `spus` instances, which take their shares of its merged position; under
+        at_least_once, live: the shares move at their acked watermarks, nothing rolls back
         (esault.job.spout_rescale)."""
         if self.topology.unit(unit).is_spout:
             return _await(self.rescale_spout_async(unit, spus, reason), timeout, f"rescale of spout {unit!r}")
@@ -496,7 +497,8 @@ class Job:
         problem = spout_rescale_refusal(spec, self.config.guarantee, spus, spu_limit(self.topology, unit))
         if problem is not None:
             return _failed(ScalingError(problem))
-        rescale = SpoutRescale(self, unit, spus, reason, self.rescale_step)
+        kind = LiveSpoutRescale if self.config.guarantee == "at_least_once" else SpoutRescale
+        rescale = kind(self, unit, spus, reason, self.rescale_step)
         return self.coordinator.run_task(rescale.run)
 
     def apply(self, operations: Iterable[Operation], timeout: float | None = 120.0,

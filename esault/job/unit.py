@@ -37,6 +37,8 @@ from esault.messages.chains import ChainMembers
 from esault.messages.data import WatermarkInputs
 from esault.messages.checkpoints import Abandon
 from esault.messages.control import GetLayout, GetRoutes, GetSpus, ScaleCommand, ScaleResult, SpuConfig
+from esault.job.share_move import AdoptSpouts, EndShareMove, GiveUpWaiting, ReleaseShares, ShareMove, TakeShares
+from esault.messages.shares import ReleaseShare, ShareReleased, ShareTaken, TakeShare
 from esault.messages.handoff import (
     CancelReconfiguration,
     HandoffFinished,
@@ -180,6 +182,9 @@ class UnitActor(pykka.ThreadingActor):
         self._discarded: list[int] = []  # SPUs a rollback discarded, whose places RelaunchSpus fills
         self.history: list[ScaleResult] = []
         self._proposed: UnitSpec | None = None  # ProposeLogic's spec, for the assign_logic command after it
+        self._share_move: ShareMove | None = None  # a live spout rescale (at_least_once) in flight
+        self._retired_by_rescale: set[int] = set()  # spout SPUs a live rescale stopped: a replace of one is moot
+        self._lost_seen: set[int] = set()  # every SPU a SpusLost named (a live rescale adopts none of them)
         self.chain = bool(getattr(spec.cls, "esault_chain", False))
         """An S2J join chain (esault.datapath.chain_spu): its SPUs in id order are the chain; it grows and shrinks at its
         tail, and every SPU is told the members (ChainMembers) whenever they change."""
@@ -324,6 +329,81 @@ class UnitActor(pykka.ThreadingActor):
             self._discarded.append(-placeholder)
             self.instance_of[-placeholder] = instance
 
+    # --- live spout rescale (at_least_once: esault.job.spout_rescale) -----------------------
+
+    def _release_shares(self, msg: ReleaseShares) -> Any:
+        """Every SPU stops reading what it does not own at msg.instances; a Future of their positions."""
+        move = self._share_move = ShareMove(msg.rescale_id)
+        lost = set(msg.lost) & set(self.spus)
+        future = move.phase(self.spus, lost)
+        for spu, mailbox in sorted(self.spus.items()):
+            if spu in lost:
+                continue
+            try:
+                mailbox.tell(ReleaseShare(msg.rescale_id, msg.instances))
+            except Exception as exc:  # noqa: BLE001 - its worker is gone: its partitions come from the group
+                log.warning("unit %r: spout SPU %d not told to release its share: %r", self.spec.name, spu, exc)
+                move.lost([spu])
+        return future
+
+    def _on_share_answer(self, msg: ShareReleased | ShareTaken) -> None:
+        if msg.error:
+            log.warning("topology %r: spout %r SPU %d: %s", self.job.name, self.spec.name, msg.spu, msg.error)
+        if self._share_move is not None:
+            value = msg.position if isinstance(msg, ShareReleased) else msg.error
+            self._share_move.answered(msg.rescale_id, msg.spu, value)
+
+    def _take_shares(self, msg: TakeShares) -> tuple[Any, tuple[int, ...], tuple[int, ...]]:
+        """The unit runs msg.instances instances: those below it that run take their share, missing ones start
+        from msg.position, the others stop (they read nothing any more)."""
+        move = self._share_move
+        if move is None or move.rescale_id != msg.rescale_id:
+            raise ScalingError(f"rescale of spout {self.spec.name!r}: no release of shares is in flight")
+        n = msg.instances
+        self.spec = replace(self.spec, parallelism=n)
+        self.downstream = msg.downstream
+        staying = {s: m for s, m in self.spus.items() if self.instance_of.get(s, 0) < n}
+        retiring = {s: m for s, m in self.spus.items() if s not in staying}
+        have = {self.instance_of.get(s, 0) for s in staying}
+        started = {i: self.job.next_id() for i in range(n) if i not in have}
+        future = move.phase([*staying, *started.values()], set(msg.lost) & set(staying))
+        share = TakeShare(msg.rescale_id, n, msg.position)
+        for spu, mailbox in sorted(staying.items()):
+            if spu in msg.lost:
+                continue
+            try:
+                mailbox.tell(share)
+            except Exception as exc:  # noqa: BLE001 - its worker is gone: its replacement reads from the group
+                log.warning("unit %r: spout SPU %d not told to take its share: %r", self.spec.name, spu, exc)
+                move.lost([spu])
+        self._tell_inputs(self.downstream, started.values())
+        configs = []
+        for instance, spu in started.items():
+            self.instance_of[spu] = instance
+            configs.append(self._spu_config(spu, self.downstream, None, share=[msg.rescale_id, msg.position]))
+        for spu, mailbox in retiring.items():
+            del self.spus[spu]
+            self.instance_of.pop(spu, None)
+            self._retired_by_rescale.add(spu)
+            try:  # not blocking: a worker's answer may wait behind a death the driver is handling
+                self.launcher.stop_spu(mailbox, block=False)
+            except Exception as exc:  # noqa: BLE001 - lost with its worker
+                log.warning("unit %r: retired spout SPU %d not stopped: %r", self.spec.name, spu, exc)
+        self._tell_inputs(self.downstream, (), retiring)
+        self.version += 1
+        return future, configs, tuple(retiring)
+
+    def _adopt(self, msg: AdoptSpouts) -> list[int]:
+        """New spout SPUs the control thread started: listed from now on (a later loss replaces them), except
+        those a SpusLost named already (the control thread starts them again): they are returned."""
+        dead = [spu for spu in msg.spus if spu in self._lost_seen]
+        self._lost_seen.difference_update(dead)  # started again under the same id: a new death names it again
+        for spu, mailbox in msg.spus.items():
+            if spu not in self._lost_seen:
+                self.spus[spu] = mailbox
+        self.version += 1
+        return dead
+
     def on_stop(self) -> None:
         for mailbox in self.spus.values():
             self.launcher.stop_spu(mailbox, block=True)
@@ -345,12 +425,25 @@ class UnitActor(pykka.ThreadingActor):
     def _launch(self, spu_id: int, downstream: tuple[RouteSpec, ...], receive: PrepareReceive | None,
                 epoch: int | None = None, position: Any = None, table: IntervalTable | None = None,
                 worker: str | None = None, spec: UnitSpec | None = None, replaces: tuple[int, ...] = (),
-                inputs: Iterable[int] = ()) -> Any:
+                inputs: Iterable[int] = (), share: list[Any] | None = None) -> Any:
         """Start one SPU. `inputs`: the upstream SPUs whose watermarks it waits for (one a reconfiguration
         starts; the first SPUs hear of them from the upstream units as those start)."""
+        spec, cfg = self._spu_config(spu_id, downstream, receive, epoch, position, table, spec, replaces, inputs,
+                                     share)
+        if worker is None:
+            return self.launcher.start_spu(spec, cfg, self.job)
+        return self.launcher.start_spu(spec, cfg, self.job, worker=worker)
+
+    def _spu_config(self, spu_id: int, downstream: tuple[RouteSpec, ...], receive: PrepareReceive | None,
+                    epoch: int | None = None, position: Any = None, table: IntervalTable | None = None,
+                    spec: UnitSpec | None = None, replaces: tuple[int, ...] = (), inputs: Iterable[int] = (),
+                    share: list[Any] | None = None) -> tuple[UnitSpec, SpuConfig]:
+        """What _launch starts: the spec and the SpuConfig of one SPU."""
         table = self.table if table is None else table
         intervals = tuple(table.intervals_of(spu_id)) if table is not None and spu_id in table else None
         extra: dict[str, Any] = {"unit_ref": self.actor_ref}
+        if share is not None:  # a live spout rescale started it: [rescale id, the position it takes from]
+            extra["take_share"] = share
         if self._reads_watermarks or (self.spec.is_spout and self._sends_watermarks):
             extra["watermarks"] = True  # the SPU combines (a bolt) or sends (a spout) watermarks: datapath/watermarks.py
             if inputs and not self.spec.is_spout:
@@ -359,10 +452,7 @@ class UnitActor(pykka.ThreadingActor):
                         extra=extra, instance=self.instance_of.get(spu_id, 0),
                         instances=self.spec.parallelism, restore_epoch=epoch, position=position,
                         generation=self.generation, replaces=replaces)
-        spec = self.spec if spec is None else spec
-        if worker is None:
-            return self.launcher.start_spu(spec, cfg, self.job)
-        return self.launcher.start_spu(spec, cfg, self.job, worker=worker)
+        return (self.spec if spec is None else spec), cfg
 
     def on_receive(self, message: Any) -> Any:
         try:
@@ -378,7 +468,31 @@ class UnitActor(pykka.ThreadingActor):
                     self._apply(op, op.machine.abort(message.reason))
                 return None
             if kind is SpusLost:
+                self._lost_seen |= message.spus
+                if self._share_move is not None:
+                    self._share_move.lost(message.spus)
                 return self._on_spus_lost(message)
+            if kind is ShareReleased or kind is ShareTaken:
+                return self._on_share_answer(message)
+            if kind is ReleaseShares:
+                return self._release_shares(message)
+            if kind is TakeShares:
+                try:
+                    return self._take_shares(message)
+                except Exception as exc:  # the control thread raises it
+                    return exc
+            if kind is AdoptSpouts:
+                return self._adopt(message)
+            if kind is GiveUpWaiting:
+                move = self._share_move
+                if move is None or move.rescale_id != message.rescale_id:
+                    return set()
+                silent = set(move.waiting)
+                move.lost(silent)
+                return silent
+            if kind is EndShareMove:
+                move, self._share_move = self._share_move, None
+                return set() if move is None else set(move.waiting)
             if kind is AbandonSpus:
                 return self._abandon(message)
             if kind is ResizeSpout:
@@ -463,7 +577,7 @@ class UnitActor(pykka.ThreadingActor):
         if self._op is not None:
             raise ScalingError(f"unit {name!r} is already reconfiguring; retry when it finishes")
         if cmd.action == "replace":
-            if cmd.spu_id not in self.spus:
+            if cmd.spu_id not in self.spus and cmd.spu_id not in self._retired_by_rescale:
                 raise ScalingError(f"unit {name!r} has no SPU {cmd.spu_id} to replace")
             return
         if self.spec.is_spout:
@@ -735,6 +849,10 @@ class UnitActor(pykka.ThreadingActor):
         """An SPU was lost with its process: a fresh SPU takes its interval (its PE state is gone;
         the ack server's timeouts replay the tuples it held)."""
         lost = cmd.spu_id
+        if lost in self._retired_by_rescale:  # a live spout rescale retired it before its loss was handled
+            cmd.reply.set_result(ScaleResult("replace", self.spec.name, lost, -1, None, None, 0, 0.0, 0.0,
+                                             cmd.reason))
+            return
         new = self.job.next_id()
         self.instance_of[new] = self.instance_of.get(lost, 0)  # a spout's replacement reads its partition
         table = None if self.table is None else IntervalTable.from_intervals(

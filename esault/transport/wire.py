@@ -136,7 +136,7 @@ WIRE_TAGS: Mapping[str, int] = types.MappingProxyType({
     "ForwardMarker": 52, "MarkerSeen": 53, "CancelReconfiguration": 54, "ChainLink": 55, "ChainMembers": 56,
     "RangeRequest": 57, "RangeGrant": 58, "ReportNow": 59, "FindOwner": 60, "OwnerAt": 61,
     "OwnerGone": 62, "PeersLost": 63, "Watermark": 64, "WatermarkInputs": 65, "EnrollRequest": 66,
-    "Enrolled": 67,
+    "Enrolled": 67, "ReleaseShare": 68, "ShareReleased": 69, "TakeShare": 70, "ShareTaken": 71,
 })
 """Message class name -> wire tag. Never renumber or reuse a tag: a new message takes the next free one.
 

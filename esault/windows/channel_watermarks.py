@@ -104,6 +104,10 @@ class ChannelWatermarks:
         self._values[name] = start
         return self._combine()
 
+    def readmit(self, name: Hashable) -> None:
+        """A removed input may be expected again (a source partition that moved back to this instance)."""
+        self._gone.discard(name)
+
     def remove(self, name: Hashable) -> bool:
         """The input is gone for good (retired, lost): it no longer holds the minimum back."""
         self._gone.add(name)

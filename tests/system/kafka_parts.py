@@ -163,3 +163,35 @@ class RoutingSink(KafkaSink):
         parity = "even" if tup.value % 2 == 0 else "odd"
         return KafkaRecord(value=tup.value, key=tup.key, topic=parity, headers={"parity": parity.encode()},
                            timestamp=1_700_000_000_000 + tup.value)
+
+
+class PacedRecordBolt(Bolt):
+    """Each record KafkaSource emitted with output="record" becomes (partition, offset), after `pace` seconds:
+    tuples stay in flight long enough for a rescale to find some."""
+
+    def __init__(self, pace: float = 0.0) -> None:
+        self.pace = pace
+
+    def process(self, tup: Any) -> None:
+        if self.pace:
+            _PAUSE.wait(self.pace)
+        record = tup.value
+        self.emit(None, (record["partition"], record["offset"]))
+
+
+def build_records(name: str, bootstrap: str, source: str, spouts: int = 2, pace: float = 0.001,
+                  max_records: int = 50, max_pending: int = 200, spout_placement: str | None = None,
+                  start: str = "earliest"):
+    """source topic -> KafkaSource (output="record", read up to END_MARK_MS) -> paced (partition, offset) ->
+    CollectorBolt "seen" in the driver: what every record of the topic became, duplicates included."""
+    from esault.testing import CollectorBolt
+
+    b = TopologyBuilder(name)
+    options = {"placement": spout_placement} if spout_placement else {}
+    b.set_spout("words", KafkaSource, spouts, params={
+        "topic": source, "bootstrap": bootstrap, "key": "utf-8", "value": "utf-8", "output": "record",
+        "end": {"timestamp": END_MARK_MS}, "max_records": max_records, "start": start},
+        max_pending=max_pending, **options)
+    b.set_bolt("pass", PacedRecordBolt, 2, params={"pace": pace}, elastic=False, chain=False).shuffle_grouping("words")
+    b.set_bolt("seen", CollectorBolt, params={"name": "seen"}, elastic=False).shuffle_grouping("pass")
+    return b.build()

@@ -52,13 +52,25 @@ def test_a_partition_in_two_positions_is_refused_naming_it():
         merge_positions([{"next": [["t", 1, 3]]}, {"next": [["t", 1, 4]]}])
 
 
-def test_a_spout_without_the_hook_is_refused_naming_the_hook_and_at_least_once_naming_exactly_once():
+def test_a_spout_without_the_hook_is_refused_naming_the_hook_and_none_naming_both_guarantees():
     plain = UnitSpec("src", ListSpout, 2, True)
     assert "esault_merge_positions" in spout_rescale_refusal(plain, "exactly_once")
     kafka = UnitSpec("orders", KafkaSource, 2, True)
     assert spout_rescale_refusal(kafka, "exactly_once") is None
-    refusal = spout_rescale_refusal(kafka, "at_least_once")
+    assert spout_rescale_refusal(kafka, "at_least_once") is None  # live, at the acked watermarks
+    refusal = spout_rescale_refusal(kafka, "none")
     assert "guarantee='exactly_once'" in refusal and "guarantee='at_least_once'" in refusal
+
+
+def test_at_least_once_refuses_a_spout_that_merges_positions_but_cannot_hand_shares_over_live():
+    class MergeOnly(ListSpout):
+        @staticmethod
+        def esault_merge_positions(positions):
+            return positions[0]
+
+    refusal = spout_rescale_refusal(UnitSpec("src", MergeOnly, 2, True), "at_least_once")
+    assert "release_share(), released_position() and take_share()" in refusal, refusal
+    assert spout_rescale_refusal(UnitSpec("src", MergeOnly, 2, True), "exactly_once") is None
 
 
 def test_the_fingerprint_lets_a_spout_with_the_hook_restore_with_another_parallelism():

@@ -70,6 +70,7 @@ from esault.messages.control import (
     SpusChanged,
 )
 from esault.messages.data import DataBatch, Drain, Pump, Tick, Watermark, WatermarkInputs
+from esault.messages.shares import ReleaseShare, ShareReleased, ShareTaken, TakeShare
 from esault.messages.handoff import (
     CancelReconfiguration,
     EpochMarker,
@@ -188,6 +189,10 @@ PINNED_SCHEMA = {
     65: ("WatermarkInputs", ("added: frozenset[int]", "removed: frozenset[int]")),
     66: ("EnrollRequest", ("request_id: int", "reply_to: Mailbox", "address: str")),
     67: ("Enrolled", ("request_id: int", "name: str", "public: str", "secret: str", "error: str")),
+    68: ("ReleaseShare", ("rescale_id: int", "instances: int")),
+    69: ("ShareReleased", ("rescale_id: int", "spu: int", "position: value", "error: str")),
+    70: ("TakeShare", ("rescale_id: int", "instances: int", "position: value")),
+    71: ("ShareTaken", ("rescale_id: int", "spu: int", "error: str")),
 }
 
 
@@ -207,7 +212,7 @@ def test_tags_follow_the_class_name_and_a_message_without_a_tag_is_refused_by_na
     classes = dict(reversed([(cls.__name__, cls) for cls in wire.TAGS]))  # definition order does not matter
     assert [wire.TAGS[cls] for cls in wire._tagged(classes)] == sorted(wire.WIRE_TAGS.values())
     with pytest.raises(ImportError, match=r"without a wire tag: Fresh; add each to esault.transport.wire.WIRE_TAGS "
-                                          r"with the next free tag \(68\)"):
+                                          r"with the next free tag \(72\)"):
         wire._tagged({**classes, "Fresh": Fresh})
     del classes["Abandon"]
     with pytest.raises(ImportError, match=r"WIRE_TAGS names Abandon, which no module of esault.messages defines"):
@@ -245,7 +250,8 @@ def test_every_any_field_is_either_a_mailbox_override_or_a_known_user_value():
                              ("SubmitJob", "config"), ("StatusReply", "jobs"), ("DataBatch", "keys"),
                              ("DataBatch", "values"), ("DeadLettered", "key"), ("DeadLettered", "value"),
                              ("DeadLettered", "msg_id"), ("CheckpointAck", "position"),
-                             ("SpuConfig", "position"), ("ChainLink", "items")}
+                             ("SpuConfig", "position"), ("ChainLink", "items"), ("ShareReleased", "position"),
+                             ("TakeShare", "position")}
 
 
 def test_a_decode_reports_only_the_documented_reasons():
@@ -321,6 +327,10 @@ EXAMPLES: dict[type, Any] = {
     WatermarkInputs: WatermarkInputs(frozenset({11, 12}), frozenset({4})),
     EnrollRequest: EnrollRequest(1, Address("enroll-1-1-ab12cd34", "status"), "tcp://127.0.0.1:5610"),
     Enrolled: Enrolled(1, "replica-1", "P" * 40, "S" * 40, ""),
+    ReleaseShare: ReleaseShare(3, 4),
+    ShareReleased: ShareReleased(3, 11, {"next": [["words", 2, 4096]], "end": []}, ""),
+    TakeShare: TakeShare(3, 4, {"next": [["words", 2, 4096], ["words", 3, 17]], "end": []}),
+    ShareTaken: ShareTaken(3, 12, ""),
     FailPending: FailPending("a worker died"),
     TriggerCheckpoint: TriggerCheckpoint(7, True),
     CheckpointStart: CheckpointStart(7, frozenset({3, 4}), True),
@@ -542,7 +552,7 @@ GOOD_FRAMES = [encode_frame(msg) for msg in EXAMPLES.values()]
     (msgpack.packb({"tag": 1}), "not_a_frame", r"expected \[tag, fields\.\.\.\], got dict"),
     (msgpack.packb([]), "not_a_frame", r"got list \[\]"),
     (msgpack.packb(["DataBatch", 1, []]), "not_a_frame", r"not a message frame"),
-    (msgpack.packb([99, 1]), "unknown_tag", r"unknown message tag 99 \(known: 1\.\.67, retired: 4, 7, 22\)"),
+    (msgpack.packb([99, 1]), "unknown_tag", r"unknown message tag 99 \(known: 1\.\.71, retired: 4, 7, 22\)"),
     (msgpack.packb([10, 1]), "field_count", r"EpochMarker: expected 2 fields \(reconfig_id, sender\), got 1"),
     (msgpack.packb([25, 1, "soon", ["d", "m"], True]), "field_type", r"Probe\.sent_at: expected float, got str 'soon'"),
     (msgpack.packb([10, True, 1]), "field_type", r"EpochMarker\.reconfig_id: expected int, got bool True"),
