@@ -285,6 +285,10 @@ class ClusterActor(pykka.ThreadingActor):
         misses = max(1, round(heartbeat_timeout / HEARTBEAT_INTERVAL))
         self.hearts = HeartbeatMonitor(SystemClock(), HEARTBEAT_INTERVAL, misses)
         self.ticker = Ticker(SystemClock(), HEARTBEAT_INTERVAL / 2)
+        self._quiet_beats = max(1, round(min(1.0, heartbeat_timeout / 4) / (HEARTBEAT_INTERVAL / 2)))
+        """Ticks between DriverBeats while they carry no loads: a worker needs only to hear, well within its
+        driver timeout, that the driver lives (every tick, they were most of an idle worker's CPU)."""
+        self._ticks = 0
         self.lost: list[str] = []
         self._fenced: set[str] = set()
         self._ended_unjoined: set[tuple[str, int]] = set()  # local workers seen to end before their hello
@@ -303,6 +307,9 @@ class ClusterActor(pykka.ThreadingActor):
         with the TAG-grouped units' SPU loads the workers reported (their senders weigh SPUs by speed)."""
         loads = self._tag_loads()
         REMOTE_LOADS.replace(loads)  # for the senders in the driver (spouts), like a worker does on the beat
+        self._ticks += 1
+        if not loads and self._ticks % self._quiet_beats:
+            return
         beat = DriverBeat(loads)
         leaving = self.registry.leaving
         for worker in list(self.registry.workers):

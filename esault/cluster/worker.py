@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import faulthandler
 import logging
+import math
 import os
 import socket
 import threading
@@ -56,6 +57,10 @@ from esault.datapath.ticker import Ticker
 log = logging.getLogger("esault.worker")
 
 HEARTBEAT_INTERVAL = 0.2
+QUIET_HEARTBEAT = 1.0
+"""Seconds between heartbeats that would say nothing new (no count moved): at most this, and at most a quarter of
+the driver timeout (the driver declares a worker dead after its heartbeat timeout, which a local pool gives its
+workers as their driver timeout)."""
 DRIVER = "driver"
 
 
@@ -337,6 +342,8 @@ def run_worker(driver: str, keys: WorkerKeys, name: str | None = None, bind_host
     samples = SampleSender()
     gc_enter(JobConfig().gc_gen0_threshold)  # the policy a driver applies while its jobs run (job/gc_policy.py)
     code = int(ExitCode.NO_DRIVER)  # what an exception out of the loop (DriverUnreachable) exits with
+    quiet = min(QUIET_HEARTBEAT, driver_timeout / 4)
+    last_sent, last_beat = (None, None), -math.inf
     try:
         while not done.wait(HEARTBEAT_INTERVAL):
             collector.step(time.monotonic())
@@ -353,8 +360,14 @@ def run_worker(driver: str, keys: WorkerKeys, name: str | None = None, bind_host
                 log.error("worker %s: no word from the driver for %.1f s (driver timeout %.1f s): exiting",
                           name, silent, driver_timeout)
                 return code
+            beat = heartbeat(name, samples=samples.next_rows())
+            now = time.monotonic()
+            said = (beat.stats, beat.partitions)
+            if said == last_sent and not beat.samples and now - last_beat < quiet:
+                continue  # nothing new: a beat only as often as the driver needs to know this worker lives
+            last_sent, last_beat = said, now
             try:
-                postman.send(DRIVER, "cluster", heartbeat(name, samples=samples.next_rows()), timeout=5.0)
+                postman.send(DRIVER, "cluster", beat, timeout=5.0)
             except TimeoutError:
                 log.warning("worker %s: driver not reading heartbeats", name)
         code = 0
