@@ -11,8 +11,12 @@ own processes (bench/kafka_engines.py) on the machine's 2 cores: esault on Local
 checkpoints every 2 s, Quix Streams commits every 5 s, Bytewax's sink writes as it goes).
 
 Two runs per engine:
-- throughput: the topic filled first; records/s over the time from the first output's arrival at a
-  read_committed reader in this process to the last one's, the first commit's records left out (steady_rate);
+- throughput: once the engine runs (its group joined, its first 200 records' outputs read), --records
+  records written as fast as the producer goes; records/s = records / (the last output's arrival at a
+  read_committed reader in this process - the moment the writing began): what it takes to get a burst through,
+  every commit an engine holds its output for included (measured from the first output instead, an engine
+  that commits rarely looked faster than it could sustain: Quix Streams' exactly-once at 70% of such a rate
+  fell 45 s behind);
 - latency: a fresh topic written at 70% of that engine's own rate for --seconds, the engine tailing it; each
   output's latency is its arrival at the reader minus its input's produce time; p50 and p99 over the records
   produced after the first --warmup seconds.
@@ -42,7 +46,9 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(HERE))
 
+from _report import PERFORMANCE, write_section  # noqa: E402
 from esault.testing.kafka import KafkaBroker  # noqa: E402
 from esault.testing.server_process import free_port  # noqa: E402
 
@@ -167,18 +173,6 @@ def create_topic(broker: KafkaBroker, topic: str) -> None:
     admin.create_topics([NewTopic(topic, PARTITIONS, 1, config=config)])[topic].result(30)
 
 
-def steady_rate(arrivals: list[float], launched: float) -> float:
-    """Records/s from the first output's arrival to the last: an exactly-once engine's outputs arrive a commit at
-    a time, so the records of the first burst (within 0.2 s of the first) are left out with the time before it
-    (start-up, the first commit interval). One burst only: all over the time since launch."""
-    arrivals = sorted(arrivals)
-    first, last = arrivals[0], arrivals[-1]
-    later = [a for a in arrivals if a > first + 0.2]
-    if not later:
-        return len(arrivals) / max(last - launched, 1e-6)
-    return len(later) / max(last - first, 1e-6)
-
-
 def expected_counts(count: int) -> dict[str, int]:
     return dict(collections.Counter(f"word{i % KEYS}" for i in range(count)))
 
@@ -233,22 +227,40 @@ class Result:
     error: str | None = None
 
 
-def throughput(engine: str, broker: KafkaBroker, source: str, records: int, work: Path, python: str,
+def running_engine(engine: str, broker: KafkaBroker, source: str, reader: "OutputReader", running: "Engine",
+                   timeout: float) -> None:
+    """Wait until every process of `running` says it runs, then until the outputs of WARM records written now
+    are read: its group joined, its state recovered, its first commit through."""
+    ready_by = time.monotonic() + 120
+    while not all("engine ready" in Path(log.name).read_text() for log in running.logs):
+        if time.monotonic() > ready_by or not running.alive():
+            raise RuntimeError(f"{engine} did not start:\n{running.tail()}")
+        time.sleep(0.2)  # polling a log file the engine writes: no event to wait on across processes
+    produce(broker.bootstrap, source, WARM)
+    if not reader.wait_for(WARM, timeout, running.alive):
+        raise RuntimeError(f"{engine}: no output for its first {WARM} records:\n{running.tail()}")
+
+
+def throughput(engine: str, broker: KafkaBroker, records: int, work: Path, python: str,
                timeout: float) -> tuple[float, Check]:
-    sink = f"out-{engine}-throughput"
+    source, sink = f"in-{engine}-throughput", f"out-{engine}-throughput"
+    create_topic(broker, source)
     create_topic(broker, sink)
     reader = OutputReader(broker.bootstrap, sink)
-    launched = time.time()
     running = Engine(engine, broker.bootstrap, source, sink, work, python)
     try:
-        done = reader.wait_for(records, timeout, running.alive)
+        running_engine(engine, broker, source, reader, running, timeout)
+        began = time.time()
+        produce(broker.bootstrap, source, records, start=WARM)
+        done = reader.wait_for(WARM + records, timeout, running.alive)
     finally:
         running.stop()
         outputs = reader.close()
     if not done:
         raise RuntimeError(f"{engine}: {len(outputs)} of {records} outputs within {timeout:.0f} s;\n"
                            f"{running.tail()}")
-    return steady_rate([o[3] for o in outputs], launched), check(outputs, expected_counts(records))
+    last = max(arrival for _, _, _, arrival in outputs)
+    return records / max(last - began, 1e-6), check(outputs, expected_counts(WARM + records))
 
 
 def latency(engine: str, broker: KafkaBroker, rate: float, seconds: float, warmup: float, work: Path,
@@ -260,15 +272,7 @@ def latency(engine: str, broker: KafkaBroker, rate: float, seconds: float, warmu
     running = Engine(engine, broker.bootstrap, source, sink, work, python)
     records = int(rate * seconds)
     try:
-        ready_by = time.monotonic() + 120
-        while not all("engine ready" in Path(log.name).read_text() for log in running.logs):
-            if time.monotonic() > ready_by or not running.alive():
-                raise RuntimeError(f"{engine} did not start:\n{running.tail()}")
-            time.sleep(0.2)  # polling a log file the engine writes: no event to wait on across processes
-        # The first outputs only once the engine reads (its group joined, its state recovered): the clock starts then.
-        produce(broker.bootstrap, source, WARM)
-        if not reader.wait_for(WARM, timeout, running.alive):
-            raise RuntimeError(f"{engine}: no output for its first {WARM} records:\n{running.tail()}")
+        running_engine(engine, broker, source, reader, running, timeout)  # the clock starts once it reads
         began = time.time()
         produce(broker.bootstrap, source, records, rate=rate, start=WARM)
         done = reader.wait_for(WARM + records, timeout, running.alive)
@@ -299,17 +303,12 @@ def main(argv: list[str] | None = None) -> None:
     work = Path(tempfile.mkdtemp(prefix="esault-kafka-side-by-side-"))
     results: list[Result] = []
     with KafkaBroker() as broker:
-        create_topic(broker, "in")
-        started = time.perf_counter()
-        produce(broker.bootstrap, "in", args.records)
-        print(f"{args.records:,} records into 'in' ({PARTITIONS} partitions) in "
-              f"{time.perf_counter() - started:.1f} s", flush=True)
         for engine in engines:
             result = Result(engine, GUARANTEE[engine])
             python = sys.executable if engine == "esault" else peers
             try:
                 (work / engine).mkdir()
-                rate, got = throughput(engine, broker, "in", args.records, work / engine, python, args.timeout)
+                rate, got = throughput(engine, broker, args.records, work / engine, python, args.timeout)
                 result.records_per_s, result.throughput_check = rate, asdict(got)
                 print(f"{engine}: {rate:,.0f} records/s; {got}", flush=True)
                 result.paced_rate = 0.7 * rate
@@ -326,31 +325,42 @@ def main(argv: list[str] | None = None) -> None:
     report(results, args)
 
 
-def report(results: list[Result], args: argparse.Namespace) -> None:
+def table(results: list[Result], records: int, seconds: float, when: str) -> tuple[str, float | None]:
+    """The run as Markdown (what docs/PERFORMANCE.md and the README show) and esault's ratio to the best peer
+    at the issue's settings (Quix Streams exactly-once, Bytewax at-least-once)."""
     best_peer = max((r.records_per_s or 0 for r in results if r.engine in ("quix", "bytewax")), default=0)
     mine = next((r.records_per_s for r in results if r.engine == "esault"), None)
-    print(f"\n| engine | guarantee | records/s | p50 ms | p99 ms (at 70% of its rate) | output |")
-    print("|---|---|---:|---:|---:|---|")
+    lines = [f"`python bench/kafka.py side-by-side` on 2 CPUs, {when}: {records:,} records a burst, the paced "
+             f"run {seconds:g} s at 70% of each engine's own rate, one Tansu broker, each engine on 2 processes.",
+             "", "| engine | guarantee | records/s | p50 ms | p99 ms (at 70% of its rate) | output |",
+             "|---|---|---:|---:|---:|---|"]
     for r in results:
         if r.error:
-            print(f"| {NAMES[r.engine]} | {r.guarantee} | failed | | | {r.error.splitlines()[0][:80]} |")
+            lines.append(f"| {NAMES[r.engine]} | {r.guarantee} | failed | | | {r.error.splitlines()[0][:80]} |")
             continue
         t, p = r.throughput_check, r.latency_check
         output = ("exact" if t["missing"] == t["duplicates"] == t["unexpected"] == 0
                   else f"missing {t['missing']}, duplicates {t['duplicates']}, unexpected {t['unexpected']}")
         output += f"; paced: missing {p['missing']}, duplicates {p['duplicates']}"
-        print(f"| {NAMES[r.engine]} | {r.guarantee} | {r.records_per_s:,.0f} | {r.p50_ms:,.0f} | {r.p99_ms:,.0f} "
-              f"| {output} |")
+        lines.append(f"| {NAMES[r.engine]} | {r.guarantee} | {r.records_per_s:,.0f} | {r.p50_ms:,.0f} | "
+                     f"{r.p99_ms:,.0f} | {output} |")
     ratio = (mine / best_peer) if mine and best_peer else None
     if ratio is not None:
-        print(f"\nesault / best peer (records/s): {ratio:.2f} (target >= 2.0)")
+        lines += ["", f"esault / best peer (records/s): **{ratio:.2f}** (target >= 2.0)."]
+    return "\n".join(lines), ratio
+
+
+def report(results: list[Result], args: argparse.Namespace) -> None:
+    when = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
+    markdown, ratio = table(results, args.records, args.seconds, when)
+    print("\n" + markdown)
     if not args.no_write:
         out = ROOT / "docs" / "results" / "kafka_side_by_side.json"
         out.write_text(json.dumps({"records": args.records, "paced_seconds": args.seconds,
                                    "results": [asdict(r) for r in results], "esault_over_best_peer": ratio,
-                                   "load_average": os.getloadavg(),
-                                   "when": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}, indent=1) + "\n")
-        print(f"wrote {out}")
+                                   "load_average": os.getloadavg(), "when": when}, indent=1) + "\n")
+        write_section(PERFORMANCE, "kafka-side-by-side", "### A real stream side by side (issue #52)\n\n" + markdown)
+        print(f"wrote {out} and docs/PERFORMANCE.md")
 
 
 if __name__ == "__main__":
