@@ -121,8 +121,10 @@ def test_max_workers_is_a_ceiling_cannot_grow_names(ray_nodes, driver, monkeypat
     assert provider.cannot_grow(0) == "the Ray provider is shut down"
 
 
-@pytest.mark.parametrize("address", [f"127.0.0.1:{free_port()}", f"ray://127.0.0.1:{free_port()}", "nonsense"])
-def test_a_bad_ray_address_fails_at_construction_naming_it_and_what_to_do(driver, address):
+@pytest.mark.parametrize("form", ["HOST:PORT", "ray://HOST:PORT", "nonsense"])
+def test_a_bad_ray_address_fails_at_construction_naming_it_and_what_to_do(driver, form):
+    # The port is picked in the test, not in its id: pytest-xdist's workers must collect the same test names.
+    address = form.replace("HOST:PORT", f"127.0.0.1:{free_port()}")
     started = time.monotonic()
     with pytest.raises(ResourceError, match="ray start --head") as caught:
         RayProvider(driver.postman, address)
