@@ -128,15 +128,11 @@ TAKE_TIMEOUT = 30.0
 """Seconds the control thread waits for every taker to say it seeked (a lost one is replaced anyway)."""
 
 
-class LiveSpoutRescale:
+class LiveSpoutRescale(SpoutRescale):
     """One spout rescale under at_least_once, on the job's control thread: shares move, nothing rolls back."""
 
     def __init__(self, job: Any, unit: str, spus: int, reason: str, step: Callable[[str, str], None]) -> None:
-        self.job = job
-        self.unit = unit
-        self.spus = spus
-        self.reason = reason
-        self.step = step
+        super().__init__(job, unit, spus, reason, step)
         self.rescale_id = -1
 
     def run(self) -> ScaleResult:

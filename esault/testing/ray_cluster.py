@@ -124,7 +124,8 @@ def _start_time(pid: int) -> int:
     return int(stat[stat.rindex(")") + 2:].split()[19])
 
 
-def _alive(pid: int) -> bool:
+def alive(pid: int) -> bool:
+    """Whether `pid` runs (not gone, not a zombie)."""
     try:
         state = Path(f"/proc/{pid}/stat").read_text()
     except OSError:
@@ -195,7 +196,7 @@ class RayTestCluster:
         except subprocess.TimeoutExpired:
             pass
         deadline = time.monotonic() + 10
-        while any(_alive(p) and self._same(p) for p in self.started) and time.monotonic() < deadline:
+        while any(alive(p) and self._same(p) for p in self.started) and time.monotonic() < deadline:
             time.sleep(0.05)  # the kernel ending SIGKILLed processes: no event to wait on from here
         shutil.rmtree(self.temp_dir, ignore_errors=True)
 
@@ -251,7 +252,7 @@ def _wait_for_gcs(cluster: RayTestCluster, timeout: float, log: Path) -> None:
         if cluster.head.poll() is not None:
             raise RuntimeError(f"ray start --head exited with code {cluster.head.returncode}; its output "
                                f"({log}):\n{log.read_text()[-3000:]}")
-        names = {_name(p) for p in cluster.started if _alive(p)}
+        names = {_name(p) for p in cluster.started if alive(p)}
         if any("/raylet " in n for n in names) and any("monitor.py" in n for n in names):
             try:
                 socket.create_connection((host, int(port)), timeout=1).close()

@@ -90,12 +90,15 @@ class KillsWhatItStarts(LocalPoolProvider):
         os.kill(self.pool.processes[-1].pid, signal.SIGKILL)
 
 
-def test_a_worker_killed_before_it_joins_declines_the_split_after_worker_wait_and_the_job_goes_on(tmp_path):
-    with LocalCluster(workers=1, spus_per_worker=3, worker_wait=3.0) as cluster:
+def test_a_worker_killed_before_it_joins_is_asked_for_again_then_the_split_is_declined_and_the_job_goes_on(
+        tmp_path):
+    with LocalCluster(workers=1, spus_per_worker=3, worker_wait=30.0) as cluster:
         cluster.capacity.provider = KillsWhatItStarts(cluster.pool, 2)
         job = cluster.submit(eo_parts.build("unborn", TOTAL, rate=1500), config(tmp_path))
-        with pytest.raises(ScalingError, match=r"no room for 1 new SPU\(s\) within worker_wait=3s"):
-            job.split("count", job.spus("count")[0], timeout=30)
+        with pytest.raises(ScalingError, match=r"declined: split of unborn/count SPU \d+: the worker\(s\) asked for "
+                                               r"ended before they joined, 4 times"):
+            job.split("count", job.spus("count")[0], timeout=60)
+        assert len(cluster.pool.names) == 1 + 4  # w1, then the first ask and three again, each killed at once
         assert cluster.capacity.pending == {} and list(cluster.registry.counts()) == ["w1"]
         assert job.wait(120), job.status()
         job.stop()

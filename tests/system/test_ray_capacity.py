@@ -52,23 +52,28 @@ def host_of(cluster: LocalCluster, spu: int) -> str:
 
 def test_splits_land_on_nodes_ray_adds_the_next_is_declined_when_none_fits_and_merges_give_them_back(
         ray_nodes, tmp_path):
-    with on_ray(ray_nodes, release_after=2.0, worker_wait=60.0) as cluster:
+    with on_ray(ray_nodes, release_after=2.0, worker_wait=90.0) as cluster:
         job = cluster.submit(eo_parts.build("ray-grow", TOTAL, rate=600, count_parallelism=1), config(tmp_path))
-        assert len(cluster.registry.workers) == 2  # count and latest: a worker, a node each
-        assert ray_nodes.alive_nodes() == 2
-        (new,) = job.split("count", job.spus("count")[0], timeout=120).started
-        grown = host_of(cluster, new)
-        origin = cluster.capacity.origin(grown)
-        assert origin.provider == "ray" and origin.node.startswith("ray node "), origin
-        assert ray_nodes.alive_nodes() == 3
-        cluster.capacity.worker_wait = 8.0  # the cluster is at its 3 nodes: Ray places no fourth actor
+        # count and latest, one SPU a worker: two workers on two nodes (packed onto one, if Ray was too slow)
+        assert 1 <= len(cluster.registry.workers) <= 2, (cluster.registry.counts(), cluster.capacity.declined)
+        first = job.spus("count")[0]
+        grown = []
+        while ray_nodes.alive_nodes() < 3:  # a split a node, up to the cluster's 3
+            (new,) = job.split("count", first, timeout=150).started
+            grown.append(host_of(cluster, new))
+            origin = cluster.capacity.origin(grown[-1])
+            assert origin.provider == "ray" and origin.node.startswith("ray node "), origin
+            assert len(grown) <= 2, f"a split added no node: {cluster.registry.counts()}"
+        cluster.capacity.worker_wait = 8.0  # the cluster is at its 3 nodes: Ray places no further actor
         with pytest.raises(ScalingError, match=r"declined: split of ray-grow/count SPU \d+: no room for 1 new "
                                                r"SPU\(s\) within worker_wait=8s .*not joined: ray-\d+"):
-            job.split("count", new, timeout=60)
+            job.split("count", first, timeout=60)
         assert job.status()["capacity"]["declined"].startswith("declined: split of ray-grow/count")
-        job.merge("count", new)
-        wait_until(lambda: grown not in cluster.registry.workers, 30, message="the idle worker given back")
-        wait_until(lambda: ray_nodes.alive_nodes() == 2, 90, interval=0.5, message="its node removed by Ray")
+        for spu in [s for s in job.spus("count") if host_of(cluster, s) in grown]:
+            job.merge("count", spu)
+        wait_until(lambda: not set(grown) & set(cluster.registry.workers), 30, message="the idle workers given back")
+        wait_until(lambda: ray_nodes.alive_nodes() == 3 - len(grown), 90, interval=0.5,
+                   message="their nodes removed by Ray")
         assert job.wait(180), job.status()
         job.stop()
         # No SPU left: every worker is given back after release_after, and Ray's autoscaler removes the nodes.

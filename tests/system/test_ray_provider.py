@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from esault.testing.ray_cluster import RayTestCluster, free_port, ray_cluster, use_loopback
+from esault.testing.ray_cluster import RayTestCluster, alive, free_port, ray_cluster, use_loopback
 
 use_loopback()  # before anything imports ray: this process's ray.init then stays on 127.0.0.1 too
 
@@ -97,7 +97,7 @@ def test_two_ray_workers_join_run_a_keyed_count_exactly_and_leave_with_their_nod
         wait_until(lambda: set(exits.seen) == {"r1", "r2"}, 30, message="both workers' ends reported")
         assert {n: (e.pid, e.code) for n, (e, _) in exits.seen.items()} == {n: (p, 0) for n, p in pids.items()}
         wait_until(lambda: provider.workers() == [], 30, message="both actors ended")
-        wait_until(lambda: not any(_alive(pid) for pid in pids.values()), 30, message="their processes ended")
+        wait_until(lambda: not any(alive(pid) for pid in pids.values()), 30, message="their processes ended")
         wait_until(lambda: ray_nodes.alive_nodes() == 0, 90, interval=0.5, message="the idle nodes removed")
         print(f"ray: 2 workers joined {joined:.1f} s after request; nodes removed {time.monotonic() - left:.1f} s "
               "after release")
@@ -147,7 +147,7 @@ def test_a_killed_nodes_worker_ends_with_its_raylet_and_is_reported_dead_within_
         wait_until(lambda: "r3" in exits.seen, 60, interval=0.05, message="Ray reporting the actor dead")
         ended, when = exits.seen["r3"]
         reported = when - killed
-        still_running = _alive(pid)
+        still_running = alive(pid)
         wait_until(lambda: "r3" in driver.registry.lost, 10, message="the driver declaring r3 dead")
         assert ended.pid == pid and ended.code is None, ended
         print(f"ray: raylet killed -> on_exit after {reported:.1f} s (worker process still running then: "
@@ -158,10 +158,3 @@ def test_a_killed_nodes_worker_ends_with_its_raylet_and_is_reported_dead_within_
     finally:
         provider.shutdown()
 
-
-def _alive(pid: int) -> bool:
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return False
-    return state[state.rindex(")") + 2] != "Z"
