@@ -135,15 +135,21 @@ def leftovers(env: dict[str, str]) -> dict[str, list[str]]:
     return out
 
 
-def write_override(tmp: Path, keys: Path, ports: dict[str, int], rate: int = 500) -> Path:
-    """This test's own keys and free host ports, and the word count's pace (`rate` sentences/s: a busy host
-    starts the stack slower, and the job must still be running when the test kills a worker); everything else
-    comes from the real files."""
+def write_override(tmp: Path, keys: Path, ports: dict[str, int], rate: int = 500, workers: int = 2) -> Path:
+    """This test's own keys and free host ports, the word count's pace (`rate` sentences/s: a busy host
+    starts the stack slower, and the job must still be running when the test kills a worker) and the worker
+    replicas (what `--scale worker=N` also says, so that `down` knows them all: podman-compose's down removes
+    the replicas its files name, and one left behind keeps the warehouse volume); everything else comes from
+    the real files."""
     compose = yaml.safe_load((REPO / "docker-compose.yml").read_text())
     secrets = {name: {"file": str(keys / Path(spec["file"]).name)} for name, spec in compose["secrets"].items()}
     text = yaml.safe_dump({"secrets": secrets})
     text += f"""
 services:
+  worker:
+    deploy:
+      mode: replicated
+      replicas: {workers}
   driver:
     environment:
       WORDCOUNT_RATE: "{rate}"
@@ -198,8 +204,8 @@ def stack(env, timings, tmp_path_factory, request) -> Iterator[tuple[Compose, di
     for secret in keys.glob("*.key_secret"):
         os.chown(secret, 185, 185)  # the images' uid: secrets are bind-mounted as they are (deploy/README.md)
     ports = {name: free_port() for name in ("status", "driver_metrics", "spark_master", "spark_worker", "prometheus")}
-    compose = Compose(write_override(tmp, keys, ports, rate=300 if busy else 500), env)
-    compose("down", "-v", check=False)  # a previous run killed before its teardown
+    compose = Compose(write_override(tmp, keys, ports, rate=300 if busy else 500, workers=2 if busy else 3), env)
+    compose("down", "-v", "--remove-orphans", check=False)  # a previous run killed before its teardown
     try:
         started = time.monotonic()
         build = run(str(REPO / "deploy" / "podman" / "build-images.sh"), timeout=1200, env=env)
@@ -212,7 +218,7 @@ def stack(env, timings, tmp_path_factory, request) -> Iterator[tuple[Compose, di
             timings[f"up_s{'_busy' if busy else ''}"] = round(time.monotonic() - started, 1)
             yield compose, ports, keys, busy
     finally:
-        compose("--profile", "kafka", "down", "-v", "-t", "10", check=False)
+        compose("--profile", "kafka", "down", "-v", "--remove-orphans", "-t", "10", check=False)
         # Only the base and dependencies images stay cached (each tagged by a hash of what makes it: a
         # changed wheelhouse makes a new dependencies image); the others are rebuilt each run.
         run("podman", "rmi", "-f", *(f"localhost/{name}:{TAG}" for name in IMAGES), check=False, env=env)
@@ -542,5 +548,6 @@ def test_the_kafka_example_runs_against_the_compose_broker(stack, timings):
 
 def test_down_v_leaves_no_container_network_or_volume(stack, env):
     compose, _, _, _ = stack
-    compose("down", "-v", "-t", "10")
+    # --remove-orphans: a container the files do not name (a replica --scale added) goes too
+    compose("down", "-v", "--remove-orphans", "-t", "10")
     assert leftovers(env) == {"containers": [], "volumes": [], "networks": []}

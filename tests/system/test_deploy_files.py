@@ -60,7 +60,10 @@ def worker_services() -> dict[str, dict[str, Any]]:
 
 
 def replicas(service: dict[str, Any]) -> int:
-    return int(service.get("deploy", {}).get("replicas", 1))
+    deploy = service.get("deploy", {})
+    if "replicas" in deploy:  # podman-compose starts one container unless the mode is said too
+        assert deploy.get("mode") == "replicated", "deploy.replicas needs deploy.mode: replicated for podman-compose"
+    return int(deploy.get("replicas", 1))
 
 
 def top_level_secrets() -> dict[str, dict[str, Any]]:
