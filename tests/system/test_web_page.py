@@ -82,6 +82,17 @@ def test_the_page_lists_every_spu_with_its_worker_intervals_and_operations(page)
     assert 'class="partitions"' not in dom, "a spout that reads no partitions (not Kafka) shows no partition table"
 
 
+def test_the_page_shows_each_worker_with_its_provider_node_and_spus(page):
+    job, dom, _ = page
+    workers = dom[dom.index('<table id="workers"'):]
+    workers = workers[:workers.index("</table>")]
+    for worker in ("w1", "w2"):
+        assert f"<tr><td>{worker}</td><td>local</td>" in workers, workers
+    spus = {row["worker"]: row["spus"] for row in job.status()["capacity"]["workers"]}
+    assert sum(spus.values()) == 3  # the check SPUs (the collector runs in the driver)
+    assert "provider local, no SPU budget, pending: none" in dom
+
+
 def test_the_screenshot_shows_the_topology_graph_and_the_tables(page):
     _, _, image = page
     assert image.size == (1200, 900)
