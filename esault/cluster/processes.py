@@ -198,18 +198,23 @@ class WorkerRegistry:
     def pick(self, placement: Placement | None = None) -> str:
         """The worker a new SPU goes to: the placement's choice among the live workers (fewest SPUs first); the
         fewest-loaded one when none has room (a replacement never waits for capacity: it packs)."""
-        with self._lock:
-            live = {w: len(self.spus_on[w]) for w in self.workers if w not in self.leaving}
-            if not live:
-                raise ResourceError("no worker process has joined the driver; start one with "
-                                    "`esault worker --driver HOST:PORT`")
-            chosen = (placement or Placement()).choose(live)
-            return chosen if chosen is not None else min(live, key=lambda w: (live[w], w))
+        live = self.counts()
+        if not live:
+            raise ResourceError("no worker process has joined the driver; start one with "
+                                "`esault worker --driver HOST:PORT`")
+        chosen = (placement or Placement()).choose(live)
+        return chosen if chosen is not None else min(live, key=lambda w: (live[w], w))
 
     def counts(self) -> dict[str, int]:
         """Live workers (joined, not told to exit) -> the SPUs each hosts now."""
         with self._lock:
             return {w: len(self.spus_on[w]) for w in self.workers if w not in self.leaving}
+
+    def rows(self) -> list[tuple[str, str, int, int | None, float]]:
+        """Each joined worker as (name, address, SPUs it hosts, pid, time.time() of its hello), by name."""
+        with self._lock:
+            return [(w, a, len(self.spus_on.get(w, ())), self.pids.get(w), self.joined_at.get(w, time.time()))
+                    for w, a in sorted(self.workers.items())]
 
     def released(self, process: str) -> None:
         """`process` was told to exit, given back idle: forgotten without being lost (its silence is no death,
@@ -637,10 +642,7 @@ class ProcessLauncher:
                                                              "pending": [], "declined": None}
         now = time.time()
         rows = []
-        with self.registry._lock:
-            workers = {w: (a, len(self.registry.spus_on.get(w, ())), self.registry.pids.get(w),
-                           self.registry.joined_at.get(w, now)) for w, a in self.registry.workers.items()}
-        for worker, (address, spus, pid, joined) in sorted(workers.items()):
+        for worker, address, spus, pid, joined in self.registry.rows():
             origin = capacity.origin(worker) if capacity is not None else None
             host = address.replace("tcp://", "").rsplit(":", 1)[0]
             rows.append({"worker": worker, "address": address, "pid": pid, "spus": spus,

@@ -44,19 +44,14 @@ def fetch_status(address: str, timeout: float = 10.0, keys: WorkerKeys | None = 
     (loopback for a local driver), or to `advertise` (HOST[:PORT]; then this
     client listens on all interfaces, at PORT if given).
     """
-    return _ask(address, lambda inbox, me: StatusRequest(1, inbox, me), StatusReply, timeout, keys, advertise)
+    return ask_driver(address, lambda inbox, me: StatusRequest(1, inbox, me), StatusReply, timeout, keys, advertise)
 
 
 def request_savepoint(address: str, topology: str, stop: bool = False, timeout: float = 120.0,
                       keys: WorkerKeys | None = None, advertise: str | None = None) -> SavepointReply:
     """Ask the driver at `address` for a savepoint of job `topology` (ending its spouts if `stop`)."""
-    return _ask(address, lambda inbox, me: SavepointRequest(1, inbox, me, topology, stop), SavepointReply,
+    return ask_driver(address, lambda inbox, me: SavepointRequest(1, inbox, me, topology, stop), SavepointReply,
                 timeout, keys, advertise)
-
-
-def _ask(address: str, request: Callable[[Any, str], Any], reply: type, timeout: float,
-         keys: WorkerKeys | None, advertise: str | None) -> Any:
-    return ask_driver(address, request, reply, timeout, keys, advertise)
 
 
 def ask_driver(address: str, request: Callable[[Any, str], Any], reply: type, timeout: float,

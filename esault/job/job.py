@@ -96,6 +96,8 @@ class Job:
         if postman is not None:
             self.ctx.worker_host = lambda process: postman.remote(process, "host")
         self.launcher = launcher
+        self._capacity_keeper = getattr(launcher, "capacity", None)
+        """The cluster's capacity keeper (esault.cluster.capacity), or None: SPUs go where there is room."""
         self.remote_stats = remote_stats
         self.fresh_reports = fresh_reports
         self.lost_spus: set[int] = set()
@@ -145,7 +147,7 @@ class Job:
             raise
         point = self.restored_from
         try:
-            self._room_to_start(getattr(launcher, "capacity", None), point)
+            self._wait_for_room(self._worker_spus_at_start(point), "the start")
             # Downstream units first, so every SPU starts knowing its output routes. A chained bolt
             # has no SPUs of its own: its head's SPUs run it and send to its downstream units.
             for spec in reversed(topology.units):
@@ -165,7 +167,7 @@ class Job:
                     if isinstance(failed, Exception):
                         raise failed
             self.coordinator = ReconfigurationCoordinator(topology, self.units,
-                                                          capacity=getattr(launcher, "capacity", None))
+                                                          capacity=self._capacity_keeper)
             self.coordinator.between = self.checkpoints.due_in
             self.coordinator.run_task(lambda: None)  # wakes the control thread to time the first checkpoint
             self._logic_versions: dict[str, str | None] = {}
@@ -187,22 +189,27 @@ class Job:
     def name(self) -> str:
         return self.topology.name
 
-    def _room_to_start(self, capacity: Any, point: Any) -> None:
-        """Before the SPUs start: workers for them, if the cluster can grow. Waits up to the keeper's
-        worker_wait; short of room the job starts packed onto the workers there are (and says so)."""
-        if capacity is None:
-            return
+    def _worker_spus_at_start(self, point: Any) -> int:
+        """SPUs the job starts on worker processes (a restored unit: as many as the checkpoint holds)."""
         spus = 0
         for spec in self.topology.units:
             if self.topology.chained(spec.name) or spec.where != "worker":
                 continue
             instances = None if point is None or point.instances is None else point.instances.get(spec.name)
             spus += len(instances) if instances else spec.parallelism
-        room = capacity.reserve(spus, f"the start of {self.name}")
+        return spus
+
+    def _wait_for_room(self, spus: int, what: str) -> None:
+        """Workers for `spus` new SPUs, if the cluster can grow (the start; a lost worker's SPUs, a Ray node
+        for the lost one), waited for up to the keeper's worker_wait; short of room they pack onto the workers
+        there are, and the log says so. Nothing waits on a fixed pool (no budget: room everywhere)."""
+        keeper = self._capacity_keeper
+        if keeper is None:
+            return
         try:
-            room.result(capacity.worker_wait + 5.0)
+            keeper.reserve(spus, f"{what} of {self.name}").result(keeper.worker_wait + 5.0)
         except Exception as exc:  # noqa: BLE001 - declined or late: the SPUs pack onto the workers there are
-            log.warning("topology %r starts packed onto the workers there are: %s", self.name, exc)
+            log.warning("topology %r: %s packs onto the workers there are: %s", self.name, what, exc)
 
     def _check_guarantee(self) -> None:
         """exactly_once rolls sources back: every spout must be able to rewind. A join chain across SPUs
@@ -257,26 +264,13 @@ class Job:
                 mine = {s for s in lost if placed is not None and placed(s) is not None}
                 if not mine:
                     return None
-                self._room_for_replacements(len(mine), f"{reason} holding SPUs {sorted(mine)}")
+                self._wait_for_room(len(mine), f"the replacement of SPUs {sorted(mine)} ({reason})")
                 return self._roll_back(frozenset(mine), f"{reason} holding SPUs {sorted(mine)}")
             finally:
                 with self._recovery_lock:
                     self._recovering -= 1
 
         return self.coordinator.run_task(recover, self.coordinator.URGENT)
-
-    def _room_for_replacements(self, spus: int, why: str) -> None:
-        """Before the lost SPUs start again: a replacement worker if the cluster can grow and the survivors have
-        no room (a Ray node for a lost one), waited for up to the keeper's worker_wait; short of it they pack
-        onto the survivors. Nothing waits on a fixed pool (no budget: room everywhere)."""
-        capacity = getattr(self.launcher, "capacity", None)
-        if capacity is None:
-            return
-        room = capacity.reserve(spus, f"the replacement of {spus} SPU(s) of {self.name} ({why})")
-        try:
-            room.result(capacity.worker_wait + 5.0)
-        except Exception as exc:  # noqa: BLE001 - declined or late: the survivors take them, over their budget
-            log.warning("topology %r: the lost SPUs start on the workers there are: %s", self.name, exc)
 
     def roll_back_now(self, lost: frozenset[int], reason: str, abandoned: Callable[[], None] | None = None) -> Any:
         """A rollback started on the control thread itself (a checkpoint timed out, a spout rescale): the job is

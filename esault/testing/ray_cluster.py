@@ -1,7 +1,7 @@
 """A real Ray autoscaling cluster on this machine, for the Ray provider's tests (`with ray_cluster() as ray:`).
 
 Ray's own AutoscalingCluster builds the fake-multinode config from an example.yaml the wheel does not ship,
-and starts and stops with `ray stop --force`, which ends every Ray process of every user on the machine. This
+and starts and stops through Ray's own forced stop, which ends every Ray process of every user on the machine. This
 one passes the whole config, starts the head with `ray start --block` as its child, and stops exactly the
 processes it started: the head's process tree, the worker nodes the autoscaler forked included, by pid.
 Everything binds 127.0.0.1, every port is a free one, and the session lives in its own temp dir.

@@ -54,8 +54,11 @@ def test_splits_land_on_nodes_ray_adds_the_next_is_declined_when_none_fits_and_m
         ray_nodes, tmp_path):
     with on_ray(ray_nodes, release_after=2.0, worker_wait=90.0) as cluster:
         job = cluster.submit(eo_parts.build("ray-grow", TOTAL, rate=600, count_parallelism=1), config(tmp_path))
-        # count and latest, one SPU a worker: two workers on two nodes (packed onto one, if Ray was too slow)
-        assert 1 <= len(cluster.registry.workers) <= 2, (cluster.registry.counts(), cluster.capacity.declined)
+        # count and latest, one SPU a worker: a worker each on its node, or both packed onto the one that joined
+        # in time, the start's reservation declined (a slow Ray) and saying so
+        counts = cluster.registry.counts()
+        packed = any(d.startswith("declined: the start of ray-grow") for d in cluster.capacity.declined)
+        assert sorted(counts.values()) == ([2] if packed else [1, 1]), (counts, cluster.capacity.declined)
         first = job.spus("count")[0]
         grown = []
         while ray_nodes.alive_nodes() < 3:  # a split a node, up to the cluster's 3
