@@ -73,6 +73,30 @@ def heartbeat(process: str, topology: str | None = None, samples: list | None = 
                            [(s.topology, s.unit, s.spu, list(s.partitions)) for s in mine if s.partitions is not None])
 
 
+class HeartbeatPacer:
+    """Which heartbeats a worker sends: one each HEARTBEAT_INTERVAL while its counts move or metrics change, else
+    one each `quiet` seconds, only so the driver knows it lives."""
+
+    def __init__(self, process: str, quiet: float, registry: StatsRegistry = STATS,
+                 samples: SampleSender | None = None) -> None:
+        self.process = process
+        self.quiet = quiet
+        self.registry = registry
+        self.samples = samples
+        self._last_said: Any = None
+        self._last_beat = -math.inf
+
+    def next(self, now: float) -> WorkerHeartbeat | None:
+        """The heartbeat to send now, or None: it would say nothing new and the last one is recent."""
+        beat = heartbeat(self.process, samples=None if self.samples is None else self.samples.next_rows(),
+                         registry=self.registry)
+        said = (beat.stats, beat.partitions)
+        if said == self._last_said and not beat.samples and now - self._last_beat < self.quiet:
+            return None
+        self._last_said, self._last_beat = said, now
+        return beat
+
+
 class _Unbuildable(Exception):
     """A unit of a submitted job that this worker could not build; the message is the cause."""
 
@@ -113,9 +137,10 @@ class WorkerControl:
 
     actor_urn = "worker-control"
 
-    def __init__(self, postman: Postman, liveness: DriverLiveness) -> None:
+    def __init__(self, postman: Postman, liveness: DriverLiveness, stats: StatsRegistry = STATS) -> None:
         self.postman = postman
         self.liveness = liveness
+        self.stats = stats
 
     def tell(self, message: Any) -> None:
         kind = type(message)
@@ -136,7 +161,7 @@ class WorkerControl:
         whose thread alone takes them. Never blocks: on a full queue the periodic beats answer."""
         for _ in range(2):
             try:
-                self.postman.send(DRIVER, "cluster", heartbeat(self.postman.process), timeout=0.0)
+                self.postman.send(DRIVER, "cluster", heartbeat(self.postman.process, registry=self.stats), timeout=0.0)
             except Exception:  # noqa: BLE001 - a full or closing queue: the periodic beats answer
                 return
 
@@ -156,7 +181,7 @@ class HostActor(pykka.ThreadingActor):
     """Starts and stops this worker's SPUs; one JobContext per topology."""
 
     def __init__(self, postman: Postman, done: threading.Event, stop_timeout: float = SPU_STOP_TIMEOUT,
-                 spus_stopped: Callable[[], None] = lambda: None) -> None:
+                 spus_stopped: Callable[[], None] = lambda: None, stats: StatsRegistry = STATS) -> None:
         super().__init__()
         self.postman = postman
         self.done = done
@@ -169,6 +194,8 @@ class HostActor(pykka.ThreadingActor):
         """topology -> (unit name -> its spec, or why it cannot be built here; the job's config)."""
         self.tickers: dict[float, Ticker] = {}
         """tick_interval -> the Ticker of the jobs here that chose it (a job's SPUs tick as its config says)."""
+        self.stats = stats
+        """Where this worker's SPUs count (the process's STATS; each simulated worker has its own)."""
 
     def on_receive(self, message: Any) -> Any:
         try:
@@ -231,7 +258,7 @@ class HostActor(pykka.ThreadingActor):
                              acker=self.postman.remote(DRIVER, job_actor(message.topology, "acker")),
                              ticker=self._ticker(config.tick_interval),
                              checkpoints=self.postman.remote(DRIVER, job_actor(message.topology, "checkpoints")),
-                             process=self.postman.process)
+                             process=self.postman.process, stats=self.stats)
             self.jobs[message.topology] = job
         if store_id and job.store_id != store_id:
             refusal = refusal_of(job, store_id, self.postman.process)
@@ -252,9 +279,7 @@ class HostActor(pykka.ThreadingActor):
                 raise _Unbuildable(spec)
             job = self._job(message, config, store_id)
             self.topology_of[spu_id] = message.topology
-            self.spus[spu_id] = self.postman.start_and_register(
-                f"spu-{spu_id}",
-                lambda: start_spu(message.spu, spec, job))
+            self.spus[spu_id] = self.postman.start_and_register(f"spu-{spu_id}", lambda: self.launch(message, spec, job))
             error = self.spus[spu_id].ask(StartCheck())
             if error is not None:
                 self._stop_spu(StopSpu(spu_id, 0), reply=False)
@@ -265,6 +290,10 @@ class HostActor(pykka.ThreadingActor):
             self.postman.send(DRIVER, "cluster", SpuStarted(spu_id, os.getpid(), why))
             return
         self.postman.send(DRIVER, "cluster", SpuStarted(spu_id, os.getpid(), ""))
+
+    def launch(self, message: StartSpu, spec: UnitSpec, job: JobContext) -> Any:
+        """The SPU's actor, started (the driver-scale simulation starts a stand-in here instead)."""
+        return start_spu(message.spu, spec, job)
 
     def stuck(self, spu_id: int) -> None:
         """SPU `spu_id` did not stop within stop_timeout: log why, dump every thread, exit the process."""
@@ -293,10 +322,11 @@ class HostActor(pykka.ThreadingActor):
             # SpuStopped, so no later heartbeat carries them into a next job of the same name. Their
             # final values go to the driver first: a heartbeat may not have carried them yet.
             try:
-                self.postman.send(DRIVER, "cluster", heartbeat(self.postman.process, topology), timeout=5.0)
+                self.postman.send(DRIVER, "cluster", heartbeat(self.postman.process, topology, registry=self.stats),
+                                  timeout=5.0)
             except Exception as exc:  # noqa: BLE001 - the driver may be gone at shutdown
                 log.debug("worker %s: final counts of %r not sent: %r", self.postman.process, topology, exc)
-            STATS.forget_topology(topology)
+            self.stats.forget_topology(topology)
             self.jobs.pop(topology, None)
         if reply:
             self.postman.send(DRIVER, "cluster", SpuStopped(message.spu_id, message.request_id))
@@ -339,11 +369,9 @@ def run_worker(driver: str, keys: WorkerKeys, name: str | None = None, bind_host
     postman.send(DRIVER, "cluster", WorkerHello(name, postman.address, os.getpid()))
     log.info("worker %s joining driver %s from %s", name, driver, postman.address)
     started = time.monotonic()
-    samples = SampleSender()
+    beats = HeartbeatPacer(name, min(QUIET_HEARTBEAT, driver_timeout / 4), samples=SampleSender())
     gc_enter(JobConfig().gc_gen0_threshold)  # the policy a driver applies while its jobs run (job/gc_policy.py)
     code = int(ExitCode.NO_DRIVER)  # what an exception out of the loop (DriverUnreachable) exits with
-    quiet = min(QUIET_HEARTBEAT, driver_timeout / 4)
-    last_sent, last_beat = (None, None), -math.inf
     try:
         while not done.wait(HEARTBEAT_INTERVAL):
             collector.step(time.monotonic())
@@ -360,12 +388,9 @@ def run_worker(driver: str, keys: WorkerKeys, name: str | None = None, bind_host
                 log.error("worker %s: no word from the driver for %.1f s (driver timeout %.1f s): exiting",
                           name, silent, driver_timeout)
                 return code
-            beat = heartbeat(name, samples=samples.next_rows())
-            now = time.monotonic()
-            said = (beat.stats, beat.partitions)
-            if said == last_sent and not beat.samples and now - last_beat < quiet:
+            beat = beats.next(time.monotonic())
+            if beat is None:
                 continue  # nothing new: a beat only as often as the driver needs to know this worker lives
-            last_sent, last_beat = said, now
             try:
                 postman.send(DRIVER, "cluster", beat, timeout=5.0)
             except TimeoutError:

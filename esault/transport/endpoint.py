@@ -53,6 +53,7 @@ from esault.metrics.registry import (count_auth_rejected, count_dropped_frame, i
 from esault.thread_names import os_named
 from esault.transport.address import MAX_PROCESS_NAME_BYTES, Address
 from esault.transport.frames import DATA_FRAME_PREFIX, EncodedFrame
+from esault.transport.traffic import Traffic
 from esault.transport.gil_io import nonblocking_io
 from esault.transport.trust import Identity, KeyRing
 from esault.transport.wire import FRAME_ERROR_REASONS, WireCodec, frame_error_reason
@@ -210,6 +211,8 @@ class Endpoint:
         self._closing = False
         self._dropped: dict[str, int] = {}
         self._logged: set[str] = set()
+        self.traffic: Traffic | None = None
+        """Set to count every message sent and delivered by type (esault.transport.traffic); off by default."""
 
         self._ctx = zmq.Context()
         self._io = nonblocking_io()  # the I/O thread's reads and writes: they keep the GIL where they can
@@ -309,6 +312,8 @@ class Endpoint:
         if type(to) is not Address:
             raise TypeError(f"Endpoint.send needs an Address, got {to!r}; e.g. send(Address('w3', 'spu-17'), message)")
         frame = self._codec.encode(message)
+        if self.traffic is not None:
+            self.traffic.sent(message)
         if len(frame) > self._max_frame_bytes:
             raise SerializationError(
                 f"cannot send {type(message).__name__} to {to}: its frame is {len(frame)} bytes, over max_frame_bytes="
@@ -682,6 +687,8 @@ class Endpoint:
             except FrameError as exc:
                 self._drop(frame_error_reason(exc), f"from {sender!r} to {actor!r}: {exc}")
                 return
+        if self.traffic is not None:
+            self.traffic.received(message)
         try:
             self._deliver(actor, message, identity, len(frame))
         except Exception as exc:  # noqa: BLE001
