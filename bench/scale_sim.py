@@ -206,13 +206,15 @@ def plot(rows: list[dict[str, Any]]) -> list[str]:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--workers", type=int, nargs="+", default=[2, 8, 32, 128, 256])
+    parser.add_argument("--workers", type=int, nargs="+", default=None, help="default 2 8 32 128 256")
     parser.add_argument("--processes", type=int, default=8, help="processes the simulated workers share")
     parser.add_argument("--seconds", type=float, default=10.0, help="each idle / loaded measurement window")
-    parser.add_argument("--quick", action="store_true", help="2 and 8 workers, 3 s windows; writes nothing")
+    parser.add_argument("--quick", action="store_true", help="3 s windows (2 and 8 workers unless given); "
+                                                              "writes nothing")
     args = parser.parse_args()
     if args.quick:
-        args.workers, args.seconds = [2, 8], 3.0
+        args.workers, args.seconds = args.workers or [2, 8], 3.0
+    args.workers = args.workers or [2, 8, 32, 128, 256]
     rows = []
     with tempfile.TemporaryDirectory(prefix="esault-scale-") as tmp:
         for n in args.workers:

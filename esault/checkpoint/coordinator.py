@@ -37,7 +37,7 @@ from esault.metrics import registry as metrics
 from esault.messages.acking import FailPending
 from esault.messages.checkpoints import CheckpointAck, CheckpointComplete, CheckpointStart, TriggerCheckpoint
 from esault.messages.control import GetRoutes, GetSpus, ScaleResult
-from esault.transport.endpoint import PEER_GONE
+from esault.transport.endpoint import PEER_GONE, tell_all
 
 STORE_START_WAIT = 30.0
 """Seconds a starting job waits for an object store that does not answer yet (a container starting beside it)."""
@@ -345,14 +345,16 @@ class CheckpointCoordinator:
         self.checkpoint()
         return self.config.checkpoint_interval
 
-    def _start(self, epoch: int, unit: str, spu: int, mailbox: Any, message: Any) -> None:
-        """One SPU's part of starting checkpoint `epoch`. An SPU whose worker is gone (declared dead between
-        the list of SPUs and this send) aborts the checkpoint, as its death's rollback would: the rollback
-        follows, and the checkpoint fails as aborted instead of with the transport's error."""
-        try:
-            mailbox.tell(message)
-        except PEER_GONE as exc:
-            self.collector.abort(f"{unit} SPU {spu} cannot be reached, its worker is gone ({exc})")
+    def _start(self, unit: str, mailboxes: dict[int, Any], message: Any) -> None:
+        """A unit's SPUs' part of starting a checkpoint: one message, encoded once for them all. An SPU whose
+        worker is gone (declared dead between the list of SPUs and this send) aborts the checkpoint, as its
+        death's rollback would: the rollback follows, and the checkpoint fails as aborted instead of with the
+        transport's error."""
+        spu_of = {mailbox: spu for spu, mailbox in mailboxes.items()}
+        for mailbox, exc in tell_all(spu_of, message):
+            if not isinstance(exc, PEER_GONE):
+                raise exc
+            self.collector.abort(f"{unit} SPU {spu_of[mailbox]} cannot be reached, its worker is gone ({exc})")
 
     def checkpoint(self, kind: str = "checkpoint", final: bool = False) -> int | None:
         """Take one checkpoint; its epoch once complete, None if it failed (the next one retries, unless
@@ -384,13 +386,11 @@ class CheckpointCoordinator:
             if spec.name not in spus or spec.is_spout:
                 continue
             upstream = frozenset(s for i in spec.inputs for s in spus[self.topology.host_of(i.source)])
-            for spu, mailbox in spus[spec.name].items():
-                self._start(epoch, spec.name, spu, mailbox, CheckpointStart(epoch, upstream, final))
+            self._start(spec.name, spus[spec.name], CheckpointStart(epoch, upstream, final))
         for spec in self.topology.units:
             if spec.is_spout:
-                for spu, mailbox in spus[spec.name].items():
-                    self._start(epoch, spec.name, spu, mailbox,
-                                TriggerCheckpoint(epoch, final, may_finish=final and not self.input_ended))
+                self._start(spec.name, spus[spec.name],
+                            TriggerCheckpoint(epoch, final, may_finish=final and not self.input_ended))
         failure = self.collector.wait(self.config.checkpoint_timeout)
         acks = self.collector.finish()
         if failure is not None:
@@ -420,12 +420,9 @@ class CheckpointCoordinator:
         self.input_ended = self.input_ended or (final and bool(ended) and all(ended))
         self.store.complete(epoch, kind, positions, instances, self.input_ended)
         self._ship_dead_letters(epoch)
-        for by in spus.values():
-            for mailbox in by.values():
-                try:
-                    mailbox.tell(CheckpointComplete(epoch))
-                except Exception as exc:  # noqa: BLE001 - its worker died: a rollback follows
-                    log.warning("checkpoint %d: CheckpointComplete not delivered: %r", epoch, exc)
+        complete = CheckpointComplete(epoch)
+        for _mailbox, exc in tell_all([m for by in spus.values() for m in by.values()], complete):
+            log.warning("checkpoint %d: CheckpointComplete not delivered: %r", epoch, exc)  # a rollback follows
         seconds = time.perf_counter() - started
         self.stats.failed_in_a_row = 0
         self.stats.completed += 1

@@ -61,6 +61,7 @@ from esault.transport.keys import KeyPair
 from esault.transport.trust import Role
 from esault.cluster.worker import HEARTBEAT_INTERVAL
 from esault.datapath.ticker import Ticker
+from esault.transport.address import Address
 from esault.transport.endpoint import RemoteMailbox
 from esault.transport.heartbeat import HeartbeatMonitor
 from esault.datapath.load_feed import REMOTE_LOADS, tag_load_rows
@@ -315,15 +316,14 @@ class ClusterActor(pykka.ThreadingActor):
         self._ticks += 1
         if not loads and self._ticks % self._quiet_beats:
             return
-        beat = DriverBeat(loads)
         leaving = self.registry.leaving
-        for worker in list(self.registry.workers):
-            if worker in leaving:
-                continue
-            try:
-                self.postman.send(worker, "control", beat, timeout=0.0)
-            except Exception:  # noqa: BLE001 - a full or gone peer: its own heartbeats tell
-                pass
+        # Encoded once for every worker (the loads grow with the TAG units' SPUs); a full or gone peer is
+        # skipped: its own heartbeats tell.
+        try:
+            self.postman.endpoint.send_many([Address(w, "control") for w in list(self.registry.workers)
+                                             if w not in leaving], DriverBeat(loads), timeout=0.0)
+        except RuntimeError:  # the transport is closing: the cluster shuts down
+            pass
 
     def _tag_loads(self) -> list:
         units = {(name, spec.name) for name, job in self.jobs().items() if not job._stopped
@@ -403,9 +403,11 @@ class ClusterActor(pykka.ThreadingActor):
         self.registry.pids[hello.process] = hello.pid
         self.hearts.beat(hello.process)
         metrics.set_workers(len(self.registry.workers))
-        for worker in self.registry.workers:
-            if worker != hello.process:
-                self.postman.send(worker, "host", PeerAddresses(peers))
+        # The others learn only the newcomer (they know each other already): one small frame, encoded once,
+        # not every peer's address to every worker at each join (quadratic in workers per join).
+        others = [Address(w, "host") for w in self.registry.workers if w != hello.process]
+        for address, exc in self.postman.endpoint.send_many(others, PeerAddresses({hello.process: peers[hello.process]})):
+            log.warning("worker %s not told of %s: %r", address.process, hello.process, exc)
         log.info("worker %s (pid %d) joined from %s", hello.process, hello.pid, hello.address)
         if (capacity := self._capacity()) is not None:
             capacity.joined(hello.process)

@@ -30,7 +30,7 @@ from esault.migration.reconfiguration import (
     StopSpus, SwitchRoutes,
 )
 from esault.routing.interval_table import IntervalTable
-from esault.transport.endpoint import PEER_GONE
+from esault.transport.endpoint import PEER_GONE, tell_all
 from esault.checkpoint.coordinator import AbandonSpus, RelaunchSpus
 from esault.datapath.context import JobContext, log
 from esault.messages.chains import ChainMembers
@@ -924,13 +924,13 @@ class UnitActor(pykka.ThreadingActor):
 
     def _install_upstream(self, cmd: ScaleCommand, reconfig_id: int, notify: dict[int, Any]) -> None:
         """Send every upstream SPU this unit's current routes (one RouteSpec per grouping)."""
-        specs: dict[str, RouteSpec] = {}
+        by_grouping: dict[str, dict[Any, int]] = {}
         for spu, (mailbox, grouping) in cmd.upstream.items():
-            spec = specs.get(grouping) or specs.setdefault(grouping, self.route_spec(grouping))
-            try:
-                mailbox.tell(InstallRoutes(reconfig_id, spec, notify))
-            except Exception as exc:  # that upstream SPU died with its worker and is being replaced too
-                log.warning("unit %r: upstream SPU %d unreachable: %r", self.spec.name, spu, exc)
+            by_grouping.setdefault(grouping, {})[mailbox] = spu
+        for grouping, mailboxes in by_grouping.items():  # one encoding per grouping, not one per upstream SPU
+            message = InstallRoutes(reconfig_id, self.route_spec(grouping), notify)
+            for mailbox, exc in tell_all(mailboxes, message):  # died with its worker, being replaced too
+                log.warning("unit %r: upstream SPU %d unreachable: %r", self.spec.name, mailboxes[mailbox], exc)
 
     def _on_finished(self, msg: HandoffFinished) -> None:
         op = self._op

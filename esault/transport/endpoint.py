@@ -41,7 +41,7 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable
-from typing import Any, Self
+from typing import Any, Iterable, Self
 
 import zmq
 from zmq.auth.thread import ThreadAuthenticator
@@ -118,6 +118,25 @@ class RemoteMailbox:
 
     def __repr__(self) -> str:
         return f"RemoteMailbox({self.address})"
+
+
+def tell_all(mailboxes: Iterable[Any], message: Any) -> list[tuple[Any, Exception]]:
+    """Tell every mailbox `message`: the remote ones of one endpoint share one encoding (Endpoint.send_many), the
+    others are told one by one. The mailboxes it could not reach, each with why; the rest were told."""
+    failed: list[tuple[Any, Exception]] = []
+    remote: dict[int, tuple[Endpoint, list[RemoteMailbox]]] = {}
+    for mailbox in mailboxes:
+        if type(mailbox) is RemoteMailbox:
+            remote.setdefault(id(mailbox._endpoint), (mailbox._endpoint, []))[1].append(mailbox)
+            continue
+        try:
+            mailbox.tell(message)
+        except Exception as exc:  # noqa: BLE001 - an actor that stopped: the caller says what that means
+            failed.append((mailbox, exc))
+    for endpoint, boxes in remote.values():
+        by_address = {box.address: box for box in boxes}
+        failed += [(by_address[address], exc) for address, exc in endpoint.send_many(list(by_address), message)]
+    return failed
 
 
 class _Peer:
@@ -311,14 +330,42 @@ class Endpoint:
         """
         if type(to) is not Address:
             raise TypeError(f"Endpoint.send needs an Address, got {to!r}; e.g. send(Address('w3', 'spu-17'), message)")
+        self._queue(to, message, self._frame(message, to), timeout)
+
+    def send_many(self, to: Iterable[Address], message: Any, timeout: float | None = None
+                  ) -> list[tuple[Address, Exception]]:
+        """send() of one message to many actors, encoded once: a broadcast (new routes to every upstream SPU,
+        a checkpoint's completion to every SPU) costs one encoding, not one per receiver. The message names no
+        receiver, so every receiver gets the same frame. Returns the receivers it could not be queued for, each
+        with send()'s error (LookupError, TimeoutError, ConnectionError); the others are queued. Raises what
+        send() raises for the message itself (SerializationError) or a closed endpoint (RuntimeError)."""
+        targets = list(to)
+        if not targets:
+            return []
+        for address in targets:
+            if type(address) is not Address:
+                raise TypeError(f"Endpoint.send_many needs Addresses, got {address!r}")
+        frame = self._frame(message, targets[0])
+        failed: list[tuple[Address, Exception]] = []
+        for address in targets:
+            try:
+                self._queue(address, message, frame, timeout)
+            except (LookupError, TimeoutError, ConnectionError) as exc:
+                failed.append((address, exc))
+        return failed
+
+    def _frame(self, message: Any, to: Address) -> bytes:
         frame = self._codec.encode(message)
-        if self.traffic is not None:
-            self.traffic.sent(message)
         if len(frame) > self._max_frame_bytes:
             raise SerializationError(
                 f"cannot send {type(message).__name__} to {to}: its frame is {len(frame)} bytes, over max_frame_bytes="
                 f"{self._max_frame_bytes} (receivers drop the connection of a larger frame); send smaller batches"
             )
+        return frame
+
+    def _queue(self, to: Address, message: Any, frame: bytes, timeout: float | None) -> None:
+        if self.traffic is not None:
+            self.traffic.sent(message)
         actor = to.actor.encode("utf-8")
         lane = CONTROL if type(message) in self._control else DATA
         with self._lock:
