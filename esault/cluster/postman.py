@@ -18,7 +18,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from typing import Any, Callable
+from typing import Any, Callable, Iterable
 
 from esault.cluster.addresses import advertised
 from esault.cluster.authority import refusal
@@ -141,6 +141,13 @@ class Postman:
 
     def send(self, process: str, actor: str, message: Any, timeout: float | None = None) -> None:
         self.endpoint.send(Address(process, actor), message, timeout=timeout)
+
+    def send_many(self, processes: Iterable[str], actor: str, message: Any, timeout: float | None = None
+                  ) -> list[tuple[str, Exception]]:
+        """send() of one message to the actor `actor` of each process, encoded once; the processes it could not
+        be queued for, each with why (Endpoint.send_many)."""
+        failed = self.endpoint.send_many([Address(p, actor) for p in processes], message, timeout=timeout)
+        return [(address.process, exc) for address, exc in failed]
 
     # --- the codec's hooks -----------------------------------------------------
 

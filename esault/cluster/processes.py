@@ -61,7 +61,6 @@ from esault.transport.keys import KeyPair
 from esault.transport.trust import Role
 from esault.cluster.worker import HEARTBEAT_INTERVAL
 from esault.datapath.ticker import Ticker
-from esault.transport.address import Address
 from esault.transport.endpoint import RemoteMailbox
 from esault.transport.heartbeat import HeartbeatMonitor
 from esault.datapath.load_feed import REMOTE_LOADS, tag_load_rows
@@ -320,8 +319,8 @@ class ClusterActor(pykka.ThreadingActor):
         # Encoded once for every worker (the loads grow with the TAG units' SPUs); a full or gone peer is
         # skipped: its own heartbeats tell.
         try:
-            self.postman.endpoint.send_many([Address(w, "control") for w in list(self.registry.workers)
-                                             if w not in leaving], DriverBeat(loads), timeout=0.0)
+            self.postman.send_many([w for w in list(self.registry.workers) if w not in leaving], "control",
+                                   DriverBeat(loads), timeout=0.0)
         except RuntimeError:  # the transport is closing: the cluster shuts down
             pass
 
@@ -405,9 +404,9 @@ class ClusterActor(pykka.ThreadingActor):
         metrics.set_workers(len(self.registry.workers))
         # The others learn only the newcomer (they know each other already): one small frame, encoded once,
         # not every peer's address to every worker at each join (quadratic in workers per join).
-        others = [Address(w, "host") for w in self.registry.workers if w != hello.process]
-        for address, exc in self.postman.endpoint.send_many(others, PeerAddresses({hello.process: peers[hello.process]})):
-            log.warning("worker %s not told of %s: %r", address.process, hello.process, exc)
+        others = [w for w in self.registry.workers if w != hello.process]
+        for worker, exc in self.postman.send_many(others, "host", PeerAddresses({hello.process: peers[hello.process]})):
+            log.warning("worker %s not told of %s: %r", worker, hello.process, exc)
         log.info("worker %s (pid %d) joined from %s", hello.process, hello.pid, hello.address)
         if (capacity := self._capacity()) is not None:
             capacity.joined(hello.process)

@@ -638,3 +638,43 @@ def test_a_peer_choosing_another_processs_routing_id_still_speaks_only_as_its_ow
         (StopSpu(1, 0), "friend"), (StopSpu(2, 0), "raw"), (StopSpu(3, 0), "friend")]
     assert inbox.senders[1][0].key == pair.public.decode()
     assert receiver.keys.key_of("friend") == friend.keys.own.public
+
+
+def test_send_many_encodes_a_broadcast_once_and_reports_the_receivers_it_could_not_reach(endpoint, monkeypatch):
+    inboxes = {name: Inbox() for name in ("b", "c", "d")}
+    a = endpoint("a")
+    for name, inbox in inboxes.items():
+        a.connect(name, endpoint(name, inbox).address)
+    encoded: list[Any] = []
+    real_encode = a._codec.encode
+    monkeypatch.setattr(a._codec, "encode", lambda message: encoded.append(message) or real_encode(message))
+    message = PrepareReceive(7, ((0, 99, 3),))
+    failed = a.send_many([Address(p, "spu-1") for p in ("b", "c", "nowhere", "d")], message)
+    assert encoded == [message], "one encoding for every receiver"
+    assert [(address, type(exc)) for address, exc in failed] == [(Address("nowhere", "spu-1"), LookupError)]
+    for inbox in inboxes.values():
+        assert inbox.wait_for(1) == [("spu-1", message)]
+
+
+def test_tell_all_tells_local_and_remote_mailboxes_and_returns_the_ones_that_failed(endpoint):
+    inbox = Inbox()
+    a = endpoint("a")
+    a.connect("b", endpoint("b", inbox).address)
+
+    class Local:
+        def __init__(self, fails: bool) -> None:
+            self.told: list[Any] = []
+            self.fails = fails
+
+        def tell(self, message: Any) -> None:
+            if self.fails:
+                raise RuntimeError("actor stopped")
+            self.told.append(message)
+
+    ok, stopped = Local(False), Local(True)
+    gone = a.mailbox(Address("gone", "spu-9"))
+    failed = endpoint_module.tell_all([ok, a.mailbox(Address("b", "spu-2")), stopped, gone], StopSpu(1, 2))
+    assert ok.told == [StopSpu(1, 2)]
+    assert inbox.wait_for(1) == [("spu-2", StopSpu(1, 2))]
+    assert sorted((type(m).__name__, type(e).__name__) for m, e in failed) == [
+        ("Local", "RuntimeError"), ("RemoteMailbox", "LookupError")]

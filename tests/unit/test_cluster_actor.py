@@ -52,6 +52,11 @@ class FakePostman:
     def send(self, process: str, actor: str, message: Any, timeout: float | None = None) -> None:
         self.log.append(("send", (process, actor, message)))
 
+    def send_many(self, processes: Any, actor: str, message: Any, timeout: float | None = None) -> list:
+        for process in processes:
+            self.send(process, actor, message, timeout)
+        return []
+
 
 class FakeTopology:
     units: list = []

@@ -52,13 +52,13 @@ class RunningCountBolt(Bolt):
         self.count += tup.value
 
 
-COUNT_UNITS = ("count-a", "count-b", "count-c")
-"""Three key-grouped units: 256 workers x 12 count SPUs is 3,072, three units' worth of MAX_SPUS (1,024)."""
+COUNT_UNITS = ("count-a", "count-b", "count-c", "count-d", "count-e")
+"""Five key-grouped units: 256 workers x 15 count SPUs is 3,840, more than three units' worth of MAX_SPUS."""
 
 
-def build(name: str, workers: int, spouts_per_worker: int = 4, counts_per_worker: int = 12, rate: float = 10.0,
+def build(name: str, workers: int, spouts_per_worker: int = 1, counts_per_worker: int = 15, rate: float = 10.0,
           total: int | None = None) -> Topology:
-    """keys -> count-a, count-b, count-c: 16 SPUs a worker by default (4 spout SPUs, 4 SPUs of each count)."""
+    """keys -> count-a .. count-e: 16 SPUs a worker by default (a source SPU, 3 SPUs of each count)."""
     builder = TopologyBuilder(name)
     builder.set_spout("keys", PacedKeysSpout, workers * spouts_per_worker,
                       params={"rate": rate, "keys": 1000 * workers, "total": total}, placement="worker")
