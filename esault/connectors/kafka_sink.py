@@ -215,6 +215,12 @@ class KafkaSink(Bolt):
             self._resumed = True
             self._publisher.resume(self._ledger.restored_staged)
 
+    def waiting_for(self) -> str | None:
+        """exactly_once: the broker, while a transaction's publish or commit waits for it (Job.status(),
+        `esault status`, esault_bolt_waiting_since_seconds)."""
+        publisher = self._publisher
+        return publisher.waiting_for() if publisher is not None else None
+
     def wait_published(self, timeout: float) -> bool:
         """exactly_once: True once every publish asked for so far has run (for tests)."""
         return self._publisher is not None and self._publisher.wait_idle(timeout)

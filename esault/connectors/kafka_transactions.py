@@ -39,6 +39,7 @@ import warnings
 from concurrent.futures import Future, ThreadPoolExecutor, wait
 from typing import Any, Callable
 
+from esault.connectors.broker_wait import BrokerWait
 from esault.connectors.stage_holes import StageHoles
 from esault.connectors.staging import EpochStage
 from esault.connectors.transaction_journal import journal_from_env
@@ -91,6 +92,7 @@ class TransactionalPublisher:
         bootstrap = producer_settings.get("bootstrap.servers")
         self.restored_epoch = restored_epoch
         self.holes = StageHoles()  # the records owed per staged epoch: never publish past a lost file
+        self.wait = BrokerWait(str(bootstrap))  # a publish held by the broker, for the sink's waiting_for()
         self._producer_settings = {**PRODUCER_DEFAULTS, **producer_settings, "transactional.id": transactional_id}
         self._journal = journal_from_env(transactional_id)  # diagnostics (tests): offsets per transaction
         self.producer: Any = None
@@ -190,7 +192,11 @@ class TransactionalPublisher:
                 records = self.stage.read(staged)
                 if self._hole_before(staged, len(records)):
                     return
-                self._publish(staged, records)
+                self.wait.begin(f"publishing epoch {staged}")
+                try:
+                    self._publish(staged, records)
+                finally:
+                    self.wait.end()
             except Exception as exc:  # noqa: BLE001 - kept staged: the next completion or open retries
                 log.error("KafkaSink %r: publishing epoch %d failed (%s); it stays staged and is retried at the "
                           "next completed checkpoint", self.transactional_id, staged, exc)
@@ -269,6 +275,7 @@ class TransactionalPublisher:
                 error = exc.args[0] if exc.args else None
                 if not getattr(error, "retriable", lambda: False)() or time.monotonic() >= deadline:
                     raise
+                self.wait.retrying()
                 log.warning("KafkaSink %r: %s epoch %d waits for the broker (%s); retrying the same transaction",
                             self.transactional_id, what, epoch, error)
 
@@ -286,6 +293,10 @@ class TransactionalPublisher:
                             spans=[[t, p, first, last] for (t, p), (first, last) in sorted(spans.items())])
 
     # --- end -----------------------------------------------------------------------------
+
+    def waiting_for(self) -> str | None:
+        """'broker <address> (publishing epoch <e>)' while a publish waits for the broker (BrokerWait), else None."""
+        return self.wait.waiting_for()
 
     def wait_idle(self, timeout: float) -> bool:
         """True once every step queued so far ran (False after `timeout`)."""

@@ -21,6 +21,7 @@ from esault.errors import UnsaveableState
 from esault.migration.handoff import EarlyMessages, GiverHandoff
 from esault.datapath.anchors import BatchHold, DeferredAnchor
 from esault.datapath.barriers import BarrierAligner
+from esault.datapath.bolt_waits import BoltWaits
 from esault.datapath.giver import GiverSide
 from esault.datapath.inbox import ControlFirstInbox
 from esault.datapath.parking import ParkedStates
@@ -84,6 +85,8 @@ class BoltSpuActor(SenderActor):
         self._dormant = False
         """No ticks asked for until a deadline or any other message (esault.datapath.ticker): an idle SPU sleeps."""
         self._error_log = UserErrorLog(now=job.clock.now)
+        self.waits = BoltWaits(job.name, cfg.spu_id, [], self._error_log)
+        """What its non-keyed instances wait for outside esault (set once they opened, in on_start)."""
         self.ticks = PeTicks(spec, self.pes, self.services, self._error_log, self.flush, job.name)
         self.processed_since_probe = 0
         self.parked = ParkedStates(self, job.data_dir / "state" / f"{spec.name}.sqlite", job.exactly_once,
@@ -144,11 +147,15 @@ class BoltSpuActor(SenderActor):
         except Exception as exc:
             self.failed_to_start(step, exc)
             return
+        own = [] if self.spec.per_key else [(self.unit_name, self.pes.single())]
+        self.waits = BoltWaits(self.job.name, self.spu_id, own + [(s.spec.name, s.pe) for s in self.stages],
+                               self._error_log)
         if self.cfg.receive is not None:
             self._on_prepare_receive(self.cfg.receive)
 
     def on_stop(self) -> None:
         self.job.ticker.unsubscribe(self.actor_ref)
+        self.waits.clear()
         self._error_log.close(f"topology {self.job.name!r}: bolt {self.unit_name!r} on_expire()")
         self._state_error_log.close(f"topology {self.job.name!r}: bolt {self.unit_name!r} state")
         self.faults.close()
@@ -317,6 +324,7 @@ class BoltSpuActor(SenderActor):
             return
         self.load_feed.on_tick(msg.now)
         self.processing.on_tick(msg.now)
+        self.waits.read()
         if self.watermarks is not None:  # after the windows this tick fired: their output leaves first
             self.watermarks.on_tick(msg.now)
         due = self._next_tick(msg.now)
@@ -330,7 +338,8 @@ class BoltSpuActor(SenderActor):
         next_tick = getattr(self.processing, "next_tick", None)
         if next_tick is None or self.watermarks is not None:
             return now
-        dues = [due for due in (next_tick(now), self.load_feed.next_due()) if due is not None]
+        dues = [due for due in (next_tick(now), self.load_feed.next_due(), self.waits.next_due(now))
+                if due is not None]
         return min(dues) if dues else None
 
     # --- watermarks (datapath/watermarks.py) -----------------------------------

@@ -146,6 +146,13 @@ class Bolt:
     def abandon(self) -> None:
         """The runtime discards this instance without close() (a rollback): release resources, publish nothing."""
 
+    def waiting_for(self) -> str | None:
+        """What this instance waits for outside esault right now ("broker host:9092 (publishing epoch 5)"), or
+        None. Non-keyed bolts only; read on the SPU's thread at its ticks (at least every
+        WAITING_CHECK_INTERVAL seconds while it overrides this); the SPU notes since when, and Job.status() /
+        `esault status` show "waiting for ... since ...", so a sink held by its store is visible as a wait."""
+        return None
+
     def emit(self, key: Any, value: Any) -> None:
         """Send one tuple downstream, anchored to the input being processed."""
         emit = self._esault_emit

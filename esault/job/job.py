@@ -39,7 +39,7 @@ from esault.job.requests import (
 from esault.control.operations import Operation, Rescale
 from esault.datapath.ticker import Ticker
 from esault.metrics import registry as metrics
-from esault.metrics.forwarded import spouts_waiting, waiting_since
+from esault.metrics.forwarded import units_waiting, waiting_since
 from esault.metrics.partition_status import as_dicts
 from esault.metrics.stats import RETIRED_SPU, SpuStats
 from esault.job.unit import GetOperation, LaunchSpus, SpuLauncher, UnitActor
@@ -609,7 +609,7 @@ class Job:
                 units[spec.name]["partitions"] = sorted(
                     ({**part, "spu": spu_id} for spu_id, row in spus.items() for part in row.get("partitions", ())),
                     key=lambda part: (part["topic"], part["partition"], part["spu"]))
-        for unit, spu_id, what, since in spouts_waiting(self.name):  # a source stalled outside esault
+        for unit, spu_id, what, since in units_waiting(self.name):  # a source or sink stalled outside esault
             if unit in units and spu_id in units[unit]["spus"]:
                 text = f"waiting for {what} since {waiting_since(since)}"
                 units[unit]["spus"][spu_id]["waiting"] = text

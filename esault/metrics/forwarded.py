@@ -23,14 +23,14 @@ from prometheus_client.metrics_core import Metric
 from prometheus_client.samples import Sample
 
 from esault.metrics.registry import (
-    AUTH_REJECTED, FRAMES_DROPPED, KAFKA_CONSUMER_LAG, SPOUT_WAITING, TUPLE_LATENCY, UNKNOWN_MESSAGES,
+    AUTH_REJECTED, BOLT_WAITING, FRAMES_DROPPED, KAFKA_CONSUMER_LAG, SPOUT_WAITING, TUPLE_LATENCY, UNKNOWN_MESSAGES,
 )
 
 ForwardedRow = tuple[str, str, dict[str, str], float]
 """(family name, sample name, labels, value), as a WorkerHeartbeat carries it."""
 
 FORWARDED_METRICS: Final = (FRAMES_DROPPED, AUTH_REJECTED, UNKNOWN_MESSAGES, TUPLE_LATENCY, KAFKA_CONSUMER_LAG,
-                            SPOUT_WAITING)
+                            SPOUT_WAITING, BOLT_WAITING)
 """What a worker forwards; everything else it observes on prometheus_client objects is driver-side."""
 
 _LABELS: Final = {family.name: frozenset(metric._labelnames) | {"le"}
@@ -109,11 +109,13 @@ class ForwardedSamples:
         return families
 
 
-def spouts_waiting(topology: str, forwarded: ForwardedSamples | None = None) -> list[tuple[str, int, str, float]]:
-    """(unit, spu, what it waits for, since when) of every waiting spout SPU of `topology`: this process's
-    own (spouts in the driver) and its workers' (from their heartbeats). Job.status() shows them."""
-    samples = [s for family in SPOUT_WAITING.collect() for s in family.samples]
-    samples += (forwarded or FORWARDED).by_family().get(SPOUT_WAITING._name, [])
+def units_waiting(topology: str, forwarded: ForwardedSamples | None = None) -> list[tuple[str, int, str, float]]:
+    """(unit, spu, what it waits for, since when) of every waiting spout SPU and bolt unit of `topology`:
+    this process's own (units in the driver) and its workers' (from their heartbeats). Job.status() shows
+    them."""
+    samples = [s for gauge in (SPOUT_WAITING, BOLT_WAITING) for family in gauge.collect() for s in family.samples]
+    by_family = (forwarded or FORWARDED).by_family()
+    samples += by_family.get(SPOUT_WAITING._name, []) + by_family.get(BOLT_WAITING._name, [])
     out = []
     for sample in samples:
         labels = sample.labels

@@ -202,6 +202,15 @@ SPOUT_WAITING: Final = Gauge(
 """Bounded: at most one series per spout SPU, removed once it stops waiting or stops (what it waits for is
 the source's own short text, cut to MAX_WAITING_TEXT characters)."""
 
+BOLT_WAITING: Final = Gauge(
+    "esault_bolt_waiting_since_seconds",
+    "Unix time since which a bolt SPU's instance waits for something outside esault (Bolt.waiting_for(), "
+    "e.g. a KafkaSink's transaction held by a broker that stopped answering); absent while it does not wait.",
+    labelnames=("topology", "unit", "spu", "waiting_for"),
+    registry=REGISTRY,
+)
+"""Bounded as SPOUT_WAITING: at most one series per bolt unit an SPU runs (its own, a chained one's)."""
+
 MAX_WAITING_TEXT: Final = 200
 
 MAX_LAG_SERIES: Final = 200
@@ -249,7 +258,7 @@ def exposed_sample_names() -> frozenset[str]:
     for metric in (PROBE_LATENCY, TUPLE_LATENCY, SCALING_EVENTS, WORKERS,
                    FRAMES_DROPPED, AUTH_REJECTED, UNKNOWN_MESSAGES,
                    CHECKPOINTS, CHECKPOINT_DURATION, RECOVERIES, RECOVERY_PAUSE, KAFKA_CONSUMER_LAG,
-                   SPOUT_WAITING):
+                   SPOUT_WAITING, BOLT_WAITING):
         for family in metric.describe():
             names.update(_sample_names(family.name, family.type))
     for spu_metric in SPU_COUNTERS:
@@ -413,19 +422,21 @@ def forget_kafka_lag(topology: str, unit: str, partitions: Iterable[tuple[str, i
             pass
 
 
-def set_spout_waiting(topology: str, unit: str, spu: int, waiting_for: str, since: float) -> None:
-    """Spout SPU ``spu`` waits for ``waiting_for`` since ``since`` (unix seconds): one series, its last text."""
-    clear_spout_waiting(topology, unit, spu)
-    SPOUT_WAITING.labels(topology, unit, str(spu), waiting_for[:MAX_WAITING_TEXT]).set(since)
+def set_spout_waiting(topology: str, unit: str, spu: int, waiting_for: str, since: float,
+                      gauge: Gauge = SPOUT_WAITING) -> None:
+    """Spout SPU ``spu`` waits for ``waiting_for`` since ``since`` (unix seconds): one series, its last text.
+    `gauge` BOLT_WAITING: a bolt SPU's unit ``unit`` waits."""
+    clear_spout_waiting(topology, unit, spu, gauge)
+    gauge.labels(topology, unit, str(spu), waiting_for[:MAX_WAITING_TEXT]).set(since)
 
 
-def clear_spout_waiting(topology: str, unit: str, spu: int) -> None:
-    """Spout SPU ``spu`` no longer waits (or stopped): its series goes."""
-    for family in SPOUT_WAITING.collect():
+def clear_spout_waiting(topology: str, unit: str, spu: int, gauge: Gauge = SPOUT_WAITING) -> None:
+    """Spout SPU ``spu`` no longer waits (or stopped): its series goes (`gauge` BOLT_WAITING: a bolt's)."""
+    for family in gauge.collect():
         for sample in family.samples:
             labels = sample.labels
             if (labels["topology"], labels["unit"], labels["spu"]) == (topology, unit, str(spu)):
                 try:
-                    SPOUT_WAITING.remove(topology, unit, str(spu), labels["waiting_for"])
+                    gauge.remove(topology, unit, str(spu), labels["waiting_for"])
                 except KeyError:
                     pass

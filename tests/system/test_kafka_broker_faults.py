@@ -5,7 +5,8 @@ and started again on the same port has them all. It is killed (1) mid-stream, by
 the KafkaSink's transaction, right before commit_transaction() (the sink's failpoint `committing@<pid>`);
 (3) right before the KafkaSource commits a completed checkpoint's offsets to its group (the source's
 failpoint `committing@<pid>`); then started again after OUTAGE seconds. Each time the job must wait and
-say so (the log, and the source's row of job.status()), complete a checkpoint again soon after the
+say so (the log, and the source's row of job.status(); when the sink's transaction is held, the sink's row,
+`esault status` and esault_bolt_waiting_since_seconds), complete a checkpoint again soon after the
 broker is back, and end with every record's count once in the output topic (read_committed).
 
 The broker's return is measured from the moment the restarted broker answers a metadata request (its
@@ -31,12 +32,14 @@ from esault.connectors.failpoints import SINK_FAILPOINT_ENV, SOURCE_FAILPOINT_EN
 from esault.connectors.kafka_transactions import TransactionalPublisher
 from esault.connectors.staging import EpochStage
 from esault.connectors.transaction_journal import JOURNAL_ENV
+from esault.metrics.registry import BOLT_WAITING
 from esault.testing import wait_until
 from esault.testing.kafka import KafkaBroker
 from esault.testing.s3 import S3Server
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import kafka_parts  # noqa: E402
+from test_kafka_operations import status_lines  # noqa: E402
 
 pytestmark = pytest.mark.system
 
@@ -64,8 +67,14 @@ def persistent_broker():
         yield broker
 
 
-def _waiting(job) -> list[str]:
-    return job.status()["units"]["words"].get("waiting", [])
+def _waiting(job, unit: str = "words") -> list[str]:
+    return job.status()["units"][unit].get("waiting", [])
+
+
+def _sink_gauge(topology: str) -> list[str]:
+    """The waits esault_bolt_waiting_since_seconds says the sink ("out") has in this process (it runs here)."""
+    return [s.labels["waiting_for"] for family in BOLT_WAITING.collect() for s in family.samples
+            if s.labels["topology"] == topology and s.labels["unit"] == "out"]
 
 
 @pytest.mark.parametrize("step", list(KILLS))
@@ -100,6 +109,14 @@ def test_kill_9_of_the_broker_the_job_waits_says_so_checkpoints_again_soon_after
             shown = wait_until(lambda: _waiting(job), OUTAGE + 5, interval=0.05,
                                message="the source's status showing the wait for the broker")
             assert shown[0].startswith(f"waiting for broker {broker.bootstrap} since "), shown
+            if step == "sink-committing":  # the sink's transaction is held: its row, the CLI and the metric say so
+                held = wait_until(lambda: _waiting(job, "out"), OUTAGE + 5, interval=0.05,
+                                  message="the sink's status showing its commit waiting for the broker")
+                wanted = f"waiting for broker {broker.bootstrap} (publishing epoch "
+                assert len(held) == 1 and held[0].startswith(wanted) and " since " in held[0], held
+                assert [r.get("waiting") for r in job.status()["units"]["out"]["spus"].values()] == held
+                assert held[0] in status_lines(cluster.address)
+                assert _sink_gauge("kafka-broker-kill") == [held[0][len("waiting for "):held[0].index(" since ")]]
             # the outage itself, not synchronisation: the broker stays dead OUTAGE seconds
             threading.Event().wait(max(0.0, OUTAGE - (time.monotonic() - killed)))
             broker.start()
@@ -111,6 +128,8 @@ def test_kill_9_of_the_broker_the_job_waits_says_so_checkpoints_again_soon_after
             assert first <= bound, (first, [round(t - killed, 2) for t in job.checkpoints.stats.completed_at])
             assert job.wait(120), job.status()
             wait_until(lambda: not _waiting(job), 30, message="the wait cleared once the broker answers")
+            wait_until(lambda: not _waiting(job, "out") and not _sink_gauge("kafka-broker-kill"), 30,
+                       message="the sink's wait cleared once its commit went through")
         finally:
             job.stop()
     assert f"waiting for broker {broker.bootstrap}" in caplog.text
@@ -147,11 +166,15 @@ def test_a_writer_whose_broker_was_killed_inside_a_commit_publishes_the_next_epo
         p.stage_epoch(epoch, staged).result(10)
     publishing = p.publish_through(3)
     wait_until(killed.is_set, 30, message="the publish of epoch 2 reaching its commit")
-    threading.Event().wait(OUTAGE)  # the outage itself, not synchronisation
+    started = time.monotonic()
+    assert wait_until(p.waiting_for, OUTAGE, interval=0.05, message="the writer saying its commit waits") == \
+        f"broker {broker.bootstrap} (publishing epoch 2)"
+    threading.Event().wait(max(0.0, OUTAGE - (time.monotonic() - started)))  # the outage itself
     broker.start()
     try:
         publishing.result(PUBLISHED_WITHIN)  # the old code: TimeoutError, epoch 3's marker never sent
         assert p.published == [1, 2, 3]
+        assert p.waiting_for() is None
     finally:
         p.close(PUBLISHED_WITHIN)
     assert sorted(r["value"].decode() for r in broker.read("out")) == sorted(expected)
