@@ -32,6 +32,7 @@ from esault.messages.control import GetLayout, GetRoutes, GetSpus, ScaleResult, 
 from esault.messages.data import Drain
 from esault.job.prober import LatencyProberActor
 from esault.job.spout_rescale import LiveSpoutRescale, SpoutRescale, spout_rescale_refusal
+from esault.job.status_view import job_status
 from esault.job.requests import (
     logic_request, merge_request, operation_request, rescale_request, split_request, spu_limit, version_of,
     workload_request,
@@ -39,8 +40,6 @@ from esault.job.requests import (
 from esault.control.operations import Operation, Rescale
 from esault.datapath.ticker import Ticker
 from esault.metrics import registry as metrics
-from esault.metrics.forwarded import units_waiting, waiting_since
-from esault.metrics.partition_status import as_dicts
 from esault.metrics.stats import RETIRED_SPU, SpuStats
 from esault.job.unit import GetOperation, LaunchSpus, SpuLauncher, UnitActor
 from esault.checkpoint.coordinator import AckCollector, CheckpointAcksActor, CheckpointCoordinator
@@ -582,69 +581,7 @@ class Job:
         the unit all of them with their SPU); totals; trees in flight. docs/OBSERVABILITY.md."""
         if self._stopped and self.final_status is not None:
             return self.final_status
-        all_stats = self._all_stats()
-        stats = {(s.unit, s.spu): s for s in all_stats}
-        units: dict[str, Any] = {}
-        for spec in self.topology.units:
-            layout = self.units[self.topology.host_of(spec.name)].ask(GetLayout())
-            spus = {}
-            for spu_id, owned in layout.items():
-                st = stats.get((spec.name, spu_id))
-                span = (owned[0][0], owned[-1][1]) if owned else None  # its one interval, or the span of several
-                spus[spu_id] = {"interval": span, "intervals": list(owned) if owned else None,
-                                **self._host_of(spu_id), **(st.as_dict() if st else {})}
-                if st is not None and st.partitions is not None:  # a source that reads partitions (Kafka)
-                    spus[spu_id]["partitions"] = as_dicts(st.partitions)
-            # Counts include SPUs merged away (retired totals, or a worker's last report); gauges only live ones.
-            mine = [s.as_dict() for s in all_stats if s.unit == spec.name]
-            totals = {k: sum(s.get(k, 0) for s in mine)
-                      for k in ("emitted", "processed", "acked", "failed", "replayed", "user_errors", "dead_letters", "shed",
-                                "snapshot_us")}
-            totals.update({k: sum(s.get(k, 0) for s in spus.values()) for k in ("pes", "inflight", "trees")})
-            units[spec.name] = {"kind": "spout" if spec.is_spout else "bolt", "spus": spus, **totals,
-                                "reconfiguring": self.reconfiguring(spec.name)}
-            if self.topology.chained(spec.name):
-                units[spec.name]["chained_into"] = self.topology.host_of(spec.name)
-            if any("partitions" in row for row in spus.values()):
-                units[spec.name]["partitions"] = sorted(
-                    ({**part, "spu": spu_id} for spu_id, row in spus.items() for part in row.get("partitions", ())),
-                    key=lambda part: (part["topic"], part["partition"], part["spu"]))
-        for unit, spu_id, what, since in units_waiting(self.name):  # a source or sink stalled outside esault
-            if unit in units and spu_id in units[unit]["spus"]:
-                text = f"waiting for {what} since {waiting_since(since)}"
-                units[unit]["spus"][spu_id]["waiting"] = text
-                units[unit].setdefault("waiting", []).append(text)
-        return {
-            "topology": self.name,
-            "units": units,
-            "pending_trees": self._pending_trees(units),
-            "spouts_finished": self._spouts_finished(),
-            "scaling_events": len(self.coordinator.history),
-            "spout_errors": self.spout_errors(),
-            "failures": list(self.failures),
-            "dead_letters": self.dead_letters,
-            "lost_spus": sorted(self.lost_spus),
-            "unaccounted": self.unaccounted,
-            "guarantee": self.config.guarantee,
-            "capacity": self.capacity(),
-            "checkpoints": {"completed": self.checkpoints.stats.completed, "failed": self.checkpoints.stats.failed,
-                            "failed_in_a_row": self.checkpoints.stats.failed_in_a_row,
-                            "last_failure": self.checkpoints.stats.last_failure,
-                            "last_epoch": self.checkpoints.stats.last_epoch,
-                            "recoveries": len(self.checkpoints.stats.recoveries)},
-        }
-
-    def _pending_trees(self, units: dict[str, Any]) -> int:
-        """Trees in flight, as each spout SPU tracking them last said (a worker's in its heartbeat); none for
-        one that reported itself finished and drained."""
-        total = 0
-        for spec in self.topology.units:
-            if spec.is_spout:
-                for spu_id, row in units[spec.name]["spus"].items():
-                    progress = self.ctx.spout_progress.get(spu_id)
-                    if progress is None or not progress.drained:
-                        total += row.get("trees", 0)
-        return total
+        return job_status(self)
 
     def spu_counters(self) -> list[SpuStats]:
         """Every SPU's counters now, wherever it runs (worker rows are their last heartbeat's), plus each
@@ -664,14 +601,14 @@ class Job:
 
     def worker_of(self, spu_id: int) -> str | None:
         """The worker process hosting an SPU (None: the driver)."""
-        worker = (self._host_of(spu_id) or {}).get("worker")
+        worker = (self.process_of(spu_id) or {}).get("worker")
         return None if worker in (None, "driver") else worker
 
     def layout(self, unit: str) -> dict[int, tuple[tuple[int, int], ...] | None]:
         """Each live SPU of `unit` and its hash intervals (None for a unit that is not key grouped)."""
         return self.units[self.topology.host_of(unit)].ask(GetLayout(), timeout=10)
 
-    def _host_of(self, spu_id: int) -> dict[str, Any]:
+    def process_of(self, spu_id: int) -> dict[str, Any]:
         """Which process runs an SPU: {"worker", "pid", "address"}."""
         host_of = getattr(self.launcher, "host_of", None)
         if host_of is not None:
