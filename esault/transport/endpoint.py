@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import itertools
 import logging
+import resource
 import threading
 import time
 from collections import deque
@@ -154,6 +155,22 @@ class _Peer:
         self.error: str | None = None
 
 
+def socket_budget() -> int:
+    """The context's socket limit, the process's file limit raised to its hard limit first. libzmq's default
+    (1,023 sockets) stopped a driver at about 255 workers: a DEALER and its monitor for each of a peer's two
+    lanes, 'Too many open files' when the 256th joined. Each socket also holds file descriptors, so the
+    limit follows the file limit (at most 65,536)."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    wanted = (1 << 16) if hard == resource.RLIM_INFINITY else min(hard, 1 << 16)
+    if soft != resource.RLIM_INFINITY and soft < wanted:
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (wanted, hard))
+            soft = wanted
+        except (ValueError, OSError):  # not allowed here: the soft limit stays
+            pass
+    return max(1023, min(1 << 16 if soft == resource.RLIM_INFINITY else soft, 1 << 16))
+
+
 class Endpoint:
     """The transport of one process: bound for incoming frames, connected on demand to peers.
 
@@ -234,6 +251,7 @@ class Endpoint:
         """Set to count every message sent and delivered by type (esault.transport.traffic); off by default."""
 
         self._ctx = zmq.Context()
+        self._ctx.set(zmq.MAX_SOCKETS, socket_budget())
         self._io = nonblocking_io()  # the I/O thread's reads and writes: they keep the GIL where they can
         self._auth: ThreadAuthenticator | None = None
         try:

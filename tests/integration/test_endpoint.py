@@ -678,3 +678,21 @@ def test_tell_all_tells_local_and_remote_mailboxes_and_returns_the_ones_that_fai
     assert inbox.wait_for(1) == [("spu-2", StopSpu(1, 2))]
     assert sorted((type(m).__name__, type(e).__name__) for m, e in failed) == [
         ("Local", "RuntimeError"), ("RemoteMailbox", "LookupError")]
+
+
+def test_an_endpoint_reaches_three_hundred_peers_on_both_lanes(endpoint):
+    """Four sockets a peer (a DEALER and its monitor on each lane): libzmq's default limit of 1,023 sockets a
+    context closed the driver's endpoint when the 256th worker joined ('Too many open files')."""
+    inbox = Inbox()
+    a = endpoint("a")
+    b = endpoint("b", inbox)
+    peers = [f"p{i}" for i in range(300)]
+    for peer in peers:  # 300 names for one receiver: a dials each as a peer of its own
+        a.keys.admit(b.keys.own.public, Role.WORKER, peer)
+        a.connect(peer, b.address)
+    data = DataBatch(7, "split", ["w"], [(1, "x")], [2**63], [9])
+    for peer in peers:
+        a.send(Address(peer, "spu-1"), data)
+        a.send(Address(peer, "spu-1"), StopSpu(1, 0))
+    assert len(inbox.wait_for(2 * len(peers), timeout=60)) == 2 * len(peers)
+    assert a._ctx.get(zmq.MAX_SOCKETS) > 4 * len(peers)
