@@ -7,14 +7,14 @@ counters, the spouts' progress, the checkpoints' stats. docs/OBSERVABILITY.md li
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from esault.messages.control import GetLayout
 from esault.metrics.forwarded import units_waiting, waiting_since
 from esault.metrics.partition_status import as_dicts
 
-if TYPE_CHECKING:
-    from esault.job.job import Job
+Job = Any
+"""An esault.job.job.Job (not imported: job.py imports this view)."""
 
 TOTALS = ("emitted", "processed", "acked", "failed", "replayed", "user_errors", "dead_letters", "shed",
           "snapshot_us")
