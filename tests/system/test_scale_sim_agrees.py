@@ -25,7 +25,8 @@ pytestmark = pytest.mark.system
 
 PACE = {"WorkerHeartbeat", "DriverBeat"}
 """Messages that come with time, not with an operation: compared as a rate."""
-STEADY_SECONDS = 5.0
+PACE_SAMPLES = 20
+"""Heartbeats the driver receives in the window the pace is taken over (about 5-10 s with two workers)."""
 SIGNS = {"checkpoint": ("in", "CheckpointAck"), "split": ("out", "StartSpu"), "merge": ("out", "StopSpu"),
          "move": ("in", "SpuStopped"), "rescale": ("in", "HandoffFinished")}
 """A message each operation must have exchanged with the workers (else the comparison proves nothing)."""
@@ -61,7 +62,8 @@ def operations(cluster: LocalCluster, traffic: Traffic, data: Path) -> dict[str,
 
     unit = topology.COUNT_UNITS[0]
     before, started = traffic.snapshot(), time.monotonic()
-    time.sleep(STEADY_SECONDS)  # a measurement window: heartbeats counted over it
+    wait_until(lambda: (traffic.snapshot() - before)[("in", "WorkerHeartbeat")] >= PACE_SAMPLES, 60,
+               message=f"{PACE_SAMPLES} heartbeats from the workers")
     steady = traffic.snapshot() - before
     out["pace"] = Counter({k: n / (time.monotonic() - started) for k, n in steady.items() if k[1] in PACE})
     measure("checkpoint", lambda: job.checkpoint(timeout=60))
