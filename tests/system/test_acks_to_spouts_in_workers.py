@@ -48,6 +48,11 @@ def test_once_learned_no_ack_passes_through_the_driver_and_every_count_is_exact(
     assert esault_wordcount.final_counts(tmp_path / "data") == dict(wordcount_input.oracle(path))
 
 
+def every_spout_emitted(job) -> bool:
+    """Each spout SPU of `lines` emitted at least once (a row has no counts before its SPU's first report)."""
+    return all(spu.get("emitted") for spu in job.status()["units"]["lines"]["spus"].values())
+
+
 def build_forwarding(path: str, rate_lines: float, name: str):
     """Lines read in the workers -> split (chained) -> per word (word, 1) after 1 ms of work -> a collector in
     the driver. The input comes faster than the count SPUs' 2,000 words/s, so trees are always in flight."""
@@ -82,8 +87,7 @@ def test_at_least_once_kill9_of_a_worker_holding_a_spout_loses_no_word_and_ends_
             wait_until(lambda: len(collected(name)) >= 3_000, 60, message="a quarter of the words counted")
             assert relayed(job) >= 1
         else:  # trees in flight from both spout SPUs at the kill (a loaded host may not have started them yet)
-            wait_until(lambda: all(spu.get("emitted") for spu in job.status()["units"]["lines"]["spus"].values()),
-                       60, interval=0.02, message="both spout SPUs emitting")
+            wait_until(lambda: every_spout_emitted(job), 60, interval=0.02, message="both spout SPUs emitting")
         cluster.pool.processes[int(victim[1:]) - 1].kill()
         wait_until(lambda: [r for r in job.scaling_history if r.action == "replace"], 30,
                    message="the dead worker's SPUs replaced")
@@ -92,7 +96,7 @@ def test_at_least_once_kill9_of_a_worker_holding_a_spout_loses_no_word_and_ends_
         oracle = wordcount_input.oracle(path)
         assert all(counts[w] >= n for w, n in oracle.items()), "a word lost a count"
         assert job.status()["units"]["lines"]["failed"] >= 1, "trees in flight at the kill failed and replayed"
-        assert all(spu["emitted"] for spu in job.status()["units"]["lines"]["spus"].values()), "both spouts read"
+        assert every_spout_emitted(job), "both spouts read"
         job.stop()
 
 
