@@ -82,6 +82,16 @@ class SinkError(EsaultError):
 
 
 
+class GuaranteeBroken(EsaultError):
+    """The job's guarantee cannot be kept any more, and no retry or rollback restores it (a sink's transaction
+    the broker lost): raised into a checkpoint, it fails that checkpoint for good and the job with it."""
+
+
+class TransactionLost(SinkError, GuaranteeBroken):
+    """An exactly-once sink's transaction is gone from its broker (its state lost, or another producer with
+    the same transactional id fenced it): its records may be visible already, so no replay is exact."""
+
+
 class OutputMissing(SinkError):
     """An exactly-once sink found at the end that its output holds fewer rows than its committed epochs sent it:
     the run fails (exit 2), never passes for a success."""

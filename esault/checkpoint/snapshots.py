@@ -17,6 +17,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Callable
 
 from esault.checkpoint.backends import CheckpointStorage
+from esault.errors import GuaranteeBroken
 from esault.messages.checkpoints import CheckpointAck
 from esault.thread_names import os_named
 
@@ -95,6 +96,7 @@ class SnapshotWriter:
         except Exception as exc:  # noqa: BLE001 - reported in the ack: the checkpoint fails, not the SPU
             log.error("checkpoint %d: %s SPU %d could not make its snapshot durable: %r",
                       ack.epoch, ack.unit, ack.spu_id, exc)
+            # A broken guarantee (a sink's lost transaction) fails the job: a retry would only repeat it.
             return CheckpointAck(ack.epoch, ack.spu_id, ack.unit, ack.instance, ack.position,
-                                 f"{type(exc).__name__}: {exc}")
+                                 f"{type(exc).__name__}: {exc}", fatal=isinstance(exc, GuaranteeBroken))
         return replace(ack, rows=sum(len(rows) for rows in snapshot.rows.values()))

@@ -89,6 +89,9 @@ class WorkerRegistry:
         self.pids: dict[str, int] = {}
         self.joined_at: dict[str, float] = {}  # time.time() of each worker's (latest) hello
         self.lost: list[str] = []  # workers declared dead, in order
+        self.deaths: list[str] = []
+        """Why each worker was declared dead ("ray-2 missed its heartbeats"), newest last, the last 100: a
+        status view and a failed test say what the driver saw, not only that a worker went."""
         self.leaving: set[str] = set()
         """Workers told to exit (the cluster shuts down): the driver stops beating them, so no beat waits in
         its queue for a process that is gone (closing the transport would wait out its linger for it), and
@@ -359,6 +362,7 @@ class ClusterActor(pykka.ThreadingActor):
         self.hearts.forget(worker)
         lost = self.registry.remove(worker)
         self.lost.append(worker)
+        self.registry.deaths = (self.registry.deaths + [f"{worker} {why}"])[-100:]
         metrics.set_workers(len(self.registry.workers))
         log.error("worker %s %s: declared dead; replacing its %d SPU(s) %s", worker, why, len(lost), sorted(lost))
         try:

@@ -264,7 +264,9 @@ class KafkaSink(Bolt):
         head = (f"KafkaSink {self._unit!r} (transactional id {publisher.transactional_id!r}): the checkpoints up "
                 f"to epoch {through} sent it {accepted} record(s) and its committed transactions hold "
                 f"{accepted - missing}: {abs(missing)} record(s) {'missing' if missing > 0 else 'too many'}. ")
-        if publisher.holes.hole is not None:
+        if publisher.lost is not None:
+            message = head + publisher.lost
+        elif publisher.holes.hole is not None:
             first, gone = publisher.holes.hole
             message = head + (
                 f"{gone} staged record(s) from epoch {first} on are gone from {publisher.stage.directory} (lost "

@@ -43,7 +43,7 @@ from esault.connectors.broker_wait import BrokerWait
 from esault.connectors.stage_holes import StageHoles
 from esault.connectors.staging import EpochStage
 from esault.connectors.transaction_journal import journal_from_env
-from esault.errors import ConnectorError
+from esault.errors import ConnectorError, TransactionLost
 
 log = logging.getLogger("esault.connectors.kafka")
 
@@ -56,6 +56,14 @@ COMMIT_PATIENCE = 120.0
 """Seconds a publish keeps retrying a transaction step that failed with a retriable error (a broker that is
 slow or stopped answering) on the same producer, before it gives the transaction up (aborted by the next
 producer's init_transactions(): records a broker such as Tansu still shows to read_committed readers)."""
+
+LOST_AFTER = 2
+"""Timed-out attempts in a row of one transaction step, each begun while the broker answered a metadata request,
+after which the transaction counts as lost by the broker (Tansu, its transaction state gone: every commit times
+out, 10 s each, while the broker answers everything else). A broker that is away answers no metadata either, so
+an outage never counts; the first attempt is never counted (the broker may have gone during it)."""
+PROBE_TIMEOUT = 5.0
+"""Seconds the metadata request before a retry may take (capped at the publisher's timeout)."""
 
 PRODUCER_DEFAULTS = {"metadata.recovery.strategy": "none"}
 """librdkafka settings of the transactional producer that params 'config' may override. No re-bootstrap: once every
@@ -87,6 +95,9 @@ class TransactionalPublisher:
         self._carry: list[StagedRecord] = []  # records of an epoch whose staging failed: staged with the next
         self._lock = threading.Lock()
         self._abandoned = False
+        self.lost: str | None = None
+        """Why this instance's transaction is gone from the broker (TransactionLost): nothing is published from
+        then on, and the next barrier's stage fails its checkpoint, and the job, with this text."""
         self.published: list[int] = []  # epochs this instance committed to Kafka (for tests and logs)
         self.records_published = 0  # the records of those epochs' transactions (the end-of-run audit)
         bootstrap = producer_settings.get("bootstrap.servers")
@@ -163,6 +174,8 @@ class TransactionalPublisher:
         return self._stager.submit(self._stage, epoch, records)
 
     def _stage(self, epoch: int, records: list[StagedRecord]) -> None:
+        if self.lost is not None:  # the job must fail: a stage cannot make a lost transaction good
+            raise TransactionLost(self.lost)
         with self._lock:
             records, self._carry = self._carry + records, []
         if not records or self._abandoned:
@@ -183,7 +196,7 @@ class TransactionalPublisher:
 
     def _publish_through(self, epoch: int) -> None:
         for staged in self.stage.epochs():
-            if staged > epoch or self._abandoned or self.holes.hole is not None:
+            if staged > epoch or self._abandoned or self.holes.hole is not None or self.lost is not None:
                 return
             if staged <= self.marker:
                 self.stage.delete(staged)
@@ -197,6 +210,10 @@ class TransactionalPublisher:
                     self._publish(staged, records)
                 finally:
                     self.wait.end()
+            except TransactionLost as exc:  # nothing more is published: the next barrier fails the job
+                self.lost = str(exc)
+                log.error("%s", exc)
+                return
             except Exception as exc:  # noqa: BLE001 - kept staged: the next completion or open retries
                 log.error("KafkaSink %r: publishing epoch %d failed (%s); it stays staged and is retried at the "
                           "next completed checkpoint", self.transactional_id, staged, exc)
@@ -247,8 +264,14 @@ class TransactionalPublisher:
                 marker, self._group.consumer_group_metadata(), self.timeout), "sending the marker of", epoch, deadline)
             self._failpoint("committing", epoch)
             self._retrying(lambda: producer.commit_transaction(self.timeout), "committing", epoch, deadline)
+        except self.kafka.KafkaException as exc:
+            self.producer = None
+            error = exc.args[0] if exc.args else None
+            if _fenced(self.kafka, error) and not self._abandoned:  # at begin or produce: as in _retrying
+                raise self._lost(epoch, f"its producer was refused: {error}. {FENCED_HINT}") from None
+            raise
         except BaseException:
-            # Whatever state the transaction is in (a commit timed out, the producer was fenced), the next
+            # Whatever state the transaction is in (a commit timed out, the producer was given up), the next
             # attempt starts from a new producer, whose init_transactions() aborts it.
             self.producer = None
             raise
@@ -266,18 +289,55 @@ class TransactionalPublisher:
         """A step of the open transaction. A retriable error (a timeout: the broker slow or away) is retried on
         the same producer until `deadline`, as librdkafka documents, so the transaction is committed once the
         broker answers rather than aborted (giving it up would leave aborted records, which Tansu shows to
-        read_committed readers, and the epoch published again)."""
+        read_committed readers, and the epoch published again). Raises TransactionLost when the broker no longer
+        knows the transaction: this producer fenced, or LOST_AFTER timeouts in a row while it answered."""
+        answered_timeouts = 0
+        probe = False
         while True:
+            answering = probe and self._broker_answers()
             try:
                 step()
                 return
             except self.kafka.KafkaException as exc:
                 error = exc.args[0] if exc.args else None
+                if _fenced(self.kafka, error) and not self._abandoned:
+                    raise self._lost(epoch, f"{what} epoch {epoch} was refused: {error}. {FENCED_HINT}")
                 if not getattr(error, "retriable", lambda: False)() or time.monotonic() >= deadline:
                     raise
+                answered_timeouts = answered_timeouts + 1 if answering else 0
+                if answered_timeouts >= LOST_AFTER:
+                    raise self._lost(epoch, f"{what} epoch {epoch} timed out {answered_timeouts + 1} times in a "
+                                            f"row ({error}) while the broker answered every metadata request: it "
+                                            "no longer knows the transaction: its state lost (a broker "
+                                            "restarted on emptied or rolled-back storage), or, on a broker that "
+                                            "answers a fenced producer with silence (Tansu), fenced by another "
+                                            "producer with this transactional id")
+                probe = True
                 self.wait.retrying()
                 log.warning("KafkaSink %r: %s epoch %d waits for the broker (%s); retrying the same transaction",
                             self.transactional_id, what, epoch, error)
+
+    def _broker_answers(self) -> bool:
+        """Whether the broker answers a metadata request now (it is up: a step timing out is not an outage)."""
+        producer = self.producer
+        if producer is None:
+            return False
+        try:
+            producer.list_topics(self.marker_topic, timeout=min(PROBE_TIMEOUT, self.timeout))
+            return True
+        except self.kafka.KafkaException:
+            return False
+
+    def _lost(self, epoch: int, why: str) -> TransactionLost:
+        return TransactionLost(
+            f"KafkaSink transactional id {self.transactional_id!r}: the broker lost the transaction of epoch "
+            f"{epoch}: {why}. Its records may be visible to read_committed readers already (Tansu shows them) or "
+            f"gone, so no retry or replay can publish them exactly once: the job fails here rather than write "
+            f"them twice. Committed: the epochs through {self.marker} (the marker in {self.marker_topic!r}); epoch "
+            f"{epoch} and later stay staged in {self.stage.directory}. To go on: look for epoch {epoch}'s records "
+            "in the topic (ESAULT_KAFKA_SINK_JOURNAL names each transaction's offsets), then run again from the "
+            "last checkpoint (it publishes them again: right if the broker dropped them) or from scratch into an "
+            "empty topic")
 
     def _journal_produced(self, producer: Any, epoch: int, spans: dict[tuple[str, int], list[int]],
                           count: int) -> None:
@@ -344,6 +404,31 @@ class TransactionalPublisher:
         self._group.close()
         producer, self.producer = self.producer, None
         close_client(producer)
+
+
+FENCED_HINT = ("The broker no longer takes this producer's transaction: its state is lost (a broker restarted on "
+               "emptied or rolled-back storage), or another producer with this transactional id fenced it (another "
+               "job, or another run of this one, writes as it: give each job its own params 'transactional_id')")
+
+FENCED_CODES = ("PRODUCER_FENCED", "_FENCED", "INVALID_PRODUCER_EPOCH", "INVALID_PRODUCER_ID_MAPPING",
+                "UNKNOWN_PRODUCER_ID")
+"""Kafka's answers meaning the broker no longer takes this producer's transaction: fenced by a newer producer of
+its transactional id, or its producer id forgotten (a coordinator that lost or expired its state)."""
+
+
+TRANSACTIONAL_ID_NOT_FOUND = 105
+"""Kafka's error code (KIP-890) for a transactional id its coordinator does not know; librdkafka 2.16 has no name
+for it (it shows "Err-105?"). Tansu answers it to a producer whose transactions' state it lost."""
+
+
+def _fenced(kafka: Any, error: Any) -> bool:
+    """Whether `error` says the broker no longer takes this producer's transaction (see FENCED_CODES)."""
+    if error is None:
+        return False
+    if getattr(error, "fatal", lambda: False)():
+        return True
+    codes = {getattr(kafka.KafkaError, name) for name in FENCED_CODES if hasattr(kafka.KafkaError, name)}
+    return getattr(error, "code", lambda: None)() in codes | {TRANSACTIONAL_ID_NOT_FOUND}
 
 
 def _note_offset(spans: dict[tuple[str, int], list[int]], err: Any, msg: Any) -> None:

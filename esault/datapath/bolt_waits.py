@@ -51,13 +51,13 @@ class BoltWaits:
                 continue
             if what is None:
                 self._shown.pop(unit, None)
-                metrics.clear_spout_waiting(self.topology, unit, self.spu_id, BOLT_WAITING)
+                metrics.clear_waiting(BOLT_WAITING, self.topology, unit, self.spu_id)
             else:
                 self._shown[unit] = what
-                metrics.set_spout_waiting(self.topology, unit, self.spu_id, what, time.time(), BOLT_WAITING)
+                metrics.set_waiting(BOLT_WAITING, self.topology, unit, self.spu_id, what, time.time())
 
     def clear(self) -> None:
         """The SPU stops: its series go."""
         for unit in list(self._shown):
-            metrics.clear_spout_waiting(self.topology, unit, self.spu_id, BOLT_WAITING)
+            metrics.clear_waiting(BOLT_WAITING, self.topology, unit, self.spu_id)
         self._shown.clear()

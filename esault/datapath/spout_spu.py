@@ -173,7 +173,7 @@ class SpoutSpuActor(SenderActor):
             except UNREACHABLE:  # the driver is gone, or the job's ack server stopped first
                 pass
         if self._waiting_for is not None:
-            metrics.clear_spout_waiting(self.job.name, self.unit_name, self.spu_id)
+            metrics.clear_waiting(metrics.SPOUT_WAITING, self.job.name, self.unit_name, self.spu_id)
         self._error_log.close(f"topology {self.job.name!r}: spout {self.unit_name!r} next_tuple()")
         self._callback_log.close(f"topology {self.job.name!r}: spout {self.unit_name!r} ack()/fail()/drop()")
         if self._abandoned:  # a rollback: no close(), nothing published; a restored SPU takes over
@@ -408,9 +408,9 @@ class SpoutSpuActor(SenderActor):
             return
         self._waiting_for = what
         if what is None:
-            metrics.clear_spout_waiting(self.job.name, self.unit_name, self.spu_id)
+            metrics.clear_waiting(metrics.SPOUT_WAITING, self.job.name, self.unit_name, self.spu_id)
         else:
-            metrics.set_spout_waiting(self.job.name, self.unit_name, self.spu_id, what, time.time())
+            metrics.set_waiting(metrics.SPOUT_WAITING, self.job.name, self.unit_name, self.spu_id, what, time.time())
 
     # --- shared ranges ----------------------------------------------------
 

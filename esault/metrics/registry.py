@@ -192,23 +192,19 @@ KAFKA_CONSUMER_LAG: Final = Gauge(
 back (its partitions leave with it); a worker forwards at most MAX_ROWS_PER_WORKER samples, and a
 source reading more than MAX_LAG_SERIES partitions exports the MAX_LAG_SERIES with the most lag."""
 
-SPOUT_WAITING: Final = Gauge(
-    "esault_spout_waiting_since_seconds",
-    "Unix time since which a spout SPU's source waits for something outside esault (Spout.waiting_for(), "
-    "e.g. a Kafka broker that stopped answering); absent while it does not wait.",
-    labelnames=("topology", "unit", "spu", "waiting_for"),
-    registry=REGISTRY,
-)
+def _waiting_gauge(role: str, example: str) -> Gauge:
+    """The gauge of a spout's or a bolt's waits outside esault: one shape, one series per waiting instance."""
+    return Gauge(f"esault_{role}_waiting_since_seconds",
+                 f"Unix time since which a {role} SPU's instance waits for something outside esault "
+                 f"({role.capitalize()}.waiting_for(), e.g. {example}); absent while it does not wait.",
+                 labelnames=("topology", "unit", "spu", "waiting_for"), registry=REGISTRY)
+
+
+SPOUT_WAITING: Final = _waiting_gauge("spout", "a Kafka broker that stopped answering")
 """Bounded: at most one series per spout SPU, removed once it stops waiting or stops (what it waits for is
 the source's own short text, cut to MAX_WAITING_TEXT characters)."""
 
-BOLT_WAITING: Final = Gauge(
-    "esault_bolt_waiting_since_seconds",
-    "Unix time since which a bolt SPU's instance waits for something outside esault (Bolt.waiting_for(), "
-    "e.g. a KafkaSink's transaction held by a broker that stopped answering); absent while it does not wait.",
-    labelnames=("topology", "unit", "spu", "waiting_for"),
-    registry=REGISTRY,
-)
+BOLT_WAITING: Final = _waiting_gauge("bolt", "a KafkaSink's transaction held by a broker that stopped answering")
 """Bounded as SPOUT_WAITING: at most one series per bolt unit an SPU runs (its own, a chained one's)."""
 
 MAX_WAITING_TEXT: Final = 200
@@ -422,16 +418,15 @@ def forget_kafka_lag(topology: str, unit: str, partitions: Iterable[tuple[str, i
             pass
 
 
-def set_spout_waiting(topology: str, unit: str, spu: int, waiting_for: str, since: float,
-                      gauge: Gauge = SPOUT_WAITING) -> None:
-    """Spout SPU ``spu`` waits for ``waiting_for`` since ``since`` (unix seconds): one series, its last text.
-    `gauge` BOLT_WAITING: a bolt SPU's unit ``unit`` waits."""
-    clear_spout_waiting(topology, unit, spu, gauge)
+def set_waiting(gauge: Gauge, topology: str, unit: str, spu: int, waiting_for: str, since: float) -> None:
+    """Unit ``unit`` in SPU ``spu`` waits for ``waiting_for`` since ``since`` (unix seconds): one series, its
+    last text, in `gauge` (SPOUT_WAITING for a source, BOLT_WAITING for a bolt)."""
+    clear_waiting(gauge, topology, unit, spu)
     gauge.labels(topology, unit, str(spu), waiting_for[:MAX_WAITING_TEXT]).set(since)
 
 
-def clear_spout_waiting(topology: str, unit: str, spu: int, gauge: Gauge = SPOUT_WAITING) -> None:
-    """Spout SPU ``spu`` no longer waits (or stopped): its series goes (`gauge` BOLT_WAITING: a bolt's)."""
+def clear_waiting(gauge: Gauge, topology: str, unit: str, spu: int) -> None:
+    """Unit ``unit`` in SPU ``spu`` no longer waits (or stopped): its series in `gauge` goes."""
     for family in gauge.collect():
         for sample in family.samples:
             labels = sample.labels

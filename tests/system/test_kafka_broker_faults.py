@@ -32,6 +32,7 @@ from esault.connectors.failpoints import SINK_FAILPOINT_ENV, SOURCE_FAILPOINT_EN
 from esault.connectors.kafka_transactions import TransactionalPublisher
 from esault.connectors.staging import EpochStage
 from esault.connectors.transaction_journal import JOURNAL_ENV
+from esault.errors import TransactionLost
 from esault.metrics.registry import BOLT_WAITING
 from esault.testing import wait_until
 from esault.testing.kafka import KafkaBroker
@@ -178,3 +179,72 @@ def test_a_writer_whose_broker_was_killed_inside_a_commit_publishes_the_next_epo
     finally:
         p.close(PUBLISHED_WITHIN)
     assert sorted(r["value"].decode() for r in broker.read("out")) == sorted(expected)
+
+
+@pytest.mark.parametrize("delivered", [True, False], ids=["records delivered", "records in flight"])
+def test_a_writer_whose_broker_lost_its_transaction_stops_publishing_and_fails_its_next_stage_naming_it(
+        persistent_broker, tmp_path, delivered):
+    """The broker comes back inside epoch 2's transaction without its transactions' state (lose_transactions).
+    Tansu then times every commit out while it answers everything else (records delivered before the loss), or
+    refuses the transaction with Kafka's TRANSACTIONAL_ID_NOT_FOUND (records still in flight), and shows the
+    delivered records to read_committed readers already. The writer must not retry for 120 s nor replay the
+    epoch from a new producer (its records would be there twice): it gives the transaction up as lost,
+    publishes nothing more, and its next barrier's stage fails with TransactionLost, naming the transactional
+    id and the epoch; epoch 2 stays staged."""
+    import confluent_kafka
+
+    broker = persistent_broker
+    broker.create_topic("out", 1)
+    lost = threading.Event()
+
+    def lose_the_transaction(at: str, epoch: int) -> None:
+        if at == "committing" and epoch == 2 and not lost.is_set():
+            if delivered:
+                assert p.producer.flush(10) == 0
+            broker.lose_transactions()
+            lost.set()
+
+    p = TransactionalPublisher(confluent_kafka, {"bootstrap.servers": broker.bootstrap}, "esault.test.sink.i0",
+                               "out", EpochStage(tmp_path / "stage"), None, timeout=3.0, failpoint=lose_the_transaction)
+    for epoch in (1, 2):
+        p.stage_epoch(epoch, [["out", -1, None, f"{epoch}-{i}".encode(), None, 0] for i in range(20)]).result(10)
+    try:
+        p.publish_through(2).result(60)  # the old code: up to 120 s of retries, then a replay from a new producer
+        assert lost.is_set() and p.published == [1]
+        assert p.lost is not None and "'esault.test.sink.i0'" in p.lost and "transaction of epoch 2" in p.lost, p.lost
+        assert ("committing epoch 2 timed out 3 times in a row" if delivered else "was refused") in p.lost, p.lost
+        assert EpochStage(tmp_path / "stage").epochs() == [2]
+        with pytest.raises(TransactionLost, match=r"'esault.test.sink.i0': the broker lost the transaction of epoch 2"):
+            p.stage_epoch(3, [["out", -1, None, b"3-0", None, 0]]).result(10)
+        p.publish_through(3).result(10)
+        assert p.published == [1], "nothing published after the loss"
+    finally:
+        p.close(10)
+    assert EpochStage(tmp_path / "stage").epochs() == [2]
+
+
+def test_a_job_whose_broker_lost_the_sinks_transaction_fails_loudly_naming_it_and_never_stalls(
+        persistent_broker, tmp_path, monkeypatch):
+    """The sink's failpoint kills the broker inside a transaction (right before its commit); the broker comes
+    back without its transactions' state. The job must fail (Job.failures, so `esault run` exits 2) naming the
+    sink's transactional id and the lost epoch, within the writer's detection (a few commit timeouts) and
+    one barrier: not wait 120 s, not replay the epoch, not stall."""
+    broker = persistent_broker
+    broker.create_topic("words", 4)
+    broker.create_topic("counts", 1)
+    broker.produce("words", kafka_parts.words(3000))
+    monkeypatch.setenv(SINK_FAILPOINT_ENV, f"committing@{broker.process.pid}")
+    topology = kafka_parts.build("kafka-txn-lost", broker.bootstrap, "words", "counts", pace=0.002,
+                                 max_records=50, max_pending=100, sink_placement="driver", refresh_interval=0.5)
+    config = JobConfig(data_dir=tmp_path / "data", elasticity=False, checkpoint_interval=0.3, message_timeout=300.0)
+    with LocalCluster(workers=1) as cluster:
+        job = cluster.submit(topology, config)
+        try:
+            wait_until(lambda: broker.process.poll() is not None, 60, message="the failpoint killing the broker")
+            broker.lose_transactions()
+            failures = wait_until(lambda: job.failures, 90, message="the job failing for the lost transaction")
+            assert not job.wait(10)
+        finally:
+            job.stop()
+    assert any("TransactionLost" in f and "'esault.kafka-txn-lost.out" in f and "the broker lost the transaction of "
+               "epoch" in f for f in failures), failures
