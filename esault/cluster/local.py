@@ -139,7 +139,14 @@ class LocalCluster:
         except ImportError as exc:
             raise ConfigError(f"a Ray cluster needs Ray: pip install 'esault[ray]' ({exc})") from None
         return RayProvider(self.postman, address, max_workers=max_workers, on_exit=self._worker_exited,
-                           driver_timeout=heartbeat_timeout, **options)
+                           driver_timeout=heartbeat_timeout, on_head_lost=self._ray_head_lost, **options)
+
+    def _ray_head_lost(self, why: str) -> None:
+        """The Ray head is gone (RayProvider's watch): every running job fails now, saying why, while its driver
+        can still stop it in order (Ray would end this process within a minute)."""
+        for job in list(self.jobs.values()):
+            if not job._stopped:
+                job.fail(why)
 
     def _give_back(self, worker: str) -> None:
         """Tell an idle worker to exit and forget it; the others stop holding a connection to it."""

@@ -24,6 +24,7 @@ from esault.cluster.credentials import WorkerKeys
 from esault.cluster.exit_watch import WorkerProcessExited
 from esault.cluster.postman import Postman
 from esault.cluster.providers.base import WorkerOrigin, WorkerProvider, WorkerRequest
+from esault.cluster.providers.ray_head import HEAD_TIMEOUT, PROBE_INTERVAL, HeadWatch, probe_gcs
 from esault.cluster.providers.ray_worker import ACTOR_CONCURRENCY, RayWorker
 from esault.errors import ConfigError, ResourceError
 from esault.transport.keys import KeyPair
@@ -65,6 +66,8 @@ class RayProvider(WorkerProvider):
     e.g. {"esault": 1}), on a node matching `label_selector` if given ({"zone": "a"}: Ray 2.60's node labels);
     Ray's autoscaler adds nodes for actors that fit nowhere. `max_workers` caps the workers this provider asks
     for (None: as many as Ray places). `on_exit` is told each worker's end, on a provider thread.
+    `on_head_lost` is told, once, why the Ray head is gone when it has not answered for `head_timeout`
+    seconds (ray_head.py): from then on no worker is asked of Ray and nothing more is sent to it.
     """
 
     kind = "ray"
@@ -72,7 +75,8 @@ class RayProvider(WorkerProvider):
     def __init__(self, postman: Postman, address: str, *, num_cpus: float = 1.0, memory: int | None = None,
                  resources: dict[str, float] | None = None, label_selector: dict[str, str] | None = None,
                  max_workers: int | None = None, on_exit: Callable[[WorkerProcessExited], None] | None = None,
-                 driver_timeout: float = 10.0, connect_timeout: float = 60.0) -> None:
+                 driver_timeout: float = 10.0, connect_timeout: float = 60.0, head_timeout: float = HEAD_TIMEOUT,
+                 on_head_lost: Callable[[str], None] | None = None) -> None:
         self.postman = postman
         self.address = address
         self.options = _actor_options(num_cpus, memory, resources, label_selector)
@@ -89,15 +93,28 @@ class RayProvider(WorkerProvider):
         self._events: queue.SimpleQueue[tuple[str, Any, Any] | None] = queue.SimpleQueue()
         self._prefix = f"esault-{uuid.uuid4().hex[:8]}"  # actor names: unique among drivers on one cluster
         self._closed = False
+        if isinstance(head_timeout, bool) or not isinstance(head_timeout, (int, float)) or not head_timeout > 0:
+            raise ConfigError(f"RayProvider(head_timeout=...) must be seconds > 0 (how long the Ray head may stay "
+                              f"silent before the jobs on it fail), got {head_timeout!r}")
+        self.on_head_lost = on_head_lost
+        self.head_lost: str | None = None
+        """Why the Ray head is considered gone (None while it answers): no Ray call is made any more."""
         self._ray, self._owns_ray = _connect(address)
+        self.head_address = _head_address(self._ray, address)
         self._actor_class = self._ray.remote(max_restarts=0, max_task_retries=0,
                                              max_concurrency=ACTOR_CONCURRENCY)(RayWorker)
         self._watcher = threading.Thread(target=self._watch, name="esault-ray-watch", daemon=True)
         self._watcher.start()
+        self._head_watch = HeadWatch(float(head_timeout), time.monotonic())
+        self._stopping = threading.Event()
+        self._head_thread = threading.Thread(target=self._watch_head, name="esault-ray-head", daemon=True)
+        self._head_thread.start()
 
     def cannot_grow(self, live: int) -> str | None:
         if self._closed:
             return "the Ray provider is shut down"
+        if self.head_lost is not None:
+            return self.head_lost
         if self.max_workers is not None and live >= self.max_workers:
             return (f"the Ray provider's max_workers={self.max_workers} is reached ({live} worker(s) joined or "
                     "pending)")
@@ -110,6 +127,8 @@ class RayProvider(WorkerProvider):
         with self._lock:
             if self._closed:
                 raise ResourceError(f"worker {name}: the Ray provider is shut down; no worker can be started")
+            if self.head_lost is not None:
+                raise ResourceError(f"worker {name} cannot be asked of Ray: {self.head_lost}")
             if name in self._placed and not self._placed[name].ended:
                 raise ResourceError(f"worker {name} is already running as a Ray actor of this driver; give the "
                                     "new worker another name, or release() this one first")
@@ -172,6 +191,12 @@ class RayProvider(WorkerProvider):
                 return
             self._closed = True
             placed = list(self._placed.values())
+        self._stopping.set()
+        if self.head_lost is not None:  # Ray calls would wait for a GCS that is gone; its processes end alone
+            for one in placed:
+                self.postman.keys.revoke(one.key)
+            self._events.put(None)
+            return
         running = [one.run for one in placed if not one.ended and one.run is not None]
         if running:
             try:
@@ -198,6 +223,8 @@ class RayProvider(WorkerProvider):
             if self._placed.get(placed.name) is placed:
                 del self._placed[placed.name]
         self.postman.keys.revoke(placed.key)
+        if self.head_lost is not None:  # Ray ends the actor itself without its head; a kill would wait for it
+            return
         try:
             self._ray.kill(placed.actor, no_restart=True)
         except Exception as exc:  # noqa: BLE001 - dead already, or Ray is gone: nothing left to end
@@ -225,6 +252,28 @@ class RayProvider(WorkerProvider):
                         self._end(placed)
             except Exception:  # noqa: BLE001 - one bad event must not end the watch
                 log.exception("worker %s: Ray's %s report could not be handled", name, what)
+
+    def _watch_head(self) -> None:
+        """The head thread: probe the GCS every PROBE_INTERVAL s until the provider shuts down; tell once when
+        it has been silent for head_timeout s."""
+        while not self._stopping.wait(PROBE_INTERVAL):
+            if not self._head_watch.probed(time.monotonic(), probe_gcs(self.head_address)):
+                continue
+            self.head_lost = (
+                f"the Ray head at {self.head_address} has not answered for {self._head_watch.silent_for:.0f} s "
+                f"(head_timeout={self._head_watch.head_timeout:g}s; its GCS is gone: killed, its node lost, or "
+                "cut off from this driver). Without it Ray starts no worker, and ends every node's processes, the "
+                "esault workers with them, and this driver's Ray connection once the GCS has been gone for "
+                "gcs_rpc_server_reconnect_timeout_s (60 s by default). Start the Ray cluster again (a head with GCS "
+                "fault tolerance rides out its own restart) and run the job again: it resumes from its last "
+                "completed checkpoint")
+            log.error("%s", self.head_lost)
+            if self.on_head_lost is not None:
+                try:
+                    self.on_head_lost(self.head_lost)
+                except Exception:  # noqa: BLE001 - the watch itself must not end on a listener's error
+                    log.exception("telling of the Ray head's loss failed")
+            return
 
     def _took_info(self, name: str, done: Any) -> None:
         try:
@@ -337,6 +386,16 @@ def _connect(address: str) -> tuple[Any, bool]:
                             f"({' '.join(str(exc).split())[:300]}); {hint}") from None
     log.info("connected to Ray at %s in %.1f s", address, time.monotonic() - started)
     return ray, True
+
+
+def _head_address(ray: Any, address: str) -> str:
+    """The HOST:PORT whose answer says the Ray head lives: the Ray client server for ray://, else the GCS."""
+    if address.startswith("ray://"):
+        return address[len("ray://"):]
+    try:
+        return str(ray.get_runtime_context().gcs_address)
+    except Exception:  # noqa: BLE001 - an older Ray: the address given (HOST:PORT, not 'auto')
+        return address
 
 
 def _host_port(address: str, hint: str) -> tuple[str, int]:
