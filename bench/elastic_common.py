@@ -381,9 +381,11 @@ def cpu_steal() -> tuple[float, float]:
 class Sampler(threading.Thread):
     """Per second: one row of rates, latencies, SPU count, RSS; every 0.1 s: new scaling events."""
 
-    def __init__(self, job: Any, state: RunState, period: float = 1.0) -> None:
+    def __init__(self, job: Any, state: RunState, period: float = 1.0,
+                 sample: Callable[[], dict[str, Any]] | None = None) -> None:
         super().__init__(name="bench-sampler", daemon=True)
         self.job = job
+        self.sample = sample
         self.state = state
         self.period = period
         self.rows: list[dict[str, Any]] = []
@@ -470,6 +472,8 @@ class Sampler(threading.Thread):
             "steal_pct": round(steal_pct, 1),
             "phase": f"{seg.phase}{seg.cycle or ''}" if seg else "end",
         }
+        if self.sample is not None:
+            row.update(self.sample())
         self.rows.append(row)
         return emitted
 
@@ -505,9 +509,12 @@ class RunResult:
 
 def run_profile(setting: str, profile: Profile, workload: Workload, *, parallelism: int, elastic: bool,
                 log: Callable[[str], None] = print, drain_timeout: float = 60.0,
-                controller: Callable[[], Any] | None = None) -> RunResult:
+                controller: Callable[[], Any] | None = None, cluster: Callable[[], Any] | None = None,
+                sample: Callable[[], dict[str, Any]] | None = None) -> RunResult:
     """Run the profile once against `parallelism` counter SPUs (elastic: from there on, the built-in
-    LatencyController on; `controller`: a factory of a user controller added to the job instead)."""
+    LatencyController on; `controller`: a factory of a user controller added to the job instead). `cluster`
+    makes the LocalCluster it runs on (default: WORKERS local worker processes); `sample`'s fields join each
+    per-second row (e.g. a Ray cluster's node count)."""
     run = f"{setting}-{os.getpid()}-{time.monotonic_ns()}"
     state = RunState(profile, zipf_words(workload))
     RUNS[run] = state
@@ -518,12 +525,12 @@ def run_profile(setting: str, profile: Profile, workload: Workload, *, paralleli
                            max_spout_pending=workload.max_pending,
                            message_timeout=workload.message_timeout,
                            guarantee="at_least_once")  # ProfileSpout cannot rewind; elasticity is measured
-        with LocalCluster(workers=WORKERS) as cluster:
+        with (cluster() if cluster is not None else LocalCluster(workers=WORKERS)) as running:
             state.t0 = time.monotonic()
-            job = cluster.submit(topology, config)
+            job = running.submit(topology, config)
             if controller is not None:
                 job.add_controller(controller())
-            sampler = Sampler(job, state)
+            sampler = Sampler(job, state, sample=sample)
             sampler.start()
             deadline = state.t0 + profile.duration + 0.15
             last_log = 0.0

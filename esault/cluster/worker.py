@@ -174,7 +174,8 @@ class WorkerControl:
         self.postman.endpoint.disconnect(process)
         if key is not None:
             self.postman.keys.revoke(key)
-        log.warning("worker %s: peer %s was declared dead; disconnected", self.postman.process, process)
+        # Info: the driver says why (declared dead, or given back idle); each SPU's sender logs what it lost.
+        log.info("worker %s: peer %s is gone (the driver said so); disconnected", self.postman.process, process)
 
 
 class HostActor(pykka.ThreadingActor):
