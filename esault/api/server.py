@@ -282,6 +282,8 @@ class ControlApi:
                            "spus": {str(spu): _spu_row(row) for spu, row in unit["spus"].items()}}
             if "partitions" in unit:  # a partitioned source (Kafka): a row per partition, with its SPU
                 units[name]["partitions"] = unit["partitions"]
+            if unit.get("waiting"):  # stalled outside esault (a broker that does not answer): what, since when
+                units[name]["waiting"] = unit["waiting"]
         return {"units": units, "rates": self._rates(job)}
 
     def _rates(self, job: Any) -> dict[str, dict[str, float | None]]:
@@ -372,7 +374,7 @@ def _field(body: dict[str, Any], name: str, kind: type, expected: str, required:
 
 def _spu_row(row: dict[str, Any]) -> dict[str, Any]:
     keep = ("worker", "pid", "interval", "intervals", "processed", "emitted", "pes", "queue_depth", "busy_us",
-            "partitions")
+            "partitions", "waiting")
     return {k: row.get(k) for k in keep if k in row}
 
 

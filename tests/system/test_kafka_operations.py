@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from esault import JobConfig, LocalCluster, TopologyBuilder
+from esault.api import ControlApi
 from esault.connectors import KafkaSource
 from esault.control import Controller
 from esault.metrics import start_metrics_server
@@ -108,6 +109,22 @@ def status_lines(address: str) -> str:
     return done.stdout
 
 
+def page_text(cluster: LocalCluster) -> str:
+    """The driver's web page as headless Chromium renders it from the REST API (the DOM, its entities decoded)."""
+    import html
+    import shutil
+
+    chromium = shutil.which("chromium") or shutil.which("chromium-browser")
+    assert chromium, "Chromium is needed for this check: apt-get install chromium (.ci/run does)"
+    api = ControlApi(lambda: cluster.jobs).start()
+    try:
+        dom = subprocess.run([chromium, "--headless=new", "--no-sandbox", "--disable-gpu", "--dump-dom",
+                              "--virtual-time-budget=5000", api.url], capture_output=True, text=True, timeout=120)
+    finally:
+        api.stop()
+    return html.unescape(dom.stdout)
+
+
 def env_with_this_tree() -> dict[str, str]:
     repo = str(Path(__file__).resolve().parents[2])
     return {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (repo, os.environ.get("PYTHONPATH", "")) if p)}
@@ -148,6 +165,7 @@ def test_a_broker_that_stops_answering_shows_as_a_wait_in_the_log_and_the_status
                 spu_fields = [s.get("waiting") for s in job.status()["units"]["ticks"]["spus"].values()]
                 assert spu_fields == shown
                 assert wanted in status_lines(cluster.address)
+                assert wanted in page_text(cluster), "the web page shows the wait in the spout's panel"
                 if placement == "driver":
                     assert f"waiting for broker {kafka_broker.bootstrap}" in caplog.text
             finally:
