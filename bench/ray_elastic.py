@@ -1,6 +1,6 @@
 """Benchmark: capacity that follows the splits on a real Ray autoscaling cluster (issue 50's figures).
 
-    python bench/ray_elastic.py            # ~6 minutes: the timings (3 of each), then a 90 s step load
+    python bench/ray_elastic.py            # ~6 minutes: the timings (3 of each), then a 120 s step load
     python bench/ray_elastic.py --quick    # ~3 minutes smoke run (figures to a temp folder, no doc update)
 
 Ray's own local autoscaling cluster (esault.testing.ray_cluster: a head with no CPU, 0..3 nodes of 1 CPU,
@@ -202,9 +202,9 @@ def report(times: dict[str, list[float]], result: ec.RunResult, cmd: str, figure
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ec.add_common_args(parser, cycle_seconds=90.0, cycles=1, quick_cycle=40.0, quick_cycles=1, quick_warmup=3.0)
+    ec.add_common_args(parser, cycle_seconds=120.0, cycles=1, quick_cycle=40.0, quick_cycles=1, quick_warmup=3.0)
     parser.add_argument("--reps", type=int, default=3, help="timings of each kind (default 3; --quick: 1)")
-    parser.set_defaults(peak_rate=2400.0, el_max_spus=MAX_NODES)
+    parser.set_defaults(peak_rate=2000.0, el_max_spus=MAX_NODES)
     args = parser.parse_args(argv)
     profile, workload, out, write = ec.resolve_args(args)
     reps = 1 if args.quick and "--reps" not in argv else args.reps
