@@ -68,6 +68,16 @@ def persistent_broker():
         yield broker
 
 
+def _paced_count(name: str, broker: KafkaBroker, tmp_path: Path) -> tuple:
+    """words -> count -> counts, with the spouts and the sink in the driver (their failpoints fire there, their
+    log is in caplog) and the paced count on a worker: ~3 s of counting per counter, so a kill lands
+    mid-stream. Returns the topology and its JobConfig."""
+    topology = kafka_parts.build(name, broker.bootstrap, "words", "counts", pace=0.002, max_records=50,
+                                 max_pending=100, sink_placement="driver", refresh_interval=0.5)
+    return topology, JobConfig(data_dir=tmp_path / "data", elasticity=False, checkpoint_interval=0.3,
+                               message_timeout=300.0)
+
+
 def _waiting(job, unit: str = "words") -> list[str]:
     return job.status()["units"][unit].get("waiting", [])
 
@@ -91,11 +101,7 @@ def test_kill_9_of_the_broker_the_job_waits_says_so_checkpoints_again_soon_after
     if KILLS[step] is not None:
         variable, at = KILLS[step]
         monkeypatch.setenv(variable, f"{at}@{broker.process.pid}")  # fires once, in the process of that SPU
-    # Spouts and sink in the driver (their failpoints, and their log in caplog); the paced count on a worker:
-    # ~3 s of counting per counter, so the kill lands mid-stream.
-    topology = kafka_parts.build("kafka-broker-kill", broker.bootstrap, "words", "counts", pace=0.002,
-                                 max_records=50, max_pending=100, sink_placement="driver", refresh_interval=0.5)
-    config = JobConfig(data_dir=tmp_path / "data", elasticity=False, checkpoint_interval=0.3, message_timeout=300.0)
+    topology, config = _paced_count("kafka-broker-kill", broker, tmp_path)
     with LocalCluster(workers=1) as cluster:
         job = cluster.submit(topology, config)
         try:
@@ -234,9 +240,7 @@ def test_a_job_whose_broker_lost_the_sinks_transaction_fails_loudly_naming_it_an
     broker.create_topic("counts", 1)
     broker.produce("words", kafka_parts.words(3000))
     monkeypatch.setenv(SINK_FAILPOINT_ENV, f"committing@{broker.process.pid}")
-    topology = kafka_parts.build("kafka-txn-lost", broker.bootstrap, "words", "counts", pace=0.002,
-                                 max_records=50, max_pending=100, sink_placement="driver", refresh_interval=0.5)
-    config = JobConfig(data_dir=tmp_path / "data", elasticity=False, checkpoint_interval=0.3, message_timeout=300.0)
+    topology, config = _paced_count("kafka-txn-lost", broker, tmp_path)
     with LocalCluster(workers=1) as cluster:
         job = cluster.submit(topology, config)
         try:
