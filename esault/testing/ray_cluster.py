@@ -173,6 +173,18 @@ class RayTestCluster:
                     found[arg.split(b"=", 1)[1].decode()] = pid
         return found
 
+    def autoscaler_said(self, *words: str, last: int = 20) -> list[str]:
+        """The autoscaler's log lines (monitor.log/.out of this cluster's session) holding any of `words`, the
+        `last` of them: what a failed test shows of nodes added and removed (e.g. "Terminating", "Adding")."""
+        lines: list[str] = []
+        for path in sorted(self.temp_dir.glob("session_2*/logs/monitor.log")):  # not session_latest: its link
+            try:
+                lines += [line.rstrip() for line in path.read_text(errors="replace").splitlines()
+                          if any(word in line for word in words)]
+            except OSError:
+                continue
+        return lines[-last:]
+
     def alive_nodes(self) -> int:
         """Worker nodes (not the head) the GCS counts as alive; this process must be ray.init-ed to it."""
         import ray

@@ -58,8 +58,9 @@ def test_splits_land_on_nodes_ray_adds_the_next_is_declined_when_none_fits_and_m
         # in time, the start's reservation declined (a slow Ray) and saying so
         counts = cluster.registry.counts()
         packed = any(d.startswith("declined: the start of ray-grow") for d in cluster.capacity.declined)
-        assert sorted(counts.values()) == ([2] if packed else [1, 1]), (counts, cluster.capacity.declined,
-                                                                         cluster.registry.deaths)
+        assert sorted(counts.values()) == ([2] if packed else [1, 1]), (
+            counts, cluster.capacity.declined, cluster.registry.deaths,
+            ray_nodes.autoscaler_said("Terminating the node", "Adding"))
         first = job.spus("count")[0]
         grown = []
         while ray_nodes.alive_nodes() < 3:  # a split a node, up to the cluster's 3
