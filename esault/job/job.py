@@ -39,7 +39,9 @@ from esault.control.operations import Operation, Rescale
 from esault.datapath.ticker import Ticker
 from esault.metrics import registry as metrics
 from esault.metrics.stats import SpuStats
-from esault.job.unit import GetOperation, LaunchSpus, SpuLauncher, UnitActor
+from esault.job.spu_start import SpuLauncher
+from esault.job.unit import UnitActor
+from esault.job.unit_messages import GetOperation, LaunchSpus
 from esault.checkpoint.coordinator import AckCollector, CheckpointAcksActor, CheckpointCoordinator
 from esault.errors import ConfigError, EsaultError, ScalingError
 from esault.dsl.topology import DECLARED_VERSION

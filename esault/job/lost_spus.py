@@ -17,7 +17,7 @@ from concurrent.futures import Future
 from typing import Any
 
 from esault.job.coordinator import ScaleRequest
-from esault.job.unit import AbortReconfiguration, SpusLost
+from esault.job.unit_messages import AbortReconfiguration, SpusLost
 from esault.messages.acking import FailPending
 from esault.messages.control import GetSpus
 
