@@ -21,14 +21,13 @@ from esault.job.completion_watch import CompletionWatch
 from esault.job.final_checkpoint import end_at_final_checkpoint
 from esault.job.coordinator import ReconfigurationCoordinator, ScaleRequest
 from esault.control.controller import Controller
-from esault.control.events import Change, ControlEvents
+from esault.control.events import ControlEvents
 from esault.control.latency import LatencyController
 from esault.control.runner import ControllerRunner
-from esault.dsl.topology import Grouping
 from esault.job.lost_spus import replace_lost as replace_lost_spus
-from esault.messages.control import GetLayout, GetRoutes, GetSpus, ScaleResult, SpusChanged
+from esault.messages.control import GetLayout, GetRoutes, GetSpus, ScaleResult
 from esault.messages.data import Drain
-from esault.job.prober import LatencyProberActor
+from esault.job.probing import JobProbes
 from esault.job.spout_rescale import LiveSpoutRescale, SpoutRescale, spout_rescale_refusal
 from esault.job.status_view import job_status
 from esault.job.requests import (
@@ -147,13 +146,12 @@ class Job:
             self.coordinator.run_task(lambda: None)  # wakes the control thread to time the first checkpoint
             self._logic_versions: dict[str, str | None] = {}
             self.events = ControlEvents()
-            self.coordinator.listeners.append(self._record_change)
+            self.probes = JobProbes(self)
+            """The prober actors and the built-in latency policy: esault.job.probing."""
+            self.coordinator.listeners.append(self.probes.record_change)
             self.controllers: list[ControllerRunner] = []
-            self.probers: dict[str, Any] = {}
-            self._probe_lock = threading.Lock()
-            self.latency_controllers: dict[str, LatencyController] = {}
             if config.elasticity:
-                self._start_latency_control()
+                self.probes.start_latency_control()
         except BaseException:  # a Ctrl-C during the start too: no actor thread of it may keep the process up
             self._stop_actors()
             gc_policy.leave(config.gc_gen0_threshold)
@@ -238,7 +236,7 @@ class Job:
         first_new = self.ctx.next_id()  # every SPU the rollback relaunches has a larger id
         recovered = self.checkpoints.recover(lost, reason, abandoned)
         self.completion.count_from(first_new)
-        self._refresh_probers(set())  # the rollback relaunched every SPU under new ids
+        self.probes.refresh(set())  # the rollback relaunched every SPU under new ids
         return recovered
 
     def _tell_listeners(self, result: ScaleResult) -> None:
@@ -262,54 +260,15 @@ class Job:
         local = [s for s in self.ctx.stats.totals() if s.topology == self.name]
         return local + (self.remote_stats(self.name) if self.remote_stats else [])
 
-    def _scalable_bolts(self) -> list[Any]:
-        """Bolts with SPUs of their own that can be reconfigured (not chained, not global-grouped)."""
-        return [spec for spec in self.topology.units
-                if not spec.is_spout and not self.topology.chained(spec.name)
-                and not any(i.grouping is Grouping.GLOBAL for i in spec.inputs)]
+    @property
+    def probers(self) -> dict[str, Any]:
+        """Per bolt probed, its prober actor (esault.job.probing)."""
+        return self.probes.probers
 
-    def _probe(self, spec: Any) -> None:
-        """Start probing `spec`'s SPUs (once): probe latencies and key samples reach every controller."""
-        with self._probe_lock:
-            if spec.name in self.probers:
-                return
-            spus = self.units[spec.name].ask(GetSpus())
-            beats = getattr(self.launcher, "last_beat_of", None)
-            prober = self._start_named(f"monitor-{spec.name}", lambda: LatencyProberActor.start(
-                self.ctx, spec, self.events, spus, *([beats] if beats else [])))
-            self.ctx.ticker.subscribe(prober)
-            self.probers[spec.name] = prober
-
-    def _start_latency_control(self) -> None:
-        """The built-in policy: per elastic bolt that can scale (not global-grouped), a prober actor that
-        measures and a LatencyController that decides, run like any user controller."""
-        for spec in self._scalable_bolts():
-            if not spec.elasticity.elastic:
-                continue
-            self._probe(spec)
-            metrics.init_scaling_series(self.name, spec.name)
-            controller = LatencyController(spec.name, spec.elasticity)
-            self.latency_controllers[spec.name] = controller
-            self.add_controller(controller)
-
-    def _refresh_probers(self, lost: set[int]) -> None:
-        """Probe the units' SPUs as they are now, without `lost` (dead with their worker): their unconfirmed
-        timeouts are dropped, never read as overload."""
-        for name, prober in list(self.probers.items()):
-            try:
-                spus = {s: m for s, m in self.units[name].ask(GetSpus(), timeout=10).items() if s not in lost}
-                prober.tell(SpusChanged(spus, {}, None))
-            except Exception:  # noqa: BLE001 - the job is stopping
-                log.debug("prober of %r not refreshed", name, exc_info=True)
-
-    def _record_change(self, result: ScaleResult) -> None:
-        """Runs on the coordinator thread (which may ask): the prober probes the new SPUs, and every
-        controller reads the change in its next snapshot."""
-        prober = self.probers.get(result.unit)
-        if prober is not None:
-            unit = self.units[result.unit]
-            prober.tell(SpusChanged(unit.ask(GetSpus()), unit.ask(GetLayout()), result))
-        self.events.record(Change(self.clock.now(), result))
+    @property
+    def latency_controllers(self) -> dict[str, LatencyController]:
+        """The built-in policy's LatencyController per elastic bolt (esault.job.probing)."""
+        return self.probes.latency_controllers
 
     @property
     def data_dir(self):
@@ -347,8 +306,8 @@ class Job:
         LatencyController off (elasticity=False, or elastic=False on the bolt) for the units it drives,
         or the two policies fight. Every scalable bolt is probed from then on (each SPU every probe_period,
         in band), so snapshots carry probe latencies and key samples for all of them."""
-        for spec in self._scalable_bolts():
-            self._probe(spec)
+        for spec in self.probes.scalable_bolts():
+            self.probes.probe(spec)
         runner = ControllerRunner(self, controller)
         self.controllers.append(runner)
         return runner.start()
@@ -629,9 +588,8 @@ class Job:
             except Exception as exc:  # status is best effort at shutdown
                 log.warning("could not take final status of %r: %r", self.name, exc)
             self._stopped = True
-        for prober in getattr(self, "probers", {}).values():
-            self.ctx.ticker.unsubscribe(prober)
-            prober.stop(block=True)
+        if hasattr(self, "probes"):
+            self.probes.stop()
         self.coordinator.stop()
         self.ctx.ticker.stop()
         self._stop_actors()

@@ -32,7 +32,7 @@ def replace_lost(job: Job, lost_spus: set[int]) -> list[Future]:
     interval goes to a fresh SPU (no state moves) and trees in flight fail. Never blocks on the control
     thread: the caller is the cluster actor, whose pulse keeps the workers alive. The futures: one per
     queued rollback or replacement."""
-    job._refresh_probers(set(lost_spus))
+    job.probes.refresh(set(lost_spus))
     if job.ctx.exactly_once:
         return [queue_rollback(job, set(lost_spus), "a worker died")] if lost_spus else []
     job.lost_spus |= set(lost_spus)

@@ -7,7 +7,8 @@ a merge or an assign_workload becomes a `WorkloadPlan`, and the pure
 update; this actor only turns messages into its inputs and its effects into
 messages (docs/PROTOCOLS.md). Its parts: the messages it takes in this
 process (unit_messages.py), the refusals of a command it cannot run
-(scale_checks.py) and how its SPUs start (spu_start.py).
+(scale_checks.py), how its SPUs start (spu_start.py) and its side of a live
+spout rescale (unit_shares.py).
 """
 
 from __future__ import annotations
@@ -40,8 +41,7 @@ from esault.job.unit_messages import (
 )
 from esault.job.scale_checks import check_scalable
 from esault.job.spu_start import SpuLauncher, SpuStarter, even_table, free_numbers
-from esault.job.share_move import AdoptSpouts, EndShareMove, GiveUpWaiting, ReleaseShares, ShareMove, TakeShares
-from esault.messages.shares import ReleaseShare, ShareReleased, ShareTaken, TakeShare
+from esault.job.unit_shares import SHARE_MESSAGES, UnitShares
 from esault.messages.handoff import (
     CancelReconfiguration,
     HandoffFinished,
@@ -95,15 +95,14 @@ class UnitActor(pykka.ThreadingActor):
         self._discarded: list[int] = []  # SPUs a rollback discarded, whose places RelaunchSpus fills
         self.history: list[ScaleResult] = []
         self._proposed: UnitSpec | None = None  # ProposeLogic's spec, for the assign_logic command after it
-        self._share_move: ShareMove | None = None  # a live spout rescale (at_least_once) in flight
-        self._retired_by_rescale: set[int] = set()  # spout SPUs a live rescale stopped: a replace of one is moot
-        self._lost_seen: set[int] = set()  # every SPU a SpusLost named (a live rescale adopts none of them)
         self.chain = bool(getattr(spec.cls, "esault_chain", False))
         """An S2J join chain (esault.datapath.chain_spu): its SPUs in id order are the chain; it grows and shrinks at its
         tail, and every SPU is told the members (ChainMembers) whenever they change."""
         metrics.init_unknown_message_series("UnitActor")
         self.starter = SpuStarter(self)
         """How its SPUs start (config, launcher, watermark inputs, chain members): esault.job.spu_start."""
+        self.shares = UnitShares(self)
+        """Its side of a live spout rescale (at_least_once): esault.job.unit_shares."""
 
     def launch_initial_spus(self, epoch: int | None = None, positions: dict[int, Any] | None = None,
                             instances: list[int] | None = None) -> None:
@@ -221,81 +220,6 @@ class UnitActor(pykka.ThreadingActor):
             self._discarded.append(-placeholder)
             self.instance_of[-placeholder] = instance
 
-    # --- live spout rescale (at_least_once: esault.job.spout_rescale) -----------------------
-
-    def _release_shares(self, msg: ReleaseShares) -> Any:
-        """Every SPU stops reading what it does not own at msg.instances; a Future of their positions."""
-        move = self._share_move = ShareMove(msg.rescale_id)
-        lost = set(msg.lost) & set(self.spus)
-        future = move.phase(self.spus, lost)
-        for spu, mailbox in sorted(self.spus.items()):
-            if spu in lost:
-                continue
-            try:
-                mailbox.tell(ReleaseShare(msg.rescale_id, msg.instances))
-            except Exception as exc:  # noqa: BLE001 - its worker is gone: its partitions come from the group
-                log.warning("unit %r: spout SPU %d not told to release its share: %r", self.spec.name, spu, exc)
-                move.lost([spu])
-        return future
-
-    def _on_share_answer(self, msg: ShareReleased | ShareTaken) -> None:
-        if msg.error:
-            log.warning("topology %r: spout %r SPU %d: %s", self.job.name, self.spec.name, msg.spu, msg.error)
-        if self._share_move is not None:
-            value = msg.position if isinstance(msg, ShareReleased) else msg.error
-            self._share_move.answered(msg.rescale_id, msg.spu, value)
-
-    def _take_shares(self, msg: TakeShares) -> tuple[Any, tuple[int, ...], tuple[int, ...]]:
-        """The unit runs msg.instances instances: those below it that run take their share, missing ones start
-        from msg.position, the others stop (they read nothing any more)."""
-        move = self._share_move
-        if move is None or move.rescale_id != msg.rescale_id:
-            raise ScalingError(f"rescale of spout {self.spec.name!r}: no release of shares is in flight")
-        n = msg.instances
-        self.spec = replace(self.spec, parallelism=n)
-        self.downstream = msg.downstream
-        staying = {s: m for s, m in self.spus.items() if self.instance_of.get(s, 0) < n}
-        retiring = {s: m for s, m in self.spus.items() if s not in staying}
-        have = {self.instance_of.get(s, 0) for s in staying}
-        started = {i: self.job.next_id() for i in range(n) if i not in have}
-        future = move.phase([*staying, *started.values()], set(msg.lost) & set(staying))
-        share = TakeShare(msg.rescale_id, n, msg.position)
-        for spu, mailbox in sorted(staying.items()):
-            if spu in msg.lost:
-                continue
-            try:
-                mailbox.tell(share)
-            except Exception as exc:  # noqa: BLE001 - its worker is gone: its replacement reads from the group
-                log.warning("unit %r: spout SPU %d not told to take its share: %r", self.spec.name, spu, exc)
-                move.lost([spu])
-        self.starter.tell_inputs(self.downstream, started.values())
-        configs = []
-        for instance, spu in started.items():
-            self.instance_of[spu] = instance
-            configs.append(self.starter.config(spu, self.downstream, None, share=[msg.rescale_id, msg.position]))
-        for spu, mailbox in retiring.items():
-            del self.spus[spu]
-            self.instance_of.pop(spu, None)
-            self._retired_by_rescale.add(spu)
-            try:  # not blocking: a worker's answer may wait behind a death the driver is handling
-                self.launcher.stop_spu(mailbox, block=False)
-            except Exception as exc:  # noqa: BLE001 - lost with its worker
-                log.warning("unit %r: retired spout SPU %d not stopped: %r", self.spec.name, spu, exc)
-        self.starter.tell_inputs(self.downstream, (), retiring)
-        self.version += 1
-        return future, configs, tuple(retiring)
-
-    def _adopt(self, msg: AdoptSpouts) -> list[int]:
-        """New spout SPUs the control thread started: listed from now on (a later loss replaces them), except
-        those a SpusLost named already (the control thread starts them again): they are returned."""
-        dead = [spu for spu in msg.spus if spu in self._lost_seen]
-        self._lost_seen.difference_update(dead)  # started again under the same id: a new death names it again
-        for spu, mailbox in msg.spus.items():
-            if spu not in self._lost_seen:
-                self.spus[spu] = mailbox
-        self.version += 1
-        return dead
-
     def on_stop(self) -> None:
         for mailbox in self.spus.values():
             self.launcher.stop_spu(mailbox, block=True)
@@ -314,31 +238,10 @@ class UnitActor(pykka.ThreadingActor):
                     self._apply(op, op.machine.abort(message.reason))
                 return None
             if kind is SpusLost:
-                self._lost_seen |= message.spus
-                if self._share_move is not None:
-                    self._share_move.lost(message.spus)
+                self.shares.lost(message.spus)
                 return self._on_spus_lost(message)
-            if kind is ShareReleased or kind is ShareTaken:
-                return self._on_share_answer(message)
-            if kind is ReleaseShares:
-                return self._release_shares(message)
-            if kind is TakeShares:
-                try:
-                    return self._take_shares(message)
-                except Exception as exc:  # the control thread raises it
-                    return exc
-            if kind is AdoptSpouts:
-                return self._adopt(message)
-            if kind is GiveUpWaiting:
-                move = self._share_move
-                if move is None or move.rescale_id != message.rescale_id:
-                    return set()
-                silent = set(move.waiting)
-                move.lost(silent)
-                return silent
-            if kind is EndShareMove:
-                move, self._share_move = self._share_move, None
-                return set() if move is None else set(move.waiting)
+            if kind in SHARE_MESSAGES:
+                return self.shares.on_receive(message)
             if kind is AbandonSpus:
                 return self._abandon(message)
             if kind is ResizeSpout:
@@ -400,7 +303,7 @@ class UnitActor(pykka.ThreadingActor):
     def _on_scale(self, cmd: ScaleCommand) -> None:
         try:
             check_scalable(self.spec, cmd, self.spus, busy=self._op is not None,
-                           retired_by_rescale=self._retired_by_rescale, proposed=self._proposed is not None,
+                           retired_by_rescale=self.shares.retired, proposed=self._proposed is not None,
                            exactly_once=self.job.exactly_once)
             if cmd.action == "replace":
                 self._replace(cmd)
@@ -632,7 +535,7 @@ class UnitActor(pykka.ThreadingActor):
         """An SPU was lost with its process: a fresh SPU takes its interval (its PE state is gone;
         the ack server's timeouts replay the tuples it held)."""
         lost = cmd.spu_id
-        if lost in self._retired_by_rescale:  # a live spout rescale retired it before its loss was handled
+        if lost in self.shares.retired:  # a live spout rescale retired it before its loss was handled
             cmd.reply.set_result(ScaleResult("replace", self.spec.name, lost, -1, None, None, 0, 0.0, 0.0,
                                              cmd.reason))
             return
