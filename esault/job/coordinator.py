@@ -26,7 +26,7 @@ from esault.errors import ScalingError
 from esault.datapath.context import log
 from esault.job.group import AtomicGroup
 from esault.messages.control import GetRoutes, GetSpus, ScaleCommand, ScaleResult
-from esault.job.unit import ProposeLogic
+from esault.job.unit_messages import ProposeLogic
 from esault.thread_names import os_named
 
 

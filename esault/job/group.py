@@ -34,7 +34,7 @@ from typing import Any, Protocol
 from esault.dsl.topology import Topology
 from esault.errors import ScalingError
 from esault.messages.control import GetLayout, ScaleResult
-from esault.job.unit import CancelHeld, CommitHeld, HeldOperation
+from esault.job.unit_messages import CancelHeld, CommitHeld, HeldOperation
 
 
 class Member(Protocol):

@@ -3,11 +3,9 @@
 from __future__ import annotations
 
 import logging
-import math
 import os
 import shutil
 import threading
-import time
 from concurrent.futures import Future, TimeoutError as FutureTimeout
 from typing import Any, Callable, Iterable, Iterator, Mapping
 
@@ -19,18 +17,17 @@ from esault.job import gc_policy
 from esault.datapath.acker import AckServerActor
 from esault.checkpoint.backends import delete_checkpoints
 from esault.datapath.context import JobContext, job_actor
-from esault.job.completion import confirmed_by_two_waves
+from esault.job.completion_watch import CompletionWatch
+from esault.job.final_checkpoint import end_at_final_checkpoint
 from esault.job.coordinator import ReconfigurationCoordinator, ScaleRequest
 from esault.control.controller import Controller
-from esault.control.events import Change, ControlEvents
+from esault.control.events import ControlEvents
 from esault.control.latency import LatencyController
 from esault.control.runner import ControllerRunner
-from esault.dsl.topology import Grouping
-from esault.job.unit import AbortReconfiguration, SpusLost
-from esault.messages.acking import FailPending
-from esault.messages.control import GetLayout, GetRoutes, GetSpus, ScaleResult, SpusChanged
+from esault.job.lost_spus import replace_lost as replace_lost_spus
+from esault.messages.control import GetLayout, GetRoutes, GetSpus, ScaleResult
 from esault.messages.data import Drain
-from esault.job.prober import LatencyProberActor
+from esault.job.probing import JobProbes
 from esault.job.spout_rescale import LiveSpoutRescale, SpoutRescale, spout_rescale_refusal
 from esault.job.status_view import job_status
 from esault.job.requests import (
@@ -40,26 +37,15 @@ from esault.job.requests import (
 from esault.control.operations import Operation, Rescale
 from esault.datapath.ticker import Ticker
 from esault.metrics import registry as metrics
-from esault.metrics.stats import RETIRED_SPU, SpuStats
-from esault.job.unit import GetOperation, LaunchSpus, SpuLauncher, UnitActor
+from esault.metrics.stats import SpuStats
+from esault.job.spu_start import SpuLauncher
+from esault.job.unit import UnitActor
+from esault.job.unit_messages import GetOperation, LaunchSpus
 from esault.checkpoint.coordinator import AckCollector, CheckpointAcksActor, CheckpointCoordinator
 from esault.errors import ConfigError, EsaultError, ScalingError
 from esault.dsl.topology import DECLARED_VERSION
 
 log = logging.getLogger("esault")
-
-COUNT_WAVE_TIMEOUT = 5.0
-"""How long one wave of fresh counts (every worker asked for its counts now) may take before wait() polls on;
-a worker answers in a round trip unless its transport is full or it is dying (its death then ends the wave)."""
-
-SPOUT_LIST_MAX_AGE = 0.2
-"""wait() lists the live spout SPUs at most this often; between two lists, a spout still reading is seen from its
-own reports alone (no actor is asked)."""
-
-LOSS_SETTLE_SECONDS = 2.0
-"""Guarantee "none" after a worker died: how long totals must stand still (nothing queued) before the
-tuples never processed count as lost and the job completes (ten heartbeats: the counts come with them)."""
-
 
 class Job:
     """A running topology. Thread-safe; call from the driver's thread, never from an actor."""
@@ -82,8 +68,6 @@ class Job:
             self.ctx._ids = ids  # the cluster's: SPU ids unique among its jobs
         self._named: list[str] = []
         """The names this job's driver actors are registered under (the postman's): unregistered at its stop."""
-        self._untracked_units = any(getattr(s.cls, "esault_chain", False) for s in topology.units)
-        """Units that emit outside the input trees (join chains): completion also needs the counts to agree."""
         self._check_guarantee()  # before anything that must be undone when the job cannot start
         check = getattr(launcher, "check_topology", None)
         if check is not None:
@@ -100,23 +84,14 @@ class Job:
         self.remote_stats = remote_stats
         self.fresh_reports = fresh_reports
         self.lost_spus: set[int] = set()
-        self.unaccounted = 0
-        """Guarantee "none": tuples emitted but never processed once a dead worker's loss settled."""
-        self._settle: tuple[tuple[int, int], float] | None = None
+        self.completion = CompletionWatch(self)
+        """Whether the job processed all of its input (wait(), is_complete()): esault.job.completion_watch."""
         if config.fresh_start:
             delete_checkpoints(self.ctx)
         self.units: dict[str, Any] = {}
         self._stopped = False
         self._recovering = 0  # rollbacks queued or running: the job is not complete meanwhile
         self._complete_at_rollback = False
-        self._completion_claimed = False
-        """wait() returned True: the run reads as complete, so under exactly_once its final checkpoint must cover
-        the end of every spout's input (stop() waits for a rollback's replay to get there again)."""
-        self._counted_from: tuple[int, dict[str, tuple[int, int]]] | None = None
-        """After a rollback: (the first SPU id it could launch, each local unit's retired (emitted, processed)
-        once the rollback discarded its SPUs). Completion by counts (_counted_totals) leaves out what the
-        discarded SPUs counted: a dead worker's last report and the tuples a rollback dropped in flight never
-        balance, while the relaunched SPUs redo that work."""
         """A rollback found the job complete: its spouts replay to the same end, and stop() waits for that."""
         self._recovery_lock = threading.Lock()
         self.rescale_step: Callable[[str, str], None] = lambda unit, step: None
@@ -171,13 +146,12 @@ class Job:
             self.coordinator.run_task(lambda: None)  # wakes the control thread to time the first checkpoint
             self._logic_versions: dict[str, str | None] = {}
             self.events = ControlEvents()
-            self.coordinator.listeners.append(self._record_change)
+            self.probes = JobProbes(self)
+            """The prober actors and the built-in latency policy: esault.job.probing."""
+            self.coordinator.listeners.append(self.probes.record_change)
             self.controllers: list[ControllerRunner] = []
-            self.probers: dict[str, Any] = {}
-            self._probe_lock = threading.Lock()
-            self.latency_controllers: dict[str, LatencyController] = {}
             if config.elasticity:
-                self._start_latency_control()
+                self.probes.start_latency_control()
         except BaseException:  # a Ctrl-C during the start too: no actor thread of it may keep the process up
             self._stop_actors()
             gc_policy.leave(config.gc_gen0_threshold)
@@ -243,37 +217,9 @@ class Job:
                               f"{self.config.guarantee!r}")
         return self.coordinator.run_task(lambda: self.checkpoints.checkpoint("savepoint", final=stop)).result(timeout)
 
-    def _recover(self, lost: set[int], reason: str) -> Future:
-        """Roll every SPU back to the last completed checkpoint (control thread, before queued scaling).
-
-        Never blocks the caller (the cluster actor, whose pulse keeps the workers alive): it aborts the
-        checkpoint and any split or merge in flight and queues the rollback, which first checks that
-        the lost SPUs were this job's."""
-        with self._recovery_lock:
-            self._recovering += 1
-        self.checkpoints.collector.abort(reason)
-        for unit in self.units.values():
-            unit.tell(AbortReconfiguration(reason))
-
-        def recover() -> Any:
-            try:
-                # This job's SPUs among the lost: any it placed there, also a merge's retiring giver or a
-                # split's new receiver that no unit lists as its SPU yet (or any more).
-                placed = getattr(self.launcher, "worker_of", None)
-                mine = {s for s in lost if placed is not None and placed(s) is not None}
-                if not mine:
-                    return None
-                self._wait_for_room(len(mine), f"the replacement of SPUs {sorted(mine)} ({reason})")
-                return self._roll_back(frozenset(mine), f"{reason} holding SPUs {sorted(mine)}")
-            finally:
-                with self._recovery_lock:
-                    self._recovering -= 1
-
-        return self.coordinator.run_task(recover, self.coordinator.URGENT)
-
     def roll_back_now(self, lost: frozenset[int], reason: str, abandoned: Callable[[], None] | None = None) -> Any:
         """A rollback started on the control thread itself (a checkpoint timed out, a spout rescale): the job is
-        not complete while it runs, as for a queued one (_recover). Every rollback goes through _roll_back."""
+        not complete while it runs, as for a queued one (esault.job.lost_spus.queue_rollback). Every rollback goes through _roll_back."""
         with self._recovery_lock:
             self._recovering += 1
         try:
@@ -285,13 +231,12 @@ class Job:
     def _roll_back(self, lost: frozenset[int], reason: str, abandoned: Callable[[], None] | None = None) -> Any:
         """The rollback itself (control thread), with the job's bookkeeping around it: whether the job had
         completed (then stop() lets it complete again), which SPUs completion counts from, what the probers probe."""
-        if self._completion_claimed or (not self.checkpoints.ended and self._input_done()):
+        if self.completion.claimed or (not self.checkpoints.ended and self._input_done()):
             self._complete_at_rollback = True
         first_new = self.ctx.next_id()  # every SPU the rollback relaunches has a larger id
         recovered = self.checkpoints.recover(lost, reason, abandoned)
-        self._counted_from = (first_new, {s.unit: (s.emitted, s.processed) for s in self.ctx.stats.totals()
-                                          if s.topology == self.name and s.spu == RETIRED_SPU})
-        self._refresh_probers(set())  # the rollback relaunched every SPU under new ids
+        self.completion.count_from(first_new)
+        self.probes.refresh(set())  # the rollback relaunched every SPU under new ids
         return recovered
 
     def _tell_listeners(self, result: ScaleResult) -> None:
@@ -315,54 +260,15 @@ class Job:
         local = [s for s in self.ctx.stats.totals() if s.topology == self.name]
         return local + (self.remote_stats(self.name) if self.remote_stats else [])
 
-    def _scalable_bolts(self) -> list[Any]:
-        """Bolts with SPUs of their own that can be reconfigured (not chained, not global-grouped)."""
-        return [spec for spec in self.topology.units
-                if not spec.is_spout and not self.topology.chained(spec.name)
-                and not any(i.grouping is Grouping.GLOBAL for i in spec.inputs)]
+    @property
+    def probers(self) -> dict[str, Any]:
+        """Per bolt probed, its prober actor (esault.job.probing)."""
+        return self.probes.probers
 
-    def _probe(self, spec: Any) -> None:
-        """Start probing `spec`'s SPUs (once): probe latencies and key samples reach every controller."""
-        with self._probe_lock:
-            if spec.name in self.probers:
-                return
-            spus = self.units[spec.name].ask(GetSpus())
-            beats = getattr(self.launcher, "last_beat_of", None)
-            prober = self._start_named(f"monitor-{spec.name}", lambda: LatencyProberActor.start(
-                self.ctx, spec, self.events, spus, *([beats] if beats else [])))
-            self.ctx.ticker.subscribe(prober)
-            self.probers[spec.name] = prober
-
-    def _start_latency_control(self) -> None:
-        """The built-in policy: per elastic bolt that can scale (not global-grouped), a prober actor that
-        measures and a LatencyController that decides, run like any user controller."""
-        for spec in self._scalable_bolts():
-            if not spec.elasticity.elastic:
-                continue
-            self._probe(spec)
-            metrics.init_scaling_series(self.name, spec.name)
-            controller = LatencyController(spec.name, spec.elasticity)
-            self.latency_controllers[spec.name] = controller
-            self.add_controller(controller)
-
-    def _refresh_probers(self, lost: set[int]) -> None:
-        """Probe the units' SPUs as they are now, without `lost` (dead with their worker): their unconfirmed
-        timeouts are dropped, never read as overload."""
-        for name, prober in list(self.probers.items()):
-            try:
-                spus = {s: m for s, m in self.units[name].ask(GetSpus(), timeout=10).items() if s not in lost}
-                prober.tell(SpusChanged(spus, {}, None))
-            except Exception:  # noqa: BLE001 - the job is stopping
-                log.debug("prober of %r not refreshed", name, exc_info=True)
-
-    def _record_change(self, result: ScaleResult) -> None:
-        """Runs on the coordinator thread (which may ask): the prober probes the new SPUs, and every
-        controller reads the change in its next snapshot."""
-        prober = self.probers.get(result.unit)
-        if prober is not None:
-            unit = self.units[result.unit]
-            prober.tell(SpusChanged(unit.ask(GetSpus()), unit.ask(GetLayout()), result))
-        self.events.record(Change(self.clock.now(), result))
+    @property
+    def latency_controllers(self) -> dict[str, LatencyController]:
+        """The built-in policy's LatencyController per elastic bolt (esault.job.probing)."""
+        return self.probes.latency_controllers
 
     @property
     def data_dir(self):
@@ -400,8 +306,8 @@ class Job:
         LatencyController off (elasticity=False, or elastic=False on the bolt) for the units it drives,
         or the two policies fight. Every scalable bolt is probed from then on (each SPU every probe_period,
         in band), so snapshots carry probe latencies and key samples for all of them."""
-        for spec in self._scalable_bolts():
-            self._probe(spec)
+        for spec in self.probes.scalable_bolts():
+            self.probes.probe(spec)
         runner = ControllerRunner(self, controller)
         self.controllers.append(runner)
         return runner.start()
@@ -521,40 +427,9 @@ class Job:
 
     def replace_lost(self, lost_spus: set[int]) -> list[Future]:
         """SPUs died with their worker: exactly_once rolls the job back to its last checkpoint; otherwise
-        each one's interval goes to a fresh SPU (no state moves) and trees in flight fail."""
-        self._refresh_probers(set(lost_spus))
-        if self.ctx.exactly_once:
-            return [self._recover(set(lost_spus), "a worker died")] if lost_spus else []
-        self.lost_spus |= set(lost_spus)
-        for unit in self.units.values():  # its operation is called off, or goes on without them (unit.py)
-            unit.tell(SpusLost(frozenset(lost_spus)))
-        futures = []
-        for spec in self.topology.units:
-            for spu in sorted(set(self.units[spec.name].ask(GetSpus())) & set(lost_spus)):
-                futures.append(self.coordinator.submit(
-                    ScaleRequest("replace", spec.name, spu, None, None, "worker lost")))
-        if futures and self.config.acking:
-            # Once every lost SPU has its replacement (routes switched), fail the trees in flight: some
-            # died with the worker, and waiting message_timeout for them would stall every spout slot.
-            remaining = [len(futures)]
-            lock = threading.Lock()
-
-            def replaced(future: Future) -> None:
-                error = future.exception()
-                if error is not None:
-                    self.fail(f"an SPU lost with its worker could not be replaced: {error}")
-                with lock:
-                    remaining[0] -= 1
-                    if remaining[0]:
-                        return
-                try:
-                    self.ctx.acker.tell(FailPending(f"a worker died holding SPUs {sorted(lost_spus)}"))
-                except Exception:  # noqa: BLE001 - the job is stopping
-                    pass
-
-            for future in futures:
-                future.add_done_callback(replaced)
-        return futures
+        each one's interval goes to a fresh SPU (no state moves) and trees in flight fail
+        (esault.job.lost_spus). Never blocks: the futures say when each is done."""
+        return replace_lost_spus(self, lost_spus)
 
     @property
     def scaling_history(self) -> list[ScaleResult]:
@@ -615,28 +490,6 @@ class Job:
             return host_of(spu_id)
         return {"worker": "driver", "pid": os.getpid(), "address": None}
 
-    def _spout_states(self) -> list[Any]:
-        """The latest SpoutProgress of every live spout SPU (None before its first report)."""
-        progress = self.ctx.spout_progress
-        return [progress.get(spu) for spu in self._spout_spu_ids()]
-
-    def _spout_spu_ids(self) -> list[int]:
-        """Every live spout SPU, as its unit lists it (an ask per spout unit)."""
-        return [spu for s in self.topology.units if s.is_spout for spu in self.units[s.name].ask(GetSpus())]
-
-    def _some_spout_still_reading(self, spus: list[int]) -> bool:
-        """A cheap "not yet" for wait(): one of `spus` (a list up to SPOUT_LIST_MAX_AGE old) has reported that
-        it is still reading, or has not reported. Asking the units for their SPUs on each 10 ms poll cost the
-        driver about 2% of a core in a paced join bench (its main thread and the units' threads), taken from
-        the spouts and the sink; a stale list only delays a "done" (one of its SPUs retired while the rest
-        finished), and is_complete() decides "done" from a fresh one."""
-        progress = self.ctx.spout_progress
-        for spu in spus:
-            report = progress.get(spu)
-            if report is None or not report.finished:
-                return True
-        return False
-
     def fail(self, reason: str) -> None:
         """The job cannot go on (`reason` says why and what to do): wait() returns False from now on, and the
         run's summary leads with it. Any thread; the job keeps running until stopped."""
@@ -661,160 +514,39 @@ class Job:
         failures = self.failures
         return failures[0] if failures else None
 
-    def spout_errors(self) -> list[str]:
-        """Why spouts stopped early, one line each (open() raised, next_tuple() raised max_spout_errors times in
-        a row); empty while none did. A job with any is failed: wait() returns False at once."""
-        reports = list(self.ctx.spout_progress.values())
-        return sorted({p.error for p in reports if p is not None and p.error})
-
-    def _spouts_finished(self) -> bool:
-        return all(p is not None and p.finished for p in self._spout_states())
-
-    def _totals(self) -> tuple[int, int, int]:
-        emitted = processed = inflight = 0
-        for s in self._all_stats():
-            emitted += s.emitted
-            processed += s.processed
-            inflight += s.inflight + s.queue_depth
-        return emitted, processed, inflight
-
-    def _counted_totals(self) -> tuple[int, int, int]:
-        """_totals() of the SPUs since the last rollback (all of them if none ran): what completion compares.
-
-        Rows of SPUs the rollback discarded are left out by id (workers report each SPU's own row), and the
-        local retired totals they were folded into (discarded SPUs of this process stop before any
-        relaunched one starts) by the value they had then."""
-        since = self._counted_from
-        if since is None:
-            return self._totals()
-        first_new, retired_before = since
-        emitted = processed = inflight = 0
-        for s in self._all_stats():
-            if s.spu == RETIRED_SPU:
-                e, p = retired_before.get(s.unit, (0, 0)) if s.topology == self.name else (0, 0)
-                emitted += s.emitted - e
-                processed += s.processed - p
-            elif s.spu >= first_new:
-                emitted += s.emitted
-                processed += s.processed
-                inflight += s.inflight + s.queue_depth
-        return emitted, processed, inflight
-
     def is_complete(self) -> bool:
-        """Spouts exhausted, no tree in flight, every emitted tuple processed.
+        """Spouts exhausted, no tree in flight, every emitted tuple processed (esault.job.completion_watch).
 
         After a worker died, tuples it held never count as processed; with acking
         on, completed trees (they were replayed) are then the whole truth.
         """
-        if self._recovering:
-            return False
-        return self._input_done()
+        return self.completion.is_complete()
 
     def _input_done(self) -> bool:
         """is_complete() as the SPUs report it, whether or not a rollback is queued."""
-        states = self._spout_states()
-        if not states or not all(p is not None and p.finished for p in states):
-            return False
-        if self._done_by_trees(states):
-            # Every tuple is in a tracked tree, so spouts with none in flight are done: known at once,
-            # from the spouts' own word, without waiting for the workers' counts (heartbeats).
-            return all(p.drained for p in states)
-        emitted, processed, inflight = self._counted_totals()
-        if inflight:
-            return False
-        if self.config.acking and self.lost_spus:
-            return True
-        if emitted == processed and self._every_spu_reported():
-            return True
-        if not self.config.acking and self.lost_spus and self._every_spu_reported():
-            return self._settled_with_loss(emitted, processed)
-        return False
+        return self.completion.input_done()
 
-    def _done_by_trees(self, states: list[Any]) -> bool:
-        """Completion is the spouts' word (every tuple in a tracked tree), not the SPUs' counts."""
-        return (self.config.acking and not any(p is None or p.untracked for p in states)
-                and not self._untracked_units)
+    def spouts_finished(self) -> bool:
+        """Every live spout SPU has reported the end of its input; its trees may still be in flight, so this
+        is not is_complete()."""
+        return self.completion.spouts_finished()
 
-    def _complete_confirmed(self) -> bool:
-        """A completion read from the workers' counts holds in two waves of fresh counts (job/completion.py):
-        heartbeat counts of different moments can balance while tuples still move between workers."""
-        if self.fresh_reports is None or self._done_by_trees(self._spout_states()):
-            return True
-
-        def wave() -> tuple[int, int, int] | None:
-            if not self.fresh_reports(COUNT_WAVE_TIMEOUT) or not self.is_complete():
-                return None
-            return self._counted_totals()
-
-        return confirmed_by_two_waves(wave)
-
-    def _settled_with_loss(self, emitted: int, processed: int) -> bool:
-        """Guarantee "none" after a worker died: nothing tracks what it held, so once nothing is queued
-        and the totals stay still for LOSS_SETTLE_SECONDS the rest is counted lost and the job is done."""
-        now = time.monotonic()
-        if self._settle is None or self._settle[0] != (emitted, processed):
-            self._settle = ((emitted, processed), now)
-            return False
-        if now - self._settle[1] < LOSS_SETTLE_SECONDS:
-            return False
-        self.unaccounted = max(0, emitted - processed)
-        return True
-
-    def _every_spu_reported(self) -> bool:
-        """Counts of SPUs in worker processes arrive with heartbeats: until each live SPU's have,
-        matching totals prove nothing."""
-        reported = {(s.unit, s.spu) for s in self._all_stats()}
-        for spec in self.topology.units:
-            for spu in self.units[self.topology.host_of(spec.name)].ask(GetLayout()):
-                if (spec.name, spu) not in reported:
-                    return False
-        return True
-
-    def _let_counts_settle(self, timeout: float = 1.0) -> None:
-        """Counts of worker-hosted SPUs lag by a heartbeat: give a finished job's a moment to agree."""
-        if self.remote_stats is None or not self._spouts_finished():
-            return
-        if self.fresh_reports is not None:
-            # Totals that merely agree can be one consistent but stale snapshot: first take reports
-            # every worker made after the job was complete.
-            self.fresh_reports(max(timeout, 2.0))
-        deadline = time.monotonic() + timeout
-        poll = threading.Event()
-        while time.monotonic() < deadline:
-            emitted, processed, _ = self._counted_totals()
-            if emitted == processed and self._every_spu_reported():
-                return
-            poll.wait(0.01)
+    @property
+    def unaccounted(self) -> int:
+        """Guarantee "none": tuples emitted but never processed once a dead worker's loss settled."""
+        return self.completion.unaccounted
 
     def wait(self, timeout: float | None = None) -> bool:
         """Block until the spouts are exhausted and every tuple is processed; False on timeout, or at once when
         a spout stopped by errors (spout_errors() says why) or the job failed (`failures` says why: a lost
         SPU that no worker could take back, so its tuples were never processed)."""
-        deadline = None if timeout is None else time.monotonic() + timeout
-        poll = threading.Event()
-        seen_complete = None
-        spouts, listed_at = [], -math.inf
-        while True:
-            if self.spout_errors() or self.failures:
-                return False
-            now = time.monotonic()
-            if now - listed_at >= SPOUT_LIST_MAX_AGE:
-                spouts, listed_at = self._spout_spu_ids(), now
-            if self._some_spout_still_reading(spouts):
-                seen_complete = None  # not done: known without asking any actor
-            elif self.is_complete():
-                totals = self._counted_totals()
-                if seen_complete == totals:  # stable across two polls: now two waves of fresh counts
-                    if self._complete_confirmed():
-                        self._completion_claimed = True
-                        return True
-                    totals = None
-                seen_complete = totals
-            else:
-                seen_complete = None
-            if deadline is not None and time.monotonic() >= deadline:
-                return False
-            poll.wait(0.01)
+        return self.completion.wait(timeout)
+
+    def spout_errors(self) -> list[str]:
+        """Why spouts stopped early, one line each (open() raised, next_tuple() raised max_spout_errors times in
+        a row); empty while none did. A job with any is failed: wait() returns False at once."""
+        reports = list(self.ctx.spout_progress.values())
+        return sorted({p.error for p in reports if p is not None and p.error})
 
     def drain(self) -> None:
         """A barrier: every SPU has processed and flushed what it received before this call.
@@ -847,16 +579,17 @@ class Job:
             if self._stopped:
                 return
             if self.ctx.exactly_once and self.failure is None:  # failed: no checkpoint can complete
-                self._final_checkpoint()
+                failure = end_at_final_checkpoint(self)  # esault.job.final_checkpoint
+                if failure is not None:
+                    self._final_failure = failure
             try:
-                self._let_counts_settle()
+                self.completion.let_counts_settle()
                 self.final_status = self.status()
             except Exception as exc:  # status is best effort at shutdown
                 log.warning("could not take final status of %r: %r", self.name, exc)
             self._stopped = True
-        for prober in getattr(self, "probers", {}).values():
-            self.ctx.ticker.unsubscribe(prober)
-            prober.stop(block=True)
+        if hasattr(self, "probes"):
+            self.probes.stop()
         self.coordinator.stop()
         self.ctx.ticker.stop()
         self._stop_actors()
@@ -889,80 +622,6 @@ class Job:
             self.final_status["close_errors"] = errors
         if missing:
             self.final_status["output_missing"] = missing
-
-    FINAL_ATTEMPTS = 5
-    """Final checkpoints stop() tries while rollbacks (workers dying) cut them short."""
-
-    def _final_checkpoint(self) -> None:
-        """End the spouts at a last checkpoint.
-
-        A job that completed (wait() returned True, or a rollback found it complete) must end with its input:
-        its final checkpoint is taken only while the job is complete, checked on the control thread just before
-        the barriers leave, so a rollback that restarted the spouts (a worker died, a checkpoint timed out) is
-        first replayed to the end; a final checkpoint that still does not record the end of the input fails the
-        run (exit 2), never passes for a success. A job stopped while it runs ends wherever its spouts are.
-        A rollback during the checkpoint aborts it: the attempt is repeated."""
-        timeout = self.config.checkpoint_timeout + 10
-        why = "see the log above"
-        poll = threading.Event()
-        again = object()  # an attempt that found the job not complete (any more): wait, then try again
-        for _ in range(self.FINAL_ATTEMPTS):
-            deadline = time.monotonic() + timeout
-            while self._recovering and time.monotonic() < deadline:  # a queued rollback first: did it find
-                poll.wait(0.05)                                        # the job complete?
-            must_end = self._completion_claimed or self._complete_at_rollback
-            if must_end and not self.wait(timeout * 4):
-                why = "it did not complete again after a rollback" if not self.failures else "the job failed"
-                break
-            recoveries = len(self.checkpoints.stats.recoveries)
-
-            def final(recoveries: int = recoveries, must_end: bool = must_end) -> Any:
-                # A rollback can run first (it is urgent; this task may queue behind a checkpoint that a dead
-                # worker holds): the spouts then resume from the restored checkpoint, and ending them at once
-                # would cut that replay short. So can a checkpoint's timeout, on this thread. Try again instead.
-                if len(self.checkpoints.stats.recoveries) != recoveries:
-                    return again
-                if must_end and (self._recovering or not self._input_done()):
-                    return again
-                return self.checkpoints.checkpoint("final", final=True)
-
-            try:
-                epoch = self.coordinator.run_task(final).result(timeout)
-            except Exception as exc:  # noqa: BLE001 - reported below
-                epoch, why = None, repr(exc)
-            if epoch is not None and epoch is not again:
-                if must_end and not self.checkpoints.input_ended:
-                    self._final_failure = self._input_not_covered(epoch)
-                return
-            deadline = time.monotonic() + timeout
-            while self._recovering and time.monotonic() < deadline:
-                poll.wait(0.05)
-            if epoch is None and len(self.checkpoints.stats.recoveries) == recoveries:
-                break  # it failed for another reason: retrying would fail the same way
-            self.checkpoints.ended = False
-        if self.failure is not None:  # the final checkpoint found the state the job cannot keep: its verdict
-            return
-        last = self.checkpoints.stats.last_epoch
-        if self.checkpoints.failure is not None:
-            return  # the budget ran out during the final checkpoint: that message says it all
-        if self.checkpoints.stats.last_failure is not None and why == "see the log above":
-            why = self.checkpoints.stats.last_failure
-        self._final_failure = self.checkpoints.explain(f"the job stopped without its final checkpoint ({why})")
-        log.error("topology %r stopped without its final checkpoint (%s); a restart resumes from checkpoint %s "
-                  "and produces what came after it again", self.name, why, last)
-
-    def _input_not_covered(self, epoch: int) -> str:
-        """The verdict on a completed job whose final checkpoint does not record the end of its input."""
-        point = self.checkpoints.store.get(epoch)
-        at = ", ".join(f"{unit}[{i}] at {p!r}" for unit, by in sorted((point.positions if point else {}).items())
-                       for i, p in sorted(by.items())) or "no position"
-        reason = (f"exactly_once: the job read its input to the end, but its final checkpoint {epoch} ended the spouts "
-                  f"before the end ({at}): the output of what they read after those positions is missing. That "
-                  f"checkpoint is consistent and the sinks published exactly what it covers (store "
-                  f"{self.checkpoints.store.path}): run the same command again: it resumes from checkpoint {epoch} "
-                  "and reads the rest")
-        log.error("topology %r: %s", self.name, reason)
-        return reason
 
     def _stop_actors(self) -> None:
         for spec in self.topology.units:

@@ -33,7 +33,7 @@ from esault.dsl.topology import UnitSpec
 from esault.errors import ScalingError, WorkerLost
 from esault.datapath.context import log
 from esault.job.share_move import AdoptSpouts, EndShareMove, GiveUpWaiting, ReleaseShares, TakeShares
-from esault.job.unit import ResizeSpout
+from esault.job.unit_messages import ResizeSpout
 from esault.messages.control import GetRoutes, GetSpus, ScaleResult
 from esault.metrics import registry as metrics
 

@@ -33,7 +33,7 @@ def job_status(job: Job) -> dict[str, Any]:
         "topology": job.name,
         "units": units,
         "pending_trees": pending_trees(job, units),
-        "spouts_finished": job._spouts_finished(),
+        "spouts_finished": job.spouts_finished(),
         "scaling_events": len(job.coordinator.history),
         "spout_errors": job.spout_errors(),
         "failures": list(job.failures),

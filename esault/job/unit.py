@@ -5,22 +5,22 @@ processes), answers route queries, and carries out reconfigurations: a split,
 a merge or an assign_workload becomes a `WorkloadPlan`, and the pure
 `Reconfiguration` machine (esault.migration) runs it as prepare -> sync ->
 update; this actor only turns messages into its inputs and its effects into
-messages (docs/PROTOCOLS.md).
+messages (docs/PROTOCOLS.md). Its parts: the messages it takes in this
+process (unit_messages.py), the refusals of a command it cannot run
+(scale_checks.py), how its SPUs start (spu_start.py) and its side of a live
+spout rescale (unit_shares.py).
 """
 
 from __future__ import annotations
 
-import itertools
 import time
 from dataclasses import dataclass, field, replace
-from typing import Any, Iterable, Iterator, Protocol
+from typing import Any, Iterable
 
 import pykka
 
-from esault.dsl.bolt import Bolt
 from esault.dsl.spout import merge_hook
-from esault.dsl.topology import Grouping, UnitSpec
-from esault.dsl.watermark_flow import emits_watermarks, reads_watermarks
+from esault.dsl.topology import UnitSpec
 from esault.errors import ResourceError, RoutingError, ScalingError, WorkerLost
 from esault.keyhash import KEY_SPACE_MAX
 from esault.metrics import registry as metrics
@@ -33,12 +33,15 @@ from esault.routing.interval_table import IntervalTable
 from esault.transport.endpoint import PEER_GONE, tell_all
 from esault.checkpoint.coordinator import AbandonSpus, RelaunchSpus
 from esault.datapath.context import JobContext, log
-from esault.messages.chains import ChainMembers
-from esault.messages.data import WatermarkInputs
 from esault.messages.checkpoints import Abandon
-from esault.messages.control import GetLayout, GetRoutes, GetSpus, ScaleCommand, ScaleResult, SpuConfig
-from esault.job.share_move import AdoptSpouts, EndShareMove, GiveUpWaiting, ReleaseShares, ShareMove, TakeShares
-from esault.messages.shares import ReleaseShare, ShareReleased, ShareTaken, TakeShare
+from esault.messages.control import GetLayout, GetRoutes, GetSpus, ScaleCommand, ScaleResult
+from esault.job.unit_messages import (
+    AbortReconfiguration, CancelHeld, CommitHeld, GetOperation, HeldOperation, LaunchSpus, ProposeLogic, ResizeSpout,
+    SpusLost,
+)
+from esault.job.scale_checks import check_scalable
+from esault.job.spu_start import SpuLauncher, SpuStarter, even_table, free_numbers
+from esault.job.unit_shares import SHARE_MESSAGES, UnitShares
 from esault.messages.handoff import (
     CancelReconfiguration,
     HandoffFinished,
@@ -49,96 +52,6 @@ from esault.messages.handoff import (
     Prepared,
     RouteSpec,
 )
-
-
-class SpuLauncher(Protocol):
-    """Starts and stops SPU actors wherever the resource manager put them."""
-
-    def start_spu(self, spec: UnitSpec, cfg: SpuConfig, job: JobContext, worker: str | None = None) -> Any: ...
-
-    def stop_spu(self, mailbox: Any, block: bool) -> None: ...
-
-
-class LaunchSpus:
-    """driver -> unit (ask), in this process only: start the initial SPUs (restored from `epoch` if given;
-    `instances`: a non-keyed bolt's instances whose states that checkpoint holds)."""
-
-    def __init__(self, epoch: int | None = None, positions: dict[int, Any] | None = None,
-                 instances: list[int] | None = None) -> None:
-        self.epoch = epoch
-        self.positions = positions or {}
-        self.instances = instances
-
-
-class ResizeSpout:
-    """control thread -> unit (ask), in this process only: a spout with a merge hook runs `spus` instances from
-    its next relaunch on (Job.rescale of a spout: a rollback follows at once). Later rollbacks keep it."""
-
-    def __init__(self, spus: int) -> None:
-        self.spus = spus
-
-
-class AbortReconfiguration:
-    """job -> unit (tell), in this process only: fail the split or merge in flight now (a worker died); the
-    rollback that follows discards its SPUs. Frees the control thread, which waits for that result."""
-
-    def __init__(self, reason: str) -> None:
-        self.reason = reason
-
-
-class SpusLost:
-    """job -> unit (tell), in this process only, without exactly_once (no rollback): these SPUs died with their
-    worker. An operation still preparing waits for the dead in vain: it is called off (nothing moved). One past
-    its switch must finish: it goes on without them (PeersLost to its live participants). Either way their
-    replacements follow it, queued behind it by the job's coordinator."""
-
-    def __init__(self, spus: frozenset[int]) -> None:
-        self.spus = spus
-
-
-class GetOperation:
-    """driver -> unit (ask), in this process only: the reconfiguration the unit is running, as a line of text
-    (its action, SPU and phase), or None when it runs none."""
-
-
-class ProposeLogic:
-    """coordinator -> unit (ask), in this process only: the bolt spec the next "assign_logic" command runs.
-    A spec holds a class, so it never goes into a wire message."""
-
-    def __init__(self, spec: UnitSpec) -> None:
-        self.spec = spec
-
-
-@dataclass(frozen=True)
-class HeldOperation:
-    """unit -> coordinator (a ScaleCommand's `prepared` future): this unit's part of an atomic group is
-    prepared and waits. `launched`: the SPUs it started, which a downstream member counts as upstream."""
-
-    unit: str
-    reconfig_id: int
-    launched: dict[int, Any]
-
-
-class CommitHeld:
-    """coordinator -> unit (tell), in this process only: every member of the group prepared; switch now."""
-
-    def __init__(self, reconfig_id: int) -> None:
-        self.reconfig_id = reconfig_id
-
-
-class CancelHeld:
-    """coordinator -> unit (tell), in this process only: another member failed; call this part off
-    (`reconfig_id` None: whichever held operation the unit has, before it said which)."""
-
-    def __init__(self, reconfig_id: int | None, reason: str) -> None:
-        self.reconfig_id = reconfig_id
-        self.reason = reason
-
-
-def even_table(spu_ids: list[int]) -> IntervalTable:
-    """Initial intervals of a key-grouped unit: equal slices of the key space."""
-    n = len(spu_ids)
-    return IntervalTable.from_intervals([(i * (KEY_SPACE_MAX + 1) // n, s) for i, s in enumerate(spu_ids)])
 
 
 @dataclass
@@ -182,17 +95,14 @@ class UnitActor(pykka.ThreadingActor):
         self._discarded: list[int] = []  # SPUs a rollback discarded, whose places RelaunchSpus fills
         self.history: list[ScaleResult] = []
         self._proposed: UnitSpec | None = None  # ProposeLogic's spec, for the assign_logic command after it
-        self._share_move: ShareMove | None = None  # a live spout rescale (at_least_once) in flight
-        self._retired_by_rescale: set[int] = set()  # spout SPUs a live rescale stopped: a replace of one is moot
-        self._lost_seen: set[int] = set()  # every SPU a SpusLost named (a live rescale adopts none of them)
         self.chain = bool(getattr(spec.cls, "esault_chain", False))
         """An S2J join chain (esault.datapath.chain_spu): its SPUs in id order are the chain; it grows and shrinks at its
         tail, and every SPU is told the members (ChainMembers) whenever they change."""
         metrics.init_unknown_message_series("UnitActor")
-        topology = job.topology
-        self._sends_watermarks = emits_watermarks(topology, topology.output_unit(spec.name))
-        """Its SPUs send watermarks: the downstream SPUs hear of each one before it starts (_tell_inputs)."""
-        self._reads_watermarks = not spec.is_spout and reads_watermarks(topology, spec.name)
+        self.starter = SpuStarter(self)
+        """How its SPUs start (config, launcher, watermark inputs, chain members): esault.job.spu_start."""
+        self.shares = UnitShares(self)
+        """Its side of a live spout rescale (at_least_once): esault.job.unit_shares."""
 
     def launch_initial_spus(self, epoch: int | None = None, positions: dict[int, Any] | None = None,
                             instances: list[int] | None = None) -> None:
@@ -203,7 +113,7 @@ class UnitActor(pykka.ThreadingActor):
         if instances and self._keeps_instance_states:
             holding = set(instances)
             numbers = sorted(holding)
-            free = _free_numbers(holding)
+            free = free_numbers(holding)
             numbers += [next(free) for _ in range(self.spec.parallelism - len(numbers))]
             if len(instances) > self.spec.parallelism:
                 log.warning("topology %r: bolt %r starts %d SPUs, not its parallelism %d: checkpoint %s holds the "
@@ -212,7 +122,7 @@ class UnitActor(pykka.ThreadingActor):
                             self.job.name, self.spec.name, len(numbers), self.spec.parallelism, epoch,
                             len(instances))
         ids = [self.job.next_id() for _ in numbers]
-        self._tell_inputs(self.downstream, ids)
+        self.starter.tell_inputs(self.downstream, ids)
         if self.spec.per_key:
             self.table = even_table(ids)
         positions = self._shares(positions or {})
@@ -220,33 +130,14 @@ class UnitActor(pykka.ThreadingActor):
             self.instance_of[spu_id] = instance
             # One the checkpoint did not have starts empty: its slot may hold an older instance's state.
             restore = epoch if holding is None or instance in holding else None
-            self.spus[spu_id] = self._launch(spu_id, self.downstream, None, restore, positions.get(instance))
-        self._announce_members()
+            self.spus[spu_id] = self.starter.launch(spu_id, self.downstream, None, restore, positions.get(instance))
+        self.starter.announce_members()
 
     @property
     def _keeps_instance_states(self) -> bool:
         """A bolt with SPUs of its own and not key grouped: each instance's state is one slot of a checkpoint,
         written and restored under its instance number (a join chain's are by rank, keyed PEs' by key)."""
         return not self.spec.is_spout and not self.spec.per_key and not self.chain
-
-    def _number_new_instances(self, spus: Iterable[int]) -> None:
-        """Give each new SPU the lowest instance number no live SPU has: two SPUs sharing one would write one
-        checkpoint slot, and a rollback would give both the same state."""
-        free = _free_numbers({self.instance_of.get(s) for s in self.spus})
-        for spu in spus:
-            if spu not in self.instance_of:
-                self.instance_of[spu] = next(free)
-
-    def _announce_members(self) -> None:
-        """A join chain's SPUs learn who their neighbours are (and where), after every change of the set."""
-        if not self.chain:
-            return
-        members = ChainMembers(dict(self.spus))
-        for spu, mailbox in self.spus.items():
-            try:
-                mailbox.tell(members)
-            except Exception as exc:  # noqa: BLE001 - its worker died: a rollback or replacement follows
-                log.warning("unit %r: chain SPU %d not told its members: %r", self.spec.name, spu, exc)
 
     # --- rollback (esault.checkpoint.coordinator) ------------------------------------------
 
@@ -298,7 +189,7 @@ class UnitActor(pykka.ThreadingActor):
             self._relaunch_as(range(self.spec.parallelism))
             positions = self._shares(positions)
         renamed = {old: self.job.next_id() for old in self._discarded}
-        self._tell_inputs(self.downstream, renamed.values())
+        self.starter.tell_inputs(self.downstream, renamed.values())
         for old, new in renamed.items():
             self.instance_of[new] = self.instance_of.pop(old, 0)
         if self.table is not None:
@@ -311,13 +202,13 @@ class UnitActor(pykka.ThreadingActor):
         failed: list[tuple[int, Exception]] = []
         for new in renamed.values():
             try:
-                self.spus[new] = self._launch(new, self.downstream, None, msg.epoch,
+                self.spus[new] = self.starter.launch(new, self.downstream, None, msg.epoch,
                                               positions.get(self.instance_of[new]))
             except Exception as exc:  # noqa: BLE001 - e.g. WorkerLost: its death queues another rollback
                 failed.append((new, exc))
                 self._discarded.append(new)  # the next rollback relaunches it with the others
-        self._tell_inputs(self.downstream, (), [new for new, _ in failed])
-        self._announce_members()
+        self.starter.tell_inputs(self.downstream, (), [new for new, _ in failed])
+        self.starter.announce_members()
         if failed:
             raise failed[0][1]
 
@@ -329,130 +220,9 @@ class UnitActor(pykka.ThreadingActor):
             self._discarded.append(-placeholder)
             self.instance_of[-placeholder] = instance
 
-    # --- live spout rescale (at_least_once: esault.job.spout_rescale) -----------------------
-
-    def _release_shares(self, msg: ReleaseShares) -> Any:
-        """Every SPU stops reading what it does not own at msg.instances; a Future of their positions."""
-        move = self._share_move = ShareMove(msg.rescale_id)
-        lost = set(msg.lost) & set(self.spus)
-        future = move.phase(self.spus, lost)
-        for spu, mailbox in sorted(self.spus.items()):
-            if spu in lost:
-                continue
-            try:
-                mailbox.tell(ReleaseShare(msg.rescale_id, msg.instances))
-            except Exception as exc:  # noqa: BLE001 - its worker is gone: its partitions come from the group
-                log.warning("unit %r: spout SPU %d not told to release its share: %r", self.spec.name, spu, exc)
-                move.lost([spu])
-        return future
-
-    def _on_share_answer(self, msg: ShareReleased | ShareTaken) -> None:
-        if msg.error:
-            log.warning("topology %r: spout %r SPU %d: %s", self.job.name, self.spec.name, msg.spu, msg.error)
-        if self._share_move is not None:
-            value = msg.position if isinstance(msg, ShareReleased) else msg.error
-            self._share_move.answered(msg.rescale_id, msg.spu, value)
-
-    def _take_shares(self, msg: TakeShares) -> tuple[Any, tuple[int, ...], tuple[int, ...]]:
-        """The unit runs msg.instances instances: those below it that run take their share, missing ones start
-        from msg.position, the others stop (they read nothing any more)."""
-        move = self._share_move
-        if move is None or move.rescale_id != msg.rescale_id:
-            raise ScalingError(f"rescale of spout {self.spec.name!r}: no release of shares is in flight")
-        n = msg.instances
-        self.spec = replace(self.spec, parallelism=n)
-        self.downstream = msg.downstream
-        staying = {s: m for s, m in self.spus.items() if self.instance_of.get(s, 0) < n}
-        retiring = {s: m for s, m in self.spus.items() if s not in staying}
-        have = {self.instance_of.get(s, 0) for s in staying}
-        started = {i: self.job.next_id() for i in range(n) if i not in have}
-        future = move.phase([*staying, *started.values()], set(msg.lost) & set(staying))
-        share = TakeShare(msg.rescale_id, n, msg.position)
-        for spu, mailbox in sorted(staying.items()):
-            if spu in msg.lost:
-                continue
-            try:
-                mailbox.tell(share)
-            except Exception as exc:  # noqa: BLE001 - its worker is gone: its replacement reads from the group
-                log.warning("unit %r: spout SPU %d not told to take its share: %r", self.spec.name, spu, exc)
-                move.lost([spu])
-        self._tell_inputs(self.downstream, started.values())
-        configs = []
-        for instance, spu in started.items():
-            self.instance_of[spu] = instance
-            configs.append(self._spu_config(spu, self.downstream, None, share=[msg.rescale_id, msg.position]))
-        for spu, mailbox in retiring.items():
-            del self.spus[spu]
-            self.instance_of.pop(spu, None)
-            self._retired_by_rescale.add(spu)
-            try:  # not blocking: a worker's answer may wait behind a death the driver is handling
-                self.launcher.stop_spu(mailbox, block=False)
-            except Exception as exc:  # noqa: BLE001 - lost with its worker
-                log.warning("unit %r: retired spout SPU %d not stopped: %r", self.spec.name, spu, exc)
-        self._tell_inputs(self.downstream, (), retiring)
-        self.version += 1
-        return future, configs, tuple(retiring)
-
-    def _adopt(self, msg: AdoptSpouts) -> list[int]:
-        """New spout SPUs the control thread started: listed from now on (a later loss replaces them), except
-        those a SpusLost named already (the control thread starts them again): they are returned."""
-        dead = [spu for spu in msg.spus if spu in self._lost_seen]
-        self._lost_seen.difference_update(dead)  # started again under the same id: a new death names it again
-        for spu, mailbox in msg.spus.items():
-            if spu not in self._lost_seen:
-                self.spus[spu] = mailbox
-        self.version += 1
-        return dead
-
     def on_stop(self) -> None:
         for mailbox in self.spus.values():
             self.launcher.stop_spu(mailbox, block=True)
-
-    def _tell_inputs(self, routes: Iterable[RouteSpec], added: Iterable[int], removed: Iterable[int] = ()) -> None:
-        """Tell every downstream SPU which SPUs of this unit start (before they start: each holds the watermarks
-        there until it sends its own) or are gone for good. Only for a unit whose SPUs send watermarks."""
-        added, removed = frozenset(added), frozenset(removed)
-        if not self._sends_watermarks or not (added or removed):
-            return
-        message = WatermarkInputs(added, removed)
-        for route in routes:
-            for spu, mailbox in route.spus.items():
-                try:
-                    mailbox.tell(message)
-                except Exception as exc:  # noqa: BLE001 - its worker died: a rollback or replacement follows
-                    log.warning("unit %r: downstream SPU %d not told of its inputs: %r", self.spec.name, spu, exc)
-
-    def _launch(self, spu_id: int, downstream: tuple[RouteSpec, ...], receive: PrepareReceive | None,
-                epoch: int | None = None, position: Any = None, table: IntervalTable | None = None,
-                worker: str | None = None, spec: UnitSpec | None = None, replaces: tuple[int, ...] = (),
-                inputs: Iterable[int] = (), share: list[Any] | None = None) -> Any:
-        """Start one SPU. `inputs`: the upstream SPUs whose watermarks it waits for (one a reconfiguration
-        starts; the first SPUs hear of them from the upstream units as those start)."""
-        spec, cfg = self._spu_config(spu_id, downstream, receive, epoch, position, table, spec, replaces, inputs,
-                                     share)
-        if worker is None:
-            return self.launcher.start_spu(spec, cfg, self.job)
-        return self.launcher.start_spu(spec, cfg, self.job, worker=worker)
-
-    def _spu_config(self, spu_id: int, downstream: tuple[RouteSpec, ...], receive: PrepareReceive | None,
-                    epoch: int | None = None, position: Any = None, table: IntervalTable | None = None,
-                    spec: UnitSpec | None = None, replaces: tuple[int, ...] = (), inputs: Iterable[int] = (),
-                    share: list[Any] | None = None) -> tuple[UnitSpec, SpuConfig]:
-        """What _launch starts: the spec and the SpuConfig of one SPU."""
-        table = self.table if table is None else table
-        intervals = tuple(table.intervals_of(spu_id)) if table is not None and spu_id in table else None
-        extra: dict[str, Any] = {"unit_ref": self.actor_ref}
-        if share is not None:  # a live spout rescale started it: [rescale id, the position it takes from]
-            extra["take_share"] = share
-        if self._reads_watermarks or (self.spec.is_spout and self._sends_watermarks):
-            extra["watermarks"] = True  # the SPU combines (a bolt) or sends (a spout) watermarks: datapath/watermarks.py
-            if inputs and not self.spec.is_spout:
-                extra["watermark_inputs"] = sorted(inputs)
-        cfg = SpuConfig(self.job.name, self.spec.name, spu_id, intervals, downstream, receive,
-                        extra=extra, instance=self.instance_of.get(spu_id, 0),
-                        instances=self.spec.parallelism, restore_epoch=epoch, position=position,
-                        generation=self.generation, replaces=replaces)
-        return (self.spec if spec is None else spec), cfg
 
     def on_receive(self, message: Any) -> Any:
         try:
@@ -468,31 +238,10 @@ class UnitActor(pykka.ThreadingActor):
                     self._apply(op, op.machine.abort(message.reason))
                 return None
             if kind is SpusLost:
-                self._lost_seen |= message.spus
-                if self._share_move is not None:
-                    self._share_move.lost(message.spus)
+                self.shares.lost(message.spus)
                 return self._on_spus_lost(message)
-            if kind is ShareReleased or kind is ShareTaken:
-                return self._on_share_answer(message)
-            if kind is ReleaseShares:
-                return self._release_shares(message)
-            if kind is TakeShares:
-                try:
-                    return self._take_shares(message)
-                except Exception as exc:  # the control thread raises it
-                    return exc
-            if kind is AdoptSpouts:
-                return self._adopt(message)
-            if kind is GiveUpWaiting:
-                move = self._share_move
-                if move is None or move.rescale_id != message.rescale_id:
-                    return set()
-                silent = set(move.waiting)
-                move.lost(silent)
-                return silent
-            if kind is EndShareMove:
-                move, self._share_move = self._share_move, None
-                return set() if move is None else set(move.waiting)
+            if kind in SHARE_MESSAGES:
+                return self.shares.on_receive(message)
             if kind is AbandonSpus:
                 return self._abandon(message)
             if kind is ResizeSpout:
@@ -553,7 +302,9 @@ class UnitActor(pykka.ThreadingActor):
 
     def _on_scale(self, cmd: ScaleCommand) -> None:
         try:
-            self._check_scalable(cmd)
+            check_scalable(self.spec, cmd, self.spus, busy=self._op is not None,
+                           retired_by_rescale=self.shares.retired, proposed=self._proposed is not None,
+                           exactly_once=self.job.exactly_once)
             if cmd.action == "replace":
                 self._replace(cmd)
             elif cmd.action == "split":
@@ -571,67 +322,6 @@ class UnitActor(pykka.ThreadingActor):
         except Exception as exc:
             if not cmd.reply.done():
                 cmd.reply.set_exception(exc)
-
-    def _check_scalable(self, cmd: ScaleCommand) -> None:
-        name = self.spec.name
-        if self._op is not None:
-            raise ScalingError(f"unit {name!r} is already reconfiguring; retry when it finishes")
-        if cmd.action == "replace":
-            if cmd.spu_id not in self.spus and cmd.spu_id not in self._retired_by_rescale:
-                raise ScalingError(f"unit {name!r} has no SPU {cmd.spu_id} to replace")
-            return
-        if self.spec.is_spout:
-            raise ScalingError(f"spout {name!r} cannot split or merge (only bolts scale), nor rescale in an atomic "
-                               "group: rescale it on its own with Job.rescale (its class needs an "
-                               "esault_merge_positions hook)")
-        if any(i.grouping is Grouping.GLOBAL for i in self.spec.inputs):
-            raise ScalingError(f"bolt {name!r} reads with global_grouping: all its data goes to one SPU, "
-                               "so splitting it cannot help")
-        if cmd.action == "assign_logic":
-            if not self.spec.per_key:
-                raise ScalingError(f"unit {name!r} is not key grouped: its SPUs' state has no hand-off, so its "
-                                   "code cannot be swapped with its state yet")
-            if self._proposed is None:
-                raise ScalingError(f"assign_logic of {name!r}: no new bolt was proposed (use Job.assign_logic)")
-            return
-        if cmd.action == "assign_resource":
-            if cmd.spu_id not in self.spus:
-                raise ScalingError(f"unit {name!r} has no SPU {cmd.spu_id}; its SPUs are {sorted(self.spus)}")
-            if not self.spec.per_key:
-                raise ScalingError(f"unit {name!r} is not key grouped: its SPUs' state has no hand-off, so they "
-                                   "cannot move to another worker yet")
-            return
-        if cmd.action == "assign_workload":
-            if not self.spec.per_key:
-                raise ScalingError(f"bolt {name!r} is not key grouped: its SPUs own no key ranges to assign; "
-                                   "change its parallelism with rescale")
-        elif cmd.action != "rescale" and cmd.spu_id not in self.spus:
-            raise ScalingError(f"bolt {name!r} has no SPU {cmd.spu_id}; its SPUs are {sorted(self.spus)}")
-        if self.job.exactly_once and not self.spec.per_key:
-            for part in (self.spec, *self.spec.stages):
-                if getattr(part.cls, "on_checkpoint", None) is getattr(Bolt, "on_checkpoint"):
-                    continue
-                if part is self.spec:
-                    raise ScalingError(f"bolt {name!r} takes part in checkpoints per instance (a sink staging "
-                                       "epochs) and cannot split or merge under exactly_once: declare it with "
-                                       "elastic=False")
-                raise ScalingError(f"bolt {part.name!r}, fused into {name!r}'s SPUs, takes part in checkpoints per "
-                                   f"instance (a sink staging epochs), so {name!r} cannot split or merge under "
-                                   f"exactly_once: declare {name!r} with elastic=False, or {part.name!r} with "
-                                   "chain=False (SPUs of its own)")
-        if cmd.action == "merge" and len(self.spus) < 2:
-            raise ScalingError(f"bolt {name!r} has a single SPU: there is nothing to merge it into")
-        if cmd.action == "rescale":
-            if self.spec.per_key:
-                raise ScalingError(f"bolt {name!r} is key grouped: rescale it with assign_workload (Job.rescale does)")
-            if not isinstance(cmd.spus, int) or cmd.spus < 1:
-                raise ScalingError(f"rescale of {name!r} to {cmd.spus!r} SPUs: give a whole number >= 1")
-            if cmd.spus == len(self.spus):
-                raise ScalingError(f"bolt {name!r} runs {cmd.spus} SPUs already; nothing to do")
-            return
-        if cmd.action not in ("split", "merge", "assign_workload"):
-            raise ScalingError(f"unknown scaling action {cmd.action!r}; use 'split', 'merge', 'assign_workload', "
-                               "'assign_resource', 'rescale' or 'replace'")
 
     def _begin_split(self, cmd: ScaleCommand) -> None:
         if self.chain:
@@ -684,13 +374,9 @@ class UnitActor(pykka.ThreadingActor):
         new_table = self.table.assign({renamed[s]: ranges for s, ranges in self.table.assignment().items()})
         for old, new in renamed.items():
             self.instance_of[new] = self.instance_of.get(old, 0)
-        placement = {new: self._worker_of(old) for old, new in renamed.items()}  # each on its old one's worker
+        placement = {new: self.starter.worker_of(old) for old, new in renamed.items()}  # each on its old one's worker
         op_plan = plan_keyed(self.table, new_table, placement=placement)
         self._begin(cmd, op_plan, -1, -1, None, None, spec=spec)
-
-    def _worker_of(self, spu: int) -> str | None:
-        where = getattr(self.launcher, "worker_of", None)
-        return where(spu) if where is not None else None
 
     def _begin_chain_change(self, cmd: ScaleCommand, grow: bool) -> None:
         """A join chain changes at its tail, whichever SPU was named: a new SPU is linked after the tail (S
@@ -732,18 +418,18 @@ class UnitActor(pykka.ThreadingActor):
         """Prepare: start the plan's new SPUs (each told what it receives), then run the machine."""
         machine = Reconfiguration(self.job.next_id(), plan, hold=cmd.prepared is not None)
         op = _Operation(cmd, machine, {}, giver=giver, receiver=receiver, lo=lo, hi=hi, spec=spec)
-        self._number_new_instances(plan.started)
-        self._tell_inputs(cmd.downstream_routes, plan.started)
+        self.starter.number_new_instances(plan.started)
+        self.starter.tell_inputs(cmd.downstream_routes, plan.started)
         for spu in plan.started:
             incoming = plan.incoming(spu)
             receive = PrepareReceive(machine.reconfig_id, incoming) if incoming else None
             try:
-                op.launched[spu] = self._launch(spu, cmd.downstream_routes, receive, table=plan.table,
+                op.launched[spu] = self.starter.launch(spu, cmd.downstream_routes, receive, table=plan.table,
                                                 worker=plan.placement.get(spu), spec=op.spec, inputs=cmd.upstream)
             except Exception as exc:
                 for mailbox in op.launched.values():
                     self.launcher.stop_spu(mailbox, block=False)
-                self._tell_inputs(cmd.downstream_routes, (), plan.started)
+                self.starter.tell_inputs(cmd.downstream_routes, (), plan.started)
                 if isinstance(exc, ResourceError) and not isinstance(exc, WorkerLost):
                     raise ScalingError(f"{self._describe(op)} refused: {exc}") from None
                 if isinstance(exc, WorkerLost):
@@ -830,7 +516,7 @@ class UnitActor(pykka.ThreadingActor):
                     self.launcher.stop_spu(mailbox, block=False)
                 except Exception as exc:  # noqa: BLE001
                     log.warning("unit %r: started SPU %d not stopped: %r", self.spec.name, spu, exc)
-        self._tell_inputs(op.cmd.downstream_routes, (), effect.started)
+        self.starter.tell_inputs(op.cmd.downstream_routes, (), effect.started)
 
     def _switch_routes(self, op: _Operation, notify: frozenset[int]) -> None:
         """Sync: every upstream SPU switches tables, then marks its channel to each giver."""
@@ -842,14 +528,14 @@ class UnitActor(pykka.ThreadingActor):
             self.table = plan.table
         self.spus = {**{s: m for s, m in self.spus.items() if s not in op.retiring}, **op.launched}
         self.version += 1
-        self._announce_members()
+        self.starter.announce_members()
         self._install_upstream(op.cmd, op.machine.reconfig_id, notify_boxes)
 
     def _replace(self, cmd: ScaleCommand) -> None:
         """An SPU was lost with its process: a fresh SPU takes its interval (its PE state is gone;
         the ack server's timeouts replay the tuples it held)."""
         lost = cmd.spu_id
-        if lost in self._retired_by_rescale:  # a live spout rescale retired it before its loss was handled
+        if lost in self.shares.retired:  # a live spout rescale retired it before its loss was handled
             cmd.reply.set_result(ScaleResult("replace", self.spec.name, lost, -1, None, None, 0, 0.0, 0.0,
                                              cmd.reason))
             return
@@ -859,14 +545,14 @@ class UnitActor(pykka.ThreadingActor):
             [(start, new if spu == lost else spu) for start, _end, spu in self.table.intervals()],
             version=self.table.version + 1,
         )
-        self._tell_inputs(cmd.downstream_routes, [new], [lost])
+        self.starter.tell_inputs(cmd.downstream_routes, [new], [lost])
         try:
             while True:
                 try:
                     # a spout's replacement first leases again the shared blocks the lost one held (and those
                     # it replaced in turn, had it died before it asked)
                     lineage = (lost, *self._replaced.get(lost, ())) if self.spec.is_spout else ()
-                    mailbox = self._launch(new, cmd.downstream_routes, None, table=table, replaces=lineage,
+                    mailbox = self.starter.launch(new, cmd.downstream_routes, None, table=table, replaces=lineage,
                                            inputs=cmd.upstream)
                     break
                 except WorkerLost as exc:  # that worker died too: another one, until none is left (UnitStartError)
@@ -883,7 +569,7 @@ class UnitActor(pykka.ThreadingActor):
             self.table = table
         self.spus = {**{s: m for s, m in self.spus.items() if s != lost}, new: mailbox}
         self.version += 1
-        self._announce_members()
+        self.starter.announce_members()
         self._install_upstream(cmd, self.job.next_id(), {})
         owned = self.table.intervals_of(new) if self.table is not None else None
         result = ScaleResult("replace", self.spec.name, lost, new, owned[0][0] if owned else None,
@@ -960,8 +646,3 @@ class UnitActor(pykka.ThreadingActor):
                  "prepare %.1f ms, sync and update %.1f ms (keys paused %.1f ms)", self.job.name, self._describe(op),
                  done.moved_keys, len(plan.moves), len(plan.started), len(plan.retired), result.seconds * 1000,
                  prepare, result.seconds * 1000 - prepare, done.paused_seconds * 1000)
-
-
-def _free_numbers(taken: set[Any]) -> Iterator[int]:
-    """The instance numbers not in `taken`, lowest first."""
-    return (i for i in itertools.count() if i not in taken)

@@ -6,7 +6,7 @@ import threading
 from typing import Any
 
 from esault import JobConfig, LocalCluster, TopologyBuilder
-from esault.job.job import SPOUT_LIST_MAX_AGE
+from esault.job.completion_watch import SPOUT_LIST_MAX_AGE
 from esault.testing import CollectorBolt, ListSpout, collected, reset_collected
 
 
@@ -31,7 +31,8 @@ def spy(job: Any) -> dict[str, int]:
     """Counts wait()'s polls (each asks whether a spout still reads) and its lists of the spout SPUs (each an
     ask per spout unit), through the job's own methods."""
     counts = {"polls": 0, "lists": 0}
-    still_reading, list_spouts = job._some_spout_still_reading, job._spout_spu_ids
+    watch = job.completion
+    still_reading, list_spouts = watch.some_spout_still_reading, watch.spout_spu_ids
 
     def polled(spus: list[int]) -> bool:
         counts["polls"] += 1
@@ -41,7 +42,7 @@ def spy(job: Any) -> dict[str, int]:
         counts["lists"] += 1
         return list_spouts()
 
-    job._some_spout_still_reading, job._spout_spu_ids = polled, listed
+    watch.some_spout_still_reading, watch.spout_spu_ids = polled, listed
     return counts
 
 
