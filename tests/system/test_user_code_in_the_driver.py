@@ -18,14 +18,17 @@ from pathlib import Path
 import pytest
 
 from esault import JobConfig, LocalCluster
+from esault.cluster.credentials import ClusterKeys
 from esault.job.outcome import judge_run
 from esault.testing import wait_until
+from esault.transport.keys import generate_key_files
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "examples"))
 sys.path.insert(0, str(ROOT / "tests" / "system"))
 import busy_spout_parts  # noqa: E402
 import wordcount  # noqa: E402
+from cli_processes import start_esault  # noqa: E402
 
 pytestmark = pytest.mark.system
 
@@ -82,16 +85,34 @@ def test_a_spout_whose_long_open_raises_fails_the_submit_naming_it_and_the_worke
 @pytest.mark.parametrize("guarantee", ["exactly_once", "at_least_once"])
 def test_a_job_that_lost_every_worker_fails_at_once_saying_why_and_wait_is_false(tmp_path, guarantee):
     """exactly_once: the rollback finds nowhere to relaunch the bolts; at_least_once: the lost SPUs nowhere to
-    go. Either way the job fails naming each unit, instead of reporting success with every tree failed."""
-    with LocalCluster(workers=2, heartbeat_timeout=HEARTBEAT_TIMEOUT) as cluster:
-        job = cluster.submit(busy_spout_parts.build("orphaned", 100_000, rate=2000),
-                             exactly_once(tmp_path).replace(guarantee=guarantee))
-        wait_until(lambda: job.status()["units"]["count"]["processed"] >= 200, 30, message="words counted")
-        if guarantee == "exactly_once":
-            wait_until(lambda: job.status()["checkpoints"]["completed"] >= 1, 30, message="a checkpoint completed")
-        for worker in ("w1", "w2"):
-            os.kill(cluster.registry.pids[worker], signal.SIGKILL)
-        wait_until(lambda: not cluster.registry.workers, 30, message="both workers declared dead")
+    go. Either way the job fails naming each unit, instead of reporting success with every tree failed.
+
+    A static cluster (two `esault worker` replicas the test started): nothing can start a worker in their place.
+    On a local pool the pool would start new ones (its floor is 2) and the job recover, when the rollback runs
+    after both deaths were seen; that is the recovery the capacity keeper exists for, not this test's case."""
+    keys = tmp_path / "keys"
+    generate_key_files(keys, workers=0, clients=0, enroll=True)
+    cluster_keys = ClusterKeys.from_files(keys / "driver.key_secret", None, enroll_keys=keys / "enroll.key")
+    replicas = []
+    with LocalCluster(listen="127.0.0.1:0", keys=cluster_keys, heartbeat_timeout=HEARTBEAT_TIMEOUT) as cluster:
+        try:
+            replicas = [start_esault("worker", "--driver", cluster.address, "--enroll-key",
+                                     str(keys / "enroll.key_secret"), "--driver-key", str(keys / "driver.key"),
+                                     cwd=tmp_path, log=tmp_path / f"replica-{i}.log") for i in range(2)]
+            cluster.wait_for_workers(2, 60)
+            job = cluster.submit(busy_spout_parts.build("orphaned", 100_000, rate=2000),
+                                 exactly_once(tmp_path).replace(guarantee=guarantee))
+            wait_until(lambda: job.status()["units"]["count"]["processed"] >= 200, 30, message="words counted")
+            if guarantee == "exactly_once":
+                wait_until(lambda: job.status()["checkpoints"]["completed"] >= 1, 30,
+                           message="a checkpoint completed")
+            for replica in replicas:
+                os.kill(replica.pid, signal.SIGKILL)
+            wait_until(lambda: not cluster.registry.workers, 30, message="both workers declared dead")
+        finally:
+            for replica in replicas:
+                replica.kill()
+                replica.wait(30)
         started = time.monotonic()
         assert job.wait(60) is False
         assert time.monotonic() - started < 20, "it fails once the SPUs find no worker, not at a timeout"
