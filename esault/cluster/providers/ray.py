@@ -263,8 +263,8 @@ class RayProvider(WorkerProvider):
                 f"the Ray head at {self.head_address} has not answered for {self._head_watch.silent_for:.0f} s "
                 f"(head_timeout={self._head_watch.head_timeout:g}s; its GCS is gone: killed, its node lost, or "
                 "cut off from this driver). Without it Ray starts no worker, and ends every node's processes, the "
-                "esault workers with them, and this driver's Ray connection once the GCS has been gone for "
-                "gcs_rpc_server_reconnect_timeout_s (60 s by default). Start the Ray cluster again (a head with GCS "
+                "esault workers with them, and this driver's own process (Ray's core worker in it) once the GCS "
+                "has been gone for gcs_rpc_server_reconnect_timeout_s (60 s by default). Start the Ray cluster again (a head with GCS "
                 "fault tolerance rides out its own restart) and run the job again: it resumes from its last "
                 "completed checkpoint")
             log.error("%s", self.head_lost)
