@@ -187,6 +187,9 @@ def report(times: dict[str, list[float]], result: ec.RunResult, cmd: str, figure
         f"| merge: its idle worker given back (release_after 2 s) | {summary(times['merge_worker_released'])} |",
         f"| merge: Ray's autoscaler removed the node | {summary(times['merge_node_removed'])} |",
         "",
+        "\"Processing\" is when the driver sees the new SPU's first tuple counted: from the worker's heartbeat, "
+        "one every 0.2 s, so it is up to 0.2 s late.",
+        "",
         f"Step load ({result.profile.describe()}), the LatencyController on (max_latency "
         f"{workload_max_ms(result):.0f} ms, one SPU a worker): {splits} split(s), {merges} merge(s); Ray nodes "
         f"alive at most {peak_nodes}, at the end {end_nodes}; p50 {lat['p50_ms']:.1f} ms, p99 "

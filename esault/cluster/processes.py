@@ -186,11 +186,12 @@ class WorkerRegistry:
             for key in [k for k in self.stats if k[0] == topology]:
                 del self.stats[key]
 
-    def remove(self, process: str) -> set[int]:
-        """Forget a dead worker; returns the SPU ids it hosted."""
+    def remove(self, process: str, why: str = "") -> set[int]:
+        """Forget a dead worker (`why` it was declared dead goes into `deaths`); returns the SPU ids it hosted."""
         with self._lock:
             if self.workers.pop(process, None) is not None:
                 self.lost.append(process)
+            self.deaths = (self.deaths + [f"{process} {why}".rstrip()])[-100:]
             self.last_beat.pop(process, None)
             self.forwarded.forget(process)
             for request in [r for r, (_, worker) in self._stopped.items() if worker == process]:
@@ -360,9 +361,8 @@ class ClusterActor(pykka.ThreadingActor):
     def _declare_dead(self, worker: str, why: str) -> None:
         """Forget `worker`, tell the survivors, and have every job replace the SPUs it hosted."""
         self.hearts.forget(worker)
-        lost = self.registry.remove(worker)
+        lost = self.registry.remove(worker, why)
         self.lost.append(worker)
-        self.registry.deaths = (self.registry.deaths + [f"{worker} {why}"])[-100:]
         metrics.set_workers(len(self.registry.workers))
         log.error("worker %s %s: declared dead; replacing its %d SPU(s) %s", worker, why, len(lost), sorted(lost))
         try:

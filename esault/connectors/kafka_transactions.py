@@ -267,8 +267,8 @@ class TransactionalPublisher:
         except self.kafka.KafkaException as exc:
             self.producer = None
             error = exc.args[0] if exc.args else None
-            if _fenced(self.kafka, error) and not self._abandoned:  # at begin or produce: as in _retrying
-                raise self._lost(epoch, f"its producer was refused: {error}. {FENCED_HINT}") from None
+            if _fenced(self.kafka, error) and not self._abandoned:  # at any step: an abandoned one only logs it
+                raise self._lost(epoch, f"its transaction was refused: {error}. {LOST_HINT}") from None
             raise
         except BaseException:
             # Whatever state the transaction is in (a commit timed out, the producer was given up), the next
@@ -290,7 +290,7 @@ class TransactionalPublisher:
         the same producer until `deadline`, as librdkafka documents, so the transaction is committed once the
         broker answers rather than aborted (giving it up would leave aborted records, which Tansu shows to
         read_committed readers, and the epoch published again). Raises TransactionLost when the broker no longer
-        knows the transaction: this producer fenced, or LOST_AFTER timeouts in a row while it answered."""
+        knows the transaction: LOST_AFTER timeouts in a row while it answered."""
         answered_timeouts = 0
         probe = False
         while True:
@@ -300,18 +300,13 @@ class TransactionalPublisher:
                 return
             except self.kafka.KafkaException as exc:
                 error = exc.args[0] if exc.args else None
-                if _fenced(self.kafka, error) and not self._abandoned:
-                    raise self._lost(epoch, f"{what} epoch {epoch} was refused: {error}. {FENCED_HINT}")
                 if not getattr(error, "retriable", lambda: False)() or time.monotonic() >= deadline:
                     raise
                 answered_timeouts = answered_timeouts + 1 if answering else 0
                 if answered_timeouts >= LOST_AFTER:
                     raise self._lost(epoch, f"{what} epoch {epoch} timed out {answered_timeouts + 1} times in a "
-                                            f"row ({error}) while the broker answered every metadata request: it "
-                                            "no longer knows the transaction: its state lost (a broker "
-                                            "restarted on emptied or rolled-back storage), or, on a broker that "
-                                            "answers a fenced producer with silence (Tansu), fenced by another "
-                                            "producer with this transactional id")
+                                            f"row ({error}) while the broker answered every metadata request (Tansu "
+                                            f"answers a lost or fenced transaction with silence). {LOST_HINT}")
                 probe = True
                 self.wait.retrying()
                 log.warning("KafkaSink %r: %s epoch %d waits for the broker (%s); retrying the same transaction",
@@ -406,9 +401,9 @@ class TransactionalPublisher:
         close_client(producer)
 
 
-FENCED_HINT = ("The broker no longer takes this producer's transaction: its state is lost (a broker restarted on "
-               "emptied or rolled-back storage), or another producer with this transactional id fenced it (another "
-               "job, or another run of this one, writes as it: give each job its own params 'transactional_id')")
+LOST_HINT = ("The broker no longer takes this producer's transaction: its state is lost (a broker restarted on "
+             "emptied or rolled-back storage), or another producer with this transactional id fenced it (another "
+             "job, or another run of this one, writes as it: give each job its own params 'transactional_id')")
 
 FENCED_CODES = ("PRODUCER_FENCED", "_FENCED", "INVALID_PRODUCER_EPOCH", "INVALID_PRODUCER_ID_MAPPING",
                 "UNKNOWN_PRODUCER_ID")

@@ -1,7 +1,7 @@
 """A broker unreachable from one worker only (issue 52, "Broker faults"): a network namespace cut.
 
 The driver, the broker and one worker run on this host; the other worker runs in a network namespace of its
-own, linked to this host by a veth pair, and reaches the driver, its peer and the broker through it. Mid-stream
+own on a bridge linked to this host (tests/system/netns_hosts.py), and reaches the driver, its peer and the broker through it. Mid-stream
 an iptables rule in that namespace drops every packet it sends to the broker's port (a firewall or a broken
 route: no reset, no error, the packets are gone), and is removed CUT seconds later. Its source instance must
 stall loudly (its row of job.status(), `esault status` and its worker's log say it waits for the broker), the
@@ -11,12 +11,11 @@ once the cut heals the job must end with every record's count once in the output
 
 from __future__ import annotations
 
-import os
+import shutil
 import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -27,11 +26,11 @@ from esault.cluster.credentials import ClusterKeys
 from esault.testing import wait_until
 from esault.testing.kafka import KafkaBroker
 from esault.transport.keys import generate_key_files
+from tests.system.netns_hosts import Network, network  # noqa: F401 - the fixture
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import kafka_parts  # noqa: E402
 from cli_processes import ENV, start_esault  # noqa: E402
-from test_across_hosts import _ip  # noqa: E402
 
 pytestmark = pytest.mark.system
 
@@ -41,7 +40,7 @@ CUT = 10.0
 
 @dataclass(frozen=True)
 class CutOffHost:
-    """A network namespace linked to this host: `ip` is its address, `gateway` this host's end of the link."""
+    """A host of its own on the test network (netns_hosts): `ip` its address, `gateway` this host's."""
 
     namespace: str
     ip: str
@@ -65,29 +64,11 @@ class CutOffHost:
 
 
 @pytest.fixture
-def other_host() -> Iterator[CutOffHost]:
-    """A namespace 10.N.M.2 linked to this host's 10.N.M.1; fails saying why where it cannot be made."""
-    tag = f"esc{os.getpid() % 100000}"
-    subnet = f"10.{150 + os.getpid() % 50}.{os.getpid() % 250}"
-    if subprocess.run(["sh", "-c", "command -v iptables"], capture_output=True).returncode != 0:
+def other_host(network: Network) -> CutOffHost:
+    if shutil.which("iptables") is None:
         pytest.fail("iptables is not installed (.ci/run installs it): the cut cannot be made")
-    made = _ip("netns", "add", tag)
-    if made.returncode != 0:
-        pytest.fail(f"cannot create a network namespace here (needs root / CAP_NET_ADMIN and iproute2, which "
-                    f".ci/run installs): {made.stderr.strip()}")
-    try:
-        steps = [("link", "add", f"{tag}h", "type", "veth", "peer", "name", f"{tag}n"),
-                 ("link", "set", f"{tag}n", "netns", tag),
-                 ("addr", "add", f"{subnet}.1/24", "dev", f"{tag}h"), ("link", "set", f"{tag}h", "up"),
-                 ("-n", tag, "addr", "add", f"{subnet}.2/24", "dev", f"{tag}n"),
-                 ("-n", tag, "link", "set", f"{tag}n", "up"), ("-n", tag, "link", "set", "lo", "up")]
-        for step in steps:
-            done = _ip(*step)
-            assert done.returncode == 0, f"ip {' '.join(step)}: {done.stderr}"
-        yield CutOffHost(tag, f"{subnet}.2", f"{subnet}.1")
-    finally:
-        _ip("link", "del", f"{tag}h")
-        _ip("netns", "del", tag)
+    namespace, ip = network.host()
+    return CutOffHost(namespace, ip, network.services)
 
 
 def _replica(keys: Path, address: str, tmp_path: Path, log: str, host: CutOffHost | None = None) -> subprocess.Popen:
