@@ -54,6 +54,10 @@ def build_parser() -> argparse.ArgumentParser:
                      help="seconds a worker above the floor may host no SPU before it is given back (default 30)")
     run.add_argument("--worker-wait", type=float, default=30.0,
                      help="seconds a split waits for a new worker to join before it is declined (default 30)")
+    run.add_argument("--ray-head-timeout", type=float, default=None,
+                     help="ray:// clusters: seconds the Ray head may stay silent before the jobs on it fail, with "
+                          "their checkpoints kept (default 30; keep it under Ray's own 60 s, after which Ray ends "
+                          "this process)")
     run.add_argument("--listen", default=None, help="HOST:PORT the driver listens on for workers and status")
     run.add_argument("--advertise", default=None, metavar="HOST[:PORT]",
                      help="the address workers and status clients are told to use, if not the --listen one")
@@ -231,6 +235,8 @@ def _run(args: argparse.Namespace) -> int:
     cluster_args: dict[str, Any] = {"listen": args.listen, "advertise": args.advertise}
     cluster_args.update(spus_per_worker=args.spus_per_worker, release_after=args.release_after,
                         worker_wait=args.worker_wait)
+    if args.ray_head_timeout is not None and not args.cluster.startswith("ray://"):
+        raise ConfigError(f"--ray-head-timeout is for a ray:// cluster, not a {args.cluster!r} one: leave it out")
     if args.cluster == "processes":
         cluster_args["workers"] = args.workers or config.max_workers
         cluster_args["max_workers"] = args.max_workers
@@ -239,6 +245,8 @@ def _run(args: argparse.Namespace) -> int:
         cluster_args["ray"] = "auto" if address == "auto" else args.cluster
         cluster_args["max_workers"] = args.max_workers
         cluster_args["listen"] = args.listen or "127.0.0.1:0"
+        if args.ray_head_timeout is not None:
+            cluster_args["ray_options"] = {"head_timeout": args.ray_head_timeout}
     elif args.max_workers is not None:
         raise ConfigError(f"--max-workers grows the local pool (--cluster processes) or a Ray cluster's share, not "
                           f"a {args.cluster!r} cluster: leave it out")

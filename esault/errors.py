@@ -19,6 +19,11 @@ class UnitStartError(TopologyError):
     to a worker process. The job fails at once instead of running without the unit."""
 
 
+class NoWorkerLeft(UnitStartError):
+    """Every worker process was lost and none is left to take an SPU. A cluster that can start workers waits
+    for them and starts the SPU there; one that cannot fails the job with this."""
+
+
 class ConfigError(EsaultError):
     """A configuration value (argument, file or ESAULT_* variable) is invalid."""
 

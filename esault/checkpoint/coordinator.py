@@ -31,7 +31,7 @@ import pykka
 from esault.checkpoint.instance_states import stranded_refusal, stranded_stage_states
 from esault.checkpoint.backends import open_checkpoint_store
 from esault.checkpoint.store import Completed, damaged_store
-from esault.errors import ConfigError, StoreDamaged, WorkerLost
+from esault.errors import ConfigError, NoWorkerLeft, StoreDamaged, WorkerLost
 from esault.storage.objects import StorageError
 from esault.metrics import registry as metrics
 from esault.messages.acking import FailPending
@@ -562,12 +562,17 @@ class CheckpointCoordinator:
                 failed = self.job.units[spec.name].ask(
                     RelaunchSpus(record.restored_epoch, positions, downstream, instances), timeout=timeout)
                 instances = None  # a retry fills only the places that did not start
-                if not isinstance(failed, WorkerLost) or attempt == self.RELAUNCH_ATTEMPTS:
+                if not isinstance(failed, (WorkerLost, NoWorkerLeft)) or attempt == self.RELAUNCH_ATTEMPTS:
                     break
                 # Another worker died as this unit's SPUs started on it: those places are still empty (the
-                # unit kept them), so start them now, elsewhere, before any unit upstream sends a tuple.
+                # unit kept them), so start them now, elsewhere, before any unit upstream sends a tuple. With
+                # every worker gone, that is on the workers a cluster that can grow starts in their place (a
+                # death this rollback did not know of when it reserved room): wait for them first.
                 log.warning("topology %r: unit %r: %s; relaunching its SPUs that did not start", self.job.name,
                             spec.name, failed)
+                if isinstance(failed, NoWorkerLeft) and not self.job.await_a_worker(
+                        f"the relaunch of unit {spec.name!r}"):
+                    break
             if isinstance(failed, Exception):
                 self.job.fail(f"unit {spec.name!r} could not be restored after {reason}: {failed}")
         record.seconds = time.monotonic() - record.started

@@ -63,6 +63,8 @@ class Capacity:
         """Tells a worker to exit and forgets it (the registry's side of giving it back)."""
         self._clock = clock
         self._lock = threading.Lock()
+        self._arrivals = threading.Condition(self._lock)
+        """Notified as a worker joins (await_a_worker waits on it)."""
         self._waiting: list[_Reservation] = []
         self.pending: dict[str, WorkerRequest] = {}
         """Workers asked for that have not joined yet, by the name they will join under."""
@@ -99,6 +101,26 @@ class Capacity:
             self._waiting.append(_Reservation(spus, reason, self._clock() + self.worker_wait, future))
         return future
 
+    def has_workers(self) -> bool:
+        """True while a worker is live (joined, not leaving)."""
+        return bool(self._counts())
+
+    def await_a_worker(self, reason: str) -> bool:
+        """Block until a worker is live, asking the provider for one unless one is on its way (every worker
+        was lost: a rollback or replacement has nowhere to start). False when the provider can start none,
+        or none joined within worker_wait."""
+        if self.has_workers():
+            return True
+        room = self.reserve(1, reason)  # with no worker live it is room only once one is asked for
+        deadline = self._clock() + self.worker_wait
+        with self._arrivals:
+            while not self._counts():
+                left = deadline - self._clock()
+                if left <= 0 or (room.done() and room.exception() is not None):
+                    return False
+                self._arrivals.wait(min(left, 1.0))
+        return True
+
     def _ask(self, reason: str) -> None:
         while True:
             name = f"{self.provider.kind}-{next(self._names)}"
@@ -129,6 +151,7 @@ class Capacity:
             self.pending.pop(worker, None)
             self._asked_at.pop(worker, None)
             self._settle()
+            self._arrivals.notify_all()
 
     def lost(self, worker: str) -> None:
         """`worker` died (joined or not): a reservation still short of room asks again for one that never

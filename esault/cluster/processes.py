@@ -28,7 +28,7 @@ from esault.cluster.placement import Placement
 from esault.cluster.postman import Postman
 from esault.cluster.unit_wire import check_sendable, config_to_wire, unit_to_wire
 from esault.dsl.topology import Grouping, Topology, UnitSpec
-from esault.errors import ResourceError, UnitStartError, WorkerLost
+from esault.errors import NoWorkerLeft, ResourceError, UnitStartError, WorkerLost
 from esault.metrics import registry as metrics
 from esault.metrics.forwarded import FORWARDED, ForwardedSamples
 from esault.metrics.partition_status import checked_rows
@@ -560,7 +560,7 @@ class ProcessLauncher:
         if worker is None:
             if not self.registry.workers and self.registry.lost:
                 driver = self.postman.address.replace("tcp://", "")
-                raise UnitStartError(
+                raise NoWorkerLeft(
                     f"unit {spec.name!r} has no worker to run on: every worker process was lost "
                     f"({', '.join(self.registry.lost)}) and none is left to take SPU {cfg.spu_id}, so its tuples "
                     f"cannot be processed; start workers (`esault worker --driver {driver}`) or run the job again")

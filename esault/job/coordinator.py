@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 from esault.dsl.topology import Topology
-from esault.errors import ScalingError
+from esault.errors import NoWorkerLeft, ScalingError
 from esault.datapath.context import log
 from esault.job.group import AtomicGroup
 from esault.messages.control import GetRoutes, GetSpus, ScaleCommand, ScaleResult
@@ -158,6 +158,16 @@ class ReconfigurationCoordinator:
             request = item
             try:
                 result = self.wait_result(request, self.send_command(request))
+            except NoWorkerLeft as exc:
+                if request.action == "replace" and self._a_worker_came(request, exc):
+                    # Every worker went while it started (its own death and the next one's): it runs again on
+                    # the worker a cluster that can grow started in their place.
+                    self._queue.put((self.URGENT, next(self._seq), _Roomed(request), future))
+                    continue
+                log.warning("topology %r: %s of %r refused: %s", self.topology.name, request.action, request.unit,
+                            exc)
+                future.set_exception(exc)
+                continue
             except Exception as exc:
                 log.warning("topology %r: %s of %r%s refused: %s", self.topology.name, request.action,
                             request.unit, f" SPU {request.spu_id}" if request.spu_id >= 0 else "", exc)
@@ -190,8 +200,17 @@ class ReconfigurationCoordinator:
         room.add_done_callback(back)
         return True
 
+    def _a_worker_came(self, request: ScaleRequest, why: NoWorkerLeft) -> bool:
+        """Every worker is gone: wait (this thread: nothing else can run) for one the cluster starts in their
+        place. False on a cluster that cannot start one, or when none joined in time."""
+        if self.capacity is None:
+            return False
+        log.warning("topology %r: %s; the %s waits for a worker", self.topology.name, why, request.action)
+        return self.capacity.await_a_worker(f"{request.action} of {self.topology.name}/{request.unit}")
+
     def _new_worker_spus(self, request: ScaleRequest) -> int:
-        """SPUs `request` starts on worker processes (a replacement of lost ones never waits: 0)."""
+        """SPUs `request` starts on worker processes (a replacement of lost ones never waits for room: 0; with
+        no worker left it waits for one, _a_worker_came)."""
         if self.topology.unit(request.unit).where == "driver":
             return 0
         if request.action == "split":

@@ -121,7 +121,7 @@ class Job:
             raise
         point = self.restored_from
         try:
-            self._wait_for_room(self._worker_spus_at_start(point), "the start")
+            self.wait_for_room(self._worker_spus_at_start(point), "the start")
             # Downstream units first, so every SPU starts knowing its output routes. A chained bolt
             # has no SPUs of its own: its head's SPUs run it and send to its downstream units.
             for spec in reversed(topology.units):
@@ -172,7 +172,7 @@ class Job:
             spus += len(instances) if instances else spec.parallelism
         return spus
 
-    def _wait_for_room(self, spus: int, what: str) -> None:
+    def wait_for_room(self, spus: int, what: str) -> None:
         """Workers for `spus` new SPUs, if the cluster can grow (the start; a lost worker's SPUs, a Ray node
         for the lost one), waited for up to the keeper's worker_wait; short of room they pack onto the workers
         there are, and the log says so. Nothing waits on a fixed pool (no budget: room everywhere)."""
@@ -183,6 +183,12 @@ class Job:
             keeper.reserve(spus, f"{what} of {self.name}").result(keeper.worker_wait + 5.0)
         except Exception as exc:  # noqa: BLE001 - declined or late: the SPUs pack onto the workers there are
             log.warning("topology %r: %s packs onto the workers there are: %s", self.name, what, exc)
+
+    def await_a_worker(self, what: str) -> bool:
+        """With every worker lost: block until the cluster started one in their place (False when it cannot,
+        or none joined within the keeper's worker_wait)."""
+        keeper = self._capacity_keeper
+        return keeper is not None and keeper.await_a_worker(f"{what} of {self.name}")
 
     def _check_guarantee(self) -> None:
         """exactly_once rolls sources back: every spout must be able to rewind. A join chain across SPUs

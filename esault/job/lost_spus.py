@@ -92,7 +92,7 @@ def queue_rollback(job: Job, lost: set[int], reason: str) -> Future:
             mine = {s for s in lost if placed is not None and placed(s) is not None}
             if not mine:
                 return None
-            job._wait_for_room(len(mine), f"the replacement of SPUs {sorted(mine)} ({reason})")
+            job.wait_for_room(len(mine), f"the replacement of SPUs {sorted(mine)} ({reason})")
             return job._roll_back(frozenset(mine), f"{reason} holding SPUs {sorted(mine)}")
         finally:
             with job._recovery_lock:

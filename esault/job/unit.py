@@ -558,8 +558,9 @@ class UnitActor(pykka.ThreadingActor):
                 except WorkerLost as exc:  # that worker died too: another one, until none is left (UnitStartError)
                     log.warning("topology %r: replacing SPU %d of %r: %s; trying another worker", self.job.name,
                                 lost, self.spec.name, exc)
-        except BaseException:  # nothing changed: the unit still lists the lost SPU (the job is failed)
+        except BaseException:  # nothing changed: the unit still lists the lost SPU (tried again, or the job fails)
             del self.instance_of[new]
+            self.starter.tell_inputs(cmd.downstream_routes, (), [new])
             raise
         self.instance_of.pop(lost, None)
         self._replaced.pop(lost, None)

@@ -130,3 +130,32 @@ def test_a_job_that_lost_every_worker_fails_at_once_saying_why_and_wait_is_false
         outcome = judge_run(job.status(), False, timeout=60, duration=None, dead_letter_path="x")
         assert not outcome.ok and "has no worker to run on" in outcome.problems[0]
         assert "esault worker --driver" in outcome.problems[0], "the failure says what to do"
+
+
+@pytest.mark.parametrize("guarantee", ["exactly_once", "at_least_once"])
+def test_a_local_pool_that_lost_every_worker_starts_new_ones_and_the_job_goes_on(tmp_path, guarantee):
+    """The case beside the one above, on a pool that can start workers: both die, one after the other, while
+    the job recovers from the first death (its rollback or replacements start SPUs on the second worker as it
+    dies). Whichever death the recovery sees first, it waits for the workers the pool starts in their place and
+    the job ends: exactly_once with exact counts."""
+    total = 4000
+    sys.path.insert(0, str(ROOT / "tests" / "system"))
+    import eo_parts
+
+    config = exactly_once(tmp_path).replace(guarantee=guarantee)
+    with LocalCluster(workers=2, heartbeat_timeout=HEARTBEAT_TIMEOUT) as cluster:
+        job = cluster.submit(eo_parts.build(f"regrown-{guarantee}", total, rate=800), config)
+        wait_until(lambda: job.status()["units"]["count"]["processed"] >= 300, 60, message="words counted")
+        if guarantee == "exactly_once":
+            wait_until(lambda: job.status()["checkpoints"]["completed"] >= 1, 30, message="a checkpoint completed")
+        first, second = sorted(cluster.registry.workers)
+        second_pid = cluster.registry.pids[second]
+        os.kill(cluster.registry.pids[first], signal.SIGKILL)
+        wait_until(lambda: first not in cluster.registry.workers, 30, message=f"{first} declared dead")
+        os.kill(second_pid, signal.SIGKILL)  # while the job recovers onto it
+        assert job.wait(180), f"the job did not recover onto new workers: {job.failures}"
+        assert not job.failures
+        assert cluster.registry.workers and second not in cluster.registry.workers, "new workers took over"
+        job.stop()
+    if guarantee == "exactly_once":
+        assert eo_parts.final_counts(tmp_path / "data" / f"regrown-{guarantee}") == eo_parts.oracle(total)
