@@ -35,7 +35,8 @@ from esault.errors import ConfigError, NoWorkerLeft, StoreDamaged, WorkerLost
 from esault.storage.objects import StorageError
 from esault.metrics import registry as metrics
 from esault.messages.acking import FailPending
-from esault.messages.checkpoints import CheckpointAck, CheckpointComplete, CheckpointStart, TriggerCheckpoint
+from esault.messages.checkpoints import (CheckpointAck, CheckpointAcks, CheckpointComplete, CheckpointStart,
+                                         TriggerCheckpoint)
 from esault.messages.control import GetRoutes, GetSpus, ScaleResult
 from esault.transport.endpoint import PEER_GONE, tell_all
 
@@ -64,13 +65,18 @@ class AckCollector:
             self.epoch, self._expected, self.acks, self.aborted = epoch, set(expected), {}, None
             self._units = units or {}
 
-    def add(self, ack: CheckpointAck) -> None:
+    def add(self, *acks: CheckpointAck) -> None:
+        """One SPU's ack, or a worker's batch of them (one wake-up for the waiter)."""
         with self._cond:
-            if ack.fatal and self.fatal is None:
-                self.fatal = ack.error or f"{ack.unit} SPU {ack.spu_id} lost a state it had to keep"
-                self._cond.notify_all()
-            if ack.epoch == self.epoch and ack.spu_id in self._expected:
-                self.acks[ack.spu_id] = ack
+            woke = False
+            for ack in acks:
+                if ack.fatal and self.fatal is None:
+                    self.fatal = ack.error or f"{ack.unit} SPU {ack.spu_id} lost a state it had to keep"
+                    woke = True
+                if ack.epoch == self.epoch and ack.spu_id in self._expected:
+                    self.acks[ack.spu_id] = ack
+                    woke = True
+            if woke:
                 self._cond.notify_all()
 
     def abort(self, reason: str) -> None:
@@ -104,14 +110,18 @@ class AckCollector:
 
 
 class CheckpointAcksActor(pykka.ThreadingActor):
-    """Registered as "checkpoints" in the driver: hands every CheckpointAck to the collector."""
+    """Registered as "checkpoints" in the driver: hands every CheckpointAck to the collector (a worker's come
+    in one CheckpointAcks a checkpoint: checkpoint/ack_batcher.py)."""
 
     def __init__(self, collector: AckCollector) -> None:
         super().__init__()
         self.collector = collector
 
     def on_receive(self, message: Any) -> Any:
-        if type(message) is CheckpointAck:
+        kind = type(message)
+        if kind is CheckpointAcks:
+            self.collector.add(*message.acks)
+        elif kind is CheckpointAck:
             self.collector.add(message)
         return None
 

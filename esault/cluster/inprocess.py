@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Iterable, Sequence
 
 import pykka
 
@@ -29,6 +29,30 @@ class InProcessLauncher:
         ref = self.launch(spec, cfg, job)
         self.await_start(ref)
         return ref
+
+    def start_spus(self, starts: Sequence[tuple[UnitSpec, SpuConfig, JobContext, str | None]]) -> list[Any]:
+        """start_spu for each, their open()s running at once; each item: the mailbox, or the exception."""
+        launched: list[Any] = []
+        for spec, cfg, job, worker in starts:
+            try:
+                if worker is not None:
+                    self.start_spu(spec, cfg, job, worker)  # raises: no workers here
+                launched.append(self.launch(spec, cfg, job))
+            except Exception as exc:  # noqa: BLE001 - this SPU's failure, the others go on
+                launched.append(exc)
+        out: list[Any] = []
+        for ref in launched:
+            if not isinstance(ref, Exception):
+                try:
+                    self.await_start(ref)
+                except Exception as exc:  # noqa: BLE001 - as above
+                    ref = exc
+            out.append(ref)
+        return out
+
+    def stop_spus(self, mailboxes: Iterable[Any]) -> None:
+        for mailbox in mailboxes:
+            self.stop_spu(mailbox, block=True)
 
     def launch(self, spec: UnitSpec, cfg: SpuConfig, job: JobContext) -> Any:
         """Start the SPU's actor and return at once: its open() runs on its own thread (await_start waits)."""

@@ -17,7 +17,7 @@ import subprocess
 import sys
 import threading
 import time
-from typing import Any, Callable
+from typing import Any, Callable, Iterable, NamedTuple, Sequence
 
 import pykka
 
@@ -515,6 +515,14 @@ class ClusterActor(pykka.ThreadingActor):
         threading.Thread(target=take, name="esault-savepoint", daemon=True).start()
 
 
+class _Starting(NamedTuple):
+    """A StartSpu sent to `worker`, its answer not awaited yet."""
+
+    worker: str
+    spu_id: int
+    unit: str
+
+
 class ProcessLauncher:
     """SpuLauncher that places each unit's SPUs where UnitSpec.where says: the driver or a worker."""
 
@@ -542,6 +550,32 @@ class ProcessLauncher:
 
     def start_spu(self, spec: UnitSpec, cfg: SpuConfig, job: JobContext, worker: str | None = None) -> Any:
         """Start an SPU where its unit runs: the driver, the worker named, or the least loaded worker."""
+        return self._await_start(self._send_start(spec, cfg, job, worker))
+
+    def start_spus(self, starts: Sequence[tuple[UnitSpec, SpuConfig, JobContext, str | None]]) -> list[Any]:
+        """Start several SPUs at once, each as start_spu would: every StartSpu goes out before any answer is
+        awaited, so N SPUs cost one round trip to their workers, not N (a rollback's relaunch of a whole job,
+        a job's start). Each item of the result: the SPU's mailbox, or the exception its start raised."""
+        sent: list[Any] = []
+        for spec, cfg, job, worker in starts:
+            try:
+                sent.append(self._send_start(spec, cfg, job, worker))
+            except Exception as exc:  # noqa: BLE001 - this SPU's failure, the others go on
+                sent.append(exc)
+        out: list[Any] = []
+        for pending in sent:
+            if isinstance(pending, Exception):
+                out.append(pending)
+                continue
+            try:
+                out.append(self._await_start(pending))
+            except Exception as exc:  # noqa: BLE001 - as above
+                out.append(exc)
+        return out
+
+    def _send_start(self, spec: UnitSpec, cfg: SpuConfig, job: JobContext, worker: str | None) -> Any:
+        """start_spu's first half: an SPU in the driver, started; or its StartSpu sent to a worker, and the
+        (worker, SPU id) whose answer _await_start waits for."""
         if spec.where == "driver":
             if worker is not None:
                 raise ResourceError(f"unit {spec.name!r} runs in the driver (placement='driver'); its SPUs "
@@ -581,17 +615,24 @@ class ProcessLauncher:
             for name, sent in self._units_of(spec, job).items():
                 self._sent[(incarnation, job.name, name)] = sent
         self.postman.send(worker, "host", StartSpu(job.name, spec.name, cfg))
+        return _Starting(worker, cfg.spu_id, spec.name)
+
+    def _await_start(self, pending: Any) -> Any:
+        """start_spu's second half: the worker's answer to the StartSpu _send_start sent."""
+        if not isinstance(pending, _Starting):
+            return pending  # started in the driver
+        worker, spu_id, unit = pending
         try:
-            answer = self.registry.wait_started(cfg.spu_id, self.start_timeout, worker)
+            answer = self.registry.wait_started(spu_id, self.start_timeout, worker)
         except WorkerLost:
-            self._where.pop(cfg.spu_id, None)
+            self._where.pop(spu_id, None)
             raise
         if answer is None or answer.error:
-            self.registry.removed(worker, cfg.spu_id)
-            self._where.pop(cfg.spu_id, None)
+            self.registry.removed(worker, spu_id)
+            self._where.pop(spu_id, None)
             why = answer.error if answer else f"no answer within {self.start_timeout}s (is the worker alive?)"
-            raise UnitStartError(f"unit {spec.name!r} cannot start on worker {worker}: {why}")
-        return self.postman.remote(worker, f"spu-{cfg.spu_id}")
+            raise UnitStartError(f"unit {unit!r} cannot start on worker {worker}: {why}")
+        return self.postman.remote(worker, f"spu-{spu_id}")
 
     def _units_of(self, spec: UnitSpec, job: JobContext) -> dict[str, UnitSpec]:
         """Every unit of the job that has SPUs of its own (chained ones travel inside their head), each in
@@ -607,18 +648,38 @@ class ProcessLauncher:
         return SubmitJob(job.name, [unit_to_wire(u) for u in units.values()], config_to_wire(job.config),
                          job.store_id)
 
+    def stop_spus(self, mailboxes: Iterable[Any]) -> None:
+        """Stop several SPUs, each as stop_spu(block=True) would, every StopSpu sent before any confirmation is
+        awaited (a rollback discards every SPU of the job: one round trip, not one an SPU)."""
+        waits = []
+        for mailbox in mailboxes:
+            try:
+                waits.append(self._send_stop(mailbox))
+            except Exception as exc:  # noqa: BLE001 - this one's worker is going; the others are stopped
+                log.warning("SPU %s not stopped cleanly: %r", getattr(mailbox, "address", mailbox), exc)
+        for wait in waits:
+            if wait is not None:
+                wait()
+
     def stop_spu(self, mailbox: Any, block: bool) -> None:
+        wait = self._send_stop(mailbox, block)
+        if block and wait is not None:
+            wait()
+
+    def _send_stop(self, mailbox: Any, block: bool = True) -> Callable[[], None] | None:
+        """stop_spu's first half: a local SPU stopped; or the StopSpu sent, and what waits for its worker's
+        confirmation (None: nothing to wait for)."""
         if not isinstance(mailbox, RemoteMailbox):
             name = self.postman._names.get(mailbox.actor_urn)
             self.local.stop_spu(mailbox, block)
             if name:
                 self.postman.unregister(name)
-            return
+            return None
         spu_id = int(mailbox.address.actor.split("-", 1)[1])
         worker = mailbox.address.process
         if worker not in self.registry.workers:  # declared dead: the SPU died with it, nobody to tell
             self.registry.removed(worker, spu_id)
-            return
+            return None
         request = next(self._requests)
         done = self.registry.expect_stop(request, worker)
         self.registry.removed(worker, spu_id)
@@ -627,14 +688,17 @@ class ProcessLauncher:
         except Exception:
             if worker in self.registry.workers:
                 raise
-            return  # declared dead meanwhile: the SPU is gone with its process
-        if block and not done.wait(self.stop_timeout):
-            if worker in self.registry.workers:
-                log.warning("worker %s did not confirm stopping SPU %d within %ss", worker, spu_id,
-                            self.stop_timeout)
-            else:
-                log.warning("worker %s died before it confirmed stopping SPU %d: the SPU went with it",
-                            worker, spu_id)
+            return None  # declared dead meanwhile: the SPU is gone with its process
+
+        def confirmed() -> None:
+            if not done.wait(self.stop_timeout):
+                if worker in self.registry.workers:
+                    log.warning("worker %s did not confirm stopping SPU %d within %ss", worker, spu_id,
+                                self.stop_timeout)
+                else:
+                    log.warning("worker %s died before it confirmed stopping SPU %d: the SPU went with it",
+                                worker, spu_id)
+        return confirmed
 
     def worker_of(self, spu_id: int) -> str | None:
         return self._where.get(spu_id)

@@ -14,6 +14,7 @@ import os
 import socket
 import threading
 import time
+from functools import partial
 from typing import Any, Callable
 
 import pykka
@@ -27,6 +28,7 @@ from esault.dsl.topology import Topology
 from esault.metrics.forwarded import SampleSender
 from esault.metrics.stats import STATS, StatsRegistry
 from esault.datapath.sender import StartCheck
+from esault.checkpoint.ack_batcher import AckBatcher
 from esault.checkpoint.backends import refusal_of
 from esault.datapath.context import JobContext, job_actor
 from esault.messages.acking import OwnerAt
@@ -258,7 +260,9 @@ class HostActor(pykka.ThreadingActor):
             job = JobContext(Topology(message.topology, ()), config, SystemClock(), data_dir,
                              acker=self.postman.remote(DRIVER, job_actor(message.topology, "acker")),
                              ticker=self._ticker(config.tick_interval),
-                             checkpoints=self.postman.remote(DRIVER, job_actor(message.topology, "checkpoints")),
+                             checkpoints=AckBatcher(
+                                 self.postman.remote(DRIVER, job_actor(message.topology, "checkpoints")),
+                                 partial(self.spus_of, message.topology)),
                              process=self.postman.process, stats=self.stats)
             self.jobs[message.topology] = job
         if store_id and job.store_id != store_id:
@@ -267,6 +271,10 @@ class HostActor(pykka.ThreadingActor):
                 raise _Unbuildable(refusal)
             job.store_id = store_id
         return job
+
+    def spus_of(self, topology: str) -> int:
+        """SPUs of `topology` this process runs (its AckBatcher's count: each acks every checkpoint)."""
+        return sum(1 for name in list(self.topology_of.values()) if name == topology)
 
     def _start(self, message: StartSpu) -> None:
         """Start the SPU and tell the driver whether it runs: a unit that cannot start fails the job at once."""

@@ -10,7 +10,7 @@ chain's members told the new set. A new resource provider changes the launcher, 
 from __future__ import annotations
 
 import itertools
-from typing import Any, Iterable, Iterator, Protocol
+from typing import Any, Iterable, Iterator, Protocol, Sequence
 
 from esault.datapath.context import JobContext, log
 from esault.dsl.topology import UnitSpec
@@ -33,7 +33,13 @@ class SpuLauncher(Protocol):
 
     def start_spu(self, spec: UnitSpec, cfg: SpuConfig, job: JobContext, worker: str | None = None) -> Any: ...
 
+    def start_spus(self, starts: Sequence[tuple[UnitSpec, SpuConfig, JobContext, str | None]]) -> list[Any]:
+        """Each start_spu at once; each item of the result the mailbox, or the exception its start raised."""
+
     def stop_spu(self, mailbox: Any, block: bool) -> None: ...
+
+    def stop_spus(self, mailboxes: Iterable[Any]) -> None:
+        """stop_spu(block=True) of each, at once."""
 
 
 def even_table(spu_ids: list[int]) -> IntervalTable:
@@ -70,6 +76,18 @@ class SpuStarter:
         if worker is None:
             return unit.launcher.start_spu(spec, cfg, unit.job)
         return unit.launcher.start_spu(spec, cfg, unit.job, worker=worker)
+
+    def launch_many(self, starts: Sequence[tuple[int, int | None, Any]],
+                    downstream: tuple[RouteSpec, ...]) -> list[Any]:
+        """Start several SPUs, each (SPU id, the epoch it restores or None, its position), where the launcher
+        puts them, all at once (a unit's first SPUs, a rollback's relaunch): each item of the result its
+        mailbox, or the exception its start raised."""
+        unit = self.unit
+        configs = []
+        for spu_id, epoch, position in starts:
+            spec, cfg = self.config(spu_id, downstream, None, epoch, position)
+            configs.append((spec, cfg, unit.job, None))
+        return unit.launcher.start_spus(configs)
 
     def config(self, spu_id: int, downstream: tuple[RouteSpec, ...], receive: PrepareReceive | None,
                epoch: int | None = None, position: Any = None, table: IntervalTable | None = None,

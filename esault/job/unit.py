@@ -126,12 +126,22 @@ class UnitActor(pykka.ThreadingActor):
         if self.spec.per_key:
             self.table = even_table(ids)
         positions = self._shares(positions or {})
+        starts = []
         for instance, spu_id in zip(numbers, ids):
             self.instance_of[spu_id] = instance
             # One the checkpoint did not have starts empty: its slot may hold an older instance's state.
             restore = epoch if holding is None or instance in holding else None
-            self.spus[spu_id] = self.starter.launch(spu_id, self.downstream, None, restore, positions.get(instance))
+            starts.append((spu_id, restore, positions.get(instance)))
+        started = self.starter.launch_many(starts, self.downstream)
+        failed = None
+        for (spu_id, _, _), mailbox in zip(starts, started):
+            if isinstance(mailbox, Exception):
+                failed = failed or mailbox
+            else:
+                self.spus[spu_id] = mailbox
         self.starter.announce_members()
+        if failed is not None:  # the job fails with it (Job.start)
+            raise failed
 
     @property
     def _keeps_instance_states(self) -> bool:
@@ -156,14 +166,19 @@ class UnitActor(pykka.ThreadingActor):
         # With the ones an earlier relaunch could not start (their worker died as they started): the
         # interval table and the instances still name them, so this rollback's relaunch must fill them too.
         self._discarded = sorted(set(self.spus) | set(self._discarded))
+        told = []
         for spu_id, mailbox in {**self.spus, **extra}.items():
             if spu_id in msg.lost:
                 continue
             try:
                 mailbox.tell(Abandon())
-                self.launcher.stop_spu(mailbox, block=True)
+                told.append(mailbox)
             except Exception as exc:  # noqa: BLE001 - its process is gone too
-                log.warning("unit %r: SPU %d not stopped cleanly: %r", self.spec.name, spu_id, exc)
+                log.warning("unit %r: SPU %d not told to abandon: %r", self.spec.name, spu_id, exc)
+        try:
+            self.launcher.stop_spus(told)  # every StopSpu out before any confirmation is awaited
+        except Exception as exc:  # noqa: BLE001 - a process is gone too
+            log.warning("unit %r: SPUs not stopped cleanly: %r", self.spec.name, exc)
         self.spus = {}
 
     def _shares(self, positions: dict[int, Any]) -> dict[int, Any]:
@@ -200,13 +215,15 @@ class UnitActor(pykka.ThreadingActor):
         self.generation += 1
         self._discarded = []
         failed: list[tuple[int, Exception]] = []
-        for new in renamed.values():
-            try:
-                self.spus[new] = self.starter.launch(new, self.downstream, None, msg.epoch,
-                                              positions.get(self.instance_of[new]))
-            except Exception as exc:  # noqa: BLE001 - e.g. WorkerLost: its death queues another rollback
-                failed.append((new, exc))
+        news = list(renamed.values())
+        started = self.starter.launch_many(
+            [(new, msg.epoch, positions.get(self.instance_of[new])) for new in news], self.downstream)
+        for new, mailbox in zip(news, started):
+            if isinstance(mailbox, Exception):  # e.g. WorkerLost: its death queues another rollback
+                failed.append((new, mailbox))
                 self._discarded.append(new)  # the next rollback relaunches it with the others
+            else:
+                self.spus[new] = mailbox
         self.starter.tell_inputs(self.downstream, (), [new for new, _ in failed])
         self.starter.announce_members()
         if failed:

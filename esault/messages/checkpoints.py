@@ -62,6 +62,14 @@ class CheckpointAck:
 
 
 @dataclass(frozen=True, slots=True)
+class CheckpointAcks:
+    """A worker -> checkpoint coordinator: the CheckpointAcks of several of its SPUs in one frame (one a worker
+    and checkpoint, not one an SPU: esault/checkpoint/ack_batcher.py)."""
+
+    acks: tuple[CheckpointAck, ...]
+
+
+@dataclass(frozen=True, slots=True)
 class CheckpointComplete:
     """checkpoint coordinator -> every SPU: `epoch` is recorded durably; sinks publish what they staged for it."""
 

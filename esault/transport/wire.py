@@ -137,6 +137,7 @@ WIRE_TAGS: Mapping[str, int] = types.MappingProxyType({
     "RangeRequest": 57, "RangeGrant": 58, "ReportNow": 59, "FindOwner": 60, "OwnerAt": 61,
     "OwnerGone": 62, "PeersLost": 63, "Watermark": 64, "WatermarkInputs": 65, "EnrollRequest": 66,
     "Enrolled": 67, "ReleaseShare": 68, "ShareReleased": 69, "TakeShare": 70, "ShareTaken": 71,
+    "CheckpointAcks": 72,
 })
 """Message class name -> wire tag. Never renumber or reuse a tag: a new message takes the next free one.
 

@@ -27,7 +27,7 @@ PACE = {"WorkerHeartbeat", "DriverBeat"}
 """Messages that come with time, not with an operation: compared as a rate."""
 PACE_SAMPLES = 20
 """Heartbeats the driver receives in the window the pace is taken over (about 5-10 s with two workers)."""
-SIGNS = {"checkpoint": ("in", "CheckpointAck"), "split": ("out", "StartSpu"), "merge": ("out", "StopSpu"),
+SIGNS = {"checkpoint": ("in", "CheckpointAcks"), "split": ("out", "StartSpu"), "merge": ("out", "StopSpu"),
          "move": ("in", "SpuStopped"), "rescale": ("in", "HandoffFinished")}
 """A message each operation must have exchanged with the workers (else the comparison proves nothing)."""
 

@@ -34,6 +34,7 @@ from esault.messages.checkpoints import (
     Abandon,
     Barrier,
     CheckpointAck,
+    CheckpointAcks,
     CheckpointComplete,
     CheckpointStart,
     TriggerCheckpoint,
@@ -193,6 +194,7 @@ PINNED_SCHEMA = {
     69: ("ShareReleased", ("rescale_id: int", "spu: int", "position: value", "error: str")),
     70: ("TakeShare", ("rescale_id: int", "instances: int", "position: value")),
     71: ("ShareTaken", ("rescale_id: int", "spu: int", "error: str")),
+    72: ("CheckpointAcks", ("acks: tuple[CheckpointAck, ...]",)),
 }
 
 
@@ -212,7 +214,7 @@ def test_tags_follow_the_class_name_and_a_message_without_a_tag_is_refused_by_na
     classes = dict(reversed([(cls.__name__, cls) for cls in wire.TAGS]))  # definition order does not matter
     assert [wire.TAGS[cls] for cls in wire._tagged(classes)] == sorted(wire.WIRE_TAGS.values())
     with pytest.raises(ImportError, match=r"without a wire tag: Fresh; add each to esault.transport.wire.WIRE_TAGS "
-                                          r"with the next free tag \(72\)"):
+                                          r"with the next free tag \(73\)"):
         wire._tagged({**classes, "Fresh": Fresh})
     del classes["Abandon"]
     with pytest.raises(ImportError, match=r"WIRE_TAGS names Abandon, which no module of esault.messages defines"):
@@ -336,6 +338,8 @@ EXAMPLES: dict[type, Any] = {
     CheckpointStart: CheckpointStart(7, frozenset({3, 4}), True),
     Barrier: Barrier(7, 3),
     CheckpointAck: CheckpointAck(7, 3, "sentences", 0, {"offset": 4096}, "", False),
+    CheckpointAcks: CheckpointAcks((CheckpointAck(7, 3, "sentences", 0, {"offset": 4096}),
+                                    CheckpointAck(7, 5, "count", 1, None, "", False, False, 12))),
     CheckpointComplete: CheckpointComplete(7),
     Abandon: Abandon(),
     SavepointRequest: SavepointRequest(4, Address("client-1", "status"), "tcp://127.0.0.1:5609", "wc", True),
@@ -552,7 +556,7 @@ GOOD_FRAMES = [encode_frame(msg) for msg in EXAMPLES.values()]
     (msgpack.packb({"tag": 1}), "not_a_frame", r"expected \[tag, fields\.\.\.\], got dict"),
     (msgpack.packb([]), "not_a_frame", r"got list \[\]"),
     (msgpack.packb(["DataBatch", 1, []]), "not_a_frame", r"not a message frame"),
-    (msgpack.packb([99, 1]), "unknown_tag", r"unknown message tag 99 \(known: 1\.\.71, retired: 4, 7, 22\)"),
+    (msgpack.packb([99, 1]), "unknown_tag", r"unknown message tag 99 \(known: 1\.\.72, retired: 4, 7, 22\)"),
     (msgpack.packb([10, 1]), "field_count", r"EpochMarker: expected 2 fields \(reconfig_id, sender\), got 1"),
     (msgpack.packb([25, 1, "soon", ["d", "m"], True]), "field_type", r"Probe\.sent_at: expected float, got str 'soon'"),
     (msgpack.packb([10, True, 1]), "field_type", r"EpochMarker\.reconfig_id: expected int, got bool True"),
