@@ -23,6 +23,7 @@ import platform
 import resource
 import sys
 import tempfile
+import threading
 import time
 import urllib.request
 from pathlib import Path
@@ -70,6 +71,41 @@ def timed(action: Callable[[], Any]) -> tuple[float, float, Any]:
     return time.perf_counter() - wall, cpu_seconds() - cpu, result
 
 
+BACKGROUND_THREADS = ("esault-endpoint", "ClusterActor", "ZMQbg")
+"""The driver's threads that run whatever an operation does: the transport's I/O thread (every frame in and
+out, heartbeats among them), libzmq's I/O thread (CurveZMQ's encryption) and the cluster actor (heartbeats,
+liveness). Their CPU during a long operation is mostly the workers' heartbeats over its wall time, not the
+operation's own work."""
+
+
+def thread_cpu() -> dict[str, float]:
+    """CPU seconds of each of this process's threads so far, by Python thread name (the OS's for threads
+    Python did not start, libzmq's)."""
+    out: dict[str, float] = {}
+    tick = os.sysconf("SC_CLK_TCK")
+    names = {t.native_id: t.name for t in threading.enumerate()}
+    for task in Path("/proc/self/task").iterdir():
+        try:
+            stat = (task / "stat").read_text()
+        except OSError:  # the thread ended
+            continue
+        name = names.get(int(task.name)) or stat[stat.index("(") + 1:stat.rindex(")")]
+        fields = stat[stat.rindex(")") + 2:].split()
+        out[name] = out.get(name, 0.0) + (int(fields[11]) + int(fields[12])) / tick
+    return out
+
+
+def timed_work(action: Callable[[], Any]) -> tuple[float, float, float]:
+    """(wall seconds, driver CPU seconds, the CPU seconds of its threads but BACKGROUND_THREADS) of `action`:
+    the last is the operation's own work in the driver (the control thread, the units' and checkpoint actors)."""
+    before = thread_cpu()
+    wall, cpu, _ = timed(action)
+    after = thread_cpu()
+    work = sum(seconds - before.get(name, 0.0) for name, seconds in after.items()
+               if not name.startswith(BACKGROUND_THREADS))
+    return wall, cpu, max(0.0, work)
+
+
 def window(fleet: SimFleet, seconds: float) -> dict[str, float]:
     """The driver's cores, RSS and messages a second over `seconds`."""
     (inn0, out0), cpu, wall = fleet.traffic.totals(), cpu_seconds(), time.perf_counter()
@@ -104,7 +140,8 @@ def run_one(workers: int, processes: int, seconds: float, folder: Path) -> dict[
             time.sleep(2.0)
             row["loaded"] = window(fleet, seconds)
             row["checkpoint_s"], row["checkpoint_cpu_s"], _ = timed(lambda: job.checkpoint(timeout=120))
-            row["checkpoint2_s"], row["checkpoint2_cpu_s"], _ = timed(lambda: job.checkpoint(timeout=120))
+            row["checkpoint2_s"], row["checkpoint2_cpu_s"], row["checkpoint2_work_s"] = timed_work(
+                lambda: job.checkpoint(timeout=120))
             unit = topology.COUNT_UNITS[0]
             spus = job.spus(unit)
             row["merge_s"] = timed(lambda: job.merge(unit, spus[-1], timeout=120))[0]
@@ -113,7 +150,8 @@ def run_one(workers: int, processes: int, seconds: float, folder: Path) -> dict[
             target = next(w for w in fleet.names if w != job.worker_of(spu) and w != fleet.victim)
             row["move_s"] = timed(lambda: job.assign_resource(unit, spu, target, timeout=120))[0]
             count = len(job.spus(unit))
-            row["rescale_s"], row["rescale_cpu_s"], _ = timed(lambda: job.rescale(unit, count - 1, timeout=300))
+            row["rescale_s"], row["rescale_cpu_s"], row["rescale_work_s"] = timed_work(
+                lambda: job.rescale(unit, count - 1, timeout=300))
             row["status_s"] = timed(job.status)[0]
             row["esault_status_s"] = timed(lambda: fetch_status(cluster.address, 60))[0]
             row["rest_units_s"] = timed(lambda: get(f"{api.url}/api/jobs/{JOB}/units"))[0]
@@ -126,7 +164,7 @@ def run_one(workers: int, processes: int, seconds: float, folder: Path) -> dict[
             killed = time.perf_counter()
             wait_until(lambda: victim in cluster.registry.lost, 120, interval=0.01, message="the loss detected")
             row["loss_detect_s"] = time.perf_counter() - killed
-            wait_until(lambda: len(job.checkpoints.stats.recoveries) > recoveries and not job._recovering,
+            wait_until(lambda: len(job.checkpoints.stats.recoveries) > recoveries and not job.recovering,
                        300, interval=0.01, message="the job recovered")
             row["loss_recovered_s"] = time.perf_counter() - killed
             row["traffic"] = {f"{way} {kind}": n for (way, kind), n in sorted(fleet.traffic.snapshot().items())}
@@ -156,12 +194,14 @@ METRICS: tuple[tuple[str, str, Callable[[dict], float]], ...] = (
     ("messages out/s (loaded)", "/s", lambda r: r["loaded"]["out_per_s"]),
     ("checkpoint", "s", lambda r: r["checkpoint2_s"]),
     ("checkpoint driver CPU", "s", lambda r: r["checkpoint2_cpu_s"]),
+    ("checkpoint driver work", "s", lambda r: r.get("checkpoint2_work_s", math.nan)),
     ("merge", "s", lambda r: r["merge_s"]),
     ("split", "s", lambda r: r["split_s"]),
     ("move", "s", lambda r: r["move_s"]),
     ("rescale by one", "s", lambda r: r["rescale_s"]),
     ("split driver CPU", "s", lambda r: r["split_cpu_s"]),
     ("rescale driver CPU", "s", lambda r: r["rescale_cpu_s"]),
+    ("rescale driver work", "s", lambda r: r.get("rescale_work_s", math.nan)),
     ("job.status()", "s", lambda r: r["status_s"]),
     ("esault status", "s", lambda r: r["esault_status_s"]),
     ("REST units", "s", lambda r: r["rest_units_s"]),
@@ -190,8 +230,8 @@ def plot(rows: list[dict[str, Any]]) -> list[str]:
     import matplotlib.pyplot as plt
 
     ns = [r["workers"] for r in rows]
-    groups = {"scale_driver_cost.png": METRICS[:5], "scale_operations.png": METRICS[5:13],
-              "scale_views.png": METRICS[13:]}
+    groups = {"scale_driver_cost.png": METRICS[:5], "scale_operations.png": METRICS[5:15],
+              "scale_views.png": METRICS[15:]}
     written = []
     FIGURES.mkdir(parents=True, exist_ok=True)
     for name, metrics in groups.items():

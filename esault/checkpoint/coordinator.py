@@ -345,9 +345,9 @@ class CheckpointCoordinator:
 
     def due_in(self) -> float | None:
         """Seconds until the next periodic checkpoint (running it when due); None: none are taken."""
-        if not self.job.ctx.exactly_once or self.job._stopped or self.ended or self.collector.fatal is not None:
+        if not self.job.ctx.exactly_once or self.job.stopped or self.ended or self.collector.fatal is not None:
             return None
-        if self.job._recovering:  # a rollback is queued: a checkpoint now could record a broken layout
+        if self.job.recovering:  # a rollback is queued: a checkpoint now could record a broken layout
             return 0.05
         wait = self._last + self.config.checkpoint_interval - time.monotonic()
         if wait > 0:
@@ -390,7 +390,7 @@ class CheckpointCoordinator:
                 spus[spec.name] = units[spec.name].ask(GetSpus(), timeout=self.config.checkpoint_timeout)
         self.collector.begin(epoch, {s for by in spus.values() for s in by},
                              {s: unit for unit, by in spus.items() for s in by})
-        if self.job._recovering:  # a worker died before begin(): its rollback's abort() came too early for us
+        if self.job.recovering:  # a worker died before begin(): its rollback's abort() came too early for us
             self.collector.abort("a rollback is queued")
         for spec in self.topology.units:
             if spec.name not in spus or spec.is_spout:
@@ -405,7 +405,7 @@ class CheckpointCoordinator:
         acks = self.collector.finish()
         if failure is not None:
             self._failed(f"checkpoint {epoch} failed", failure, counted=not failure.startswith("aborted"))
-            if failure.startswith("timed out") and not self.job._stopped and self.failure is None and self.collector.fatal is None:
+            if failure.startswith("timed out") and not self.job.stopped and self.failure is None and self.collector.fatal is None:
                 # Some SPU may hold channels for a barrier that never comes: only a rollback frees them. Through
                 # the job, like every rollback: the job is not complete while it runs, and its probers, counts
                 # and completion follow the relaunched SPUs.
@@ -593,7 +593,7 @@ class CheckpointCoordinator:
                     record.seconds * 1000)
         for spec in order:
             result = ScaleResult("restore", spec.name, 0, 0, None, None, 0, 0.0, record.seconds, reason)
-            self.job._tell_listeners(result)
+            self.job.tell_listeners(result)
         return record
 
     def close(self) -> None:

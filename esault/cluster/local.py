@@ -145,7 +145,7 @@ class LocalCluster:
         """The Ray head is gone (RayProvider's watch): every running job fails now, saying why, while its driver
         can still stop it in order (Ray would end this process within a minute)."""
         for job in list(self.jobs.values()):
-            if not job._stopped:
+            if not job.stopped:
                 job.fail(why)
 
     def _give_back(self, worker: str) -> None:

@@ -329,7 +329,7 @@ class ClusterActor(pykka.ThreadingActor):
             pass
 
     def _tag_loads(self) -> list:
-        units = {(name, spec.name) for name, job in self.jobs().items() if not job._stopped
+        units = {(name, spec.name) for name, job in self.jobs().items() if not job.stopped
                  for spec in job.topology.units if any(i.grouping is Grouping.TAG for i in spec.inputs)}
         return tag_load_rows(self.registry.live_stats(), units) if units else []
 
@@ -377,7 +377,7 @@ class ClusterActor(pykka.ThreadingActor):
         if (capacity := self._capacity()) is not None:
             capacity.lost(worker)
         for job in self.jobs().values():
-            if not job._stopped:
+            if not job.stopped:
                 job.replace_lost(lost)
 
     def _admit(self, hello: WorkerHello) -> None:
@@ -483,7 +483,7 @@ class ClusterActor(pykka.ThreadingActor):
 
         def answer() -> None:
             try:
-                jobs = {name: job.status() for name, job in self.jobs().items() if not job._stopped}
+                jobs = {name: job.status() for name, job in self.jobs().items() if not job.stopped}
                 message.reply_to.tell(StatusReply(message.request_id, jobs, workers))
             except Exception:  # noqa: BLE001 - the client times out and says so
                 log.exception("status request from %s not answered", process)
@@ -499,7 +499,7 @@ class ClusterActor(pykka.ThreadingActor):
         def take() -> None:
             epoch, error = None, ""
             try:
-                if job is None or job._stopped:
+                if job is None or job.stopped:
                     raise LookupError(f"no running job {message.topology!r} here; running: "
                                       f"{sorted(n for n, j in self.jobs().items() if not j._stopped)}")
                 epoch = job.savepoint(stop=message.stop, timeout=job.config.checkpoint_timeout + 10)

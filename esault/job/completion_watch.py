@@ -141,7 +141,7 @@ class CompletionWatch:
 
     def is_complete(self) -> bool:
         """Job.is_complete(): input_done() while no rollback is queued or running."""
-        if self.job._recovering:
+        if self.job.recovering:
             return False
         return self.input_done()
 

@@ -42,7 +42,7 @@ def end_at_final_checkpoint(job: Job) -> str | None:
     again = object()  # an attempt that found the job not complete (any more): wait, then try again
     for _ in range(FINAL_ATTEMPTS):
         deadline = time.monotonic() + timeout
-        while job._recovering and time.monotonic() < deadline:  # a queued rollback first: did it find
+        while job.recovering and time.monotonic() < deadline:  # a queued rollback first: did it find
             poll.wait(0.05)                                       # the job complete?
         must_end = job.completion.claimed or job._complete_at_rollback
         if must_end and not job.wait(timeout * 4):
@@ -56,7 +56,7 @@ def end_at_final_checkpoint(job: Job) -> str | None:
             # would cut that replay short. So can a checkpoint's timeout, on this thread. Try again instead.
             if len(checkpoints.stats.recoveries) != recoveries:
                 return again
-            if must_end and (job._recovering or not job._input_done()):
+            if must_end and (job.recovering or not job._input_done()):
                 return again
             return checkpoints.checkpoint("final", final=True)
 
@@ -69,7 +69,7 @@ def end_at_final_checkpoint(job: Job) -> str | None:
                 return input_not_covered(job, epoch)
             return None
         deadline = time.monotonic() + timeout
-        while job._recovering and time.monotonic() < deadline:
+        while job.recovering and time.monotonic() < deadline:
             poll.wait(0.05)
         if epoch is None and len(checkpoints.stats.recoveries) == recoveries:
             break  # it failed for another reason: retrying would fail the same way

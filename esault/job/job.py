@@ -245,7 +245,19 @@ class Job:
         self.probes.refresh(set())  # the rollback relaunched every SPU under new ids
         return recovered
 
-    def _tell_listeners(self, result: ScaleResult) -> None:
+    @property
+    def stopped(self) -> bool:
+        """True once stop() began (or the job failed and stopped): nothing more may start for it."""
+        return self._stopped
+
+    @property
+    def recovering(self) -> bool:
+        """True while a rollback or a replacement of lost SPUs is queued or running: the job is not complete,
+        and a checkpoint now could record a broken layout."""
+        return self._recovering > 0
+
+    def tell_listeners(self, result: ScaleResult) -> None:
+        """Tell the scaling listeners (controllers, the API's history) of `result`, one failing not the rest."""
         for listener in list(self.coordinator.listeners):
             try:
                 listener(result)

@@ -85,7 +85,7 @@ class SpoutRescale:
 
     def run(self) -> ScaleResult:
         job, unit = self.job, self.unit
-        if job._stopped or job.checkpoints.ended:
+        if job.stopped or job.checkpoints.ended:
             raise ScalingError(f"rescale of spout {unit!r}: the job is stopping (its spouts ended at a final "
                                "checkpoint); nothing changed")
         actor = job.units[unit]
@@ -137,7 +137,7 @@ class LiveSpoutRescale(SpoutRescale):
 
     def run(self) -> ScaleResult:
         job, unit, n = self.job, self.unit, self.spus
-        if job._stopped:
+        if job.stopped:
             raise ScalingError(f"rescale of spout {unit!r}: the job is stopping; nothing changed")
         actor = job.units[unit]
         before = tuple(sorted(actor.ask(GetSpus())))

@@ -193,8 +193,24 @@ def timings() -> Iterator[dict[str, Any]]:
     print(f"\ncompose test timings: {json.dumps(figures)}")
 
 
+@pytest.fixture(scope="module")
+def images(env, timings) -> Iterator[None]:
+    """Every image of the compose file, built once for both runs of the stack (the quiet and the busy one)."""
+    try:
+        started = time.monotonic()
+        build = run(str(REPO / "deploy" / "podman" / "build-images.sh"), timeout=1200, env=env)
+        timings["build_s"] = round(time.monotonic() - started, 1)
+        timings["build_steps"] = [line for line in build.stderr.splitlines() if line.startswith("build-images:")]
+        yield
+    finally:
+        # Only the base and dependencies images stay cached (each tagged by a hash of what makes it: a
+        # changed wheelhouse makes a new dependencies image); the others are rebuilt each run.
+        run("podman", "rmi", "-f", *(f"localhost/{name}:{TAG}" for name in IMAGES), check=False, env=env)
+        run("podman", "image", "prune", "-f", check=False, env=env)
+
+
 @pytest.fixture(scope="module", params=["quiet", "busy-cores"])
-def stack(env, timings, tmp_path_factory, request) -> Iterator[tuple[Compose, dict[str, int], Path, bool]]:
+def stack(env, timings, images, tmp_path_factory, request) -> Iterator[tuple[Compose, dict[str, int], Path, bool]]:
     """The cluster, once on a quiet machine and once with every core kept busy by CPU hogs from before `up`
     to the end (issue 48's false success came from a busy host): there each job must be exact or fail loudly."""
     busy = request.param == "busy-cores"
@@ -207,10 +223,6 @@ def stack(env, timings, tmp_path_factory, request) -> Iterator[tuple[Compose, di
     compose = Compose(write_override(tmp, keys, ports, rate=300 if busy else 500, workers=2 if busy else 3), env)
     compose("down", "-v", "--remove-orphans", check=False)  # a previous run killed before its teardown
     try:
-        started = time.monotonic()
-        build = run(str(REPO / "deploy" / "podman" / "build-images.sh"), timeout=1200, env=env)
-        timings["build_s"] = round(time.monotonic() - started, 1)
-        timings["build_steps"] = [line for line in build.stderr.splitlines() if line.startswith("build-images:")]
         with busy_cores(900) if busy else contextlib.nullcontext():
             started = time.monotonic()
             # The quiet run scales the workers with one number; the busy one runs the file's 2 replicas.
@@ -219,10 +231,6 @@ def stack(env, timings, tmp_path_factory, request) -> Iterator[tuple[Compose, di
             yield compose, ports, keys, busy
     finally:
         compose("--profile", "kafka", "down", "-v", "--remove-orphans", "-t", "10", check=False)
-        # Only the base and dependencies images stay cached (each tagged by a hash of what makes it: a
-        # changed wheelhouse makes a new dependencies image); the others are rebuilt each run.
-        run("podman", "rmi", "-f", *(f"localhost/{name}:{TAG}" for name in IMAGES), check=False, env=env)
-        run("podman", "image", "prune", "-f", check=False, env=env)
 
 
 def healthy(compose: Compose, service: str) -> bool:

@@ -86,7 +86,7 @@ def test_a_second_worker_killed_at_each_step_of_a_recovery_is_recovered_within_t
             g.unlink()
         recoveries = 2 if step == "replaying" else 1
         wait_until(lambda: len(job.checkpoints.stats.recoveries) >= recoveries
-                   and not job._recovering, HEARTBEAT_TIMEOUT + RESTORE_BOUND,
+                   and not job.recovering, HEARTBEAT_TIMEOUT + RESTORE_BOUND,
                    message=f"recovered from the second kill within {HEARTBEAT_TIMEOUT} s + {RESTORE_BOUND} s")
         took = time.monotonic() - killed_at
         assert job.wait(120), job.status()
