@@ -63,7 +63,7 @@ class FakeTopology:
 
 
 class FakeJob:
-    _stopped = False
+    stopped = False
     topology = FakeTopology()
 
     def __init__(self) -> None:
