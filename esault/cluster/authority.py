@@ -11,10 +11,11 @@ only say hello, under a name no other key holds.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Callable, Iterable
 
 from esault.messages.acking import FailPending, FindOwner, OwnerAt, OwnerGone
-from esault.messages.checkpoints import Abandon, CheckpointComplete, CheckpointStart, TriggerCheckpoint
+from esault.messages.checkpoints import (Abandon, CheckpointAck, CheckpointAcks, CheckpointComplete, CheckpointStart,
+                                         TriggerCheckpoint)
 from esault.messages.cluster import (
     DriverBeat,
     Enrolled,
@@ -41,7 +42,7 @@ from esault.messages.handoff import CancelReconfiguration, InstallRoutes, PeersL
 from esault.messages.shares import ReleaseShare, TakeShare
 from esault.transport.trust import Identity, Role
 
-__all__ = ["DRIVER_ONLY", "refusal"]
+__all__ = ["DRIVER_ONLY", "ack_refusal", "refusal"]
 
 DRIVER_ONLY: frozenset[type] = frozenset({
     SubmitJob, StartSpu, StopSpu, Shutdown, PeerAddresses, DriverBeat, PeerGone,  # a worker's host: placement, lifetime
@@ -93,4 +94,17 @@ def refusal(sender: Identity, actor: str, message: Any) -> str | None:
         process = getattr(getattr(message.mailbox, "address", message.mailbox), "process", None)
         if process != sender.name:
             return f"OwnerGone names a mailbox in process {process!r}, but the key is {sender.name!r}'s"
+    return None
+
+
+def ack_refusal(sender: str, acks: Iterable[CheckpointAck], host_of: Callable[[int, str], str | None]) -> str | None:
+    """None if worker `sender` may report these checkpoint acks; else why not. A worker acks only the SPUs it
+    runs: an ack for an SPU the driver placed on another worker would let one worker complete a checkpoint
+    without the other's state. `host_of(spu, sender)`: the worker the SPU runs on, or None (it stopped or
+    moved since its ack left: a late ack of nobody's, let through; the collector ignores what it does not
+    expect)."""
+    for ack in acks:
+        host = host_of(ack.spu_id, sender)
+        if host is not None and host != sender:
+            return f"it acks SPU {ack.spu_id}, which runs on worker {host!r}, not on {sender!r}"
     return None

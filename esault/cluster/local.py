@@ -90,6 +90,7 @@ class LocalCluster:
             if self.keys.local_client is not None:
                 write_status_keys(self.address, self.keys.local_client, self.keys.driver.public)
             self.registry = WorkerRegistry()
+            self.postman.ack_host = self.registry.host_of  # a worker acks only its own SPUs' checkpoints
             from esault.messages.cluster import ReportNow
 
             postman = self.postman

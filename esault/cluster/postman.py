@@ -21,10 +21,11 @@ import time
 from typing import Any, Callable, Iterable
 
 from esault.cluster.addresses import advertised
-from esault.cluster.authority import refusal
+from esault.cluster.authority import ack_refusal, refusal
 from esault.errors import SerializationError
 from esault.metrics.registry import (count_auth_rejected, count_dropped_frame, init_auth_rejected_series,
                                      init_frame_drop_series)
+from esault.messages.checkpoints import CheckpointAck, CheckpointAcks
 from esault.messages.cluster import EnrollRequest, SavepointRequest, StatusRequest, WorkerHello
 from esault.transport.address import Address
 from esault.transport.endpoint import DEFAULT_MAX_FRAME_BYTES, Endpoint, RemoteMailbox
@@ -61,6 +62,9 @@ class Postman:
         self._address: str | None = None
         self.keys = keys or KeyRing.solo(process)
         self._lock = threading.Lock()
+        self.ack_host: Callable[[int, str], str | None] | None = None
+        """Where the driver placed an SPU (the driver's postman: WorkerRegistry.host_of): a worker's checkpoint
+        acks are refused unless their SPUs run on it (authority.ack_refusal)."""
         self._refs: dict[str, Any] = {}
         self._names: dict[str, str] = {}  # actor_urn -> name
         self._held: dict[str, _Held] = {}
@@ -179,6 +183,12 @@ class Postman:
                 claimed = _claimed_name(message)  # a hello or status request names its sender: bind it to the key
                 if claimed is not None and claimed != sender.name:
                     why = self.keys.bind(claimed, sender.key)
+                if why is None and self.ack_host is not None and sender.name is not None:
+                    kind = type(message)
+                    if kind is CheckpointAcks:
+                        why = ack_refusal(sender.name, message.acks, self.ack_host)
+                    elif kind is CheckpointAck:
+                        why = ack_refusal(sender.name, (message,), self.ack_host)
             if why is not None:
                 self._refuse("not_permitted", f"{type(message).__name__} to {actor!r} from "
                                               f"{sender.name or sender.role.value} ({sender.key[:8]}...): {why}")

@@ -235,6 +235,13 @@ class WorkerRegistry:
         with self._lock:
             self.spus_on[process].add(spu)
 
+    def host_of(self, spu: int, likely: str | None = None) -> str | None:
+        """The live worker SPU `spu` was placed on (`likely` is looked at first), or None."""
+        with self._lock:
+            if likely is not None and spu in self.spus_on.get(likely, ()):
+                return likely
+            return next((w for w, spus in self.spus_on.items() if spu in spus), None)
+
     def removed(self, process: str, spu: int) -> None:
         with self._lock:
             self.spus_on.get(process, set()).discard(spu)
