@@ -34,6 +34,7 @@ sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(HERE.parent))
 
 from _report import write_section  # noqa: E402
+from thread_cpu import thread_cpu  # noqa: E402
 from esault import JobConfig  # noqa: E402
 from esault.api.server import ControlApi  # noqa: E402
 from esault.cluster.status import fetch_status  # noqa: E402
@@ -78,30 +79,19 @@ liveness). Their CPU during a long operation is mostly the workers' heartbeats o
 operation's own work."""
 
 
-def thread_cpu() -> dict[str, float]:
-    """CPU seconds of each of this process's threads so far, by Python thread name (the OS's for threads
-    Python did not start, libzmq's)."""
-    out: dict[str, float] = {}
-    tick = os.sysconf("SC_CLK_TCK")
+def driver_threads() -> dict[int, tuple[str, float]]:
+    """tid -> (its Python thread name, or the OS's for threads Python did not start; its CPU seconds so far)
+    for this process's threads (thread_cpu.py reads /proc; the pykka actors' OS names are all "python3")."""
     names = {t.native_id: t.name for t in threading.enumerate()}
-    for task in Path("/proc/self/task").iterdir():
-        try:
-            stat = (task / "stat").read_text()
-        except OSError:  # the thread ended
-            continue
-        name = names.get(int(task.name)) or stat[stat.index("(") + 1:stat.rindex(")")]
-        fields = stat[stat.rindex(")") + 2:].split()
-        out[name] = out.get(name, 0.0) + (int(fields[11]) + int(fields[12])) / tick
-    return out
+    return {tid: (names.get(tid, os_name), cpu) for (_, tid), (os_name, cpu) in thread_cpu([os.getpid()]).items()}
 
 
 def timed_work(action: Callable[[], Any]) -> tuple[float, float, float]:
     """(wall seconds, driver CPU seconds, the CPU seconds of its threads but BACKGROUND_THREADS) of `action`:
     the last is the operation's own work in the driver (the control thread, the units' and checkpoint actors)."""
-    before = thread_cpu()
+    before = driver_threads()
     wall, cpu, _ = timed(action)
-    after = thread_cpu()
-    work = sum(seconds - before.get(name, 0.0) for name, seconds in after.items()
+    work = sum(seconds - before.get(tid, ("", 0.0))[1] for tid, (name, seconds) in driver_threads().items()
                if not name.startswith(BACKGROUND_THREADS))
     return wall, cpu, max(0.0, work)
 

@@ -232,7 +232,7 @@ class ControlApi:
             args: dict[str, Any] = {key: unquote(value) for key, value in match.groupdict().items()}  # %-quoted
             if "job" in args:
                 args["job"] = self._find_job(args["job"])
-                if verb == "POST" and getattr(args["job"], "_stopped", False):
+                if verb == "POST" and getattr(args["job"], "stopped", False):
                     raise ApiError(409, f"job {args['job'].name!r} has stopped: it takes no more operations")
             if "unit" in args:
                 _find_unit(args["job"], args["unit"])

@@ -78,26 +78,19 @@ class AckBatcher:
                 else:
                     batch = None
                     if self._timer is None:
-                        self._timer = self._schedule(self._linger, self._linger_over)
+                        self._timer = self._schedule(self._linger, self.flush)
         if batch:
             self._send(batch)
 
     def flush(self) -> None:
-        """Send whatever is held now."""
+        """Send whatever is held now (the linger's timer calls it)."""
         with self._lock:
-            batch = self._take()
-        if batch:
-            self._send(batch)
-
-    def _linger_over(self) -> None:
-        with self._lock:
-            self._timer = None
             batch = self._take()
         if batch:
             self._send(batch)
 
     def _take(self) -> list[CheckpointAck]:
-        """The held acks, and no timer any more (lock held)."""
+        """The held acks, and no timer any more (lock held; cancelling the timer that fired is harmless)."""
         batch, self._held = self._held, []
         if self._timer is not None:
             self._timer.cancel()

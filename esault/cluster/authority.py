@@ -97,12 +97,15 @@ def refusal(sender: Identity, actor: str, message: Any) -> str | None:
     return None
 
 
-def ack_refusal(sender: str, acks: Iterable[CheckpointAck], host_of: Callable[[int, str], str | None]) -> str | None:
-    """None if worker `sender` may report these checkpoint acks; else why not. A worker acks only the SPUs it
-    runs: an ack for an SPU the driver placed on another worker would let one worker complete a checkpoint
+def ack_refusal(sender: str, message: Any, host_of: Callable[[int, str], str | None]) -> str | None:
+    """None if worker `sender` may deliver `message` (checkpoint acks or anything else); else why not. A
+    worker acks only the SPUs it runs: an ack for an SPU the driver placed on another worker would let one worker complete a checkpoint
     without the other's state. `host_of(spu, sender)`: the worker the SPU runs on, or None (it stopped or
     moved since its ack left: a late ack of nobody's, let through; the collector ignores what it does not
     expect)."""
+    kind = type(message)
+    acks: Iterable[CheckpointAck] = (message.acks if kind is CheckpointAcks else (message,) if kind is CheckpointAck
+                                     else ())
     for ack in acks:
         host = host_of(ack.spu_id, sender)
         if host is not None and host != sender:

@@ -7,6 +7,7 @@ from typing import Any, Iterable, Sequence
 import pykka
 
 from esault.errors import ResourceError, UnitStartError
+from esault.cluster.two_phase import in_two_phases
 from esault.cluster.resources import InProcessResources, ResourceManager, Slot
 from esault.dsl.topology import UnitSpec
 from esault.datapath.context import JobContext
@@ -23,32 +24,21 @@ class InProcessLauncher:
         self._slots: dict[Any, Slot] = {}
 
     def start_spu(self, spec: UnitSpec, cfg: SpuConfig, job: JobContext, worker: str | None = None) -> Any:
-        if worker is not None:
-            raise ResourceError(f"this cluster runs every SPU in one process: there is no worker {worker!r}; "
-                                "start it with LocalCluster(workers=N) to place SPUs on workers")
-        ref = self.launch(spec, cfg, job)
-        self.await_start(ref)
-        return ref
+        return self._started(self._launch_on(spec, cfg, job, worker))
 
     def start_spus(self, starts: Sequence[tuple[UnitSpec, SpuConfig, JobContext, str | None]]) -> list[Any]:
         """start_spu for each, their open()s running at once; each item: the mailbox, or the exception."""
-        launched: list[Any] = []
-        for spec, cfg, job, worker in starts:
-            try:
-                if worker is not None:
-                    self.start_spu(spec, cfg, job, worker)  # raises: no workers here
-                launched.append(self.launch(spec, cfg, job))
-            except Exception as exc:  # noqa: BLE001 - this SPU's failure, the others go on
-                launched.append(exc)
-        out: list[Any] = []
-        for ref in launched:
-            if not isinstance(ref, Exception):
-                try:
-                    self.await_start(ref)
-                except Exception as exc:  # noqa: BLE001 - as above
-                    ref = exc
-            out.append(ref)
-        return out
+        return in_two_phases(starts, lambda start: self._launch_on(*start), self._started)
+
+    def _launch_on(self, spec: UnitSpec, cfg: SpuConfig, job: JobContext, worker: str | None) -> Any:
+        if worker is not None:
+            raise ResourceError(f"this cluster runs every SPU in one process: there is no worker {worker!r}; "
+                                "start it with LocalCluster(workers=N) to place SPUs on workers")
+        return self.launch(spec, cfg, job)
+
+    def _started(self, ref: Any) -> Any:
+        self.await_start(ref)
+        return ref
 
     def stop_spus(self, mailboxes: Iterable[Any]) -> None:
         for mailbox in mailboxes:

@@ -190,7 +190,7 @@ class LocalCluster:
                 "call TopologyBuilder(...).build() first"
             )
         running = self.jobs.get(topology.name)
-        if running is not None and not running._stopped:
+        if running is not None and not running.stopped:
             raise TopologyError(f"a job named {topology.name!r} is already running here; stop it first")
         if running is not None and self.registry is not None:
             self.registry.forget(topology.name)  # the stopped job's worker counts are not this job's

@@ -25,7 +25,6 @@ from esault.cluster.authority import ack_refusal, refusal
 from esault.errors import SerializationError
 from esault.metrics.registry import (count_auth_rejected, count_dropped_frame, init_auth_rejected_series,
                                      init_frame_drop_series)
-from esault.messages.checkpoints import CheckpointAck, CheckpointAcks
 from esault.messages.cluster import EnrollRequest, SavepointRequest, StatusRequest, WorkerHello
 from esault.transport.address import Address
 from esault.transport.endpoint import DEFAULT_MAX_FRAME_BYTES, Endpoint, RemoteMailbox
@@ -184,11 +183,7 @@ class Postman:
                 if claimed is not None and claimed != sender.name:
                     why = self.keys.bind(claimed, sender.key)
                 if why is None and self.ack_host is not None and sender.name is not None:
-                    kind = type(message)
-                    if kind is CheckpointAcks:
-                        why = ack_refusal(sender.name, message.acks, self.ack_host)
-                    elif kind is CheckpointAck:
-                        why = ack_refusal(sender.name, (message,), self.ack_host)
+                    why = ack_refusal(sender.name, message, self.ack_host)
             if why is not None:
                 self._refuse("not_permitted", f"{type(message).__name__} to {actor!r} from "
                                               f"{sender.name or sender.role.value} ({sender.key[:8]}...): {why}")

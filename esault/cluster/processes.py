@@ -26,6 +26,7 @@ from esault.cluster.enrollment import DEFAULT_MAX_ENROLLMENTS, Enrollments
 from esault.cluster.inprocess import InProcessLauncher
 from esault.cluster.placement import Placement
 from esault.cluster.postman import Postman
+from esault.cluster.two_phase import in_two_phases
 from esault.cluster.unit_wire import check_sendable, config_to_wire, unit_to_wire
 from esault.dsl.topology import Grouping, Topology, UnitSpec
 from esault.errors import NoWorkerLeft, ResourceError, UnitStartError, WorkerLost
@@ -508,7 +509,7 @@ class ClusterActor(pykka.ThreadingActor):
             try:
                 if job is None or job.stopped:
                     raise LookupError(f"no running job {message.topology!r} here; running: "
-                                      f"{sorted(n for n, j in self.jobs().items() if not j._stopped)}")
+                                      f"{sorted(n for n, j in self.jobs().items() if not j.stopped)}")
                 epoch = job.savepoint(stop=message.stop, timeout=job.config.checkpoint_timeout + 10)
                 if epoch is None:
                     error = "the savepoint failed (see the driver's log); the job goes on"
@@ -563,22 +564,7 @@ class ProcessLauncher:
         """Start several SPUs at once, each as start_spu would: every StartSpu goes out before any answer is
         awaited, so N SPUs cost one round trip to their workers, not N (a rollback's relaunch of a whole job,
         a job's start). Each item of the result: the SPU's mailbox, or the exception its start raised."""
-        sent: list[Any] = []
-        for spec, cfg, job, worker in starts:
-            try:
-                sent.append(self._send_start(spec, cfg, job, worker))
-            except Exception as exc:  # noqa: BLE001 - this SPU's failure, the others go on
-                sent.append(exc)
-        out: list[Any] = []
-        for pending in sent:
-            if isinstance(pending, Exception):
-                out.append(pending)
-                continue
-            try:
-                out.append(self._await_start(pending))
-            except Exception as exc:  # noqa: BLE001 - as above
-                out.append(exc)
-        return out
+        return in_two_phases(starts, lambda start: self._send_start(*start), self._await_start)
 
     def _send_start(self, spec: UnitSpec, cfg: SpuConfig, job: JobContext, worker: str | None) -> Any:
         """start_spu's first half: an SPU in the driver, started; or its StartSpu sent to a worker, and the

@@ -158,17 +158,12 @@ class ReconfigurationCoordinator:
             request = item
             try:
                 result = self.wait_result(request, self.send_command(request))
-            except NoWorkerLeft as exc:
-                if request.action == "replace" and self._a_worker_came(request, exc):
+            except Exception as exc:
+                if isinstance(exc, NoWorkerLeft) and request.action == "replace" and self._a_worker_came(request, exc):
                     # Every worker went while it started (its own death and the next one's): it runs again on
                     # the worker a cluster that can grow started in their place.
                     self._queue.put((self.URGENT, next(self._seq), _Roomed(request), future))
                     continue
-                log.warning("topology %r: %s of %r refused: %s", self.topology.name, request.action, request.unit,
-                            exc)
-                future.set_exception(exc)
-                continue
-            except Exception as exc:
                 log.warning("topology %r: %s of %r%s refused: %s", self.topology.name, request.action,
                             request.unit, f" SPU {request.spu_id}" if request.spu_id >= 0 else "", exc)
                 future.set_exception(exc)

@@ -68,6 +68,6 @@ def test_the_driver_and_an_spu_gone_since_its_ack_left_are_let_through(driver):
 
 def test_the_rule_names_the_spu_and_both_workers():
     hosts = {3: "w1"}
-    why = ack_refusal("w2", [ack(3)], lambda spu, sender: hosts.get(spu))
+    why = ack_refusal("w2", ack(3), lambda spu, sender: hosts.get(spu))
     assert why == "it acks SPU 3, which runs on worker 'w1', not on 'w2'"
-    assert ack_refusal("w1", [ack(3)], lambda spu, sender: hosts.get(spu)) is None
+    assert ack_refusal("w1", CheckpointAcks((ack(3),)), lambda spu, sender: hosts.get(spu)) is None

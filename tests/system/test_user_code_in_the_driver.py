@@ -27,6 +27,7 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "examples"))
 sys.path.insert(0, str(ROOT / "tests" / "system"))
 import busy_spout_parts  # noqa: E402
+import eo_parts  # noqa: E402
 import wordcount  # noqa: E402
 from cli_processes import start_esault  # noqa: E402
 
@@ -139,9 +140,6 @@ def test_a_local_pool_that_lost_every_worker_starts_new_ones_and_the_job_goes_on
     dies). Whichever death the recovery sees first, it waits for the workers the pool starts in their place and
     the job ends: exactly_once with exact counts."""
     total = 4000
-    sys.path.insert(0, str(ROOT / "tests" / "system"))
-    import eo_parts
-
     config = exactly_once(tmp_path).replace(guarantee=guarantee)
     with LocalCluster(workers=2, heartbeat_timeout=HEARTBEAT_TIMEOUT) as cluster:
         job = cluster.submit(eo_parts.build(f"regrown-{guarantee}", total, rate=800), config)
